@@ -1,0 +1,147 @@
+// Package engine holds Kairos's domain: jobs, queues, the errors every
+// storage implementation returns, and the Engine interface that the HTTP
+// server drives. The Redis implementation lives in engine/rdb; the contract
+// that every implementation must pass lives in engine/enginetest.
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Limits shared by the HTTP layer and the engines.
+const (
+	// MaxBodySize is the largest job body accepted (lmstfy: 1 MiB).
+	MaxBodySize = 1 << 20
+	// MaxBatchConsume is the largest count of one consume call.
+	MaxBatchConsume = 100
+	// MaxBulkPublish is the largest number of jobs in one bulk publish.
+	MaxBulkPublish = 64
+	// MaxTries is the largest tries value (tries are a uint16 on the wire).
+	MaxTries = 65535
+)
+
+// Sentinel errors. Implementations wrap them with %w; callers test them
+// with errors.Is.
+var (
+	// ErrJobNotFound means the job's body does not exist (never published,
+	// acknowledged, expired or deleted).
+	ErrJobNotFound = errors.New("engine: job not found")
+	// ErrQueueEmpty means a peek found no live job in the ready queue.
+	ErrQueueEmpty = errors.New("engine: queue is empty")
+	// ErrJobExists means a publish named a job ID that already exists.
+	ErrJobExists = errors.New("engine: job already exists")
+	// ErrInvalid means a request the engine refuses (bad name, zero tries…).
+	ErrInvalid = errors.New("engine: invalid request")
+	// ErrClosed means the engine was closed.
+	ErrClosed = errors.New("engine: closed")
+)
+
+// Job is one job as the engine hands it out.
+type Job struct {
+	Namespace string
+	Queue     string
+	ID        string
+	Body      []byte
+	// TTL is the time the job has left to live; 0 means it never expires.
+	TTL time.Duration
+	// Tries is the number of deliveries left: after the decrement for a
+	// consumed job, as stored for a peeked one.
+	Tries uint16
+	// Attributes are the job's attributes (v1 job IDs only); nil otherwise.
+	Attributes map[string]string
+}
+
+// PublishRequest describes one job to publish.
+type PublishRequest struct {
+	Namespace string
+	Queue     string
+	// ID is the job ID; empty means the engine generates one (the normal
+	// case: the HTTP API never lets clients choose).
+	ID   string
+	Body []byte
+	// TTL is the job's lifetime from publish; 0 means forever.
+	TTL time.Duration
+	// Delay is the time before the job becomes ready.
+	Delay time.Duration
+	// Tries is the maximum number of deliveries (≥ 1).
+	Tries uint16
+	// Attributes, when Versioned, are stored with the body.
+	Attributes map[string]string
+	// Versioned asks for a v1 job ID ("1" + ULID) and the JSON payload
+	// that carries attributes (lmstfy's Enable-Job-Version: YES).
+	Versioned bool
+	// Replaces names a job of the same queue that is deleted in the same
+	// atomic step as this publish (lmstfy's re-publish).
+	Replaces string
+}
+
+// ConsumeRequest describes one consume call.
+type ConsumeRequest struct {
+	Namespace string
+	// Queues are tried in order: the first has the highest priority.
+	Queues []string
+	// TTR is the time the consumer has to acknowledge before the job comes
+	// back (or goes to the dead letter when no tries are left).
+	TTR time.Duration
+	// Timeout is how long to wait for a job; 0 means do not wait.
+	Timeout time.Duration
+	// Count is the largest number of jobs to return (1..MaxBatchConsume).
+	Count int
+}
+
+// DeadLetter is the summary lmstfy's dead letter peek returns.
+type DeadLetter struct {
+	Size int64
+	// Head is the oldest dead job's ID, or "" when the dead letter is empty.
+	Head string
+}
+
+// Engine is the storage contract the server drives. One Engine serves one
+// pool. Every method is safe for concurrent use.
+type Engine interface {
+	// Publish stores one job atomically and returns its ID.
+	Publish(ctx context.Context, req *PublishRequest) (string, error)
+	// PublishBatch stores several jobs of one queue in one atomic step:
+	// either all are published or none is.
+	PublishBatch(ctx context.Context, reqs []*PublishRequest) ([]string, error)
+	// Consume takes up to req.Count ready jobs, waiting up to req.Timeout
+	// for the first one. No job is (nil, nil).
+	Consume(ctx context.Context, req *ConsumeRequest) ([]*Job, error)
+	// Delete acknowledges (deletes) a job; deleting an unknown job is not
+	// an error.
+	Delete(ctx context.Context, namespace, queue, jobID string) error
+	// PeekQueue returns the next live job of the ready queue without
+	// consuming it, or ErrQueueEmpty.
+	PeekQueue(ctx context.Context, namespace, queue string) (*Job, error)
+	// PeekJob returns a job by ID in any state, or ErrJobNotFound.
+	PeekJob(ctx context.Context, namespace, queue, jobID string) (*Job, error)
+	// Size returns the length of the ready queue.
+	Size(ctx context.Context, namespace, queue string) (int64, error)
+	// Destroy deletes every ready, delayed and in-flight job of the queue
+	// and returns how many job entries it removed. The dead letter stays.
+	Destroy(ctx context.Context, namespace, queue string) (int64, error)
+	// PeekDeadLetter returns the dead letter's size and oldest job ID.
+	PeekDeadLetter(ctx context.Context, namespace, queue string) (DeadLetter, error)
+	// DeadLetterSize returns the dead letter's size.
+	DeadLetterSize(ctx context.Context, namespace, queue string) (int64, error)
+	// RespawnDeadLetter moves up to limit of the oldest dead jobs to the
+	// tail of the ready queue with one try, setting their TTL (0 = keep
+	// forever), and returns how many moved.
+	RespawnDeadLetter(ctx context.Context, namespace, queue string, limit int64, ttl time.Duration) (int64, error)
+	// DeleteDeadLetter deletes up to limit of the oldest dead jobs and
+	// returns how many it deleted.
+	DeleteDeadLetter(ctx context.Context, namespace, queue string, limit int64) (int64, error)
+	// Info returns the namespaces this pool knows with their queues.
+	Info(ctx context.Context) (map[string][]string, error)
+}
+
+// QueueStats are the sizes of one queue, for metrics and dashboards.
+type QueueStats struct {
+	Namespace  string
+	Queue      string
+	Ready      int64
+	Timer      int64
+	DeadLetter int64
+}

@@ -1,0 +1,590 @@
+// Package rdb is the Redis implementation of engine.Engine: one Engine per
+// pool. Every state change is one Lua script (scripts.go) over keys built in
+// keys.go; a timer-driven pump (pump.go) moves due jobs; waiting consumers
+// are multiplexed over one Pub/Sub connection per pool (waiters.go).
+package rdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sirupsen/logrus"
+
+	"github.com/kairos-dev/kairos/engine"
+)
+
+var _ engine.Engine = (*Engine)(nil)
+
+// Options tune an Engine. The zero value is usable.
+type Options struct {
+	// Pool is the pool's name, for logs and metrics.
+	Pool string
+	// Logger receives the engine's logs; nil discards them.
+	Logger logrus.FieldLogger
+	// Now is the clock; nil means time.Now. Tests move it.
+	Now func() time.Time
+	// PumpBatch is the most due entries one pump script moves (default 1000).
+	PumpBatch int
+	// MaxPumpSleep bounds how long the pump sleeps when nothing is due, so
+	// that jobs scheduled by a server that died are still pumped (default 1s).
+	MaxPumpSleep time.Duration
+	// Metrics receives the engine's counters; nil means none.
+	Metrics *Metrics
+}
+
+// Engine is the Redis engine of one pool.
+type Engine struct {
+	rdb     redis.UniversalClient
+	pool    string
+	log     logrus.FieldLogger
+	now     func() time.Time
+	batch   int
+	maxWait time.Duration
+	metrics *Metrics
+
+	pumpWake chan struct{}
+	waiters  *waiters
+
+	metaMu sync.Mutex
+	meta   map[string]struct{} // ns/q already recorded in m/ns by this instance
+}
+
+// Limits on the work of one script call.
+const (
+	consumeScanBudget = 1000 // entries one consume call may pop
+	peekScanBudget    = 1000 // entries one peek may look at
+	deadBatch         = 1000 // dead-letter entries per respawn/delete call
+	destroyBatch      = 1000 // entries per destroy call
+	maxPublishRetries = 3    // fresh IDs tried when a generated ID collides
+)
+
+// New returns an Engine for the pool behind client. It loads every script,
+// so that a Redis that cannot run them fails here; it starts nothing: call
+// Run.
+func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engine, error) {
+	if opts.Logger == nil {
+		l := logrus.New()
+		l.Out = discard{}
+		opts.Logger = l
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.PumpBatch <= 0 {
+		opts.PumpBatch = 1000
+	}
+	if opts.MaxPumpSleep <= 0 {
+		opts.MaxPumpSleep = time.Second
+	}
+	if opts.Pool == "" {
+		opts.Pool = "default"
+	}
+	e := &Engine{
+		rdb:      client,
+		pool:     opts.Pool,
+		log:      opts.Logger.WithField("pool", opts.Pool),
+		now:      opts.Now,
+		batch:    opts.PumpBatch,
+		maxWait:  opts.MaxPumpSleep,
+		metrics:  opts.Metrics,
+		pumpWake: make(chan struct{}, 1),
+		meta:     make(map[string]struct{}),
+	}
+	e.waiters = newWaiters(e)
+	for _, s := range allScripts {
+		if err := s.Load(ctx, client).Err(); err != nil {
+			return nil, fmt.Errorf("rdb: load scripts into pool %s: %w", opts.Pool, err)
+		}
+	}
+	return e, nil
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// Run runs the pump and the waiters' Pub/Sub loop until ctx is done. It
+// returns nil after a clean stop.
+func (e *Engine) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); e.runPump(ctx) }()
+	go func() { defer wg.Done(); e.waiters.run(ctx) }()
+	wg.Wait()
+	return nil
+}
+
+// ms is t in Unix milliseconds, rounded down: the pump moves entries whose
+// due time is <= ms(now), so an entry never fires before its due time.
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+// ceilMS is t in Unix milliseconds, rounded up: due times are computed from
+// it so that a delay is never cut short by the rounding.
+func ceilMS(t time.Time) int64 { return (t.UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond) }
+
+func durMS(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	m := d.Milliseconds()
+	if m == 0 {
+		m = 1 // a positive duration under 1 ms still counts
+	}
+	return m
+}
+
+// recordMeta registers ns/q in lmstfy's metadata hashes once per instance.
+func (e *Engine) recordMeta(ctx context.Context, ns, q string) error {
+	k := queueMember(ns, q)
+	e.metaMu.Lock()
+	_, ok := e.meta[k]
+	e.metaMu.Unlock()
+	if ok {
+		return nil
+	}
+	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, metaNamespacesKey, ns, 1)
+		p.HSet(ctx, metaQueuesKey(ns), q, 1)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("record queue %s: %w", k, err)
+	}
+	e.metaMu.Lock()
+	e.meta[k] = struct{}{}
+	e.metaMu.Unlock()
+	return nil
+}
+
+func checkNames(ns, q string) error {
+	if !engine.ValidName(ns) || !engine.ValidQueueName(q) {
+		return fmt.Errorf("queue %q/%q: %w", ns, q, engine.ErrInvalid)
+	}
+	return nil
+}
+
+// Publish implements engine.Engine.
+func (e *Engine) Publish(ctx context.Context, req *engine.PublishRequest) (string, error) {
+	ids, err := e.PublishBatch(ctx, []*engine.PublishRequest{req})
+	if err != nil {
+		return "", err
+	}
+	return ids[0], nil
+}
+
+// PublishBatch implements engine.Engine: all jobs must name the same queue.
+func (e *Engine) PublishBatch(ctx context.Context, reqs []*engine.PublishRequest) ([]string, error) {
+	if len(reqs) == 0 {
+		return nil, fmt.Errorf("publish: no jobs: %w", engine.ErrInvalid)
+	}
+	ns, q := reqs[0].Namespace, reqs[0].Queue
+	if err := checkNames(ns, q); err != nil {
+		return nil, fmt.Errorf("publish: %w", err)
+	}
+	for _, r := range reqs {
+		if r.Namespace != ns || r.Queue != q {
+			return nil, fmt.Errorf("publish: batch spans queues: %w", engine.ErrInvalid)
+		}
+		if r.Tries == 0 {
+			return nil, fmt.Errorf("publish: tries must be >= 1: %w", engine.ErrInvalid)
+		}
+		if r.TTL < 0 || r.Delay < 0 {
+			return nil, fmt.Errorf("publish: negative ttl or delay: %w", engine.ErrInvalid)
+		}
+	}
+	if err := e.recordMeta(ctx, ns, q); err != nil {
+		return nil, fmt.Errorf("publish %s/%s: %w", ns, q, err)
+	}
+	now := e.now()
+	nowMS := ceilMS(now)
+	ids := make([]string, len(reqs))
+	generated := make([]bool, len(reqs))
+	keys := make([]string, 4+len(reqs))
+	keys[0], keys[1], keys[2] = readyKey(ns, q), timerKey(ns, q), timerIndexKey
+	args := make([]interface{}, 5+4*len(reqs))
+	args[0] = nowMS
+	args[1] = queueMember(ns, q)
+	args[2] = readyChannel(ns, q)
+	args[3] = timerChannel
+	args[4] = "0"
+	var replaces string
+	for i, r := range reqs {
+		if r.Replaces != "" {
+			replaces = r.Replaces
+		}
+		id := r.ID
+		if id == "" {
+			id = engine.NewJobID(now, r.Delay, r.Versioned)
+			generated[i] = true
+		}
+		ids[i] = id
+		version := 0
+		if r.Versioned {
+			version = 1
+		}
+		payload, err := encodePayload(version, r.Body, r.Attributes)
+		if err != nil {
+			return nil, fmt.Errorf("publish %s/%s: %w", ns, q, err)
+		}
+		keys[4+i] = jobKey(ns, q, id)
+		b := 5 + 4*i
+		args[b] = packEntry(r.Tries, id)
+		args[b+1] = payload
+		args[b+2] = durMS(r.TTL)
+		args[b+3] = nowMS + durMS(r.Delay)
+	}
+	if replaces != "" {
+		keys[3] = jobKey(ns, q, replaces)
+		args[4] = "1"
+	} else {
+		keys[3] = keys[4]
+	}
+	for attempt := 0; ; attempt++ {
+		res, err := publishScript.Run(ctx, e.rdb, keys, args...).Int64Slice()
+		if err != nil {
+			return nil, fmt.Errorf("publish %s/%s: %w", ns, q, err)
+		}
+		if res[0] == 0 {
+			if res[2] > 0 {
+				e.wakePump()
+			}
+			e.metrics.published(e.pool, ns, q, len(reqs))
+			return ids, nil
+		}
+		k := int(res[0]) - 1
+		if k < 0 || k >= len(reqs) {
+			return nil, fmt.Errorf("publish %s/%s: unexpected reply %v", ns, q, res)
+		}
+		if !generated[k] || attempt >= maxPublishRetries {
+			return nil, fmt.Errorf("publish %s/%s job %s: %w", ns, q, ids[k], engine.ErrJobExists)
+		}
+		// A generated ID collided (48 random bits per millisecond): retry
+		// that job with a fresh one.
+		r := reqs[k]
+		ids[k] = engine.NewJobID(now, r.Delay, r.Versioned)
+		keys[4+k] = jobKey(ns, q, ids[k])
+		args[5+4*k] = packEntry(r.Tries, ids[k])
+		if replaces == "" && k == 0 {
+			keys[3] = keys[4]
+		}
+	}
+}
+
+// Consume implements engine.Engine.
+func (e *Engine) Consume(ctx context.Context, req *engine.ConsumeRequest) ([]*engine.Job, error) {
+	if len(req.Queues) == 0 || req.Count < 1 || req.Count > engine.MaxBatchConsume || req.TTR < 0 {
+		return nil, fmt.Errorf("consume: %w", engine.ErrInvalid)
+	}
+	for _, q := range req.Queues {
+		if err := checkNames(req.Namespace, q); err != nil {
+			return nil, fmt.Errorf("consume: %w", err)
+		}
+	}
+	jobs, err := e.consumeNow(ctx, req)
+	if err != nil || len(jobs) > 0 || req.Timeout <= 0 {
+		return jobs, err
+	}
+	return e.waiters.wait(ctx, req)
+}
+
+// consumeNow runs the consume script, looping only while stale entries
+// used up the pop budget of a call.
+func (e *Engine) consumeNow(ctx context.Context, req *engine.ConsumeRequest) ([]*engine.Job, error) {
+	// The script's reply must be read even when the caller has gone away:
+	// a job taken but never returned would wait for its TTR.
+	ctx = context.WithoutCancel(ctx)
+	n := len(req.Queues)
+	keys := make([]string, 2*n+1)
+	args := make([]interface{}, 4+2*n)
+	for i, q := range req.Queues {
+		keys[i] = readyKey(req.Namespace, q)
+		keys[n+i] = timerKey(req.Namespace, q)
+		args[4+i] = jobKeyPrefix(req.Namespace, q)
+		args[4+n+i] = queueMember(req.Namespace, q)
+	}
+	keys[2*n] = timerIndexKey
+	args[2] = consumeScanBudget
+	args[3] = timerChannel
+	var jobs []*engine.Job
+	for {
+		now := e.now()
+		args[0] = ceilMS(now) + durMS(req.TTR)
+		args[1] = req.Count - len(jobs)
+		res, err := consumeScript.Run(ctx, e.rdb, keys, args...).Slice()
+		if err != nil {
+			return jobs, fmt.Errorf("consume %s/%v: %w", req.Namespace, req.Queues, err)
+		}
+		more, earliest, got, err := e.decodeConsumed(req, res)
+		if err != nil {
+			return jobs, err
+		}
+		jobs = append(jobs, got...)
+		if earliest > 0 {
+			e.wakePump()
+		}
+		if !more || len(jobs) >= req.Count {
+			e.metrics.consumed(e.pool, req.Namespace, jobs, now)
+			return jobs, nil
+		}
+	}
+}
+
+func (e *Engine) decodeConsumed(req *engine.ConsumeRequest, res []interface{}) (more bool, earliest int64, jobs []*engine.Job, err error) {
+	if len(res) < 2 || (len(res)-2)%5 != 0 {
+		return false, 0, nil, fmt.Errorf("consume: unexpected reply of %d items", len(res))
+	}
+	m, _ := res[0].(int64)
+	earliest, _ = res[1].(int64)
+	for i := 2; i < len(res); i += 5 {
+		pos, _ := res[i].(int64)
+		id, _ := res[i+1].(string)
+		left, _ := res[i+2].(int64)
+		payload, _ := res[i+3].(string)
+		pttl, _ := res[i+4].(int64)
+		if pos < 1 || int(pos) > len(req.Queues) {
+			return false, 0, nil, fmt.Errorf("consume: bad queue position %d", pos)
+		}
+		j, err := makeJob(req.Namespace, req.Queues[pos-1], id, payload, pttl, uint16(left))
+		if err != nil {
+			e.log.WithError(err).WithField("job_id", id).Error("consume: undecodable job body")
+			continue
+		}
+		jobs = append(jobs, j)
+	}
+	return m == 1, earliest, jobs, nil
+}
+
+func makeJob(ns, q, id, payload string, pttl int64, tries uint16) (*engine.Job, error) {
+	body, attrs, err := decodePayload(engine.JobIDVersion(id), []byte(payload))
+	if err != nil {
+		return nil, err
+	}
+	var ttl time.Duration
+	if pttl > 0 {
+		ttl = time.Duration(pttl) * time.Millisecond
+	}
+	return &engine.Job{Namespace: ns, Queue: q, ID: id, Body: body, TTL: ttl, Tries: tries, Attributes: attrs}, nil
+}
+
+// Delete implements engine.Engine: the ACK. Like lmstfy it deletes the body;
+// the job's entries are dropped when next touched.
+func (e *Engine) Delete(ctx context.Context, ns, q, id string) error {
+	if err := checkNames(ns, q); err != nil {
+		return fmt.Errorf("delete: %w", err)
+	}
+	if err := e.rdb.Del(ctx, jobKey(ns, q, id)).Err(); err != nil {
+		return fmt.Errorf("delete %s/%s/%s: %w", ns, q, id, err)
+	}
+	return nil
+}
+
+// PeekQueue implements engine.Engine.
+func (e *Engine) PeekQueue(ctx context.Context, ns, q string) (*engine.Job, error) {
+	if err := checkNames(ns, q); err != nil {
+		return nil, fmt.Errorf("peek: %w", err)
+	}
+	res, err := peekQueueScript.Run(ctx, e.rdb, []string{readyKey(ns, q)}, jobKeyPrefix(ns, q), peekScanBudget).Slice()
+	if errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("peek %s/%s: %w", ns, q, engine.ErrQueueEmpty)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("peek %s/%s: %w", ns, q, err)
+	}
+	if len(res) != 4 {
+		return nil, fmt.Errorf("peek %s/%s: unexpected reply", ns, q)
+	}
+	id, _ := res[0].(string)
+	tries, _ := res[1].(int64)
+	payload, _ := res[2].(string)
+	pttl, _ := res[3].(int64)
+	return makeJob(ns, q, id, payload, pttl, uint16(tries))
+}
+
+// PeekJob implements engine.Engine.
+func (e *Engine) PeekJob(ctx context.Context, ns, q, id string) (*engine.Job, error) {
+	if err := checkNames(ns, q); err != nil {
+		return nil, fmt.Errorf("peek job: %w", err)
+	}
+	res, err := peekJobScript.Run(ctx, e.rdb, []string{jobKey(ns, q, id)}).Slice()
+	if errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("peek job %s/%s/%s: %w", ns, q, id, engine.ErrJobNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("peek job %s/%s/%s: %w", ns, q, id, err)
+	}
+	if len(res) != 2 {
+		return nil, fmt.Errorf("peek job %s/%s/%s: unexpected reply", ns, q, id)
+	}
+	payload, _ := res[0].(string)
+	pttl, _ := res[1].(int64)
+	return makeJob(ns, q, id, payload, pttl, 0)
+}
+
+// Size implements engine.Engine.
+func (e *Engine) Size(ctx context.Context, ns, q string) (int64, error) {
+	n, err := e.rdb.LLen(ctx, readyKey(ns, q)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("size %s/%s: %w", ns, q, err)
+	}
+	return n, nil
+}
+
+// Destroy implements engine.Engine.
+func (e *Engine) Destroy(ctx context.Context, ns, q string) (int64, error) {
+	if err := checkNames(ns, q); err != nil {
+		return 0, fmt.Errorf("destroy: %w", err)
+	}
+	keys := []string{readyKey(ns, q), timerKey(ns, q), timerIndexKey}
+	var total int64
+	for {
+		n, err := destroyScript.Run(ctx, e.rdb, keys, destroyBatch, jobKeyPrefix(ns, q), queueMember(ns, q)).Int64()
+		if err != nil {
+			return total, fmt.Errorf("destroy %s/%s: %w", ns, q, err)
+		}
+		total += n
+		if n < destroyBatch {
+			break
+		}
+	}
+	if err := e.rdb.HDel(ctx, metaQueuesKey(ns), q).Err(); err != nil {
+		return total, fmt.Errorf("destroy %s/%s: %w", ns, q, err)
+	}
+	e.metaMu.Lock()
+	delete(e.meta, queueMember(ns, q))
+	e.metaMu.Unlock()
+	return total, nil
+}
+
+// PeekDeadLetter implements engine.Engine.
+func (e *Engine) PeekDeadLetter(ctx context.Context, ns, q string) (engine.DeadLetter, error) {
+	var size *redis.IntCmd
+	var head *redis.StringCmd
+	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		size = p.LLen(ctx, deadKey(ns, q))
+		head = p.LIndex(ctx, deadKey(ns, q), -1)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return engine.DeadLetter{}, fmt.Errorf("peek dead letter %s/%s: %w", ns, q, err)
+	}
+	dl := engine.DeadLetter{Size: size.Val()}
+	if h := head.Val(); h != "" {
+		_, id, err := unpackEntry(h)
+		if err != nil {
+			return dl, fmt.Errorf("peek dead letter %s/%s: %w", ns, q, err)
+		}
+		dl.Head = id
+	}
+	return dl, nil
+}
+
+// DeadLetterSize implements engine.Engine.
+func (e *Engine) DeadLetterSize(ctx context.Context, ns, q string) (int64, error) {
+	n, err := e.rdb.LLen(ctx, deadKey(ns, q)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("dead letter size %s/%s: %w", ns, q, err)
+	}
+	return n, nil
+}
+
+// RespawnDeadLetter implements engine.Engine.
+func (e *Engine) RespawnDeadLetter(ctx context.Context, ns, q string, limit int64, ttl time.Duration) (int64, error) {
+	if err := checkNames(ns, q); err != nil {
+		return 0, fmt.Errorf("respawn: %w", err)
+	}
+	if limit <= 0 || ttl < 0 {
+		return 0, fmt.Errorf("respawn: %w", engine.ErrInvalid)
+	}
+	keys := []string{deadKey(ns, q), readyKey(ns, q)}
+	var total int64
+	for total < limit {
+		want := limit - total
+		if want > deadBatch {
+			want = deadBatch
+		}
+		res, err := respawnScript.Run(ctx, e.rdb, keys, want, durMS(ttl), jobKeyPrefix(ns, q), readyChannel(ns, q), deadBatch).Int64Slice()
+		if err != nil {
+			return total, fmt.Errorf("respawn %s/%s: %w", ns, q, err)
+		}
+		total += res[0]
+		if res[1] == 1 {
+			break
+		}
+	}
+	return total, nil
+}
+
+// DeleteDeadLetter implements engine.Engine.
+func (e *Engine) DeleteDeadLetter(ctx context.Context, ns, q string, limit int64) (int64, error) {
+	if err := checkNames(ns, q); err != nil {
+		return 0, fmt.Errorf("delete dead letter: %w", err)
+	}
+	if limit <= 0 {
+		return 0, fmt.Errorf("delete dead letter: %w", engine.ErrInvalid)
+	}
+	var total int64
+	for total < limit {
+		want := limit - total
+		if want > deadBatch {
+			want = deadBatch
+		}
+		n, err := deleteDeadScript.Run(ctx, e.rdb, []string{deadKey(ns, q)}, want, jobKeyPrefix(ns, q)).Int64()
+		if err != nil {
+			return total, fmt.Errorf("delete dead letter %s/%s: %w", ns, q, err)
+		}
+		total += n
+		if n < want {
+			break
+		}
+	}
+	return total, nil
+}
+
+// Info implements engine.Engine.
+func (e *Engine) Info(ctx context.Context) (map[string][]string, error) {
+	nss, err := e.rdb.HKeys(ctx, metaNamespacesKey).Result()
+	if err != nil {
+		return nil, fmt.Errorf("info: %w", err)
+	}
+	out := make(map[string][]string, len(nss))
+	for _, ns := range nss {
+		qs, err := e.rdb.HKeys(ctx, metaQueuesKey(ns)).Result()
+		if err != nil {
+			return nil, fmt.Errorf("info %s: %w", ns, err)
+		}
+		out[ns] = qs
+	}
+	return out, nil
+}
+
+// Stats returns the sizes of every queue this pool knows, for metrics.
+func (e *Engine) Stats(ctx context.Context) ([]engine.QueueStats, error) {
+	info, err := e.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []engine.QueueStats
+	for ns, qs := range info {
+		cmds := make([][3]*redis.IntCmd, len(qs))
+		_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, q := range qs {
+				cmds[i] = [3]*redis.IntCmd{p.LLen(ctx, readyKey(ns, q)), p.ZCard(ctx, timerKey(ns, q)), p.LLen(ctx, deadKey(ns, q))}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("stats %s: %w", ns, err)
+		}
+		for i, q := range qs {
+			out = append(out, engine.QueueStats{Namespace: ns, Queue: q, Ready: cmds[i][0].Val(), Timer: cmds[i][1].Val(), DeadLetter: cmds[i][2].Val()})
+		}
+	}
+	return out, nil
+}
+
+// Pool returns the pool's name.
+func (e *Engine) Pool() string { return e.pool }

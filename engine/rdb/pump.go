@@ -1,0 +1,74 @@
+package rdb
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// The pump moves due timer entries (delayed jobs and in-flight jobs whose
+// TTR passed) to ready lists or dead letters. It sleeps until the pool's
+// earliest due time, never longer than MaxPumpSleep, and is woken early when
+// a publish or consume on any server makes an earlier entry (in process
+// through wakePump, across servers through the timer channel).
+
+// wakePump asks the pump to look at the timer index again now.
+func (e *Engine) wakePump() {
+	select {
+	case e.pumpWake <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Engine) runPump(ctx context.Context) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-e.pumpWake:
+		}
+		next, err := e.PumpOnce(ctx)
+		var sleep time.Duration
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return
+			}
+			e.log.WithError(err).Warn("pump failed; retrying")
+			sleep = 100 * time.Millisecond
+		case next < 0:
+			sleep = e.maxWait
+		default:
+			sleep = time.Duration(next-ms(e.now())) * time.Millisecond
+			if sleep > e.maxWait {
+				sleep = e.maxWait
+			}
+			if sleep < 0 {
+				sleep = 0
+			}
+		}
+		t.Reset(sleep)
+	}
+}
+
+// PumpOnce moves every entry due now, in batches of PumpBatch, and returns
+// the pool's next due time in Unix milliseconds, or -1 when the timers are
+// empty. Several servers may pump one pool at once: each batch is atomic.
+func (e *Engine) PumpOnce(ctx context.Context) (int64, error) {
+	for {
+		res, err := pumpScript.Run(ctx, e.rdb, []string{timerIndexKey}, ms(e.now()), e.batch).Int64Slice()
+		if err != nil {
+			return 0, fmt.Errorf("pump pool %s: %w", e.pool, err)
+		}
+		if len(res) != 2 {
+			return 0, fmt.Errorf("pump pool %s: unexpected reply %v", e.pool, res)
+		}
+		e.metrics.pumped(e.pool, res[0], res[0] >= int64(e.batch))
+		if res[0] < int64(e.batch) {
+			return res[1], nil
+		}
+	}
+}

@@ -1,0 +1,306 @@
+package rdb
+
+import (
+	"container/list"
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kairos-dev/kairos/engine"
+)
+
+// Waiting consumers do not hold Redis connections. A consumer that finds
+// nothing registers in-process under each of its queues' ready channels and
+// sleeps. The engine keeps one Pub/Sub connection per pool, subscribed to
+// the ready channel of every queue that has waiters here (plus the timer
+// channel); scripts PUBLISH to a queue's channel when they make jobs ready,
+// with the number of jobs, and that many waiters are woken, oldest first.
+// A woken waiter runs the consume script again; if another server took the
+// job, it registers again. A sweep every second re-checks queues with
+// waiters (LLEN, pipelined) to cover messages lost while Pub/Sub reconnects.
+
+const (
+	sweepEvery      = time.Second
+	unsubscribeIdle = 30 * time.Second
+	confirmWait     = time.Second
+)
+
+type waiter struct {
+	ch        chan struct{} // receives one signal
+	elems     map[string]*list.Element
+	signalled string // channel it was woken on, "" while waiting
+}
+
+type chanState struct {
+	ns, q      string
+	waiting    list.List // of *waiter, oldest first
+	subscribed bool
+	confirmed  chan struct{} // closed once the SUBSCRIBE is confirmed
+	closed     bool
+	idleSince  time.Time
+}
+
+type waiters struct {
+	e     *Engine
+	mu    sync.Mutex
+	chans map[string]*chanState
+	ps    *redis.PubSub // set while run is running
+}
+
+func newWaiters(e *Engine) *waiters {
+	return &waiters{e: e, chans: make(map[string]*chanState)}
+}
+
+// run owns the Pub/Sub connection until ctx is done.
+func (w *waiters) run(ctx context.Context) {
+	ps := w.e.rdb.Subscribe(ctx, timerChannel)
+	w.mu.Lock()
+	w.ps = ps
+	var resub []string
+	for c, st := range w.chans {
+		if st.subscribed {
+			resub = append(resub, c)
+		}
+	}
+	w.mu.Unlock()
+	if len(resub) > 0 {
+		_ = ps.Subscribe(ctx, resub...)
+	}
+	msgs := ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
+	sweep := time.NewTicker(sweepEvery)
+	defer sweep.Stop()
+	defer func() {
+		w.mu.Lock()
+		w.ps = nil
+		w.mu.Unlock()
+		_ = ps.Close()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sweep.C:
+			w.sweep(ctx)
+		case m, ok := <-msgs:
+			if !ok {
+				return
+			}
+			switch m := m.(type) {
+			case *redis.Subscription:
+				if m.Kind == "subscribe" {
+					w.confirm(m.Channel)
+				}
+			case *redis.Message:
+				if m.Channel == timerChannel {
+					w.e.wakePump()
+					continue
+				}
+				n, err := strconv.Atoi(m.Payload)
+				if err != nil || n < 1 {
+					n = 1
+				}
+				w.notify(m.Channel, n)
+			}
+		}
+	}
+}
+
+func (w *waiters) confirm(c string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if st := w.chans[c]; st != nil && st.subscribed && !st.closed {
+		st.closed = true
+		close(st.confirmed)
+	}
+}
+
+// notify wakes up to n waiters of channel c.
+func (w *waiters) notify(c string, n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st := w.chans[c]
+	if st == nil {
+		return
+	}
+	for ; n > 0 && st.waiting.Len() > 0; n-- {
+		wt := st.waiting.Front().Value.(*waiter)
+		w.detach(wt)
+		wt.signalled = c
+		wt.ch <- struct{}{}
+	}
+}
+
+// detach removes wt from every list it is in. w.mu must be held.
+func (w *waiters) detach(wt *waiter) {
+	now := time.Now()
+	for c, el := range wt.elems {
+		st := w.chans[c]
+		st.waiting.Remove(el)
+		if st.waiting.Len() == 0 {
+			st.idleSince = now
+		}
+	}
+	wt.elems = nil
+}
+
+// add registers a waiter under channels, subscribing to the ones this
+// server does not listen to yet and waiting (bounded) for confirmation.
+func (w *waiters) add(ctx context.Context, ns string, queues []string, deadline <-chan time.Time) *waiter {
+	wt := &waiter{ch: make(chan struct{}, 1), elems: make(map[string]*list.Element, len(queues))}
+	var subscribe []string
+	var confirms []chan struct{}
+	w.mu.Lock()
+	for _, q := range queues {
+		c := readyChannel(ns, q)
+		if _, dup := wt.elems[c]; dup {
+			continue
+		}
+		st := w.chans[c]
+		if st == nil {
+			st = &chanState{ns: ns, q: q}
+			w.chans[c] = st
+		}
+		if !st.subscribed && w.ps != nil {
+			st.subscribed = true
+			st.closed = false
+			st.confirmed = make(chan struct{})
+			subscribe = append(subscribe, c)
+		}
+		if st.subscribed && !st.closed {
+			confirms = append(confirms, st.confirmed)
+		}
+		wt.elems[c] = st.waiting.PushBack(wt)
+	}
+	ps := w.ps
+	w.mu.Unlock()
+	if len(subscribe) > 0 {
+		if err := ps.Subscribe(ctx, subscribe...); err != nil {
+			w.e.log.WithError(err).Warn("subscribe to ready channels failed; the sweep will cover")
+		}
+	}
+	if len(confirms) > 0 {
+		limit := time.NewTimer(confirmWait)
+		defer limit.Stop()
+		for _, c := range confirms {
+			select {
+			case <-c:
+			case <-limit.C:
+				return wt
+			case <-deadline:
+				return wt
+			case <-ctx.Done():
+				return wt
+			}
+		}
+	}
+	return wt
+}
+
+// remove unregisters wt. If wt had been woken without using the wake-up,
+// the signal is passed on to another waiter of the same channel.
+func (w *waiters) remove(wt *waiter) {
+	w.mu.Lock()
+	c := wt.signalled
+	if c == "" {
+		w.detach(wt)
+	}
+	w.mu.Unlock()
+	if c != "" {
+		w.notify(c, 1)
+	}
+}
+
+// wait long-polls for req: it returns jobs, or nil at the timeout or when
+// ctx is done (a shutting-down server cancels waits so that consumers are
+// answered at once).
+func (w *waiters) wait(ctx context.Context, req *engine.ConsumeRequest) ([]*engine.Job, error) {
+	deadline := time.NewTimer(req.Timeout)
+	defer deadline.Stop()
+	for {
+		wt := w.add(ctx, req.Namespace, req.Queues, deadline.C)
+		jobs, err := w.e.consumeNow(ctx, req)
+		if err != nil || len(jobs) > 0 {
+			w.remove(wt)
+			return jobs, err
+		}
+		w.mu.Lock()
+		running := w.ps != nil
+		w.mu.Unlock()
+		var poll <-chan time.Time
+		if !running {
+			// Run has not started (or stopped): nothing will signal us.
+			t := time.NewTimer(w.e.maxWait)
+			defer t.Stop()
+			poll = t.C
+		}
+		select {
+		case <-wt.ch:
+			w.mu.Lock()
+			wt.signalled = ""
+			w.mu.Unlock()
+		case <-poll:
+			w.remove(wt)
+		case <-deadline.C:
+			w.remove(wt)
+			return nil, nil
+		case <-ctx.Done():
+			w.remove(wt)
+			return nil, nil
+		}
+	}
+}
+
+// sweep wakes waiters of queues that have jobs although no message came,
+// and drops subscriptions idle for a while.
+func (w *waiters) sweep(ctx context.Context) {
+	type probe struct {
+		c   string
+		cmd *redis.IntCmd
+	}
+	var probes []probe
+	var idle []string
+	now := time.Now()
+	w.mu.Lock()
+	for c, st := range w.chans {
+		if st.waiting.Len() > 0 {
+			probes = append(probes, probe{c: c})
+			continue
+		}
+		if now.Sub(st.idleSince) > unsubscribeIdle {
+			if st.subscribed {
+				idle = append(idle, c)
+			}
+			delete(w.chans, c)
+		}
+	}
+	ps := w.ps
+	keys := make([]string, len(probes))
+	for i, p := range probes {
+		st := w.chans[p.c]
+		keys[i] = readyKey(st.ns, st.q)
+	}
+	w.mu.Unlock()
+	if len(idle) > 0 && ps != nil {
+		_ = ps.Unsubscribe(ctx, idle...)
+	}
+	if len(probes) == 0 {
+		return
+	}
+	_, err := w.e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range probes {
+			probes[i].cmd = p.LLen(ctx, keys[i])
+		}
+		return nil
+	})
+	if err != nil {
+		return
+	}
+	for _, p := range probes {
+		if n := p.cmd.Val(); n > 0 {
+			w.notify(p.c, int(n))
+		}
+	}
+}
