@@ -1,0 +1,194 @@
+// Package config reads Kairos's TOML configuration. An lmstfy config file
+// is a valid Kairos config file: every lmstfy key keeps its name, meaning
+// and default; Kairos's own keys are additions with defaults that keep
+// lmstfy's behaviour.
+//
+// Use Load (or LoadWithWarnings, which also returns the keys the file sets
+// but Kairos does not use) to read a file; both start from Default and end
+// with Validate. Every validation problem is a *ValidationError naming its
+// key, and every error about the content of a file satisfies
+// errors.Is(err, ErrInvalid).
+package config
+
+import (
+	"sort"
+	"strings"
+	"time"
+)
+
+// DefaultPoolName is the pool every config must have (lmstfy: "default").
+const DefaultPoolName = "default"
+
+// RedisConf is one Redis (or Sentinel master set): a pool or the admin Redis.
+type RedisConf struct {
+	// Addr is host:port; for Sentinel (MasterName set) a comma-separated
+	// list of Sentinel addresses. Empty means "embed an in-memory Redis"
+	// (development only: nothing is durable).
+	Addr     string `toml:"Addr"`
+	Password string `toml:"Password"`
+	DB       int    `toml:"DB"`
+	// PoolSize is the go-redis connection pool size; 0 picks the default.
+	PoolSize         int    `toml:"PoolSize"`
+	MigrateTo        string `toml:"MigrateTo"`
+	MasterName       string `toml:"MasterName"`
+	SentinelPassword string `toml:"SentinelPassword"`
+	// Version is lmstfy's legacy engine selector; a pool with a non-empty
+	// Version is ignored, as lmstfy does.
+	Version string `toml:"Version"`
+}
+
+// IsSentinel reports whether this Redis is reached through Sentinel
+// (MasterName is set), in which case Addrs are the Sentinel addresses.
+func (r RedisConf) IsSentinel() bool { return r.MasterName != "" }
+
+// IsEmbedded reports whether this Redis has no address, which means an
+// in-memory Redis embedded in the process (development only).
+func (r RedisConf) IsEmbedded() bool { return strings.TrimSpace(r.Addr) == "" }
+
+// Addrs splits Addr on commas and trims spaces around each address, so the
+// Sentinel list "a:26379, b:26379" works; it returns nil for an empty Addr.
+func (r RedisConf) Addrs() []string {
+	var out []string
+	for _, a := range strings.Split(r.Addr, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Config is the whole configuration file.
+type Config struct {
+	Host            string               `toml:"Host"`
+	Port            int                  `toml:"Port"`
+	AdminHost       string               `toml:"AdminHost"`
+	AdminPort       int                  `toml:"AdminPort"`
+	LogLevel        string               `toml:"LogLevel"`
+	LogDir          string               `toml:"LogDir"`
+	LogFormat       string               `toml:"LogFormat"`
+	EnableAccessLog bool                 `toml:"EnableAccessLog"`
+	Accounts        map[string]string    `toml:"Accounts"`
+	AdminRedis      RedisConf            `toml:"AdminRedis"`
+	Pool            map[string]RedisConf `toml:"Pool"`
+
+	TTLSecond     int `toml:"TTLSecond"`
+	DelaySecond   int `toml:"DelaySecond"`
+	TriesNum      int `toml:"TriesNum"`
+	TTRSecond     int `toml:"TTRSecond"`
+	TimeoutSecond int `toml:"TimeoutSecond"`
+
+	Kairos Kairos `toml:"Kairos"`
+}
+
+// Kairos holds Kairos's own settings (a [Kairos] table), all optional.
+type Kairos struct {
+	// RequireDurableRedis refuses to start when a Redis has AOF off or an
+	// evicting maxmemory-policy (otherwise: a loud warning).
+	RequireDurableRedis bool `toml:"RequireDurableRedis"`
+	// MaxTimeoutSecond caps the long-poll timeout a consumer may ask for.
+	MaxTimeoutSecond int `toml:"MaxTimeoutSecond"`
+	// ReadTimeoutSecond, WriteTimeoutSecond and IdleTimeoutSecond bound
+	// HTTP connections (the write timeout is extended by the long-poll cap).
+	ReadTimeoutSecond  int `toml:"ReadTimeoutSecond"`
+	WriteTimeoutSecond int `toml:"WriteTimeoutSecond"`
+	IdleTimeoutSecond  int `toml:"IdleTimeoutSecond"`
+	// PumpBatch is the largest number of due jobs one pump script moves.
+	PumpBatch int `toml:"PumpBatch"`
+	// ShutdownTimeoutSecond bounds graceful shutdown.
+	ShutdownTimeoutSecond int `toml:"ShutdownTimeoutSecond"`
+}
+
+// Default returns a Config holding every default: lmstfy's for the lmstfy
+// keys and Kairos's for the [Kairos] table. It has no pools and no ports:
+// those must come from the file.
+func Default() *Config {
+	return &Config{
+		AdminHost: "127.0.0.1",
+		LogLevel:  "info",
+
+		TTLSecond:     24 * 60 * 60,
+		DelaySecond:   0,
+		TriesNum:      1,
+		TTRSecond:     2 * 60,
+		TimeoutSecond: 0,
+
+		Kairos: Kairos{
+			MaxTimeoutSecond:      600,
+			ReadTimeoutSecond:     30,
+			WriteTimeoutSecond:    30,
+			IdleTimeoutSecond:     120,
+			PumpBatch:             1000,
+			ShutdownTimeoutSecond: 30,
+		},
+	}
+}
+
+// activePools returns the pools Kairos uses: those without a legacy
+// Version, which lmstfy ignores.
+func (c *Config) activePools() map[string]RedisConf {
+	out := make(map[string]RedisConf, len(c.Pool))
+	for name, p := range c.Pool {
+		if p.Version == "" {
+			out[name] = p
+		}
+	}
+	return out
+}
+
+// PoolNames returns the names of the pools in use, sorted (pools with a
+// legacy Version are not in use).
+func (c *Config) PoolNames() []string {
+	names := make([]string, 0, len(c.Pool))
+	for name := range c.activePools() {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Embedded reports whether any Redis in use (the admin Redis or a pool)
+// has an empty Addr, so the server must embed an in-memory Redis and
+// nothing it stores is durable.
+func (c *Config) Embedded() bool {
+	if c.AdminRedis.IsEmbedded() {
+		return true
+	}
+	for _, p := range c.activePools() {
+		if p.IsEmbedded() {
+			return true
+		}
+	}
+	return false
+}
+
+// DefaultTTL is the publish ttl used when a request gives none (0 = never
+// expires).
+func (c *Config) DefaultTTL() time.Duration { return seconds(c.TTLSecond) }
+
+// DefaultDelay is the publish delay used when a request gives none.
+func (c *Config) DefaultDelay() time.Duration { return seconds(c.DelaySecond) }
+
+// DefaultTTR is the consume ttr used when a request gives none.
+func (c *Config) DefaultTTR() time.Duration { return seconds(c.TTRSecond) }
+
+// DefaultTimeout is the consume long-poll timeout used when a request
+// gives none (0 = do not wait).
+func (c *Config) DefaultTimeout() time.Duration { return seconds(c.TimeoutSecond) }
+
+// MaxTimeout is the longest long-poll a consumer may ask for.
+func (c *Config) MaxTimeout() time.Duration { return seconds(c.Kairos.MaxTimeoutSecond) }
+
+// ReadTimeout bounds reading one HTTP request (http.Server.ReadTimeout).
+func (k Kairos) ReadTimeout() time.Duration { return seconds(k.ReadTimeoutSecond) }
+
+// WriteTimeout bounds writing one HTTP response, before the server adds
+// the long-poll cap to it.
+func (k Kairos) WriteTimeout() time.Duration { return seconds(k.WriteTimeoutSecond) }
+
+// IdleTimeout bounds an idle keep-alive connection.
+func (k Kairos) IdleTimeout() time.Duration { return seconds(k.IdleTimeoutSecond) }
+
+// ShutdownTimeout bounds graceful shutdown.
+func (k Kairos) ShutdownTimeout() time.Duration { return seconds(k.ShutdownTimeoutSecond) }
+
+func seconds(n int) time.Duration { return time.Duration(n) * time.Second }

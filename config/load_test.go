@@ -1,0 +1,356 @@
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// writeConfig writes text to a fresh file and returns its path.
+func writeConfig(t testing.TB, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kairos.toml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// minimal is the smallest valid file; tests append to it.
+const minimal = `
+Port = 7777
+AdminPort = 7778
+[Pool.default]
+Addr = "127.0.0.1:6379"
+`
+
+func TestLoadDemoLmstfy(t *testing.T) {
+	cfg, warnings, err := LoadWithWarnings("demo-lmstfy.toml")
+	if err != nil {
+		t.Fatalf("LoadWithWarnings: %v", err)
+	}
+	want := &Config{
+		Host:            "0.0.0.0",
+		Port:            7777,
+		AdminHost:       "127.0.0.1",
+		AdminPort:       7778,
+		LogLevel:        "warn",
+		LogDir:          "/var/log/lmstfy",
+		LogFormat:       "json",
+		EnableAccessLog: false,
+		Accounts:        map[string]string{"ops": "change.me", "monitor": "also.change.me"},
+		AdminRedis:      RedisConf{Addr: "127.0.0.1:6379", Password: "foobared", DB: 15},
+		Pool: map[string]RedisConf{
+			"default": {Addr: "127.0.0.1:6379", Password: "foobared", PoolSize: 2000, MigrateTo: "migrate"},
+			"migrate": {Addr: "127.0.0.1:6380", Password: "foobared"},
+			"mysentinel": {
+				Addr:             "127.0.0.1:26379,127.0.0.1:26380,127.0.0.1:26381",
+				MasterName:       "mymaster",
+				Password:         "foobared",
+				SentinelPassword: "foobared1",
+			},
+		},
+		TTLSecond:     86400,
+		DelaySecond:   0,
+		TriesNum:      3,
+		TTRSecond:     60,
+		TimeoutSecond: 10,
+		Kairos:        Default().Kairos,
+	}
+	if !reflect.DeepEqual(cfg, want) {
+		t.Errorf("LoadWithWarnings(demo-lmstfy.toml) =\n%+v\nwant\n%+v", cfg, want)
+	}
+	wantWarnings := []string{`Pool.legacy: ignored because Version = "v2" is set (lmstfy ignores such pools too)`}
+	if !reflect.DeepEqual(warnings, wantWarnings) {
+		t.Errorf("warnings = %q, want %q", warnings, wantWarnings)
+	}
+	if got, want := cfg.PoolNames(), []string{"default", "migrate", "mysentinel"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("PoolNames() = %q, want %q", got, want)
+	}
+	if cfg.Embedded() {
+		t.Error("Embedded() = true for a file with every Addr set")
+	}
+}
+
+// TestLoadUpstreamLmstfy loads lmstfy's own example files, verbatim.
+func TestLoadUpstreamLmstfy(t *testing.T) {
+	tests := []struct {
+		file      string
+		adminHost string
+		pools     []string
+		accounts  map[string]string
+		poolAddr  string
+	}{
+		{"testdata/lmstfy-demo-conf.toml", "127.0.0.1", []string{"default", "mysentinel"}, map[string]string{"test_user": "change.me"}, "localhost:6379"},
+		{"testdata/lmstfy-docker-image-conf.toml", "0.0.0.0", []string{"default"}, map[string]string{}, "redis:6379"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.file, func(t *testing.T) {
+			cfg, warnings, err := LoadWithWarnings(tc.file)
+			if err != nil {
+				t.Fatalf("LoadWithWarnings: %v", err)
+			}
+			if len(warnings) != 0 {
+				t.Errorf("warnings = %q, want none", warnings)
+			}
+			if cfg.Host != "0.0.0.0" || cfg.Port != 7777 || cfg.AdminHost != tc.adminHost || cfg.AdminPort != 7778 {
+				t.Errorf("listeners = %s:%d admin %s:%d", cfg.Host, cfg.Port, cfg.AdminHost, cfg.AdminPort)
+			}
+			if cfg.LogLevel != "info" || !cfg.EnableAccessLog || cfg.LogDir != "" || cfg.LogFormat != "" {
+				t.Errorf("logging = %q %v %q %q", cfg.LogLevel, cfg.EnableAccessLog, cfg.LogDir, cfg.LogFormat)
+			}
+			if !reflect.DeepEqual(cfg.Accounts, tc.accounts) {
+				t.Errorf("Accounts = %v, want %v", cfg.Accounts, tc.accounts)
+			}
+			if got := cfg.PoolNames(); !reflect.DeepEqual(got, tc.pools) {
+				t.Errorf("PoolNames() = %q, want %q", got, tc.pools)
+			}
+			if got := cfg.Pool["default"].Addr; got != tc.poolAddr {
+				t.Errorf("Pool.default.Addr = %q, want %q", got, tc.poolAddr)
+			}
+			// The defaults are commented out in both files.
+			d := Default()
+			if cfg.TTLSecond != d.TTLSecond || cfg.DelaySecond != d.DelaySecond || cfg.TriesNum != d.TriesNum ||
+				cfg.TTRSecond != d.TTRSecond || cfg.TimeoutSecond != d.TimeoutSecond || cfg.Kairos != d.Kairos {
+				t.Errorf("defaults not applied: %+v", cfg)
+			}
+		})
+	}
+	cfg, err := Load("testdata/lmstfy-demo-conf.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Pool["mysentinel"]
+	if !s.IsSentinel() || s.MasterName != "mymaster" || s.SentinelPassword != "foobared1" || s.Password != "foobared" ||
+		len(s.Addrs()) != 3 {
+		t.Errorf("Pool.mysentinel = %+v", s)
+	}
+}
+
+func TestLoadDevConfig(t *testing.T) {
+	cfg, warnings, err := LoadWithWarnings("dev.toml")
+	if err != nil {
+		t.Fatalf("LoadWithWarnings: %v", err)
+	}
+	if len(warnings) != 0 {
+		t.Errorf("warnings = %q, want none", warnings)
+	}
+	if cfg.Host != "127.0.0.1" || cfg.Port != 7777 || cfg.AdminHost != "127.0.0.1" || cfg.AdminPort != 7778 {
+		t.Errorf("listeners = %s:%d admin %s:%d", cfg.Host, cfg.Port, cfg.AdminHost, cfg.AdminPort)
+	}
+	if !cfg.EnableAccessLog || cfg.LogLevel != "info" {
+		t.Errorf("logging = %q access %v", cfg.LogLevel, cfg.EnableAccessLog)
+	}
+	if !cfg.Embedded() {
+		t.Error("Embedded() = false, want true")
+	}
+	if got, want := cfg.PoolNames(), []string{"default"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("PoolNames() = %q, want %q", got, want)
+	}
+}
+
+func TestLoadAppliesDefaults(t *testing.T) {
+	cfg, warnings, err := LoadWithWarnings(writeConfig(t, minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warnings) != 0 {
+		t.Errorf("warnings = %q, want none", warnings)
+	}
+	want := Default()
+	want.Port, want.AdminPort = 7777, 7778
+	want.Pool = map[string]RedisConf{"default": {Addr: "127.0.0.1:6379"}}
+	if !reflect.DeepEqual(cfg, want) {
+		t.Errorf("Load =\n%+v\nwant\n%+v", cfg, want)
+	}
+
+	// Values in the file win over defaults, including zeros.
+	cfg, err = Load(writeConfig(t, "TTLSecond = 0\nTTRSecond = 5\n"+minimal+"[Kairos]\nPumpBatch = 10\nRequireDurableRedis = true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.TTLSecond != 0 || cfg.TTRSecond != 5 || cfg.Kairos.PumpBatch != 10 || !cfg.Kairos.RequireDurableRedis ||
+		cfg.Kairos.MaxTimeoutSecond != 600 || cfg.AdminHost != "127.0.0.1" {
+		t.Errorf("Load = %+v", cfg)
+	}
+}
+
+func TestLoadUnknownKeys(t *testing.T) {
+	text := `
+Port = 7777
+AdminPort = 7778
+BacktraceLevel = "warn"
+[Accounts]
+anyone = "can be named"
+[Pool.default]
+Addr = "127.0.0.1:6379"
+Weight = 3
+[Pool.default.Extra]
+a = 1
+b = 2
+[Kairos]
+PumpBatchSize = 5
+[Throttle]
+rate = 1
+[Throttle.deep]
+x = 1
+`
+	cfg, warnings, err := LoadWithWarnings(writeConfig(t, text))
+	if err != nil {
+		t.Fatalf("LoadWithWarnings: %v", err)
+	}
+	want := []string{
+		"unknown key BacktraceLevel ignored",
+		"unknown key Pool.default.Weight ignored",
+		"unknown table [Pool.default.Extra] ignored",
+		"unknown key Kairos.PumpBatchSize ignored",
+		"unknown table [Throttle] ignored",
+	}
+	if !reflect.DeepEqual(warnings, want) {
+		t.Errorf("warnings =\n%q\nwant\n%q", warnings, want)
+	}
+	if cfg.Kairos.PumpBatch != 1000 || cfg.Accounts["anyone"] != "can be named" {
+		t.Errorf("Load = %+v", cfg)
+	}
+	if _, err := Load(writeConfig(t, text)); err != nil {
+		t.Errorf("Load: %v, want unknown keys accepted", err)
+	}
+}
+
+func TestLoadLegacyPools(t *testing.T) {
+	cfg, warnings, err := LoadWithWarnings(writeConfig(t, minimal+"[Pool.v2]\nAddr = \"r:1\"\nVersion = \"v2\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cfg.Pool["v2"]; ok {
+		t.Error("the legacy pool was not dropped")
+	}
+	if len(warnings) != 1 || !strings.HasPrefix(warnings[0], "Pool.v2: ignored because Version") {
+		t.Errorf("warnings = %q", warnings)
+	}
+
+	path := writeConfig(t, "Port = 1\nAdminPort = 2\n[Pool.default]\nAddr = \"r:1\"\nVersion = \"v2\"\n")
+	_, warnings, err = LoadWithWarnings(path)
+	if err == nil {
+		t.Fatal("a legacy default pool was accepted")
+	}
+	want := "config " + path + `: Pool: a "default" pool is required (Pool.default is ignored because its Version is set)`
+	if err.Error() != want {
+		t.Errorf("err = %q, want %q", err, want)
+	}
+	if len(warnings) != 1 {
+		t.Errorf("warnings = %q, want the legacy pool warning", warnings)
+	}
+}
+
+func TestLoadValidationErrors(t *testing.T) {
+	path := writeConfig(t, "Port = 0\nAdminPort = 7778\nLogLevel = \"verbose\"\n[Pool.default]\n[Pool.b]\nDB = -1\n")
+	_, err := Load(path)
+	if err == nil {
+		t.Fatal("Load accepted an invalid file")
+	}
+	want := "config " + path + `: Port: must be 1..65535, not 0; LogLevel: unknown level "verbose"`
+	if !strings.HasPrefix(err.Error(), want) || !strings.HasSuffix(err.Error(), "; Pool.b.DB: must be >= 0, not -1") {
+		t.Errorf("err = %q, want %q...Pool.b.DB", err, want)
+	}
+	if !errors.Is(err, ErrInvalid) {
+		t.Error("errors.Is(err, ErrInvalid) = false")
+	}
+	var keys []string
+	for _, p := range Problems(err) {
+		keys = append(keys, p.Key)
+	}
+	if want := []string{"Port", "LogLevel", "Pool.b.DB"}; !reflect.DeepEqual(keys, want) {
+		t.Errorf("problem keys = %q, want %q", keys, want)
+	}
+}
+
+func TestLoadDecodeErrors(t *testing.T) {
+	tests := []struct {
+		name     string
+		text     string
+		wantLine int
+		wantKey  string
+		wantMsg  string // the error text after "config PATH: "
+	}{
+		{"syntax", "Port = 7777\nAdminPort = \n", 2, "AdminPort", "line 2: AdminPort: expected value but found '\\n' instead"},
+		{"unterminated string", "Port = 7777\n\nHost = \"abc\n", 3, "Host", "line 3: Host: "},
+		{"bad table header", "Port = 1\n[Pool.default\n", 2, "", "line 2: "},
+		{"bad table header before more lines", "Port = 1\n[Pool.default\nAddr = \"x\"\n", 2, "", "line 2: "},
+		{"junk after value", "Port = 1 x\n", 1, "", "line 1: expected a top-level item to end with a newline"},
+		{"duplicate key", "Port = 1\nPort = 2\n", 2, "Port", "line 2: Port: Key 'Port' has already been defined."},
+		{"string for int", "Host = \"h\"\nPort = \"7777\"\n", 2, "Port", "line 2: Port: incompatible types: TOML value has type string; destination has type integer"},
+		{"string for pool DB", minimal + "DB = \"zero\"\n", 6, "Pool.default.DB", "line 6: Pool.default.DB: incompatible types"},
+		{"int for bool", "EnableAccessLog = 1\n", 1, "EnableAccessLog", "line 1: EnableAccessLog: incompatible types"},
+		{"pool is not a table", "[Pool]\ndefault = 3\n", 2, "Pool.default", "line 2: Pool.default: type mismatch"},
+		{"int out of range", "Port = 99999999999999999999\n", 1, "Port", "line 1: Port: 99999999999999999999 is out of range for int64"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := writeConfig(t, tc.text)
+			_, err := Load(path)
+			if err == nil {
+				t.Fatal("Load accepted a broken file")
+			}
+			prefix := "config " + path + ": " + tc.wantMsg
+			if !strings.HasPrefix(err.Error(), prefix) {
+				t.Errorf("err = %q, want prefix %q", err, prefix)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Error("errors.Is(err, ErrInvalid) = false")
+			}
+			var de *DecodeError
+			if !errors.As(err, &de) {
+				t.Fatalf("errors.As(%v, *DecodeError) = false", err)
+			}
+			if de.Line != tc.wantLine || (tc.wantKey != "" && de.Key != tc.wantKey) || de.File != path {
+				t.Errorf("DecodeError = %+v, want line %d key %q", de, tc.wantLine, tc.wantKey)
+			}
+			if de.Err == nil || strings.HasPrefix(de.Reason, "toml:") {
+				t.Errorf("DecodeError = %+v: want the toml error wrapped and a bare reason", de)
+			}
+		})
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nope.toml")
+	_, err := Load(path)
+	if err == nil {
+		t.Fatal("Load of a missing file succeeded")
+	}
+	if !strings.Contains(err.Error(), path) {
+		t.Errorf("err = %q, want the path in it", err)
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("errors.Is(%v, fs.ErrNotExist) = false", err)
+	}
+	if errors.Is(err, ErrInvalid) {
+		t.Error("a missing file matches ErrInvalid")
+	}
+}
+
+func TestDecodeErrorFormat(t *testing.T) {
+	tests := []struct {
+		err  *DecodeError
+		want string
+	}{
+		{&DecodeError{File: "f.toml", Line: 3, Key: "Port", Reason: "bad"}, "config f.toml: line 3: Port: bad"},
+		{&DecodeError{File: "f.toml", Line: 3, Reason: "bad"}, "config f.toml: line 3: bad"},
+		{&DecodeError{File: "f.toml", Reason: "bad"}, "config f.toml: bad"},
+	}
+	for _, tc := range tests {
+		if got := tc.err.Error(); got != tc.want {
+			t.Errorf("Error() = %q, want %q", got, tc.want)
+		}
+	}
+	// A toml error in an unexpected shape still becomes a DecodeError.
+	de := decodeError("f.toml", nil, errors.New("toml: something odd")).(*DecodeError)
+	if de.Error() != "config f.toml: something odd" {
+		t.Errorf("decodeError = %q", de)
+	}
+}
