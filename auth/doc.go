@@ -1,0 +1,18 @@
+// Package auth holds Kairos's tokens, their scopes and the per-token rate
+// limiter (throttler).
+//
+// Both live in the admin Redis with lmstfy's layout, so tokens and limits
+// created by lmstfy keep working and lmstfy's admin tooling keeps reading
+// what Kairos writes:
+//
+//	tk/{pool}/{ns}        hash  token → description               (lmstfy)
+//	tks/{pool}/{ns}       hash  token → JSON Scope (scoped tokens)  (Kairos)
+//	__throttler_keys__    hash  "{pool}/{ns}/{token}" → JSON Limit  (lmstfy)
+//	tb/{pool}/{ns}/{token}/{r|w}  hash  token bucket state          (Kairos)
+//
+// Kairos fixes three lmstfy weaknesses here: a revoked token is refused by
+// every server instance within CacheTTL (lmstfy caches positive answers
+// forever), each token keeps its own limit after a reload (lmstfy aliases all
+// of them to one), and the limiter is one atomic Lua token bucket that holds
+// under concurrency across instances.
+package auth

@@ -1,0 +1,370 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kairos-dev/kairos/engine/rdb/redistest"
+)
+
+func TestStoreCreateListDeleteVerify(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		s := newTestStore(t, c, nil)
+
+		tok := mustCreate(t, s, "", "ns1", "first", "", Scope{})
+		if _, err := ulid.ParseStrict(tok); err != nil || len(tok) != 26 {
+			t.Fatalf("default token %q is not a ULID: %v", tok, err)
+		}
+		// lmstfy's exact layout: HSETNX tk/{pool}/{ns} token description.
+		if desc, ok := getTokenDesc(t, c, DefaultPool, "ns1", tok); !ok || desc != "first" {
+			t.Fatalf("tk/default/ns1[%s] = %q, %v; want \"first\"", tok, desc, ok)
+		}
+		if n, err := c.Exists(ctx, scopeKey(DefaultPool, "ns1")).Result(); err != nil || n != 0 {
+			t.Fatalf("an unscoped token wrote a scope hash (exists=%d, err=%v)", n, err)
+		}
+		scope, err := s.Verify(ctx, DefaultPool, "ns1", tok)
+		if err != nil || !scope.IsZero() {
+			t.Fatalf("Verify = %+v, %v; want zero scope, nil", scope, err)
+		}
+		if _, err := s.Verify(ctx, DefaultPool, "ns2", tok); !errors.Is(err, ErrInvalidToken) {
+			t.Fatalf("Verify in another namespace: %v, want ErrInvalidToken", err)
+		}
+
+		btok := mustCreate(t, s, "b", "ns1", "in b", "", Scope{})
+		pool, secret := ParseToken(btok)
+		if pool != "b" || len(secret) != 26 {
+			t.Fatalf("token of pool b = %q, want b:<ulid>", btok)
+		}
+		if _, err := s.Verify(ctx, "b", "ns1", secret); err != nil {
+			t.Fatalf("Verify(b) = %v", err)
+		}
+		if _, err := s.Verify(ctx, DefaultPool, "ns1", secret); !errors.Is(err, ErrInvalidToken) {
+			t.Fatalf("token of pool b verified in pool default: %v", err)
+		}
+
+		for _, tc := range []struct {
+			pool   string
+			prefix bool
+			want   map[string]string
+		}{
+			{"", false, map[string]string{tok: "first"}},
+			{DefaultPool, true, map[string]string{"default:" + tok: "first"}},
+			{"b", true, map[string]string{"b:" + secret: "in b"}},
+			{"b", false, map[string]string{secret: "in b"}},
+		} {
+			got, err := s.List(ctx, tc.pool, "ns1", tc.prefix)
+			if err != nil || !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("List(%q, prefix=%v) = %v, %v; want %v", tc.pool, tc.prefix, got, err, tc.want)
+			}
+		}
+		if got, err := s.List(ctx, "", "empty", false); err != nil || len(got) != 0 {
+			t.Errorf("List(empty namespace) = %v, %v", got, err)
+		}
+
+		if err := s.Delete(ctx, "", "ns1", tok); err != nil {
+			t.Fatalf("Delete: %v", err)
+		}
+		if _, ok := getTokenDesc(t, c, DefaultPool, "ns1", tok); ok {
+			t.Fatal("token still in Redis after Delete")
+		}
+		// Refused at once by the instance that deleted it, although it was cached.
+		if _, err := s.Verify(ctx, DefaultPool, "ns1", tok); !errors.Is(err, ErrInvalidToken) {
+			t.Fatalf("Verify after Delete: %v, want ErrInvalidToken", err)
+		}
+		if err := s.Delete(ctx, "", "ns1", "no-such-token"); err != nil {
+			t.Fatalf("Delete of an unknown token: %v", err)
+		}
+		if err := s.Delete(ctx, "", "ns1", btok); err != nil { // "b:secret": prefix wins
+			t.Fatalf("Delete(b:…): %v", err)
+		}
+		if _, err := s.Verify(ctx, "b", "ns1", secret); !errors.Is(err, ErrInvalidToken) {
+			t.Fatalf("Verify after Delete(b:…): %v", err)
+		}
+	})
+}
+
+func TestStoreCreateErrors(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		s := newTestStore(t, c, nil)
+		const existing = "an-existing-user-token"
+		mustCreate(t, s, "", "ns", "d", existing, Scope{})
+
+		tests := []struct {
+			name, pool, ns, token string
+			scope                 Scope
+			want                  error
+		}{
+			{name: "duplicate", ns: "ns", token: existing, want: ErrTokenExists},
+			{name: "duplicate with default prefix", ns: "ns", token: "default:" + existing, want: ErrTokenExists},
+			{name: "short user token", ns: "ns", token: "0123456789012345678", want: ErrTokenTooShort},
+			{name: "empty secret after prefix", ns: "ns", token: "a-very-long-pool-name:", want: ErrTokenTooShort},
+			{name: "unknown pool", pool: "nope", ns: "ns", want: ErrPoolNotFound},
+			{name: "unknown pool in token prefix", ns: "ns", token: "nope:01234567890123456789", want: ErrPoolNotFound},
+			{name: "namespace too long", ns: strings.Repeat("n", 256), want: ErrNamespaceTooLong},
+			{name: "namespace forbidden characters", ns: "a/b", want: ErrInvalidNamespace},
+			{name: "empty namespace", ns: "", want: ErrInvalidNamespace},
+			{name: "ungrantable role", ns: "ns", scope: Scope{Roles: []Role{RoleRead}}, want: ErrInvalidScope},
+			{name: "bad queue in scope", ns: "ns", scope: Scope{Queues: []string{"_reserved"}}, want: ErrInvalidScope},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				got, err := s.Create(ctx, tc.pool, tc.ns, "desc", tc.token, tc.scope)
+				if !errors.Is(err, tc.want) {
+					t.Fatalf("Create = %q, %v; want %v", got, err, tc.want)
+				}
+			})
+		}
+		// The failed duplicate did not overwrite the description.
+		if desc, _ := getTokenDesc(t, c, DefaultPool, "ns", existing); desc != "d" {
+			t.Fatalf("description after duplicate Create = %q, want d", desc)
+		}
+		// lmstfy's messages, verbatim (the admin API shows them).
+		for err, msg := range map[error]string{
+			ErrTokenExists:      "the token has already existed",
+			ErrTokenTooShort:    "the user token was too short",
+			ErrPoolNotFound:     "the pool was not exists",
+			ErrNamespaceTooLong: "the namespace name was too long",
+			ErrInvalidNamespace: "namespace name contains forbidden characters",
+		} {
+			if err.Error() != msg {
+				t.Errorf("message %q, want %q", err.Error(), msg)
+			}
+		}
+	})
+}
+
+func TestStoreUserTokenPoolForms(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		s := newTestStore(t, c, nil)
+		const secret = "0123456789abcdefghij" // exactly 20 characters
+
+		tests := []struct {
+			name, pool, token string
+			wantPool, wantTok string
+			secret            string
+		}{
+			{"bare user token, default pool", "", secret, DefaultPool, secret, secret},
+			{"bare user token, pool b", "b", secret + "1", "b", "b:" + secret + "1", secret + "1"},
+			{"prefix names the pool", "", "b:" + secret + "2", "b", "b:" + secret + "2", secret + "2"},
+			{"prefix wins over pool", DefaultPool, "b:" + secret + "3", "b", "b:" + secret + "3", secret + "3"},
+			{"default prefix", "b", "default:" + secret + "4", DefaultPool, secret + "4", secret + "4"},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				got := mustCreate(t, s, tc.pool, "ns", "d", tc.token, Scope{})
+				if got != tc.wantTok {
+					t.Fatalf("Create returned %q, want %q", got, tc.wantTok)
+				}
+				if _, ok := getTokenDesc(t, c, tc.wantPool, "ns", tc.secret); !ok {
+					t.Fatalf("token not stored in tk/%s/ns", tc.wantPool)
+				}
+				p, sec := ParseToken(got)
+				if _, err := s.Verify(ctx, p, "ns", sec); err != nil {
+					t.Fatalf("Verify(ParseToken(%q)) = %v", got, err)
+				}
+			})
+		}
+		// Delete with the pool argument and a bare token.
+		if err := s.Delete(ctx, "b", "ns", secret+"1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := getTokenDesc(t, c, "b", "ns", secret+"1"); ok {
+			t.Fatal("Delete(b, bare token) left the token")
+		}
+	})
+}
+
+func TestStoreUnknownPool(t *testing.T) {
+	ctx := context.Background()
+	s := newTestStore(t, newMiniredisClient(t), nil)
+	if !s.HasPool("") || !s.HasPool(DefaultPool) || !s.HasPool("b") || s.HasPool("nope") {
+		t.Fatal("HasPool disagrees with the configured pools")
+	}
+	if _, err := s.List(ctx, "nope", "ns", true); !errors.Is(err, ErrPoolNotFound) {
+		t.Errorf("List: %v", err)
+	}
+	if err := s.Delete(ctx, "nope", "ns", "t"); !errors.Is(err, ErrPoolNotFound) {
+		t.Errorf("Delete: %v", err)
+	}
+	if err := s.Delete(ctx, "", "ns", "nope:t"); !errors.Is(err, ErrPoolNotFound) {
+		t.Errorf("Delete(nope:t): %v", err)
+	}
+	if _, err := s.Verify(ctx, "nope", "ns", "t"); !errors.Is(err, ErrPoolNotFound) {
+		t.Errorf("Verify: %v", err)
+	}
+}
+
+func TestStoreScopes(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		s := newTestStore(t, c, nil)
+		want := Scope{Queues: []string{"q1", "q2"}, Roles: []Role{RolePublish}}
+		tok := mustCreate(t, s, "", "ns", "publisher", "", want)
+
+		// A fresh instance (no cache) reads the scope from Redis.
+		other := newTestStore(t, c, nil)
+		got, err := other.Verify(ctx, DefaultPool, "ns", tok)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("Verify = %+v, %v; want %+v", got, err, want)
+		}
+		if !got.Allows("q1", RolePublish) || got.Allows("q1", RoleConsume) || got.Allows("q3", RolePublish) {
+			t.Fatalf("scope %+v allows the wrong things", got)
+		}
+
+		// A token written by lmstfy (no scope) may do everything.
+		seedToken(t, c, DefaultPool, "ns", "lmstfy-made-token-0000", "old")
+		if got, err := other.Verify(ctx, DefaultPool, "ns", "lmstfy-made-token-0000"); err != nil || !got.IsZero() {
+			t.Fatalf("Verify(lmstfy token) = %+v, %v", got, err)
+		}
+
+		// An unreadable scope fails closed, and is not taken for "unknown token".
+		seedToken(t, c, DefaultPool, "ns", "corrupt-scope-token-0000", "x")
+		if err := c.HSet(ctx, scopeKey(DefaultPool, "ns"), "corrupt-scope-token-0000", "{not json").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.Verify(ctx, DefaultPool, "ns", "corrupt-scope-token-0000"); err == nil || errors.Is(err, ErrInvalidToken) {
+			t.Fatalf("Verify with a corrupt scope = %v, want a non-nil internal error", err)
+		}
+
+		// Delete removes the scope too, so a re-created token starts unrestricted.
+		if err := s.Delete(ctx, "", "ns", tok); err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := c.HLen(ctx, scopeKey(DefaultPool, "ns")).Result(); n != 1 { // only the corrupt one left
+			t.Fatalf("scope hash has %d fields after Delete, want 1", n)
+		}
+	})
+}
+
+func TestStoreCacheExpiry(t *testing.T) {
+	ctx := context.Background()
+	c := newMiniredisClient(t)
+	clock := newFakeClock()
+	s := newTestStore(t, c, clock)
+	const tok = "created-elsewhere-000000"
+
+	// Negative answers are cached: a token created by another instance is
+	// accepted here once the cached refusal expires.
+	if _, err := s.Verify(ctx, DefaultPool, "ns", tok); !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("Verify(unknown) = %v", err)
+	}
+	seedToken(t, c, DefaultPool, "ns", tok, "d")
+	if _, err := s.Verify(ctx, DefaultPool, "ns", tok); !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("Verify within CacheTTL of a refusal = %v, want the cached ErrInvalidToken", err)
+	}
+	clock.Advance(DefaultCacheTTL)
+	if _, err := s.Verify(ctx, DefaultPool, "ns", tok); err != nil {
+		t.Fatalf("Verify after CacheTTL = %v", err)
+	}
+
+	// Positive answers are cached too, for CacheTTL only.
+	if err := c.HDel(ctx, tokenKey(DefaultPool, "ns"), tok).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(DefaultCacheTTL - time.Millisecond)
+	if _, err := s.Verify(ctx, DefaultPool, "ns", tok); err != nil {
+		t.Fatalf("Verify within CacheTTL of an acceptance = %v, want the cached acceptance", err)
+	}
+	clock.Advance(time.Millisecond)
+	if _, err := s.Verify(ctx, DefaultPool, "ns", tok); !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("Verify after CacheTTL = %v, want ErrInvalidToken", err)
+	}
+}
+
+func TestStoreCacheDisabled(t *testing.T) {
+	ctx := context.Background()
+	c := newMiniredisClient(t)
+	s := NewStore(c, testPools, quietLogger(), StoreOptions{CacheTTL: -1})
+	const tok = "created-elsewhere-000000"
+	seedToken(t, c, DefaultPool, "ns", tok, "d")
+	if _, err := s.Verify(ctx, DefaultPool, "ns", tok); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.HDel(ctx, tokenKey(DefaultPool, "ns"), tok).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Verify(ctx, DefaultPool, "ns", tok); !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("Verify without cache = %v, want ErrInvalidToken at once", err)
+	}
+}
+
+func TestStoreCacheIsBounded(t *testing.T) {
+	ctx := context.Background()
+	s := NewStore(newMiniredisClient(t), testPools, quietLogger(), StoreOptions{MaxCacheEntries: 8})
+	for i := range 100 {
+		if _, err := s.Verify(ctx, DefaultPool, "ns", fmt.Sprintf("random-%d", i)); !errors.Is(err, ErrInvalidToken) {
+			t.Fatal(err)
+		}
+	}
+	s.mu.Lock()
+	n := len(s.cache)
+	s.mu.Unlock()
+	if n > 8 {
+		t.Fatalf("cache holds %d entries, want <= 8", n)
+	}
+}
+
+// TestStoreCrossInstanceRevocation shows that a token deleted through one
+// instance is refused by another instance sharing the Redis within 1 s.
+func TestStoreCrossInstanceRevocation(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		clock := newFakeClock()
+		a := newTestStore(t, c, clock)
+		b := newTestStore(t, c, clock)
+		tok := mustCreate(t, a, "", "ns", "d", "", Scope{})
+		if _, err := b.Verify(ctx, DefaultPool, "ns", tok); err != nil { // b caches the acceptance
+			t.Fatalf("b.Verify = %v", err)
+		}
+		if err := a.Delete(ctx, "", "ns", tok); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Second)
+		if _, err := b.Verify(ctx, DefaultPool, "ns", tok); !errors.Is(err, ErrInvalidToken) {
+			t.Fatalf("b.Verify 1 s after a.Delete = %v, want ErrInvalidToken", err)
+		}
+	})
+}
+
+// TestStoreCrossInstanceRevocationRealClock is the same on the real clock and
+// a real redis-server: the second instance refuses the token within 1 s.
+func TestStoreCrossInstanceRevocationRealClock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := redistest.Start(t).Client()
+	a := NewStore(c, testPools, quietLogger(), StoreOptions{})
+	b := NewStore(c, testPools, quietLogger(), StoreOptions{})
+	tok := mustCreate(t, a, "", "ns", "d", "", Scope{})
+	if _, err := b.Verify(ctx, DefaultPool, "ns", tok); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Delete(ctx, "", "ns", tok); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for {
+		_, err := b.Verify(ctx, DefaultPool, "ns", tok)
+		if errors.Is(err, ErrInvalidToken) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Since(start) > time.Second {
+			t.Fatal("second instance still accepts the deleted token after 1 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("refused by the other instance after %v", time.Since(start).Round(time.Millisecond))
+}
