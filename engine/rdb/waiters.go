@@ -50,24 +50,24 @@ type waiters struct {
 	ps    *redis.PubSub // set while run is running
 }
 
+// newWaiters creates the pool's Pub/Sub object; go-redis connects it only
+// at the first SUBSCRIBE, so this starts nothing. Waiters may subscribe
+// before run starts reading: confirmations and messages wait in the
+// connection until then.
 func newWaiters(e *Engine) *waiters {
-	return &waiters{e: e, chans: make(map[string]*chanState)}
+	return &waiters{e: e, chans: make(map[string]*chanState), ps: e.rdb.Subscribe(context.Background())}
 }
 
-// run owns the Pub/Sub connection until ctx is done.
+// run reads the Pub/Sub connection until ctx is done, then closes it.
 func (w *waiters) run(ctx context.Context) {
-	ps := w.e.rdb.Subscribe(ctx, timerChannel)
 	w.mu.Lock()
-	w.ps = ps
-	var resub []string
-	for c, st := range w.chans {
-		if st.subscribed {
-			resub = append(resub, c)
-		}
-	}
+	ps := w.ps
 	w.mu.Unlock()
-	if len(resub) > 0 {
-		_ = ps.Subscribe(ctx, resub...)
+	if ps == nil {
+		return
+	}
+	if err := ps.Subscribe(ctx, timerChannel); err != nil {
+		w.e.log.WithError(err).Warn("subscribe to the timer channel failed; go-redis retries on reconnect")
 	}
 	msgs := ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
 	sweep := time.NewTicker(sweepEvery)
