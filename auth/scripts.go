@@ -33,13 +33,13 @@ return 1
 // (another instance's) refills nothing. The key expires after 2×interval
 // idle, by which time the bucket is full anyway.
 //
-// KEYS[1]: tb/{pool}/{ns}/{token}/{r|w}  hash: "tokens" (requests left, a
-//          float) and "ts" (Unix ms of the last refill)
+// KEYS[1]: tb/{pool}/{ns}/{token}/{r|w}, a hash: "tokens" (requests left,
+// a float) and "ts" (Unix ms of the last refill)
 // ARGV[1]: capacity, requests per interval (integer > 0)
 // ARGV[2]: interval in milliseconds (integer > 0)
 // ARGV[3]: now, Unix milliseconds
 // ARGV[4]: 1 to take a request, -1 to refund one (never above capacity; a
-//          refund to a missing bucket, which is full, does nothing)
+// refund to a missing bucket, which is full, does nothing)
 // ARGV[5]: idle expiry of the key in milliseconds (2×interval)
 // Returns: 1 allowed (or refunded), 0 refused.
 var bucketScript = redis.NewScript(`
@@ -48,8 +48,11 @@ local interval = tonumber(ARGV[2])
 local now = tonumber(ARGV[3])
 local cost = tonumber(ARGV[4])
 local state = redis.call("HMGET", KEYS[1], "tokens", "ts")
-local tokens = state[1] and tonumber(state[1])
-local ts = state[2] and tonumber(state[2])
+local tokens, ts
+if state[1] and state[2] then
+	tokens = tonumber(state[1])
+	ts = tonumber(state[2])
+end
 if tokens == nil or ts == nil then
 	if cost < 0 then
 		return 1

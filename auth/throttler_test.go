@@ -1,0 +1,376 @@
+package auth
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func newTestThrottler(tb testing.TB, c redis.UniversalClient, clock *fakeClock) *Throttler {
+	tb.Helper()
+	opts := ThrottlerOptions{}
+	if clock != nil {
+		opts.Now = clock.Now
+	}
+	return NewThrottler(c, quietLogger(), opts)
+}
+
+func mustSetLimit(tb testing.TB, th *Throttler, pool, ns, token string, l Limit) {
+	tb.Helper()
+	if err := th.Set(context.Background(), pool, ns, token, l); err != nil {
+		tb.Fatalf("Set(%s/%s/%s, %+v): %v", pool, ns, token, l, err)
+	}
+}
+
+// allowN calls Allow n times and returns how many were allowed.
+func allowN(tb testing.TB, th *Throttler, pool, ns, token string, write bool, n int) int {
+	tb.Helper()
+	allowed := 0
+	for range n {
+		ok, err := th.Allow(context.Background(), pool, ns, token, write)
+		if err != nil {
+			tb.Fatalf("Allow: %v", err)
+		}
+		if ok {
+			allowed++
+		}
+	}
+	return allowed
+}
+
+func TestLimitValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		limit  Limit
+		ok     bool
+		reason string
+	}{
+		{"read only", Limit{Read: 10, Interval: 1}, true, ""},
+		{"write only", Limit{Write: 10, Interval: 60}, true, ""},
+		{"both", Limit{Read: 1, Write: 2, Interval: 3}, true, ""},
+		{"negative read is unlimited", Limit{Read: -1, Write: 2, Interval: 3}, true, ""},
+		{"both zero", Limit{Interval: 1}, false, "invalid limit: the read and write of limiter can't be 0 at the same time"},
+		{"both negative", Limit{Read: -1, Write: -1, Interval: 1}, false, "invalid limit: the read and write of limiter can't be 0 at the same time"},
+		{"zero interval", Limit{Read: 1}, false, "invalid limit: interval should be > 0"},
+		{"negative interval", Limit{Write: 1, Interval: -5}, false, "invalid limit: interval should be > 0"},
+		{"interval too long", Limit{Write: 1, Interval: MaxLimitInterval + 1}, false, "invalid limit: interval should be <= 1000000000"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.limit.Validate()
+			if tc.ok {
+				if err != nil {
+					t.Fatalf("Validate(%+v) = %v, want nil", tc.limit, err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidLimit) || err.Error() != tc.reason {
+				t.Fatalf("Validate(%+v) = %v, want %q wrapping ErrInvalidLimit", tc.limit, err, tc.reason)
+			}
+		})
+	}
+}
+
+func TestThrottlerBucketRefill(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		clock := newFakeClock()
+		th := newTestThrottler(t, c, clock)
+		mustSetLimit(t, th, "", "ns", "tok", Limit{Write: 3, Interval: 1})
+
+		if got := allowN(t, th, DefaultPool, "ns", "tok", true, 3); got != 3 {
+			t.Fatalf("first 3 writes: %d allowed, want 3", got)
+		}
+		if got := allowN(t, th, DefaultPool, "ns", "tok", true, 1); got != 0 {
+			t.Fatal("4th write allowed, want refused")
+		}
+		// Reads are unlimited (read = 0).
+		if got := allowN(t, th, DefaultPool, "ns", "tok", false, 20); got != 20 {
+			t.Fatalf("reads: %d of 20 allowed, want all", got)
+		}
+		// Refused requests do not consume anything: a third of the interval
+		// refills one request.
+		clock.Advance(333 * time.Millisecond)
+		if got := allowN(t, th, DefaultPool, "ns", "tok", true, 1); got != 0 {
+			t.Fatal("allowed after 333 ms, want refused (1/3 interval is 334 ms)")
+		}
+		clock.Advance(time.Millisecond)
+		if got := allowN(t, th, DefaultPool, "ns", "tok", true, 2); got != 1 {
+			t.Fatalf("after 334 ms: %d allowed, want 1", got)
+		}
+		// A whole interval refills the whole bucket, never more.
+		clock.Advance(5 * time.Second)
+		if got := allowN(t, th, DefaultPool, "ns", "tok", true, 4); got != 3 {
+			t.Fatalf("after a full refill: %d of 4 allowed, want 3", got)
+		}
+		// A clock behind the last refill (another instance's) refills nothing.
+		clock.Advance(-10 * time.Second)
+		if got := allowN(t, th, DefaultPool, "ns", "tok", true, 1); got != 0 {
+			t.Fatal("allowed on a clock that went backwards, want refused (bucket empty)")
+		}
+		clock.Advance(10 * time.Second)
+		// Another token, and the same token in another pool, are separate buckets.
+		mustSetLimit(t, th, "b", "ns", "tok", Limit{Write: 3, Interval: 1})
+		if got := allowN(t, th, "b", "ns", "tok", true, 4); got != 3 {
+			t.Fatalf("pool b: %d of 4 allowed, want 3", got)
+		}
+		if got := allowN(t, th, DefaultPool, "ns", "unlimited", true, 10); got != 10 {
+			t.Fatalf("token without a limit: %d of 10 allowed", got)
+		}
+
+		// The bucket key expires after about 2 intervals idle.
+		ttl, err := c.PTTL(context.Background(), bucketKey(DefaultPool, "ns", "tok", true)).Result()
+		if err != nil || ttl <= 0 || ttl > 2*time.Second {
+			t.Fatalf("bucket PTTL = %v, %v; want in (0, 2s]", ttl, err)
+		}
+	})
+}
+
+func TestThrottlerRefund(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		clock := newFakeClock()
+		th := newTestThrottler(t, c, clock)
+		mustSetLimit(t, th, "", "ns", "tok", Limit{Read: 2, Interval: 60})
+
+		// A refund on a bucket never used changes nothing.
+		if err := th.Refund(ctx, DefaultPool, "ns", "tok", false); err != nil {
+			t.Fatal(err)
+		}
+		if got := allowN(t, th, DefaultPool, "ns", "tok", false, 3); got != 2 {
+			t.Fatalf("%d of 3 allowed, want 2", got)
+		}
+		if err := th.Refund(ctx, DefaultPool, "ns", "tok", false); err != nil {
+			t.Fatal(err)
+		}
+		if got := allowN(t, th, DefaultPool, "ns", "tok", false, 2); got != 1 {
+			t.Fatalf("after one refund: %d allowed, want 1", got)
+		}
+		// Refunds are capped at the limit.
+		for range 5 {
+			if err := th.Refund(ctx, DefaultPool, "ns", "tok", false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := allowN(t, th, DefaultPool, "ns", "tok", false, 5); got != 2 {
+			t.Fatalf("after 5 refunds: %d allowed, want 2 (the capacity)", got)
+		}
+		// Refunds without a limit in that direction are no-ops.
+		if err := th.Refund(ctx, DefaultPool, "ns", "tok", true); err != nil {
+			t.Fatal(err)
+		}
+		if err := th.Refund(ctx, DefaultPool, "ns", "nolimit", false); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestThrottlerNoAliasing guards against lmstfy's bug: after a reload every
+// token shared the limit of the last entry decoded.
+func TestThrottlerNoAliasing(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		clock := newFakeClock()
+		admin := newTestThrottler(t, c, clock)
+		slow := Limit{Read: 2, Write: 2, Interval: 100}
+		fast := Limit{Read: 100, Write: 100, Interval: 1}
+		mustSetLimit(t, admin, "", "ns", "slow", slow)
+		mustSetLimit(t, admin, "b", "ns", "fast", fast)
+
+		th := newTestThrottler(t, c, clock) // another instance
+		for range 2 {                       // reload twice: aliasing would show after any reload
+			if err := th.Reload(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := []LimitEntry{
+			{Namespace: "ns", Token: "b:fast", Limiter: fast},
+			{Namespace: "ns", Token: "slow", Limiter: slow},
+		}
+		got, err := th.List(ctx, false)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("List = %+v, %v; want %+v", got, err, want)
+		}
+		if got := allowN(t, th, DefaultPool, "ns", "slow", true, 5); got != 2 {
+			t.Fatalf("slow token: %d of 5 allowed, want 2", got)
+		}
+		if got := allowN(t, th, "b", "ns", "fast", true, 50); got != 50 {
+			t.Fatalf("fast token: %d of 50 allowed, want 50", got)
+		}
+		if err := admin.Reload(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := admin.List(ctx, true); err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("admin List(force) = %+v, %v; want %+v", got, err, want)
+		}
+	})
+}
+
+func TestThrottlerAddSetGetDelete(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		th := newTestThrottler(t, c, newFakeClock())
+		l := Limit{Read: 5, Write: 3, Interval: 10}
+
+		if _, ok, err := th.Get(ctx, "", "ns", "tok"); ok || err != nil {
+			t.Fatalf("Get before Add = %v, %v", ok, err)
+		}
+		if err := th.Add(ctx, "", "ns", "tok", Limit{Interval: 1}); !errors.Is(err, ErrInvalidLimit) {
+			t.Fatalf("Add(invalid) = %v", err)
+		}
+		if err := th.Add(ctx, "", "ns", "tok", l); err != nil {
+			t.Fatal(err)
+		}
+		if err := th.Add(ctx, DefaultPool, "ns", "tok", Limit{Read: 1, Interval: 1}); !errors.Is(err, ErrLimitExists) {
+			t.Fatalf("second Add = %v, want ErrLimitExists", err)
+		}
+		// lmstfy's layout: field "{pool}/{ns}/{token}", JSON {"read","write","interval"}.
+		raw, err := c.HGet(ctx, "__throttler_keys__", "default/ns/tok").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stored map[string]int64
+		if err := json.Unmarshal([]byte(raw), &stored); err != nil ||
+			!reflect.DeepEqual(stored, map[string]int64{"read": 5, "write": 3, "interval": 10}) {
+			t.Fatalf("stored limit %s (%v)", raw, err)
+		}
+		if got, ok, err := th.Get(ctx, "", "ns", "tok"); !ok || err != nil || got != l {
+			t.Fatalf("Get = %+v, %v, %v", got, ok, err)
+		}
+
+		l2 := Limit{Write: 1, Interval: 10}
+		if err := th.Set(ctx, "", "ns", "tok", Limit{Interval: 0, Read: 1}); !errors.Is(err, ErrInvalidLimit) {
+			t.Fatalf("Set(invalid) = %v", err)
+		}
+		if err := th.Set(ctx, "", "ns", "tok", l2); err != nil {
+			t.Fatal(err)
+		}
+		if got := allowN(t, th, DefaultPool, "ns", "tok", true, 3); got != 1 {
+			t.Fatalf("after Set (write=1): %d of 3 allowed", got)
+		}
+		if got := allowN(t, th, DefaultPool, "ns", "tok", false, 10); got != 10 {
+			t.Fatalf("after Set (read unlimited): %d of 10 allowed", got)
+		}
+
+		if err := th.Delete(ctx, "", "ns", "tok"); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, err := th.Get(ctx, "", "ns", "tok"); ok || err != nil {
+			t.Fatalf("Get after Delete = %v, %v", ok, err)
+		}
+		if got := allowN(t, th, DefaultPool, "ns", "tok", true, 5); got != 5 {
+			t.Fatalf("after Delete: %d of 5 allowed, want all", got)
+		}
+		if n, _ := c.Exists(ctx, bucketKey(DefaultPool, "ns", "tok", true)).Result(); n != 0 {
+			t.Fatal("Delete left the bucket behind")
+		}
+		if err := th.Delete(ctx, "", "ns", "never-limited"); err != nil {
+			t.Fatalf("Delete of a missing limit = %v", err)
+		}
+		// Add works again after Delete.
+		if err := th.Add(ctx, "", "ns", "tok", l); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestThrottlerReloadSkipsBadEntries(t *testing.T) {
+	ctx := context.Background()
+	c := newMiniredisClient(t)
+	if err := c.HSet(ctx, "__throttler_keys__",
+		"default/ns/good", `{"read":1,"write":0,"interval":5}`,
+		"default/ns/notjson", `{`,
+		"default/ns/zero", `{"read":0,"write":0,"interval":5}`,
+		"malformed", `{"read":1,"write":1,"interval":1}`,
+		"b/ns/tok/with/slash", `{"read":0,"write":7,"interval":1}`,
+	).Err(); err != nil {
+		t.Fatal(err)
+	}
+	th := newTestThrottler(t, c, newFakeClock())
+	got, err := th.List(ctx, true)
+	want := []LimitEntry{
+		{Namespace: "ns", Token: "b:tok/with/slash", Limiter: Limit{Write: 7, Interval: 1}},
+		{Namespace: "ns", Token: "good", Limiter: Limit{Read: 1, Interval: 5}},
+	}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("List = %+v, %v; want %+v", got, err, want)
+	}
+}
+
+func TestThrottlerRun(t *testing.T) {
+	t.Parallel()
+	c := newMiniredisClient(t)
+	admin := newTestThrottler(t, c, nil)
+	th := NewThrottler(c, quietLogger(), ThrottlerOptions{Refresh: 10 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- th.Run(ctx) }()
+
+	mustSetLimit(t, admin, "", "ns", "tok", Limit{Write: 1, Interval: 60})
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		if l, ok := th.cached(DefaultPool, "ns", "tok"); ok && l.Write == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Run did not pick up a limit set by another instance")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run = %v, want nil after cancel", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}
+
+// TestThrottlerConcurrency: 20 goroutines × 10 requests, spread over two
+// instances, against a limit of 50 → exactly 50 allowed.
+func TestThrottlerConcurrency(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		clock := newFakeClock() // frozen: no refill during the test
+		a := newTestThrottler(t, c, clock)
+		b := newTestThrottler(t, c, clock)
+		mustSetLimit(t, a, "", "ns", "tok", Limit{Write: 50, Interval: 1})
+		if err := b.Reload(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var allowed atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 20 {
+			th := a
+			if g%2 == 1 {
+				th = b
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 10 {
+					ok, err := th.Allow(ctx, DefaultPool, "ns", "tok", true)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if ok {
+						allowed.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if got := allowed.Load(); got != 50 {
+			t.Fatalf("%d requests allowed, want exactly 50", got)
+		}
+	})
+}
