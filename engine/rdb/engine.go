@@ -124,7 +124,9 @@ func ms(t time.Time) int64 { return t.UnixMilli() }
 
 // ceilMS is t in Unix milliseconds, rounded up: due times are computed from
 // it so that a delay is never cut short by the rounding.
-func ceilMS(t time.Time) int64 { return (t.UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond) }
+func ceilMS(t time.Time) int64 {
+	return (t.UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond)
+}
 
 func durMS(d time.Duration) int64 {
 	if d <= 0 {
