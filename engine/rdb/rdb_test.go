@@ -1,0 +1,195 @@
+package rdb
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/engine/rdb/redistest"
+)
+
+var bg = context.Background()
+
+func realClient(t testing.TB) *redis.Client {
+	t.Helper()
+	return redistest.Start(t).Client()
+}
+
+func TestPackEntry(t *testing.T) {
+	for _, tc := range []struct {
+		tries uint16
+		id    string
+	}{{1, "01M7YVBFN8AAS205RQ04000000"}, {65535, "x"}, {0, ""}, {300, "1" + "01M7YVBFN8AAS205RQ04000000"}} {
+		e := packEntry(tc.tries, tc.id)
+		tries, id, err := unpackEntry(e)
+		if err != nil || tries != tc.tries || id != tc.id {
+			t.Errorf("round trip %v: got %d %q %v", tc, tries, id, err)
+		}
+	}
+	for _, bad := range []string{"", "\x01\x00", "\x01\x00\x05\x00abc", "\x01\x00\x01\x00abc"} {
+		if _, _, err := unpackEntry(bad); err == nil {
+			t.Errorf("unpack %q: want error", bad)
+		}
+	}
+	// The same bytes as Redis's struct.pack("HHc0", 1, 2, "ab").
+	if got := packEntry(1, "ab"); got != "\x01\x00\x02\x00ab" {
+		t.Errorf("pack = %q", got)
+	}
+}
+
+// frozenClock only moves when told to.
+type frozenClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *frozenClock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *frozenClock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+func TestMillisecondDueEdge(t *testing.T) {
+	client := realClient(t)
+	clock := &frozenClock{t: time.UnixMilli(1_800_000_000_000).Add(400 * time.Microsecond)}
+	e, err := New(bg, client, Options{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := e.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "q", Tries: 1, Delay: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Published at x.0004 s with a 100 ms delay: due at x.1004 s at the
+	// earliest, so x.1003 is too early and x.101 is due (ms resolution,
+	// never early).
+	clock.Add(99*time.Millisecond + 900*time.Microsecond)
+	next, err := e.PumpOnce(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := e.Size(bg, "ns", "q"); n != 0 {
+		t.Fatalf("job ready %v early", time.UnixMilli(next).Sub(clock.Now()))
+	}
+	if want := int64(1_800_000_000_101); next != want {
+		t.Fatalf("next due = %d, want %d", next, want)
+	}
+	clock.Add(700 * time.Microsecond)
+	if _, err := e.PumpOnce(bg); err != nil {
+		t.Fatal(err)
+	}
+	j, err := e.PeekQueue(bg, "ns", "q")
+	if err != nil || j.ID != id {
+		t.Fatalf("after due: %v %v", j, err)
+	}
+}
+
+func TestInstancesSharePool(t *testing.T) {
+	client := realClient(t)
+	a := startEngine(t, client, newTestClock())
+	b := startEngine(t, client, newTestClock())
+	// A consumer waiting on instance a is woken by a publish on b.
+	got := make(chan time.Duration, 1)
+	var published time.Time
+	var mu sync.Mutex
+	go func() {
+		jobs, err := a.Consume(bg, &engine.ConsumeRequest{Namespace: "ns", Queues: []string{"q"}, Count: 1, TTR: time.Minute, Timeout: 3 * time.Second})
+		if err != nil || len(jobs) != 1 {
+			t.Errorf("consume on a: %v %v", jobs, err)
+		}
+		mu.Lock()
+		got <- time.Since(published)
+		mu.Unlock()
+	}()
+	time.Sleep(100 * time.Millisecond)
+	mu.Lock()
+	published = time.Now()
+	mu.Unlock()
+	if _, err := b.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "q", Tries: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if d := <-got; d > 200*time.Millisecond {
+		t.Fatalf("cross-instance wake-up took %v", d)
+	}
+
+	// A delayed job published through an engine that never pumps (its
+	// server died) is pumped by the other instance, on time: b's pump is
+	// woken through the timer channel.
+	dead, err := New(bg, client, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := dead.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "d", Tries: 1, Delay: 150 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := b.Consume(bg, &engine.ConsumeRequest{Namespace: "ns", Queues: []string{"d"}, Count: 1, TTR: time.Minute, Timeout: 3 * time.Second})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("consume delayed on b: %v %v", jobs, err)
+	}
+	if d := time.Since(start); d < 150*time.Millisecond || d > 400*time.Millisecond {
+		t.Fatalf("delayed job pumped by the other instance after %v, want ~150ms", d)
+	}
+}
+
+func TestPumpBurst(t *testing.T) {
+	client := realClient(t)
+	clock := &frozenClock{t: time.Now()}
+	e, err := New(bg, client, Options{Now: clock.Now, PumpBatch: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20000
+	reqs := make([]*engine.PublishRequest, 0, engine.MaxBulkPublish)
+	for i := 0; i < n; i++ {
+		reqs = append(reqs, &engine.PublishRequest{Namespace: "ns", Queue: fmt.Sprintf("q%d", i%4), Tries: 1, Delay: time.Second, Body: []byte("x")})
+		if len(reqs) == cap(reqs) || i == n-1 {
+			// A batch must name one queue: split by queue.
+			byQ := map[string][]*engine.PublishRequest{}
+			for _, r := range reqs {
+				byQ[r.Queue] = append(byQ[r.Queue], r)
+			}
+			for _, rs := range byQ {
+				if _, err := e.PublishBatch(bg, rs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reqs = reqs[:0]
+		}
+	}
+	clock.Add(time.Second + time.Millisecond) // due times round up to the next ms
+	start := time.Now()
+	next, err := e.PumpOnce(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	var total int64
+	for i := 0; i < 4; i++ {
+		s, _ := e.Size(bg, "ns", fmt.Sprintf("q%d", i))
+		total += s
+	}
+	if total != n || next != -1 {
+		t.Fatalf("ready after pump = %d (next %d), want %d", total, next, n)
+	}
+	t.Logf("pumped %d due jobs in %v (%.0f jobs/s)", n, took, float64(n)/took.Seconds())
+}
+
+func TestConsumeSurvivesCallerCancel(t *testing.T) {
+	// A consume whose caller has gone still reads the script's reply: the
+	// job it took is handed out, not silently parked for its TTR.
+	client := realClient(t)
+	e := startEngine(t, client, newTestClock())
+	id, err := e.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "q", Tries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	jobs, err := e.Consume(ctx, &engine.ConsumeRequest{Namespace: "ns", Queues: []string{"q"}, Count: 1, TTR: time.Minute})
+	if err != nil || len(jobs) != 1 || jobs[0].ID != id {
+		t.Fatalf("consume with a cancelled context: %v %v", jobs, err)
+	}
+}
