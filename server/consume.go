@@ -1,0 +1,144 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/kairos-dev/kairos/engine"
+)
+
+// jobResponse is one job as lmstfy renders it; fields are declared in
+// alphabetical JSON-name order because lmstfy's maps serialise that way.
+// Msg is "new job" for consume and absent for peeks.
+type jobResponse struct {
+	Attributes  map[string]string `json:"attributes"`
+	Data        []byte            `json:"data"`
+	ElapsedMS   int64             `json:"elapsed_ms"`
+	JobID       string            `json:"job_id"`
+	Msg         string            `json:"msg,omitempty"`
+	Namespace   string            `json:"namespace"`
+	Queue       string            `json:"queue"`
+	RemainTries uint16            `json:"remain_tries"`
+	TTL         int64             `json:"ttl"`
+}
+
+// newJobResponse renders job; namespace and queue are the request's where
+// lmstfy uses them (the consumed job's own queue for consume).
+func newJobResponse(job *engine.Job, namespace, queue, msg string, now time.Time) jobResponse {
+	data := job.Body
+	if data == nil {
+		data = []byte{}
+	}
+	return jobResponse{
+		Attributes:  job.Attributes,
+		Data:        data,
+		ElapsedMS:   engine.ElapsedMS(job.ID, now),
+		JobID:       job.ID,
+		Msg:         msg,
+		Namespace:   namespace,
+		Queue:       queue,
+		RemainTries: job.Tries,
+		TTL:         ttlSeconds(job.TTL),
+	}
+}
+
+// ttlSeconds is the remaining TTL in whole seconds, rounded as Redis's TTL
+// command rounds; a job that still expires never reads 0 (which means "no
+// expiry").
+func ttlSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	s := int64((d + time.Second/2) / time.Second)
+	if s == 0 {
+		s = 1
+	}
+	return s
+}
+
+// consume serves GET /api/:namespace/:q1[,:q2,…]: a long-poll over the
+// queues in priority order. count=1 answers one object, count>1 an array.
+func (s *Server) consume(c *gin.Context) {
+	st := state(c)
+	ttr, err := queryUint(c, "ttr", 32, s.def.ttr, errInvalidTTR)
+	if err != nil {
+		s.failAPI(c, err)
+		return
+	}
+	timeout, err := queryUint(c, "timeout", 32, s.def.timeout, errInvalidTimeout)
+	if err != nil {
+		s.failAPI(c, err)
+		return
+	}
+	count := uint64(1)
+	if v, ok := c.GetQuery("count"); ok {
+		count, err = strconv.ParseUint(v, 10, 32)
+		if err != nil || count == 0 || count > engine.MaxBatchConsume {
+			s.failAPI(c, errInvalidCount)
+			return
+		}
+	}
+	if len(st.queues) == 0 {
+		s.failAPI(c, errQueueNames)
+		return
+	}
+	for _, q := range st.queues {
+		if !engine.ValidQueueName(q) {
+			s.failAPI(c, errQueueNames)
+			return
+		}
+	}
+	timeout = min(timeout, s.def.maxTimeout)
+
+	// The wait ends when the client goes away or the server shuts down.
+	ctx, cancel := context.WithCancel(c.Request.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.pollCtx, cancel)
+	defer stop()
+
+	ns := c.Param("namespace")
+	jobs, err := st.eng.Consume(ctx, &engine.ConsumeRequest{
+		Namespace: ns,
+		Queues:    st.queues,
+		TTR:       secs(ttr),
+		Timeout:   secs(timeout),
+		Count:     int(count),
+	})
+	if len(jobs) == 0 {
+		if err == nil || ctx.Err() != nil || errors.Is(err, engine.ErrClosed) {
+			if err != nil {
+				s.reqLogger(c).WithError(err).Debug("consume ended by cancellation")
+			}
+			s.failAPI(c, errNoJob)
+			return
+		}
+		s.failAPI(c, err)
+		return
+	}
+	if err != nil {
+		// Jobs already taken are in flight: hand them out rather than let
+		// them wait for their TTR.
+		s.reqLogger(c).WithError(err).Warn("consume returned jobs and an error")
+	}
+	now := s.now()
+	queueOf := func(j *engine.Job) string {
+		if j.Queue == "" && len(st.queues) == 1 {
+			return st.queues[0]
+		}
+		return j.Queue
+	}
+	if count == 1 {
+		writeJSON(c, http.StatusOK, newJobResponse(jobs[0], ns, queueOf(jobs[0]), "new job", now))
+		return
+	}
+	out := make([]jobResponse, len(jobs))
+	for i, j := range jobs {
+		out[i] = newJobResponse(j, ns, queueOf(j), "new job", now)
+	}
+	writeJSON(c, http.StatusOK, out)
+}

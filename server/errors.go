@@ -1,0 +1,194 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+	"github.com/sirupsen/logrus"
+
+	"github.com/kairos-dev/kairos/auth"
+	"github.com/kairos-dev/kairos/engine"
+)
+
+// This file is the only place that maps errors to HTTP responses. Handlers
+// return errors; failAPI and failAdmin render them.
+
+const jsonContentType = "application/json; charset=utf-8"
+
+// apiError is an error with its HTTP rendering: a status and a one-key JSON
+// object encoded once.
+type apiError struct {
+	status int
+	msg    string
+	body   []byte
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+// newAPIError builds {"<key>":"<msg>"} as lmstfy renders it (encoding/json,
+// so HTML characters are escaped the same way).
+func newAPIError(status int, key, msg string) *apiError {
+	body, err := json.Marshal(map[string]string{key: msg})
+	if err != nil { // cannot happen for a map of strings
+		body = []byte(`{"error":"internal error"}`)
+	}
+	return &apiError{status: status, msg: msg, body: body}
+}
+
+func badRequest(msg string) *apiError { return newAPIError(http.StatusBadRequest, "error", msg) }
+
+// Client-visible errors, with lmstfy's status codes and messages verbatim.
+var (
+	errNameTooLong      = badRequest("namespace or queue name too long")
+	errNamespaceChars   = badRequest("namespace name contains forbidden characters")
+	errQueueChars       = badRequest("queue name contains forbidden characters")
+	errQueueNames       = badRequest("invalid queue name(s)")
+	errPoolNotFound     = newAPIError(http.StatusNotFound, "error", "pool not found")
+	errTokenNotFound    = newAPIError(http.StatusUnauthorized, "error", "token not found")
+	errInvalidToken     = newAPIError(http.StatusUnauthorized, "error", "invalid token")
+	errInternal         = newAPIError(http.StatusInternalServerError, "error", "internal error")
+	errThrottler        = newAPIError(http.StatusInternalServerError, "err", "internal error")
+	errNoJob            = newAPIError(http.StatusNotFound, "msg", "no job available")
+	errQueueEmpty       = newAPIError(http.StatusNotFound, "error", "the queue is empty")
+	errJobNotFound      = newAPIError(http.StatusNotFound, "error", "job not found")
+	errAPINotFound      = newAPIError(http.StatusNotFound, "error", "api not found")
+	errBodyTooLarge     = newAPIError(http.StatusRequestEntityTooLarge, "error", "body too large")
+	errJobTooLarge      = newAPIError(http.StatusRequestEntityTooLarge, "error", "job too large")
+	errReadBody         = badRequest("failed to read body")
+	errInvalidDelay     = badRequest("invalid delay")
+	errInvalidTTL       = badRequest("invalid ttl")
+	errInvalidTries     = badRequest("invalid tries")
+	errInvalidTTR       = badRequest("invalid ttr")
+	errInvalidTimeout   = badRequest("invalid timeout")
+	errInvalidCount     = badRequest("invalid count")
+	errInvalidLimit     = badRequest("invalid limit")
+	errTTLShorter       = badRequest("ttl is shorter than delay")
+	errZeroTries        = badRequest("tries shouldn't be zero")
+	errNotArray         = badRequest("request body should be an array of objects")
+	errNoJobs           = badRequest("no jobs")
+	errTooManyJobs      = badRequest("too many jobs")
+	errTooManyAttrs     = badRequest("too many attributes, cannot exceed 16")
+	errInvalidRequest   = badRequest("invalid request")
+	errShuttingDown     = newAPIError(http.StatusServiceUnavailable, "error", "server is shutting down")
+	errClientGone       = newAPIError(499, "error", "client closed request")
+	errInvalidDesc      = badRequest("invalid description")
+	errInvalidStatus    = badRequest("invalid status")
+	errInvalidInterval  = badRequest("interval should be > 0")
+	errInvalidLimiter   = badRequest("invalid limiter: the body should be a JSON object {\"read\":int,\"write\":int,\"interval\":int}")
+	errInvalidForm      = badRequest("invalid form body")
+	errThrottleDisabled = badRequest("rate limiting is disabled on this server")
+	errAdminPool        = badRequest(auth.ErrPoolNotFound.Error())
+	errTokenExists      = badRequest(auth.ErrTokenExists.Error())
+	errTokenTooShort    = badRequest(auth.ErrTokenTooShort.Error())
+	errNamespaceTooLong = badRequest(auth.ErrNamespaceTooLong.Error())
+)
+
+// errForbidden is the 403 for a scoped token used outside its scope.
+func errForbidden(role auth.Role, queue string) *apiError {
+	return newAPIError(http.StatusForbidden, "error", fmt.Sprintf("token is not allowed to %s queue %s", role, queue))
+}
+
+// errRateLimited is lmstfy's 429 (key "msg"); action is consume or produce.
+func errRateLimited(token, action string) *apiError {
+	return newAPIError(http.StatusTooManyRequests, "msg",
+		fmt.Sprintf("token(%s) %s reach the limit rate, please retry later", token, action))
+}
+
+// errLimitExists is lmstfy's message for a duplicate limiter, with 409.
+func errLimitExists(token string) *apiError {
+	return newAPIError(http.StatusConflict, "error", fmt.Sprintf("throttler token(%s) has already exists", token))
+}
+
+// mapAPIError maps an error of the public API to its rendering.
+func mapAPIError(ctx context.Context, err error) *apiError {
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.Is(err, engine.ErrJobNotFound):
+		return errJobNotFound
+	case errors.Is(err, engine.ErrQueueEmpty):
+		return errQueueEmpty
+	case errors.Is(err, engine.ErrInvalid):
+		return errInvalidRequest
+	case errors.Is(err, engine.ErrClosed):
+		return errShuttingDown
+	case errors.Is(err, auth.ErrInvalidToken):
+		return errInvalidToken
+	case errors.Is(err, auth.ErrPoolNotFound):
+		return errPoolNotFound
+	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		return errClientGone
+	case errors.As(err, new(throttlerError)):
+		return errThrottler
+	}
+	return errInternal
+}
+
+// mapAdminError maps an error of the admin API to its rendering.
+func mapAdminError(ctx context.Context, err error) *apiError {
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.Is(err, auth.ErrPoolNotFound):
+		return errAdminPool
+	case errors.Is(err, auth.ErrTokenExists):
+		return errTokenExists
+	case errors.Is(err, auth.ErrTokenTooShort):
+		return errTokenTooShort
+	case errors.Is(err, auth.ErrNamespaceTooLong):
+		return errNamespaceTooLong
+	case errors.Is(err, auth.ErrInvalidNamespace):
+		return errNamespaceChars
+	case errors.Is(err, auth.ErrInvalidScope), errors.Is(err, auth.ErrInvalidLimit):
+		return badRequest(err.Error())
+	case errors.Is(err, engine.ErrClosed):
+		return errShuttingDown
+	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		return errClientGone
+	}
+	return errInternal
+}
+
+// failAPI renders err for the public API and aborts the handler chain.
+// Server-side failures are logged with the request's fields.
+func (s *Server) failAPI(c *gin.Context, err error) {
+	s.render(c, err, mapAPIError(c.Request.Context(), err))
+}
+
+// failAdmin renders err for the admin API and aborts the handler chain.
+func (s *Server) failAdmin(c *gin.Context, err error) {
+	s.render(c, err, mapAdminError(c.Request.Context(), err))
+}
+
+func (s *Server) render(c *gin.Context, err error, ae *apiError) {
+	if ae.status >= http.StatusInternalServerError {
+		s.reqLogger(c).WithError(err).Error("request failed")
+	} else if ae == errClientGone {
+		s.reqLogger(c).WithError(err).Debug("client went away")
+	}
+	c.Data(ae.status, jsonContentType, ae.body)
+	c.Abort()
+}
+
+// writeJSON renders v with encoding/json, as gin's c.JSON does (lmstfy).
+func writeJSON(c *gin.Context, status int, v any) {
+	c.JSON(status, v)
+}
+
+// reqLogger is the logger of one request: req_id, namespace, queue, job_id.
+func (s *Server) reqLogger(c *gin.Context) logrus.FieldLogger {
+	f := logrus.Fields{"req_id": state(c).reqID}
+	for _, p := range c.Params {
+		switch p.Key {
+		case "namespace", "queue", "job_id":
+			f[p.Key] = p.Value
+		}
+	}
+	return s.log.WithFields(f)
+}

@@ -1,0 +1,169 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/kairos-dev/kairos/engine"
+)
+
+// Query parameters are parsed strictly, as lmstfy does: unsigned decimal
+// (strconv.ParseUint) with the parameter's bit size, so negative,
+// non-numeric, empty and overflowing values are refused with a
+// parameter-specific 400. An absent parameter takes its default.
+
+// queryUint parses an optional unsigned parameter of the given bit size.
+func queryUint(c *gin.Context, name string, bits int, def uint64, bad *apiError) (uint64, error) {
+	v, ok := c.GetQuery(name)
+	if !ok {
+		return def, nil
+	}
+	n, err := strconv.ParseUint(v, 10, bits)
+	if err != nil {
+		return 0, bad
+	}
+	return n, nil
+}
+
+// queryInt64 parses an optional signed 64-bit parameter that must be at
+// least min (the dead letter's limit and ttl).
+func queryInt64(c *gin.Context, name string, def, min int64, bad *apiError) (int64, error) {
+	v, ok := c.GetQuery(name)
+	if !ok {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < min {
+		return 0, bad
+	}
+	return n, nil
+}
+
+// secs converts whole seconds to a Duration.
+func secs(n uint64) time.Duration { return time.Duration(n) * time.Second }
+
+// maxDurationSeconds is the largest number of seconds a Duration holds.
+const maxDurationSeconds = math.MaxInt64 / int64(time.Second)
+
+// publishParams are the query parameters of the publish routes.
+type publishParams struct {
+	delay, ttl uint64 // seconds
+	tries      uint16
+	versioned  bool
+	attributes map[string]string
+}
+
+// parsePublish validates publish parameters in lmstfy's order: delay,
+// ttl, ttl ≥ delay, tries. Attributes are collected by parseAttributes,
+// after the body has been read.
+func (s *Server) parsePublish(c *gin.Context) (publishParams, error) {
+	var p publishParams
+	var err error
+	if p.delay, err = queryUint(c, "delay", 32, s.def.delay, errInvalidDelay); err != nil {
+		return p, err
+	}
+	if p.ttl, err = queryUint(c, "ttl", 32, s.def.ttl, errInvalidTTL); err != nil {
+		return p, err
+	}
+	if p.ttl > 0 && p.ttl < p.delay {
+		return p, errTTLShorter
+	}
+	tries, err := queryUint(c, "tries", 16, s.def.tries, errInvalidTries)
+	if err != nil {
+		return p, err
+	}
+	if tries == 0 {
+		return p, errZeroTries
+	}
+	p.tries = uint16(tries)
+	return p, nil
+}
+
+// Attribute limits (lmstfy, spec 3.2).
+const (
+	maxAttributes        = 16
+	maxAttributeKeyLen   = 32
+	maxAttributeValueLen = 128
+	attributePrefix      = "Job-Attr-"
+)
+
+// parseAttributes reads Enable-Job-Version and the Job-Attr-* headers:
+// only with the version header (value "YES", any case) are attributes
+// collected and the job versioned. Keys are what follows "Job-Attr-" in the
+// canonical header name, truncated to 32 bytes and lower-cased; values are
+// the first value when non-empty, truncated to 128 bytes.
+func parseAttributes(c *gin.Context, p *publishParams) error {
+	if !strings.EqualFold(c.GetHeader("Enable-Job-Version"), "YES") {
+		return nil
+	}
+	p.versioned = true
+	var attrs map[string]string
+	for k, v := range c.Request.Header {
+		if !strings.HasPrefix(k, attributePrefix) || len(v) == 0 || v[0] == "" {
+			continue
+		}
+		k = k[len(attributePrefix):]
+		if len(k) > maxAttributeKeyLen {
+			k = k[:maxAttributeKeyLen]
+		}
+		val := v[0]
+		if len(val) > maxAttributeValueLen {
+			val = val[:maxAttributeValueLen]
+		}
+		if attrs == nil {
+			attrs = make(map[string]string)
+		}
+		attrs[strings.ToLower(k)] = val
+	}
+	if len(attrs) > maxAttributes {
+		return errTooManyAttrs
+	}
+	p.attributes = attrs
+	return nil
+}
+
+// readBody reads at most limit bytes of the request body: errTooLarge when
+// there are more (without reading them), errReadBody when reading fails.
+func readBody(c *gin.Context, limit int64, errTooLarge *apiError) ([]byte, error) {
+	r := c.Request
+	if r.ContentLength > limit {
+		return nil, errTooLarge
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return []byte{}, nil
+	}
+	capHint := int64(512)
+	if r.ContentLength > 0 {
+		capHint = r.ContentLength + 1 // +1 so that ReadAll sees EOF without growing
+	}
+	body := http.MaxBytesReader(c.Writer, r.Body, limit)
+	buf := make([]byte, 0, capHint)
+	for {
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return nil, errTooLarge
+			}
+			return nil, errReadBody
+		}
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+	}
+}
+
+// maxBulkBody caps a bulk publish body: 64 jobs of 1 MiB plus room for
+// the commas, brackets and whitespace between them.
+const maxBulkBody = engine.MaxBulkPublish*engine.MaxBodySize + 64<<10

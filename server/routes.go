@@ -1,0 +1,87 @@
+package server
+
+import (
+	"github.com/gin-gonic/gin"
+
+	"github.com/kairos-dev/kairos/auth"
+)
+
+// apiRoutes builds the public API (spec 3.1): global middleware in
+// lmstfy's order (request id, access log, metrics, recovery), then per
+// route the guard (names → pool → token → scope → throttle) and the
+// handler. Unknown routes and wrong methods answer 404 "api not found".
+func (s *Server) apiRoutes() *gin.Engine {
+	r := newGin()
+	r.Use(requestState, s.accessLogger(false), s.collectMetrics, s.recovery)
+
+	publish := s.guard(routeOpts{role: auth.RolePublish, throttle: throttleProduce})
+	consume := s.guard(routeOpts{multi: true, role: auth.RoleConsume, throttle: throttleConsume})
+	ack := s.guard(routeOpts{role: auth.RoleConsume})
+	read := s.guard(routeOpts{role: auth.RoleRead})
+	manage := s.guard(routeOpts{role: auth.RoleManage})
+	public := s.guard(routeOpts{public: true})
+
+	g := r.Group("/api")
+	g.PUT("/:namespace/:queue", publish, s.publish)
+	g.PUT("/:namespace/:queue/bulk", publish, s.publishBulk)
+	g.PUT("/:namespace/:queue/job/:job_id", publish, s.publish)
+	g.GET("/:namespace/:queue", consume, s.consume)
+	g.GET("/:namespace/:queue/peek", read, s.peekQueue)
+	g.GET("/:namespace/:queue/job/:job_id", read, s.peekJob)
+	g.DELETE("/:namespace/:queue/job/:job_id", ack, s.ack)
+	g.DELETE("/:namespace/:queue", manage, s.destroy)
+	g.GET("/:namespace/:queue/deadletter", read, s.peekDeadLetter)
+	g.PUT("/:namespace/:queue/deadletter", manage, s.respawnDeadLetter)
+	g.DELETE("/:namespace/:queue/deadletter", manage, s.deleteDeadLetter)
+	g.GET("/:namespace/:queue/size", public, s.size)
+	g.GET("/:namespace/:queue/deadletter/size", public, s.deadLetterSize)
+
+	r.NoRoute(noRoute)
+	return r
+}
+
+// adminRoutes builds the admin API (spec 4). With Accounts configured,
+// basic auth protects the token and limit routes and POST /accesslog as in
+// lmstfy, and also /metrics, /info and /debug/pprof (Kairos hardening).
+func (s *Server) adminRoutes() *gin.Engine {
+	r := newGin()
+	r.Use(requestState, s.accessLogger(true), s.recovery)
+
+	basic := func(c *gin.Context) { c.Next() }
+	if len(s.cfg.Accounts) > 0 {
+		basic = gin.BasicAuth(gin.Accounts(s.cfg.Accounts))
+	}
+
+	r.GET("/pools", s.listPools)
+	r.GET("/version", s.showVersion)
+	r.GET("/info", basic, s.info)
+	r.GET("/metrics", basic, s.serveMetrics)
+	r.Any("/debug/pprof/*profile", basic, s.pprof)
+	r.GET("/accesslog", s.getAccessLog)
+	r.POST("/accesslog", basic, s.setAccessLog)
+	r.GET("/limits", basic, s.listLimits)
+
+	t := r.Group("/token", basic)
+	t.GET("/:namespace", s.listTokens)
+	t.POST("/:namespace", s.createToken)
+	t.DELETE("/:namespace/:token", s.deleteToken)
+	t.GET("/:namespace/:token/limit", s.getLimit)
+	t.POST("/:namespace/:token/limit", s.addLimit)
+	t.PUT("/:namespace/:token/limit", s.setLimit)
+	t.DELETE("/:namespace/:token/limit", s.deleteLimit)
+
+	r.NoRoute(noRoute)
+	return r
+}
+
+// newGin returns a bare gin engine: no default middleware, no 405s (wrong
+// methods fall through to NoRoute, as in lmstfy), trailing-slash redirects
+// kept (lmstfy's 301/307), and ClientIP from the peer address only.
+func newGin() *gin.Engine {
+	r := gin.New()
+	r.HandleMethodNotAllowed = false
+	r.RedirectTrailingSlash = true
+	r.RedirectFixedPath = false
+	_ = r.SetTrustedProxies(nil)
+	return r
+}

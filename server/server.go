@@ -1,0 +1,441 @@
+// Package server is Kairos's HTTP layer: the public job API, wire-compatible
+// with lmstfy's, and the admin API (tokens, rate limits, pools, metrics,
+// pprof) on its own listener.
+//
+// New builds both handlers and starts nothing; Listen binds the listeners
+// (port 0 picks a free port, which tests use); Serve serves until its
+// context is done and then shuts down gracefully, answering every waiting
+// long-poll consumer at once. The binary in server/cmd/kairos-server only
+// wires a Config, the engines and the auth store into Deps.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+
+	"github.com/kairos-dev/kairos/auth"
+	"github.com/kairos-dev/kairos/config"
+	"github.com/kairos-dev/kairos/engine"
+)
+
+// ErrInvalidConfig is wrapped by every error New returns about its
+// arguments; check it with errors.Is.
+var ErrInvalidConfig = errors.New("server: invalid configuration")
+
+// TokenStore is what the server needs from the token store (auth.Store):
+// verification on the API, management on the admin API.
+type TokenStore interface {
+	// HasPool reports whether pool is configured.
+	HasPool(pool string) bool
+	// Verify checks a token for namespace in pool and returns its scope;
+	// auth.ErrInvalidToken when the token is unknown.
+	Verify(ctx context.Context, pool, namespace, token string) (auth.Scope, error)
+	// Create makes a token and returns it as clients must send it.
+	Create(ctx context.Context, pool, namespace, description, token string, scope auth.Scope) (string, error)
+	// List returns token → description for namespace in pool.
+	List(ctx context.Context, pool, namespace string, prefixPool bool) (map[string]string, error)
+	// Delete removes a token; an unknown token is not an error.
+	Delete(ctx context.Context, pool, namespace, token string) error
+}
+
+// Throttler is what the server needs from the rate limiter (auth.Throttler).
+type Throttler interface {
+	// Allow takes one request from the token's bucket (write = publish).
+	Allow(ctx context.Context, pool, namespace, token string, write bool) (bool, error)
+	// Refund gives back one request taken by Allow.
+	Refund(ctx context.Context, pool, namespace, token string, write bool) error
+	// Get returns the token's limit, and whether it has one.
+	Get(ctx context.Context, pool, namespace, token string) (auth.Limit, bool, error)
+	// Add creates a limit; auth.ErrLimitExists when there is one already.
+	Add(ctx context.Context, pool, namespace, token string, l auth.Limit) error
+	// Set creates or replaces a limit.
+	Set(ctx context.Context, pool, namespace, token string, l auth.Limit) error
+	// Delete removes a limit.
+	Delete(ctx context.Context, pool, namespace, token string) error
+	// List returns every limit.
+	List(ctx context.Context, forceUpdate bool) ([]auth.LimitEntry, error)
+}
+
+// VersionInfo is what GET /version reports; empty fields read "unknown".
+type VersionInfo struct {
+	Version     string
+	BuildCommit string
+	BuildDate   string
+}
+
+// Deps are the server's collaborators, injected so that tests can use fakes.
+type Deps struct {
+	// Engines maps a pool name to its engine; it must contain "default".
+	Engines map[string]engine.Engine
+	// Tokens verifies and manages tokens (required).
+	Tokens TokenStore
+	// Throttler enforces per-token rate limits; nil means no throttling
+	// (and the admin limit endpoints refuse to change anything).
+	Throttler Throttler
+	// Logger receives the error and access logs; nil discards them.
+	Logger logrus.FieldLogger
+	// Registerer is where the HTTP metrics are registered; nil means a
+	// private registry, which then is also the Gatherer.
+	Registerer prometheus.Registerer
+	// Gatherer is served at the admin /metrics; nil means Registerer when
+	// it is a Gatherer.
+	Gatherer prometheus.Gatherer
+	// Version is reported by the admin /version.
+	Version VersionInfo
+	// Now is the clock (elapsed_ms); nil means time.Now.
+	Now func() time.Time
+	// SkipVerify is lmstfy's -sv development flag: no token checks on the
+	// public API at all.
+	SkipVerify bool
+}
+
+// defaults are the lmstfy parameter defaults, checked once in New.
+type defaults struct {
+	ttl, delay, ttr, timeout uint64 // seconds
+	tries                    uint64
+	maxTimeout               uint64 // seconds
+}
+
+// Server serves Kairos's public and admin HTTP APIs.
+type Server struct {
+	cfg        *config.Config
+	engines    map[string]engine.Engine
+	pools      []string
+	tokens     TokenStore
+	throttler  Throttler
+	log        logrus.FieldLogger
+	gatherer   prometheus.Gatherer
+	metrics    *metrics
+	version    VersionInfo
+	now        func() time.Time
+	skipVerify bool
+	def        defaults
+
+	accessLog atomic.Bool
+
+	api   http.Handler
+	admin http.Handler
+
+	// pollCtx is cancelled at shutdown: every waiting consume listens to it.
+	pollCtx     context.Context
+	cancelPolls context.CancelFunc
+
+	mu       sync.Mutex
+	apiSrv   *http.Server
+	adminSrv *http.Server
+	apiLn    net.Listener
+	adminLn  net.Listener
+	serving  bool
+
+	closeOnce       sync.Once
+	closeErr        error
+	shutdownTimeout time.Duration
+}
+
+// ginMode sets gin's process-wide mode once: release mode, so that gin
+// prints no debug banner or route table.
+var ginMode sync.Once
+
+// New checks cfg and deps and builds the server. It starts nothing and
+// binds nothing: see Listen and Serve.
+func New(cfg *config.Config, deps Deps) (*Server, error) {
+	if cfg == nil {
+		return nil, fmt.Errorf("%w: nil config", ErrInvalidConfig)
+	}
+	if _, ok := deps.Engines[auth.DefaultPool]; !ok {
+		return nil, fmt.Errorf("%w: no engine for the %q pool", ErrInvalidConfig, auth.DefaultPool)
+	}
+	for name, e := range deps.Engines {
+		if e == nil {
+			return nil, fmt.Errorf("%w: nil engine for pool %q", ErrInvalidConfig, name)
+		}
+	}
+	if deps.Tokens == nil {
+		return nil, fmt.Errorf("%w: no token store", ErrInvalidConfig)
+	}
+	for user := range cfg.Accounts {
+		if user == "" {
+			return nil, fmt.Errorf("%w: Accounts has an empty user name", ErrInvalidConfig)
+		}
+	}
+	def, err := checkDefaults(cfg)
+	if err != nil {
+		return nil, err
+	}
+
+	s := &Server{
+		cfg:        cfg,
+		engines:    deps.Engines,
+		tokens:     deps.Tokens,
+		throttler:  deps.Throttler,
+		log:        deps.Logger,
+		version:    deps.Version,
+		now:        deps.Now,
+		skipVerify: deps.SkipVerify,
+		def:        def,
+	}
+	for name := range deps.Engines {
+		s.pools = append(s.pools, name)
+	}
+	slices.Sort(s.pools)
+	if s.log == nil {
+		l := logrus.New()
+		l.SetOutput(io.Discard)
+		s.log = l
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	for _, f := range []*string{&s.version.Version, &s.version.BuildCommit, &s.version.BuildDate} {
+		if *f == "" {
+			*f = "unknown"
+		}
+	}
+	reg := deps.Registerer
+	s.gatherer = deps.Gatherer
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg = r
+		if s.gatherer == nil {
+			s.gatherer = r
+		}
+	}
+	if s.gatherer == nil {
+		if g, ok := reg.(prometheus.Gatherer); ok {
+			s.gatherer = g
+		} else {
+			s.gatherer = prometheus.NewRegistry()
+		}
+	}
+	if s.metrics, err = newMetrics(reg); err != nil {
+		return nil, err
+	}
+	s.accessLog.Store(cfg.EnableAccessLog)
+	s.pollCtx, s.cancelPolls = context.WithCancel(context.Background())
+
+	ginMode.Do(func() { gin.SetMode(gin.ReleaseMode) })
+	s.api = withRequestID(s.apiRoutes())
+	s.admin = withRequestID(s.adminRoutes())
+
+	k := cfg.Kairos
+	dk := config.Default().Kairos
+	read := seconds(k.ReadTimeoutSecond, dk.ReadTimeoutSecond)
+	write := seconds(k.WriteTimeoutSecond, dk.WriteTimeoutSecond) + time.Duration(def.maxTimeout)*time.Second
+	idle := seconds(k.IdleTimeoutSecond, dk.IdleTimeoutSecond)
+	s.shutdownTimeout = seconds(k.ShutdownTimeoutSecond, dk.ShutdownTimeoutSecond)
+	s.apiSrv = s.httpServer(s.api, read, write, idle)
+	s.adminSrv = s.httpServer(s.admin, read, write, idle)
+	return s, nil
+}
+
+// seconds converts a config value, falling back to def when it is not > 0.
+func seconds(v, def int) time.Duration {
+	if v <= 0 {
+		v = def
+	}
+	return time.Duration(v) * time.Second
+}
+
+// checkDefaults validates the lmstfy parameter defaults the way lmstfy
+// parses them per request, so that a bad default fails at startup instead
+// of failing every request.
+func checkDefaults(cfg *config.Config) (defaults, error) {
+	var d defaults
+	check := func(name string, v int, lo, hi int64) (uint64, error) {
+		if int64(v) < lo || int64(v) > hi {
+			return 0, fmt.Errorf("%w: %s must be in [%d, %d], not %d", ErrInvalidConfig, name, lo, hi, v)
+		}
+		return uint64(v), nil
+	}
+	var err error
+	if d.ttl, err = check("TTLSecond", cfg.TTLSecond, 0, math.MaxUint32); err != nil {
+		return d, err
+	}
+	if d.delay, err = check("DelaySecond", cfg.DelaySecond, 0, math.MaxUint32); err != nil {
+		return d, err
+	}
+	if d.tries, err = check("TriesNum", cfg.TriesNum, 1, engine.MaxTries); err != nil {
+		return d, err
+	}
+	if d.ttr, err = check("TTRSecond", cfg.TTRSecond, 0, math.MaxUint32); err != nil {
+		return d, err
+	}
+	if d.timeout, err = check("TimeoutSecond", cfg.TimeoutSecond, 0, math.MaxUint32); err != nil {
+		return d, err
+	}
+	maxTimeout := cfg.Kairos.MaxTimeoutSecond
+	if maxTimeout <= 0 {
+		maxTimeout = config.Default().Kairos.MaxTimeoutSecond
+	}
+	if d.maxTimeout, err = check("Kairos.MaxTimeoutSecond", maxTimeout, 1, math.MaxUint32); err != nil {
+		return d, err
+	}
+	return d, nil
+}
+
+func (s *Server) httpServer(h http.Handler, read, write, idle time.Duration) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: read,
+		ReadTimeout:       read,
+		WriteTimeout:      write,
+		IdleTimeout:       idle,
+		MaxHeaderBytes:    1 << 20,
+	}
+}
+
+// Handler returns the public API handler (every route under /api).
+func (s *Server) Handler() http.Handler { return s.api }
+
+// AdminHandler returns the admin API handler.
+func (s *Server) AdminHandler() http.Handler { return s.admin }
+
+// Listen binds the public listener on Host:Port and the admin listener on
+// AdminHost:AdminPort (AdminHost "" means 127.0.0.1); port 0 picks a free
+// port, see Addr and AdminAddr.
+func (s *Server) Listen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.apiLn != nil {
+		return errors.New("server: already listening")
+	}
+	apiLn, err := net.Listen("tcp", net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.Port)))
+	if err != nil {
+		return fmt.Errorf("server: listen: %w", err)
+	}
+	adminHost := s.cfg.AdminHost
+	if adminHost == "" {
+		adminHost = "127.0.0.1"
+	}
+	adminLn, err := net.Listen("tcp", net.JoinHostPort(adminHost, strconv.Itoa(s.cfg.AdminPort)))
+	if err != nil {
+		_ = apiLn.Close()
+		return fmt.Errorf("server: listen admin: %w", err)
+	}
+	s.apiLn, s.adminLn = apiLn, adminLn
+	return nil
+}
+
+// Addr returns the public listener's address, or "" before Listen.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.apiLn == nil {
+		return ""
+	}
+	return s.apiLn.Addr().String()
+}
+
+// AdminAddr returns the admin listener's address, or "" before Listen.
+func (s *Server) AdminAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.adminLn == nil {
+		return ""
+	}
+	return s.adminLn.Addr().String()
+}
+
+// Serve serves both APIs (calling Listen first if needed) until ctx is
+// done or a listener fails, then shuts down as Close does. It returns nil
+// after a clean shutdown.
+func (s *Server) Serve(ctx context.Context) error {
+	s.mu.Lock()
+	needListen := s.apiLn == nil
+	s.mu.Unlock()
+	if needListen {
+		if err := s.Listen(); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	if s.serving {
+		s.mu.Unlock()
+		return errors.New("server: already serving")
+	}
+	s.serving = true
+	apiLn, adminLn := s.apiLn, s.adminLn
+	s.mu.Unlock()
+
+	s.log.WithFields(logrus.Fields{"addr": apiLn.Addr().String(), "admin_addr": adminLn.Addr().String()}).Info("serving")
+	errc := make(chan error, 2)
+	serve := func(srv *http.Server, ln net.Listener) {
+		err := srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		errc <- err
+	}
+	go serve(s.apiSrv, apiLn)
+	go serve(s.adminSrv, adminLn)
+
+	var serveErr error
+	pending := 2
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+		pending--
+	}
+	closeErr := s.Close()
+	for ; pending > 0; pending-- {
+		if err := <-errc; err != nil && serveErr == nil {
+			serveErr = err
+		}
+	}
+	if serveErr != nil {
+		return fmt.Errorf("server: serve: %w", serveErr)
+	}
+	return closeErr
+}
+
+// Close shuts both servers down gracefully: it first cancels every waiting
+// long-poll (those consumers get 404 "no job available" at once), then
+// waits up to Kairos.ShutdownTimeoutSecond for requests in flight, and then
+// closes what is left. It is safe to call more than once and concurrently.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.cancelPolls()
+		ctx, cancel := context.WithTimeout(context.Background(), s.shutdownTimeout)
+		defer cancel()
+		var errs []error
+		var wg sync.WaitGroup
+		for _, srv := range []*http.Server{s.apiSrv, s.adminSrv} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := srv.Shutdown(ctx); err != nil {
+					_ = srv.Close()
+					s.mu.Lock()
+					errs = append(errs, fmt.Errorf("server: shutdown: %w", err))
+					s.mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		s.mu.Lock()
+		// Listeners bound by Listen but never served are not known to the
+		// http.Servers; close them here (closing twice is harmless).
+		for _, ln := range []net.Listener{s.apiLn, s.adminLn} {
+			if ln != nil {
+				_ = ln.Close()
+			}
+		}
+		s.closeErr = errors.Join(errs...)
+		s.mu.Unlock()
+	})
+	return s.closeErr
+}
