@@ -15,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/sirupsen/logrus"
 
+	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/engine"
 )
@@ -505,4 +506,30 @@ func seriesCount(g prometheus.Gatherer, name string) (int, error) {
 		}
 	}
 	return 0, nil
+}
+
+// TestAdminAccessLogRedaction checks that tokens in admin paths and
+// queries stay out of the access log.
+func TestAdminAccessLogRedaction(t *testing.T) {
+	env := newEnv(t, withConfig(func(c *config.Config) { c.EnableAccessLog = true }))
+	env.tokens.del = func(context.Context, string, string, string) error { return nil }
+	env.throttler.del = func(context.Context, string, string, string) error { return nil }
+	env.tokens.create = func(context.Context, string, string, string, string, auth.Scope) (string, error) {
+		return goodToken, nil
+	}
+	expect(t, env.admin(t, request{method: "DELETE", target: "/token/ns/" + goodToken}), 204, "")
+	expect(t, env.admin(t, request{method: "POST", target: "/token/ns?description=d&token=" + goodToken}), 201, "{\n    \"token\": \""+goodToken+"\"\n}")
+	var paths []any
+	for _, e := range env.logs.AllEntries() {
+		b, _ := json.Marshal(e.Data)
+		if strings.Contains(string(b), goodToken) {
+			t.Errorf("token logged: %s %s", e.Message, b)
+		}
+		if e.Message == "access" {
+			paths = append(paths, e.Data["path"])
+		}
+	}
+	if want := []any{"/token/:namespace/:token", "/token/ns"}; !reflect.DeepEqual(paths, want) {
+		t.Errorf("access log paths %v, want %v", paths, want)
+	}
 }

@@ -139,9 +139,12 @@ func readBody(c *gin.Context, limit int64, errTooLarge *apiError) ([]byte, error
 	if r.Body == nil || r.Body == http.NoBody {
 		return []byte{}, nil
 	}
+	// Preallocate what Content-Length announces (+1 to see EOF without
+	// growing), but never more than one job's worth up front: a client
+	// announcing 64 MiB must send them before they are allocated.
 	capHint := int64(512)
 	if r.ContentLength > 0 {
-		capHint = r.ContentLength + 1 // +1 so that ReadAll sees EOF without growing
+		capHint = min(r.ContentLength, engine.MaxBodySize) + 1
 	}
 	body := http.MaxBytesReader(c.Writer, r.Body, limit)
 	buf := make([]byte, 0, capHint)
