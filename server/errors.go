@@ -79,7 +79,6 @@ var (
 	errInvalidStatus    = badRequest("invalid status")
 	errInvalidInterval  = badRequest("interval should be > 0")
 	errInvalidLimiter   = badRequest("invalid limiter: the body should be a JSON object {\"read\":int,\"write\":int,\"interval\":int}")
-	errInvalidForm      = badRequest("invalid form body")
 	errThrottleDisabled = badRequest("rate limiting is disabled on this server")
 	errAdminPool        = badRequest(auth.ErrPoolNotFound.Error())
 	errTokenExists      = badRequest(auth.ErrTokenExists.Error())

@@ -14,11 +14,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"math"
 	"net"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -295,7 +297,17 @@ func (s *Server) httpServer(h http.Handler, read, write, idle time.Duration) *ht
 		WriteTimeout:      write,
 		IdleTimeout:       idle,
 		MaxHeaderBytes:    1 << 20,
+		ErrorLog:          log.New(logWriter{s.log.WithField("component", "http")}, "", 0),
 	}
+}
+
+// logWriter sends net/http's own error lines (TLS handshakes, malformed
+// requests…) to the injected logger.
+type logWriter struct{ log logrus.FieldLogger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.log.Warn(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }
 
 // Handler returns the public API handler (every route under /api).

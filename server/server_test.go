@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/kairos-dev/kairos/engine"
 )
 
@@ -154,5 +156,14 @@ func TestHTTPServerSettings(t *testing.T) {
 			t.Errorf("server settings: read %v header %v write %v idle %v header bytes %d",
 				s.ReadTimeout, s.ReadHeaderTimeout, s.WriteTimeout, s.IdleTimeout, s.MaxHeaderBytes)
 		}
+	}
+}
+
+func TestHTTPErrorLog(t *testing.T) {
+	env := newEnv(t)
+	env.srv.apiSrv.ErrorLog.Print("http: TLS handshake error from 1.2.3.4: EOF")
+	e := env.logs.LastEntry()
+	if e == nil || e.Level != logrus.WarnLevel || e.Message != "http: TLS handshake error from 1.2.3.4: EOF" || e.Data["component"] != "http" {
+		t.Errorf("last log entry %+v", e)
 	}
 }
