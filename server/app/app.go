@@ -1,0 +1,228 @@
+// Package app wires a whole Kairos server from a config: Redis clients (or
+// an embedded in-memory Redis), one engine per pool, the token store, the
+// throttler, metrics and the HTTP server. The kairos-server binary and the
+// end-to-end tests both build on it, so that tests run what users run.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+	"github.com/sirupsen/logrus"
+
+	"github.com/kairos-dev/kairos/auth"
+	"github.com/kairos-dev/kairos/config"
+	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/engine/rdb"
+	"github.com/kairos-dev/kairos/server"
+)
+
+// DefaultPoolSize is the Redis connection pool size when a pool's PoolSize
+// is 0. Kairos holds no connection per waiting consumer, so a small pool
+// serves thousands of long-polls (lmstfy needed 5000).
+const DefaultPoolSize = 32
+
+// Options are the parts of an App that do not come from the config file.
+type Options struct {
+	Logger     logrus.FieldLogger
+	Version    server.VersionInfo
+	SkipVerify bool
+	// Now is the clock of engines and server; nil means time.Now.
+	Now func() time.Time
+}
+
+// App is a wired Kairos server.
+type App struct {
+	cfg       *config.Config
+	log       logrus.FieldLogger
+	Server    *server.Server
+	Engines   map[string]*rdb.Engine
+	Tokens    *auth.Store
+	Throttler *auth.Throttler
+	Registry  *prometheus.Registry
+	clients   []redis.UniversalClient
+	embedded  *miniredis.Miniredis
+}
+
+// New connects to every Redis of cfg (starting an embedded one where Addr is
+// empty), checks that they are durable, loads the engines' scripts and
+// builds the HTTP server. It starts no goroutine: call Run.
+func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err error) {
+	if opts.Logger == nil {
+		opts.Logger = logrus.New()
+	}
+	a = &App{cfg: cfg, log: opts.Logger, Engines: make(map[string]*rdb.Engine), Registry: prometheus.NewRegistry()}
+	defer func() {
+		if err != nil {
+			a.closeClients()
+		}
+	}()
+	a.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := rdb.NewMetrics(a.Registry)
+	if err != nil {
+		return nil, err
+	}
+	engines := make(map[string]engine.Engine)
+	var all []*rdb.Engine
+	for _, name := range cfg.PoolNames() {
+		client, err := a.connect(ctx, "Pool."+name, cfg.Pool[name])
+		if err != nil {
+			return nil, err
+		}
+		e, err := rdb.New(ctx, client, rdb.Options{
+			Pool: name, Logger: opts.Logger, Now: opts.Now, PumpBatch: cfg.Kairos.PumpBatch, Metrics: metrics,
+		})
+		if err != nil {
+			return nil, err
+		}
+		a.Engines[name] = e
+		engines[name] = e
+		all = append(all, e)
+	}
+	a.Registry.MustRegister(rdb.NewStatsCollector(all...))
+	admin, err := a.connect(ctx, "AdminRedis", cfg.AdminRedis)
+	if err != nil {
+		return nil, err
+	}
+	a.Tokens = auth.NewStore(admin, cfg.PoolNames(), opts.Logger, auth.StoreOptions{})
+	a.Throttler = auth.NewThrottler(admin, opts.Logger, auth.ThrottlerOptions{})
+	if err := a.Throttler.Reload(ctx); err != nil {
+		return nil, fmt.Errorf("load rate limits: %w", err)
+	}
+	a.Server, err = server.New(cfg, server.Deps{
+		Engines:    engines,
+		Tokens:     a.Tokens,
+		Throttler:  a.Throttler,
+		Logger:     opts.Logger,
+		Registerer: a.Registry,
+		Gatherer:   a.Registry,
+		Version:    opts.Version,
+		Now:        opts.Now,
+		SkipVerify: opts.SkipVerify,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// connect returns a client for one Redis of the config, reusing clients for
+// identical settings (an lmstfy config often names one Redis twice).
+func (a *App) connect(ctx context.Context, key string, rc config.RedisConf) (redis.UniversalClient, error) {
+	size := rc.PoolSize
+	if size <= 0 {
+		size = DefaultPoolSize
+	}
+	var client redis.UniversalClient
+	switch {
+	case rc.IsEmbedded():
+		if a.embedded == nil {
+			m := miniredis.NewMiniRedis()
+			if err := m.StartAddr("127.0.0.1:0"); err != nil {
+				return nil, fmt.Errorf("%s: start embedded redis: %w", key, err)
+			}
+			a.embedded = m
+			a.log.WithField("addr", m.Addr()).Warn("no Redis address configured: using an embedded in-memory Redis. NOTHING IS DURABLE: every job is lost when the server stops. Set Addr in [Pool.default] and [AdminRedis] for real use.")
+		}
+		client = redis.NewClient(&redis.Options{Addr: a.embedded.Addr(), PoolSize: size, ContextTimeoutEnabled: true})
+	case rc.IsSentinel():
+		client = redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: rc.MasterName, SentinelAddrs: rc.Addrs(), Password: rc.Password,
+			SentinelPassword: rc.SentinelPassword, DB: rc.DB, PoolSize: size, ContextTimeoutEnabled: true,
+		})
+	default:
+		client = redis.NewClient(&redis.Options{Addr: rc.Addr, Password: rc.Password, DB: rc.DB, PoolSize: size, ContextTimeoutEnabled: true})
+	}
+	a.clients = append(a.clients, client)
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := client.Ping(pctx).Err(); err != nil {
+		return nil, fmt.Errorf("%s: connect to %s: %w", key, rc.Addr, err)
+	}
+	if !rc.IsEmbedded() {
+		if err := a.checkDurable(pctx, key, client); err != nil {
+			return nil, err
+		}
+	}
+	return client, nil
+}
+
+// ErrNotDurable is returned when RequireDurableRedis is set and a Redis may
+// lose or evict jobs.
+var ErrNotDurable = errors.New("redis is not durable")
+
+// checkDurable warns (or refuses, with RequireDurableRedis) when a Redis
+// has AOF off or a maxmemory-policy that evicts keys: either loses jobs.
+func (a *App) checkDurable(ctx context.Context, key string, client redis.UniversalClient) error {
+	info, err := client.Info(ctx, "persistence", "memory").Result()
+	if err != nil {
+		a.log.WithError(err).WithField("redis", key).Warn("cannot read INFO to check durability")
+		return nil
+	}
+	var problems []string
+	if v := infoField(info, "aof_enabled"); v != "1" {
+		problems = append(problems, "appendonly is off (jobs acknowledged since the last snapshot are lost when Redis restarts)")
+	}
+	if v := infoField(info, "maxmemory_policy"); v != "" && v != "noeviction" {
+		problems = append(problems, fmt.Sprintf("maxmemory-policy is %q (Redis may evict jobs; use noeviction)", v))
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	msg := key + ": " + strings.Join(problems, "; ")
+	if a.cfg.Kairos.RequireDurableRedis {
+		return fmt.Errorf("%w: %s", ErrNotDurable, msg)
+	}
+	a.log.WithField("redis", key).Warn("REDIS IS NOT DURABLE: " + msg + " (set [Kairos] RequireDurableRedis = true to refuse to start)")
+	return nil
+}
+
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// Listen binds the server's listeners (see server.Server.Listen).
+func (a *App) Listen() error { return a.Server.Listen() }
+
+// Run runs the engines, the throttler and the HTTP server until ctx is
+// done, then shuts down in order: HTTP first (waiting consumers are
+// answered), then the engines, then the Redis connections.
+func (a *App) Run(ctx context.Context) error {
+	bg, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, e := range a.Engines {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = e.Run(bg) }()
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = a.Throttler.Run(bg) }()
+	err := a.Server.Serve(ctx)
+	stop()
+	wg.Wait()
+	a.closeClients()
+	return err
+}
+
+func (a *App) closeClients() {
+	for _, c := range a.clients {
+		_ = c.Close()
+	}
+	a.clients = nil
+	if a.embedded != nil {
+		a.embedded.Close()
+		a.embedded = nil
+	}
+}

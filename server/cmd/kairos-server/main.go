@@ -1,0 +1,131 @@
+// Command kairos-server runs Kairos: the lmstfy-compatible public API and
+// the admin API, over the Redis pools named in its config file. With no
+// Redis address configured it embeds an in-memory Redis (nothing durable).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/kairos-dev/kairos/config"
+	"github.com/kairos-dev/kairos/server"
+	"github.com/kairos-dev/kairos/server/app"
+)
+
+// Set by the Makefile with -ldflags -X.
+var (
+	version     = "unknown"
+	buildCommit = "unknown"
+	buildDate   = "unknown"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "kairos-server:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("kairos-server", flag.ContinueOnError)
+	cfgPath := fs.String("c", "config/dev.toml", "config file (lmstfy config files work unchanged)")
+	showVersion := fs.Bool("v", false, "print the version and exit")
+	skipVerify := fs.Bool("sv", false, "skip token verification (development only, as lmstfy's -sv)")
+	pidFile := fs.String("p", "", "write the process id to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "kairos-server %s (commit %s, built %s)\n", version, buildCommit, buildDate)
+		return nil
+	}
+	cfg, warnings, err := config.LoadWithWarnings(*cfgPath)
+	if err != nil {
+		return err
+	}
+	log, closeLog, err := newLogger(cfg)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	for _, w := range warnings {
+		log.WithField("config", *cfgPath).Warn(w)
+	}
+	if *pidFile != "" {
+		if err := os.WriteFile(*pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+			return fmt.Errorf("pid file: %w", err)
+		}
+		defer os.Remove(*pidFile)
+	}
+	if *skipVerify {
+		log.Warn("token verification is OFF (-sv): anyone can use any namespace")
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	a, err := app.New(ctx, cfg, app.Options{
+		Logger:     log,
+		SkipVerify: *skipVerify,
+		Version:    server.VersionInfo{Version: version, BuildCommit: buildCommit, BuildDate: buildDate},
+	})
+	if err != nil {
+		return err
+	}
+	if err := a.Listen(); err != nil {
+		return err
+	}
+	log.Infof("kairos %s: API on http://%s, admin API on http://%s", version, a.Server.Addr(), a.Server.AdminAddr())
+	log.Infof("create a token: curl -X POST 'http://%s/token/<namespace>?description=first'", a.Server.AdminAddr())
+	go func() {
+		// A second signal during the graceful shutdown forces the exit.
+		<-ctx.Done()
+		stop()
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGINT, syscall.SIGTERM)
+		<-c
+		log.Warn("second signal: exiting now")
+		os.Exit(2)
+	}()
+	err = a.Run(ctx)
+	log.Info("stopped")
+	return err
+}
+
+// newLogger builds the logger from LogLevel, LogFormat and LogDir (the error
+// log goes to LogDir/error.log when LogDir is set, else to stdout).
+func newLogger(cfg *config.Config) (*logrus.Logger, func(), error) {
+	log := logrus.New()
+	log.Out = os.Stdout
+	level, err := logrus.ParseLevel(cfg.LogLevel)
+	if err != nil {
+		return nil, nil, fmt.Errorf("LogLevel: %w", err)
+	}
+	log.SetLevel(level)
+	if cfg.LogFormat == "json" {
+		log.SetFormatter(&logrus.JSONFormatter{})
+	} else {
+		log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
+	}
+	closeFn := func() {}
+	if cfg.LogDir != "" {
+		if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
+			return nil, nil, fmt.Errorf("LogDir: %w", err)
+		}
+		f, err := os.OpenFile(filepath.Join(cfg.LogDir, "error.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, nil, fmt.Errorf("LogDir: %w", err)
+		}
+		log.Out = f
+		closeFn = func() { _ = f.Close() }
+	}
+	return log, closeFn, nil
+}
