@@ -60,11 +60,11 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 		opts.Logger = logrus.New()
 	}
 	a = &App{cfg: cfg, log: opts.Logger, Engines: make(map[string]*rdb.Engine), Registry: prometheus.NewRegistry()}
-	defer func() {
+	defer func(a *App) { // a, not the named result, which "return nil, err" clears
 		if err != nil {
 			a.closeClients()
 		}
-	}()
+	}(a)
 	a.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics, err := rdb.NewMetrics(a.Registry)
 	if err != nil {
