@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -755,5 +756,86 @@ func TestE2EEmbedded(t *testing.T) {
 	id = e.publish(t, "q", "delay=1", "later")
 	if j := e.consume(t, "q", "ttr=30&timeout=3"); j.JobID != id {
 		t.Fatalf("delayed job on the embedded store: got %s, want %s", j.JobID, id)
+	}
+}
+
+// TestE2EPools: a token's "pool:" prefix routes its namespace to that
+// pool's Redis; the same namespace in another pool is another world.
+func TestE2EPools(t *testing.T) {
+	rs := redistest.StartWith(t, redistest.Options{AppendOnly: true})
+	cfg := redisConfig(rs.Addr)
+	cfg.Pool["b"] = config.RedisConf{Addr: rs.Addr, DB: 1}
+	k := startKairos(t, cfg)
+	def := &e2e{kairos: k, Redis: rs, NS: "pools", Token: k.newToken(t, "pools")}
+
+	r := doHTTP(t, http.MethodPost, k.Admin+"/token/pools?pool=b&description=in-b", "", nil, nil)
+	r.wantStatus(t, http.StatusCreated)
+	var out struct{ Token string }
+	r.decode(t, &out)
+	if !strings.HasPrefix(out.Token, "b:") || len(out.Token) != 28 {
+		t.Fatalf("token in pool b: %q, want \"b:\" + a ULID", out.Token)
+	}
+	inB := &e2e{kairos: k, Redis: rs, NS: "pools", Token: out.Token}
+	r = doHTTP(t, http.MethodGet, k.Admin+"/token/pools?pool=b", "", nil, nil)
+	r.wantStatus(t, http.StatusOK)
+	r.wantBody(t, "{\n    \"tokens\": {\n        \""+out.Token+"\": \"in-b\"\n    }\n}")
+	r = doHTTP(t, http.MethodGet, k.Admin+"/pools", "", nil, nil)
+	r.wantStatus(t, http.StatusOK)
+	r.wantBody(t, "[\n    \"b\",\n    \"default\"\n]")
+
+	id := inB.publish(t, "q", "", "in pool b")
+	def.wantNoJob(t, "q", "")
+	if j := inB.consume(t, "q", "ttr=30"); j.JobID != id || string(j.Data) != "in pool b" {
+		t.Fatalf("consumed %s from pool b, want %s", j.render(), id)
+	}
+	// The default pool's token is not valid in pool b, nor b's in default.
+	r = doHTTP(t, http.MethodGet, def.url("q", ""), "b:"+def.Token, nil, nil)
+	r.wantStatus(t, http.StatusUnauthorized)
+	r.wantBody(t, `{"error":"invalid token"}`)
+	r = doHTTP(t, http.MethodGet, def.url("q", ""), strings.TrimPrefix(out.Token, "b:"), nil, nil)
+	r.wantStatus(t, http.StatusUnauthorized)
+	r = doHTTP(t, http.MethodGet, def.url("q", ""), "default:"+def.Token, nil, nil)
+	r.wantStatus(t, http.StatusNotFound)
+	r.wantBody(t, `{"msg":"no job available"}`)
+}
+
+// TestE2EDurabilityCheck: with RequireDurableRedis the app refuses a Redis
+// that can lose jobs (spec 11: appendonly no, an evicting policy); without
+// it the app starts and warns.
+func TestE2EDurabilityCheck(t *testing.T) {
+	tests := []struct {
+		name string
+		opts redistest.Options
+		ok   bool
+	}{
+		{"appendonly no", redistest.Options{}, false},
+		{"allkeys-lru", redistest.Options{AppendOnly: true, Extra: []string{"maxmemory-policy allkeys-lru"}}, false},
+		{"durable", redistest.Options{AppendOnly: true}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := redistest.StartWith(t, tc.opts)
+			cfg := redisConfig(rs.Addr)
+			cfg.Kairos.RequireDurableRedis = true
+			a, err := app.New(context.Background(), cfg, app.Options{Logger: testLogger(t)})
+			if tc.ok {
+				if err != nil {
+					t.Fatalf("app.New on a durable Redis: %v", err)
+				}
+				// Run closes what New opened.
+				ctx, cancel := context.WithCancel(context.Background())
+				cancel()
+				if err := a.Run(ctx); err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, app.ErrNotDurable) {
+				t.Fatalf("app.New with RequireDurableRedis on a %s Redis: %v, want ErrNotDurable", tc.name, err)
+			}
+			// Without RequireDurableRedis it only warns.
+			k := startKairos(t, redisConfig(rs.Addr))
+			k.newToken(t, "warned")
+		})
 	}
 }
