@@ -96,6 +96,29 @@ type Kairos struct {
 	PumpBatch int `toml:"PumpBatch"`
 	// ShutdownTimeoutSecond bounds graceful shutdown.
 	ShutdownTimeoutSecond int `toml:"ShutdownTimeoutSecond"`
+	// ReadHeaderTimeoutSecond bounds reading a request's line and headers,
+	// so that a client trickling header bytes (slowloris) is cut off early;
+	// the server caps it at ReadTimeoutSecond.
+	ReadHeaderTimeoutSecond int `toml:"ReadHeaderTimeoutSecond"`
+	// HashTokens stores new tokens hashed (SHA-256) at rest, so that a dump
+	// of the admin Redis reveals no usable token; token listings then show
+	// fingerprints instead of tokens.
+	HashTokens bool `toml:"HashTokens"`
+	// ProtectAdminEndpoints puts the admin /metrics, /info and
+	// /debug/pprof behind the basic auth of Accounts (when Accounts is not
+	// empty). nil means true; false leaves them open, as lmstfy does. Use
+	// AdminEndpointsProtected to read it.
+	ProtectAdminEndpoints *bool `toml:"ProtectAdminEndpoints"`
+	// AuthenticateSize makes the two public size routes require a token
+	// like every other route (lmstfy leaves them open, the default).
+	AuthenticateSize bool `toml:"AuthenticateSize"`
+}
+
+// AdminEndpointsProtected reports whether /metrics, /info and /debug/pprof
+// need basic auth when Accounts are configured: ProtectAdminEndpoints, true
+// when unset.
+func (k Kairos) AdminEndpointsProtected() bool {
+	return k.ProtectAdminEndpoints == nil || *k.ProtectAdminEndpoints
 }
 
 // Default returns a Config holding every default: lmstfy's for the lmstfy
@@ -113,15 +136,19 @@ func Default() *Config {
 		TimeoutSecond: 0,
 
 		Kairos: Kairos{
-			MaxTimeoutSecond:      600,
-			ReadTimeoutSecond:     30,
-			WriteTimeoutSecond:    30,
-			IdleTimeoutSecond:     120,
-			PumpBatch:             1000,
-			ShutdownTimeoutSecond: 30,
+			MaxTimeoutSecond:        600,
+			ReadTimeoutSecond:       30,
+			WriteTimeoutSecond:      30,
+			IdleTimeoutSecond:       120,
+			PumpBatch:               1000,
+			ShutdownTimeoutSecond:   30,
+			ReadHeaderTimeoutSecond: 10,
+			ProtectAdminEndpoints:   ptr(true),
 		},
 	}
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // activePools returns the pools Kairos uses: those without a legacy
 // Version, which lmstfy ignores.
@@ -184,6 +211,12 @@ func (k Kairos) ReadTimeout() time.Duration { return seconds(k.ReadTimeoutSecond
 // WriteTimeout bounds writing one HTTP response, before the server adds
 // the long-poll cap to it.
 func (k Kairos) WriteTimeout() time.Duration { return seconds(k.WriteTimeoutSecond) }
+
+// ReadHeaderTimeout bounds reading a request's line and headers
+// (http.Server.ReadHeaderTimeout), at most ReadTimeout.
+func (k Kairos) ReadHeaderTimeout() time.Duration {
+	return min(seconds(k.ReadHeaderTimeoutSecond), k.ReadTimeout())
+}
 
 // IdleTimeout bounds an idle keep-alive connection.
 func (k Kairos) IdleTimeout() time.Duration { return seconds(k.IdleTimeoutSecond) }

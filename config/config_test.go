@@ -16,12 +16,14 @@ func TestDefault(t *testing.T) {
 		TTRSecond:     120,
 		TimeoutSecond: 0,
 		Kairos: Kairos{
-			MaxTimeoutSecond:      600,
-			ReadTimeoutSecond:     30,
-			WriteTimeoutSecond:    30,
-			IdleTimeoutSecond:     120,
-			PumpBatch:             1000,
-			ShutdownTimeoutSecond: 30,
+			MaxTimeoutSecond:        600,
+			ReadTimeoutSecond:       30,
+			WriteTimeoutSecond:      30,
+			IdleTimeoutSecond:       120,
+			PumpBatch:               1000,
+			ShutdownTimeoutSecond:   30,
+			ReadHeaderTimeoutSecond: 10,
+			ProtectAdminEndpoints:   ptr(true),
 		},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
@@ -51,6 +53,8 @@ func TestDurations(t *testing.T) {
 		{"WriteTimeout", c.Kairos.WriteTimeout(), 30 * time.Second},
 		{"IdleTimeout", c.Kairos.IdleTimeout(), 2 * time.Minute},
 		{"ShutdownTimeout", c.Kairos.ShutdownTimeout(), 30 * time.Second},
+		{"ReadHeaderTimeout", c.Kairos.ReadHeaderTimeout(), 10 * time.Second},
+		{"ReadHeaderTimeout capped by ReadTimeout", Kairos{ReadTimeoutSecond: 3, ReadHeaderTimeoutSecond: 10}.ReadHeaderTimeout(), 3 * time.Second},
 	}
 	for _, tc := range tests {
 		if tc.got != tc.want {

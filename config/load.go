@@ -124,7 +124,7 @@ func decodeError(name string, data []byte, err error) error {
 		de.Line, de.Key, de.Reason = pe.Position.Line, pe.LastKey, pe.Message
 		// The lexer has already counted the newline it choked on (a table
 		// header missing its "]"), so derive the line from the offset.
-		if pos := pe.Position; pos.Len > 0 && pos.Start < len(data) {
+		if pos := pe.Position; pos.Len > 0 && pos.Start >= 0 && pos.Start < len(data) {
 			de.Line = bytes.Count(data[:pos.Start], []byte("\n")) + 1
 		}
 		return de

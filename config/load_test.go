@@ -115,7 +115,7 @@ func TestLoadUpstreamLmstfy(t *testing.T) {
 			// The defaults are commented out in both files.
 			d := Default()
 			if cfg.TTLSecond != d.TTLSecond || cfg.DelaySecond != d.DelaySecond || cfg.TriesNum != d.TriesNum ||
-				cfg.TTRSecond != d.TTRSecond || cfg.TimeoutSecond != d.TimeoutSecond || cfg.Kairos != d.Kairos {
+				cfg.TTRSecond != d.TTRSecond || cfg.TimeoutSecond != d.TimeoutSecond || !reflect.DeepEqual(cfg.Kairos, d.Kairos) {
 				t.Errorf("defaults not applied: %+v", cfg)
 			}
 		})
@@ -176,6 +176,41 @@ func TestLoadAppliesDefaults(t *testing.T) {
 	if cfg.TTLSecond != 0 || cfg.TTRSecond != 5 || cfg.Kairos.PumpBatch != 10 || !cfg.Kairos.RequireDurableRedis ||
 		cfg.Kairos.MaxTimeoutSecond != 600 || cfg.AdminHost != "127.0.0.1" {
 		t.Errorf("Load = %+v", cfg)
+	}
+}
+
+func TestLoadSecurityKeys(t *testing.T) {
+	tests := []struct {
+		name      string
+		kairos    string
+		protected bool
+		hash      bool
+		size      bool
+		header    int
+	}{
+		{"defaults", "", true, false, false, 10},
+		{"all set", "HashTokens = true\nProtectAdminEndpoints = false\nAuthenticateSize = true\nReadHeaderTimeoutSecond = 2\n", false, true, true, 2},
+		{"protect explicitly", "ProtectAdminEndpoints = true\n", true, false, false, 10},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, warnings, err := LoadWithWarnings(writeConfig(t, minimal+"[Kairos]\n"+tc.kairos))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(warnings) != 0 {
+				t.Errorf("warnings = %q", warnings)
+			}
+			k := cfg.Kairos
+			if k.AdminEndpointsProtected() != tc.protected || k.HashTokens != tc.hash ||
+				k.AuthenticateSize != tc.size || k.ReadHeaderTimeoutSecond != tc.header {
+				t.Errorf("Kairos = %+v (protected %v)", k, k.AdminEndpointsProtected())
+			}
+		})
+	}
+	// A Kairos value built in code without the switch is protected.
+	if !(Kairos{}).AdminEndpointsProtected() {
+		t.Error("Kairos{}.AdminEndpointsProtected() = false, want true")
 	}
 }
 

@@ -240,6 +240,7 @@ func (c *Config) validateKairos(p *problems) {
 		{"Kairos.WriteTimeoutSecond", k.WriteTimeoutSecond},
 		{"Kairos.IdleTimeoutSecond", k.IdleTimeoutSecond},
 		{"Kairos.ShutdownTimeoutSecond", k.ShutdownTimeoutSecond},
+		{"Kairos.ReadHeaderTimeoutSecond", k.ReadHeaderTimeoutSecond},
 	} {
 		validateSeconds(p, s.key, s.v, 1)
 	}

@@ -57,6 +57,10 @@ func TestValidateAccepts(t *testing.T) {
 		{"max tries and uint32 seconds", func(c *Config) { c.TriesNum, c.TTLSecond = 65535, 4294967295 }},
 		{"timeout equal to the cap", func(c *Config) { c.TimeoutSecond, c.Kairos.MaxTimeoutSecond = 30, 30 }},
 		{"durable flag", func(c *Config) { c.Kairos.RequireDurableRedis = true }},
+		{"security switches", func(c *Config) {
+			c.Kairos.HashTokens, c.Kairos.AuthenticateSize, c.Kairos.ProtectAdminEndpoints = true, true, ptr(false)
+		}},
+		{"read header timeout above the read timeout (capped)", func(c *Config) { c.Kairos.ReadHeaderTimeoutSecond = 100 }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -129,6 +133,8 @@ func TestValidateRejects(t *testing.T) {
 		{"zero shutdown timeout", func(c *Config) { c.Kairos.ShutdownTimeoutSecond = 0 }, []string{"Kairos.ShutdownTimeoutSecond: must be > 0"}},
 		{"huge shutdown timeout", func(c *Config) { c.Kairos.ShutdownTimeoutSecond = 1 << 40 }, []string{"Kairos.ShutdownTimeoutSecond: must be <= 4294967295"}},
 		{"zero pump batch", func(c *Config) { c.Kairos.PumpBatch = 0 }, []string{"Kairos.PumpBatch: must be > 0"}},
+		{"zero read header timeout", func(c *Config) { c.Kairos.ReadHeaderTimeoutSecond = 0 }, []string{"Kairos.ReadHeaderTimeoutSecond: must be > 0"}},
+		{"huge read header timeout", func(c *Config) { c.Kairos.ReadHeaderTimeoutSecond = 1 << 33 }, []string{"Kairos.ReadHeaderTimeoutSecond: must be <= 4294967295"}},
 		{"timeout above the cap", func(c *Config) { c.TimeoutSecond = 601 }, []string{"Kairos.MaxTimeoutSecond: must be >= TimeoutSecond (601)"}},
 		{"several problems at once", func(c *Config) {
 			c.Port, c.LogLevel, c.Pool, c.TriesNum = 0, "loud", nil, 0
