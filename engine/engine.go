@@ -36,6 +36,37 @@ var (
 	ErrInvalid = errors.New("engine: invalid request")
 	// ErrClosed means the engine was closed.
 	ErrClosed = errors.New("engine: closed")
+	// ErrStaleReceipt means a receipt no longer matches the job's current
+	// delivery: the job was re-delivered, released, acknowledged or is not
+	// in flight.
+	ErrStaleReceipt = errors.New("engine: stale receipt")
+	// ErrKeyExists means a publish named a job key (idempotency key) that is
+	// already taken; the error comes with the first job's ID.
+	ErrKeyExists = errors.New("engine: job key exists")
+)
+
+// MaxPriority is the highest per-job priority.
+const MaxPriority = 255
+
+// JobState is where a job is.
+type JobState string
+
+// Job states, as GET …/job/:id reports them.
+const (
+	StateReady    JobState = "ready"
+	StateDelayed  JobState = "delayed"
+	StateInFlight JobState = "in_flight"
+	StateDead     JobState = "dead"
+)
+
+// DeadReason says why a job entered the dead letter.
+type DeadReason string
+
+// Dead letter reasons.
+const (
+	ReasonTTRExpired    DeadReason = "ttr_expired"
+	ReasonNacked        DeadReason = "nacked"
+	ReasonWebhookFailed DeadReason = "webhook_failed"
 )
 
 // Job is one job as the engine hands it out.
@@ -51,6 +82,24 @@ type Job struct {
 	Tries uint16
 	// Attributes are the job's attributes (v1 job IDs only); nil otherwise.
 	Attributes map[string]string
+
+	// Kairos extensions.
+
+	// Receipt identifies this delivery of a consumed job: release, touch
+	// and a receipt-checked ACK only act on the current delivery.
+	Receipt string
+	// State is where the job is (peek job only).
+	State JobState
+	// DueAt is when a delayed job becomes ready or an in-flight job's TTR
+	// ends; zero otherwise.
+	DueAt time.Time
+	// Deliveries is how many times the job was handed to a consumer.
+	Deliveries int
+	// Priority is the job's priority within its queue (0 = default).
+	Priority int
+	// DeadReason and DeadAt describe a dead job.
+	DeadReason DeadReason
+	DeadAt     time.Time
 }
 
 // PublishRequest describes one job to publish.
@@ -75,6 +124,12 @@ type PublishRequest struct {
 	// Replaces names a job of the same queue that is deleted in the same
 	// atomic step as this publish (lmstfy's re-publish).
 	Replaces string
+	// Priority orders ready jobs within the queue: higher first, FIFO among
+	// equals (0..MaxPriority; 0 is the default and costs nothing).
+	Priority int
+	// Key is an idempotency key: while it lives (the job's TTL), publishing
+	// the same key again returns the first job's ID with ErrKeyExists.
+	Key string
 }
 
 // ConsumeRequest describes one consume call.
@@ -135,6 +190,58 @@ type Engine interface {
 	DeleteDeadLetter(ctx context.Context, namespace, queue string, limit int64) (int64, error)
 	// Info returns the namespaces this pool knows with their queues.
 	Info(ctx context.Context) (map[string][]string, error)
+}
+
+// ReleaseRequest hands an in-flight job back (nack).
+type ReleaseRequest struct {
+	Namespace, Queue, ID string
+	// Receipt must match the job's current delivery.
+	Receipt string
+	// Delay before the job is ready again; UsePolicy applies the queue's
+	// backoff policy instead.
+	Delay     time.Duration
+	UsePolicy bool
+	// KeepTry gives back the try the delivery spent; otherwise it stays
+	// spent and a job with no tries left goes to the dead letter.
+	KeepTry bool
+	// Reason is recorded if the job goes to the dead letter.
+	Reason DeadReason
+}
+
+// QueueConfig holds a queue's Kairos settings.
+type QueueConfig struct {
+	// Backoff is the retry policy applied when a TTR expires or a job is
+	// nacked without a delay; nil means lmstfy's: ready again at once.
+	Backoff *Backoff `json:"backoff,omitempty"`
+	// DeadTTL, when positive, is how long dead jobs are kept.
+	DeadTTL time.Duration `json:"-"`
+	// Paused queues hand out no jobs; publishing continues.
+	Paused bool `json:"paused"`
+}
+
+// Extended is what the Redis engine offers beyond lmstfy's operations. The
+// server type-asserts it, so other engines may implement only Engine.
+type Extended interface {
+	Engine
+	// Ack deletes a job only if receipt matches its current delivery.
+	Ack(ctx context.Context, namespace, queue, jobID, receipt string) error
+	// Release hands an in-flight job back, now or later.
+	Release(ctx context.Context, req *ReleaseRequest) error
+	// Touch extends an in-flight job's TTR to now+ttr and returns the new
+	// due time.
+	Touch(ctx context.Context, namespace, queue, jobID, receipt string, ttr time.Duration) (time.Time, error)
+	// CancelKey deletes the job published with an idempotency key and
+	// returns its ID.
+	CancelKey(ctx context.Context, namespace, queue, key string) (string, error)
+	// QueueConfig reads and SetQueueConfig writes a queue's settings.
+	QueueConfig(ctx context.Context, namespace, queue string) (QueueConfig, error)
+	SetQueueConfig(ctx context.Context, namespace, queue string, cfg QueueConfig) error
+	// ListDeadLetter returns up to limit dead jobs, oldest first, starting
+	// offset jobs from the oldest, with their bodies.
+	ListDeadLetter(ctx context.Context, namespace, queue string, offset, limit int64) ([]*Job, error)
+	// RespawnDeadJob and DeleteDeadJob act on one dead job by ID.
+	RespawnDeadJob(ctx context.Context, namespace, queue, jobID string, ttl time.Duration) error
+	DeleteDeadJob(ctx context.Context, namespace, queue, jobID string) error
 }
 
 // QueueStats are the sizes of one queue, for metrics and dashboards.

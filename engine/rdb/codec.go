@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
+
+	"github.com/kairos-dev/kairos/engine"
 )
 
 // Packed entries are the members of ready lists, timers and dead letters:
@@ -61,4 +64,75 @@ func decodePayload(version int, v []byte) (body []byte, attrs map[string]string,
 		return nil, nil, fmt.Errorf("rdb: decode v1 payload: %w", err)
 	}
 	return p.Body, p.Attributes, nil
+}
+
+// headerSize is the length of the header before every stored payload
+// (scripts.go documents the layout).
+const headerSize = 22
+
+// header is a decoded job header.
+type header struct {
+	state      byte
+	tries      uint16
+	deliveries uint16
+	priority   uint8
+	reason     uint8
+	timeMS     int64
+	nonce      [8]byte
+}
+
+var deadReasons = map[uint8]engine.DeadReason{1: engine.ReasonTTRExpired, 2: engine.ReasonNacked, 3: engine.ReasonWebhookFailed}
+
+// reasonCode is the header code of a dead reason.
+func reasonCode(r engine.DeadReason) int {
+	for c, v := range deadReasons {
+		if v == r {
+			return int(c)
+		}
+	}
+	return 2
+}
+
+// splitValue splits a stored value into its header and payload.
+func splitValue(v []byte) (header, []byte, error) {
+	var h header
+	if len(v) < headerSize || v[0] != 1 {
+		return h, nil, errBadEntry
+	}
+	h.state = v[1]
+	h.tries = binary.LittleEndian.Uint16(v[2:4])
+	h.deliveries = binary.LittleEndian.Uint16(v[4:6])
+	h.priority = v[6]
+	h.reason = v[7]
+	var t [8]byte
+	copy(t[:6], v[8:14])
+	h.timeMS = int64(binary.LittleEndian.Uint64(t[:]))
+	copy(h.nonce[:], v[14:22])
+	return h, v[headerSize:], nil
+}
+
+// apply copies what the header says about a job into j.
+func (h header) apply(j *engine.Job, now time.Time) {
+	j.Tries = h.tries
+	j.Deliveries = int(h.deliveries)
+	j.Priority = int(h.priority)
+	switch h.state {
+	case 'r':
+		j.State = engine.StateReady
+	case 'd':
+		// The pump leaves 'd' on jobs it makes ready.
+		if h.timeMS > now.UnixMilli() {
+			j.State = engine.StateDelayed
+			j.DueAt = time.UnixMilli(h.timeMS)
+		} else {
+			j.State = engine.StateReady
+		}
+	case 'f':
+		j.State = engine.StateInFlight
+		j.DueAt = time.UnixMilli(h.timeMS)
+	case 'x':
+		j.State = engine.StateDead
+		j.DeadReason = deadReasons[h.reason]
+		j.DeadAt = time.UnixMilli(h.timeMS)
+	}
 }

@@ -6,8 +6,11 @@ package rdb
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -172,13 +175,15 @@ func checkNames(ns, q string) error {
 // Publish implements engine.Engine.
 func (e *Engine) Publish(ctx context.Context, req *engine.PublishRequest) (string, error) {
 	ids, err := e.PublishBatch(ctx, []*engine.PublishRequest{req})
-	if err != nil {
+	if len(ids) == 0 {
 		return "", err
 	}
-	return ids[0], nil
+	// With ErrKeyExists, ids[0] is the first job's ID.
+	return ids[0], err
 }
 
 // PublishBatch implements engine.Engine: all jobs must name the same queue.
+// A Key (idempotency key) is honoured on a batch of one job only.
 func (e *Engine) PublishBatch(ctx context.Context, reqs []*engine.PublishRequest) ([]string, error) {
 	if len(reqs) == 0 {
 		return nil, fmt.Errorf("publish: no jobs: %w", engine.ErrInvalid)
@@ -194,8 +199,11 @@ func (e *Engine) PublishBatch(ctx context.Context, reqs []*engine.PublishRequest
 		if r.Tries == 0 {
 			return nil, fmt.Errorf("publish: tries must be >= 1: %w", engine.ErrInvalid)
 		}
-		if r.TTL < 0 || r.Delay < 0 {
-			return nil, fmt.Errorf("publish: negative ttl or delay: %w", engine.ErrInvalid)
+		if r.TTL < 0 || r.Delay < 0 || r.Priority < 0 || r.Priority > engine.MaxPriority {
+			return nil, fmt.Errorf("publish: negative ttl or delay, or priority out of 0..%d: %w", engine.MaxPriority, engine.ErrInvalid)
+		}
+		if r.Key != "" && (len(reqs) > 1 || len(r.Key) > 256) {
+			return nil, fmt.Errorf("publish: a job key needs a single job and at most 256 bytes: %w", engine.ErrInvalid)
 		}
 	}
 	if err := e.recordMeta(ctx, ns, q); err != nil {
@@ -205,18 +213,24 @@ func (e *Engine) PublishBatch(ctx context.Context, reqs []*engine.PublishRequest
 	nowMS := ceilMS(now)
 	ids := make([]string, len(reqs))
 	generated := make([]bool, len(reqs))
-	keys := make([]string, 4+len(reqs))
-	keys[0], keys[1], keys[2] = readyKey(ns, q), timerKey(ns, q), timerIndexKey
-	args := make([]interface{}, 5+4*len(reqs))
+	keys := make([]string, 7+len(reqs))
+	keys[0], keys[1], keys[2], keys[3], keys[4] = readyKey(ns, q), timerKey(ns, q), timerIndexKey, prioKey(ns, q), configKey(ns, q)
+	args := make([]interface{}, 6+6*len(reqs))
 	args[0] = nowMS
 	args[1] = queueMember(ns, q)
 	args[2] = readyChannel(ns, q)
 	args[3] = timerChannel
-	args[4] = "0"
-	var replaces string
+	args[4] = ""
+	args[5] = "0"
+	keys[5], keys[6] = keys[0], keys[0] // unused unless set below; same slot
 	for i, r := range reqs {
 		if r.Replaces != "" {
-			replaces = r.Replaces
+			keys[5] = jobKey(ns, q, r.Replaces)
+			args[4] = r.Replaces
+		}
+		if r.Key != "" {
+			keys[6] = uniqueKey(ns, q, r.Key)
+			args[5] = "1"
 		}
 		id := r.ID
 		if id == "" {
@@ -232,32 +246,33 @@ func (e *Engine) PublishBatch(ctx context.Context, reqs []*engine.PublishRequest
 		if err != nil {
 			return nil, fmt.Errorf("publish %s/%s: %w", ns, q, err)
 		}
-		keys[4+i] = jobKey(ns, q, id)
-		b := 5 + 4*i
-		args[b] = packEntry(r.Tries, id)
+		keys[7+i] = jobKey(ns, q, id)
+		b := 6 + 6*i
+		args[b] = id
 		args[b+1] = payload
 		args[b+2] = durMS(r.TTL)
 		args[b+3] = nowMS + durMS(r.Delay)
-	}
-	if replaces != "" {
-		keys[3] = jobKey(ns, q, replaces)
-		args[4] = "1"
-	} else {
-		keys[3] = keys[4]
+		args[b+4] = int(r.Tries)
+		args[b+5] = r.Priority
 	}
 	for attempt := 0; ; attempt++ {
-		res, err := publishScript.Run(ctx, e.rdb, keys, args...).Int64Slice()
+		res, err := publishScript.Run(ctx, e.rdb, keys, args...).Slice()
 		if err != nil {
 			return nil, fmt.Errorf("publish %s/%s: %w", ns, q, err)
 		}
-		if res[0] == 0 {
-			if res[2] > 0 {
+		code, _ := res[0].(int64)
+		switch {
+		case code == 0 && len(res) == 3:
+			if earliest, _ := res[2].(int64); earliest > 0 {
 				e.wakePump()
 			}
 			e.metrics.published(e.pool, ns, q, len(reqs))
 			return ids, nil
+		case code == -1 && len(res) == 2:
+			first, _ := res[1].(string)
+			return []string{first}, fmt.Errorf("publish %s/%s key %q: %w", ns, q, reqs[0].Key, engine.ErrKeyExists)
 		}
-		k := int(res[0]) - 1
+		k := int(code) - 1
 		if k < 0 || k >= len(reqs) {
 			return nil, fmt.Errorf("publish %s/%s: unexpected reply %v", ns, q, res)
 		}
@@ -268,11 +283,8 @@ func (e *Engine) PublishBatch(ctx context.Context, reqs []*engine.PublishRequest
 		// that job with a fresh one.
 		r := reqs[k]
 		ids[k] = engine.NewJobID(now, r.Delay, r.Versioned)
-		keys[4+k] = jobKey(ns, q, ids[k])
-		args[5+4*k] = packEntry(r.Tries, ids[k])
-		if replaces == "" && k == 0 {
-			keys[3] = keys[4]
-		}
+		keys[7+k] = jobKey(ns, q, ids[k])
+		args[6+6*k] = ids[k]
 	}
 }
 
@@ -300,27 +312,31 @@ func (e *Engine) consumeNow(ctx context.Context, req *engine.ConsumeRequest) ([]
 	// a job taken but never returned would wait for its TTR.
 	ctx = context.WithoutCancel(ctx)
 	n := len(req.Queues)
-	keys := make([]string, 2*n+1)
-	args := make([]interface{}, 4+2*n)
+	keys := make([]string, 4*n+1)
+	args := make([]interface{}, 5+2*n)
 	for i, q := range req.Queues {
 		keys[i] = readyKey(req.Namespace, q)
 		keys[n+i] = timerKey(req.Namespace, q)
-		args[4+i] = jobKeyPrefix(req.Namespace, q)
-		args[4+n+i] = queueMember(req.Namespace, q)
+		keys[2*n+i] = prioKey(req.Namespace, q)
+		keys[3*n+i] = configKey(req.Namespace, q)
+		args[5+i] = jobKeyPrefix(req.Namespace, q)
+		args[5+n+i] = queueMember(req.Namespace, q)
 	}
-	keys[2*n] = timerIndexKey
+	keys[4*n] = timerIndexKey
 	args[2] = consumeScanBudget
 	args[3] = timerChannel
 	var jobs []*engine.Job
 	for {
 		now := e.now()
-		args[0] = ceilMS(now) + durMS(req.TTR)
+		due := ceilMS(now) + durMS(req.TTR)
+		args[0] = due
 		args[1] = req.Count - len(jobs)
+		args[4] = newReceiptBase()
 		res, err := consumeScript.Run(ctx, e.rdb, keys, args...).Slice()
 		if err != nil {
 			return jobs, fmt.Errorf("consume %s/%v: %w", req.Namespace, req.Queues, err)
 		}
-		more, earliest, got, err := e.decodeConsumed(req, res)
+		more, earliest, got, err := e.decodeConsumed(req, res, due)
 		if err != nil {
 			return jobs, err
 		}
@@ -335,33 +351,52 @@ func (e *Engine) consumeNow(ctx context.Context, req *engine.ConsumeRequest) ([]
 	}
 }
 
-func (e *Engine) decodeConsumed(req *engine.ConsumeRequest, res []interface{}) (more bool, earliest int64, jobs []*engine.Job, err error) {
-	if len(res) < 2 || (len(res)-2)%5 != 0 {
+func (e *Engine) decodeConsumed(req *engine.ConsumeRequest, res []interface{}, due int64) (more bool, earliest int64, jobs []*engine.Job, err error) {
+	const per = 8
+	if len(res) < 2 || (len(res)-2)%per != 0 {
 		return false, 0, nil, fmt.Errorf("consume: unexpected reply of %d items", len(res))
 	}
 	m, _ := res[0].(int64)
 	earliest, _ = res[1].(int64)
-	for i := 2; i < len(res); i += 5 {
+	for i := 2; i < len(res); i += per {
 		pos, _ := res[i].(int64)
 		id, _ := res[i+1].(string)
 		left, _ := res[i+2].(int64)
 		payload, _ := res[i+3].(string)
 		pttl, _ := res[i+4].(int64)
+		deliv, _ := res[i+5].(int64)
+		nonce, _ := res[i+6].(string)
+		prio, _ := res[i+7].(int64)
 		if pos < 1 || int(pos) > len(req.Queues) {
 			return false, 0, nil, fmt.Errorf("consume: bad queue position %d", pos)
 		}
-		j, err := makeJob(req.Namespace, req.Queues[pos-1], id, payload, pttl, uint16(left))
+		j, err := makeJob(req.Namespace, req.Queues[pos-1], id, []byte(payload), pttl)
 		if err != nil {
 			e.log.WithError(err).WithField("job_id", id).Error("consume: undecodable job body")
 			continue
 		}
+		j.Tries = uint16(left)
+		j.State = engine.StateInFlight
+		j.Deliveries = int(deliv)
+		j.Priority = int(prio)
+		j.Receipt = hex.EncodeToString([]byte(nonce))
+		j.DueAt = time.UnixMilli(due)
 		jobs = append(jobs, j)
 	}
 	return m == 1, earliest, jobs, nil
 }
 
-func makeJob(ns, q, id, payload string, pttl int64, tries uint16) (*engine.Job, error) {
-	body, attrs, err := decodePayload(engine.JobIDVersion(id), []byte(payload))
+// newReceiptBase returns 6 random bytes; the consume script appends the
+// job's position in its reply to make each delivery's 8-byte receipt.
+func newReceiptBase() string {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], rand.Uint64())
+	return string(b[:6])
+}
+
+// makeJob decodes a job from its payload (no header).
+func makeJob(ns, q, id string, payload []byte, pttl int64) (*engine.Job, error) {
+	body, attrs, err := decodePayload(engine.JobIDVersion(id), payload)
 	if err != nil {
 		return nil, err
 	}
@@ -369,19 +404,28 @@ func makeJob(ns, q, id, payload string, pttl int64, tries uint16) (*engine.Job, 
 	if pttl > 0 {
 		ttl = time.Duration(pttl) * time.Millisecond
 	}
-	return &engine.Job{Namespace: ns, Queue: q, ID: id, Body: body, TTL: ttl, Tries: tries, Attributes: attrs}, nil
+	return &engine.Job{Namespace: ns, Queue: q, ID: id, Body: body, TTL: ttl, Attributes: attrs}, nil
 }
 
-// Delete implements engine.Engine: the ACK. Like lmstfy it deletes the body;
-// the job's entries are dropped when next touched.
+// makeStoredJob decodes a stored value (header + payload); now decides
+// whether a delayed job is already due (ready).
+func makeStoredJob(ns, q, id string, value []byte, pttl int64, now time.Time) (*engine.Job, error) {
+	h, payload, err := splitValue(value)
+	if err != nil {
+		return nil, err
+	}
+	j, err := makeJob(ns, q, id, payload, pttl)
+	if err != nil {
+		return nil, err
+	}
+	h.apply(j, now)
+	return j, nil
+}
+
+// Delete implements engine.Engine: the ACK. Like lmstfy it deletes the job
+// whatever its state; unlike lmstfy it also drops the job's timer entry.
 func (e *Engine) Delete(ctx context.Context, ns, q, id string) error {
-	if err := checkNames(ns, q); err != nil {
-		return fmt.Errorf("delete: %w", err)
-	}
-	if err := e.rdb.Del(ctx, jobKey(ns, q, id)).Err(); err != nil {
-		return fmt.Errorf("delete %s/%s/%s: %w", ns, q, id, err)
-	}
-	return nil
+	return e.Ack(ctx, ns, q, id, "")
 }
 
 // PeekQueue implements engine.Engine.
@@ -389,24 +433,24 @@ func (e *Engine) PeekQueue(ctx context.Context, ns, q string) (*engine.Job, erro
 	if err := checkNames(ns, q); err != nil {
 		return nil, fmt.Errorf("peek: %w", err)
 	}
-	res, err := peekQueueScript.Run(ctx, e.rdb, []string{readyKey(ns, q)}, jobKeyPrefix(ns, q), peekScanBudget).Slice()
+	res, err := peekQueueScript.Run(ctx, e.rdb, []string{readyKey(ns, q), prioKey(ns, q)}, jobKeyPrefix(ns, q), peekScanBudget).Slice()
 	if errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("peek %s/%s: %w", ns, q, engine.ErrQueueEmpty)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("peek %s/%s: %w", ns, q, err)
 	}
-	if len(res) != 4 {
+	if len(res) != 3 {
 		return nil, fmt.Errorf("peek %s/%s: unexpected reply", ns, q)
 	}
 	id, _ := res[0].(string)
-	tries, _ := res[1].(int64)
-	payload, _ := res[2].(string)
-	pttl, _ := res[3].(int64)
-	return makeJob(ns, q, id, payload, pttl, uint16(tries))
+	value, _ := res[1].(string)
+	pttl, _ := res[2].(int64)
+	return makeStoredJob(ns, q, id, []byte(value), pttl, e.now())
 }
 
-// PeekJob implements engine.Engine.
+// PeekJob implements engine.Engine: the job in any state, with its state,
+// tries left and due time.
 func (e *Engine) PeekJob(ctx context.Context, ns, q, id string) (*engine.Job, error) {
 	if err := checkNames(ns, q); err != nil {
 		return nil, fmt.Errorf("peek job: %w", err)
@@ -421,18 +465,23 @@ func (e *Engine) PeekJob(ctx context.Context, ns, q, id string) (*engine.Job, er
 	if len(res) != 2 {
 		return nil, fmt.Errorf("peek job %s/%s/%s: unexpected reply", ns, q, id)
 	}
-	payload, _ := res[0].(string)
+	value, _ := res[0].(string)
 	pttl, _ := res[1].(int64)
-	return makeJob(ns, q, id, payload, pttl, 0)
+	return makeStoredJob(ns, q, id, []byte(value), pttl, e.now())
 }
 
 // Size implements engine.Engine.
 func (e *Engine) Size(ctx context.Context, ns, q string) (int64, error) {
-	n, err := e.rdb.LLen(ctx, readyKey(ns, q)).Result()
+	var l, z *redis.IntCmd
+	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		l = p.LLen(ctx, readyKey(ns, q))
+		z = p.ZCard(ctx, prioKey(ns, q))
+		return nil
+	})
 	if err != nil {
 		return 0, fmt.Errorf("size %s/%s: %w", ns, q, err)
 	}
-	return n, nil
+	return l.Val() + z.Val(), nil
 }
 
 // Destroy implements engine.Engine.
@@ -440,7 +489,7 @@ func (e *Engine) Destroy(ctx context.Context, ns, q string) (int64, error) {
 	if err := checkNames(ns, q); err != nil {
 		return 0, fmt.Errorf("destroy: %w", err)
 	}
-	keys := []string{readyKey(ns, q), timerKey(ns, q), timerIndexKey}
+	keys := []string{readyKey(ns, q), timerKey(ns, q), timerIndexKey, prioKey(ns, q)}
 	var total int64
 	for {
 		n, err := destroyScript.Run(ctx, e.rdb, keys, destroyBatch, jobKeyPrefix(ns, q), queueMember(ns, q)).Int64()
@@ -501,7 +550,7 @@ func (e *Engine) RespawnDeadLetter(ctx context.Context, ns, q string, limit int6
 	if limit <= 0 || ttl < 0 {
 		return 0, fmt.Errorf("respawn: %w", engine.ErrInvalid)
 	}
-	keys := []string{deadKey(ns, q), readyKey(ns, q)}
+	keys := []string{deadKey(ns, q), readyKey(ns, q), prioKey(ns, q), configKey(ns, q)}
 	var total int64
 	for total < limit {
 		want := limit - total
@@ -571,10 +620,10 @@ func (e *Engine) Stats(ctx context.Context) ([]engine.QueueStats, error) {
 	}
 	var out []engine.QueueStats
 	for ns, qs := range info {
-		cmds := make([][3]*redis.IntCmd, len(qs))
+		cmds := make([][4]*redis.IntCmd, len(qs))
 		_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, q := range qs {
-				cmds[i] = [3]*redis.IntCmd{p.LLen(ctx, readyKey(ns, q)), p.ZCard(ctx, timerKey(ns, q)), p.LLen(ctx, deadKey(ns, q))}
+				cmds[i] = [4]*redis.IntCmd{p.LLen(ctx, readyKey(ns, q)), p.ZCard(ctx, timerKey(ns, q)), p.LLen(ctx, deadKey(ns, q)), p.ZCard(ctx, prioKey(ns, q))}
 			}
 			return nil
 		})
@@ -582,7 +631,7 @@ func (e *Engine) Stats(ctx context.Context) ([]engine.QueueStats, error) {
 			return nil, fmt.Errorf("stats %s: %w", ns, err)
 		}
 		for i, q := range qs {
-			out = append(out, engine.QueueStats{Namespace: ns, Queue: q, Ready: cmds[i][0].Val(), Timer: cmds[i][1].Val(), DeadLetter: cmds[i][2].Val()})
+			out = append(out, engine.QueueStats{Namespace: ns, Queue: q, Ready: cmds[i][0].Val() + cmds[i][3].Val(), Timer: cmds[i][1].Val(), DeadLetter: cmds[i][2].Val()})
 		}
 	}
 	return out, nil

@@ -73,3 +73,23 @@ func TestContractRealRedis(t *testing.T) {
 		return harness(t, client, time.Sleep)
 	})
 }
+
+func TestExtendedMiniredis(t *testing.T) {
+	enginetest.RunExtended(t, func(t *testing.T) *enginetest.Harness {
+		m := miniredis.RunT(t)
+		client := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = client.Close() })
+		return harness(t, client, m.FastForward)
+	})
+}
+
+func TestExtendedRealRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	enginetest.RunExtended(t, func(t *testing.T) *enginetest.Harness {
+		if err := client.FlushAll(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		return harness(t, client, time.Sleep)
+	})
+}

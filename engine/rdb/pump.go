@@ -3,6 +3,7 @@ package rdb
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"time"
 )
 
@@ -59,7 +60,7 @@ func (e *Engine) runPump(ctx context.Context) {
 // empty. Several servers may pump one pool at once: each batch is atomic.
 func (e *Engine) PumpOnce(ctx context.Context) (int64, error) {
 	for {
-		res, err := pumpScript.Run(ctx, e.rdb, []string{timerIndexKey}, ms(e.now()), e.batch).Int64Slice()
+		res, err := pumpScript.Run(ctx, e.rdb, []string{timerIndexKey}, ms(e.now()), e.batch, rand.Uint32()).Int64Slice()
 		if err != nil {
 			return 0, fmt.Errorf("pump pool %s: %w", e.pool, err)
 		}

@@ -2,95 +2,193 @@ package rdb
 
 import "github.com/redis/go-redis/v9"
 
-// Every Lua script of the engine. Each is one atomic step. Packed entries
-// (codec.go) are decoded with string.byte/string.sub so that the scripts
-// also run on miniredis, which has no struct library. Times are
+// Every Lua script of the engine. Each is one atomic step. Times are
 // milliseconds, computed by the server from its injected clock and passed in
 // ARGV; scripts never read the Redis clock.
 //
-// The pump script builds per-queue key names from the timer index members
-// (the {ns/q} tag), as documented in doc/keys.md; every other script gets
-// its fixed keys in KEYS and builds only job body keys from a prefix.
+// Job values start with a 22-byte header (doc/keys.md) that records where
+// the job is; the payload follows:
+//
+//	1      version (1)
+//	2      state: r ready, d delayed, f in flight, x dead
+//	3-4    tries left, uint16 little endian
+//	5-6    deliveries so far, uint16
+//	7      priority 0..255
+//	8      dead reason: 0, 1 TTR expired, 2 nacked, 3 webhook failed
+//	9-14   time (ms, uint48): due time (delayed, in flight) or death time
+//	15-22  nonce of the current delivery (in flight): the receipt
+//
+// Ready lists hold lmstfy's packed entries (tries:u16, len:u16, id); timers
+// hold job IDs, so that an ACK removes a job's timer entry at once. Packed
+// values are decoded with string.byte/string.sub, so that every script also
+// runs on miniredis, which has no struct library.
+//
+// The pump builds per-queue key names from the timer index members (the
+// {ns/q} tag), as doc/keys.md says; every other script gets its fixed keys
+// in KEYS and builds only job body keys from a prefix.
+
+// luaLib is prepended to every script.
+const luaLib = `
+local function u16(n) return string.char(n % 256, math.floor(n / 256) % 256) end
+local function r16(s, i) return string.byte(s, i) + string.byte(s, i + 1) * 256 end
+local function u48(n)
+  local t = {}
+  for i = 1, 6 do t[i] = n % 256; n = math.floor(n / 256) end
+  return string.char(t[1], t[2], t[3], t[4], t[5], t[6])
+end
+local function r48(s, i)
+  local n = 0
+  for k = i + 5, i, -1 do n = n * 256 + string.byte(s, k) end
+  return n
+end
+local NONCE0 = '\0\0\0\0\0\0\0\0'
+local function hdr(state, tries, deliv, prio, reason, t, nonce)
+  return '\1' .. state .. u16(tries) .. u16(deliv) .. string.char(prio, reason) .. u48(t) .. nonce
+end
+local function entry(tries, id) return u16(tries) .. u16(#id) .. id end
+local function eid(e) return string.sub(e, 5, 4 + r16(e, 3)) end
+local function num(n) return string.format('%.0f', n) end
+-- push_ready puts a job at the tail of its queue: the ready list, or the
+-- priority set when its priority is above 0 (FIFO among equals by a
+-- per-queue sequence).
+local function push_ready(qk, pk, ck, prio, tries, id)
+  if prio > 0 then
+    local seq = redis.call('HINCRBY', ck, 'seq', 1) % 1099511627776
+    redis.call('ZADD', pk, num((255 - prio) * 1099511627776 + seq), entry(tries, id))
+  else
+    redis.call('LPUSH', qk, entry(tries, id))
+  end
+end
+-- backoff is the delay (ms) before the retry after delivery n under a policy
+-- in its Lua form: f:MS, l:MS,MS,… or e:BASE:FACTOR:MAX:JITTER.
+local function backoff(spec, n, rnd)
+  if not spec or spec == '' then return 0 end
+  local kind = string.sub(spec, 1, 1)
+  if kind == 'f' then return tonumber(string.sub(spec, 3)) end
+  if kind == 'l' then
+    local i, last = 0, 0
+    for v in string.gmatch(string.sub(spec, 3), '%d+') do
+      i = i + 1
+      last = tonumber(v)
+      if i >= n then return last end
+    end
+    return last
+  end
+  if kind == 'e' then
+    local base, factor, cap, jit = string.match(spec, '^e:(%d+):([%d%.]+):(%d+):([%d%.]+)$')
+    if not base then return 0 end
+    local d = tonumber(base) * tonumber(factor) ^ (n - 1)
+    if d > tonumber(cap) then d = tonumber(cap) end
+    return math.floor(d * (1 - tonumber(jit) * rnd))
+  end
+  return 0
+end
+local function lower_index(idx, member, due, chan)
+  local cur = redis.call('ZSCORE', idx, member)
+  if not cur or tonumber(cur) > due then
+    local first = redis.call('ZRANGE', idx, 0, 0, 'WITHSCORES')
+    redis.call('ZADD', idx, num(due), member)
+    if #first == 0 or tonumber(first[2]) > due then
+      redis.call('PUBLISH', chan, num(due))
+      return due
+    end
+  end
+  return 0
+end
+-- kill moves a job to the dead letter; its value loses its TTL, or gets
+-- the queue's dead TTL.
+local function kill(jk, dk, id, tries, deliv, prio, reason, now, deadttl)
+  redis.call('SETRANGE', jk, 0, hdr('x', tries, deliv, prio, reason, now, NONCE0))
+  redis.call('LPUSH', dk, entry(1, id))
+  if deadttl and tonumber(deadttl) and tonumber(deadttl) > 0 then
+    redis.call('PEXPIRE', jk, deadttl)
+  else
+    redis.call('PERSIST', jk)
+  end
+end
+`
+
+func script(src string) *redis.Script { return redis.NewScript(luaLib + src) }
 
 // publishScript stores the jobs of one queue and makes each ready or
 // schedules it, in one step: either every job is written or none is.
 //
-//	KEYS[1]      ready list            q/{ns/q}
-//	KEYS[2]      timer                 t/{ns/q}
-//	KEYS[3]      timer index           timer_index
-//	KEYS[4]      body key of a job to delete first (re-publish), used when ARGV[5] = "1"
-//	KEYS[5..]    body keys of the jobs j/{ns/q}/ID, one per job
-//	ARGV[1]      now (ms)
-//	ARGV[2]      timer index member    ns/q
-//	ARGV[3]      ready channel         n/ns/q
-//	ARGV[4]      timer channel
-//	ARGV[5]      "1" to delete KEYS[4], else "0"
-//	ARGV[6+4k..] per job k: packed entry, payload, ttl (ms, 0 = forever), due (ms)
+//	KEYS[1]  ready list  q/{ns/q}     KEYS[2]  timer  t/{ns/q}
+//	KEYS[3]  timer index              KEYS[4]  priority set  p/{ns/q}
+//	KEYS[5]  queue config c/{ns/q}
+//	KEYS[6]  body key of the job a re-publish replaces (used when ARGV[5] ≠ "")
+//	KEYS[7]  idempotency key u/{ns/q}/KEY (used when ARGV[6] = "1")
+//	KEYS[8…] body keys j/{ns/q}/ID, one per job
+//	ARGV[1]  now (ms)    ARGV[2] index member ns/q
+//	ARGV[3]  ready channel n/ns/q    ARGV[4] timer channel
+//	ARGV[5]  ID of the replaced job, or ""
+//	ARGV[6]  "1" when KEYS[7] is used
+//	ARGV[7+6k…] per job k: id, payload, ttl (ms, 0 = forever), due (ms), tries, priority
 //
-// Returns {0, made ready, new earliest due of the pool (ms) or 0} on success;
-// {k} when job k's body key already exists (nothing was written).
-var publishScript = redis.NewScript(`
-local n = #KEYS - 4
-for i = 1, n do
-  if redis.call('EXISTS', KEYS[4+i]) == 1 then return {i} end
+// Returns {0, made ready, new earliest due of the pool or 0};
+// {k} when job k's body key exists (nothing written);
+// {-1, id} when the idempotency key is taken (nothing written).
+var publishScript = script(`
+local n = #KEYS - 7
+if ARGV[6] == '1' then
+  local prev = redis.call('GET', KEYS[7])
+  if prev then return {-1, prev} end
 end
-if ARGV[5] == '1' then redis.call('DEL', KEYS[4]) end
-local now = tonumber(ARGV[1])
-local ready, mindue, mindueS = 0, nil, nil
 for i = 1, n do
-  local b = 6 + (i - 1) * 4
-  local ttl = tonumber(ARGV[b + 2])
-  if ttl > 0 then
-    redis.call('SET', KEYS[4+i], ARGV[b+1], 'NX', 'PX', ARGV[b+2])
+  if redis.call('EXISTS', KEYS[7 + i]) == 1 then return {i} end
+end
+if ARGV[5] ~= '' then
+  redis.call('DEL', KEYS[6])
+  redis.call('ZREM', KEYS[2], ARGV[5])
+end
+local now = tonumber(ARGV[1])
+local ready, mindue = 0, nil
+for i = 1, n do
+  local b = 7 + (i - 1) * 6
+  local id, ttl, due = ARGV[b], ARGV[b + 2], tonumber(ARGV[b + 3])
+  local tries, prio = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+  local h
+  if due <= now then h = hdr('r', tries, 0, prio, 0, 0, NONCE0) else h = hdr('d', tries, 0, prio, 0, due, NONCE0) end
+  if tonumber(ttl) > 0 then
+    redis.call('SET', KEYS[7 + i], h .. ARGV[b + 1], 'NX', 'PX', ttl)
+    if i == 1 and ARGV[6] == '1' then redis.call('SET', KEYS[7], id, 'PX', ttl) end
   else
-    redis.call('SET', KEYS[4+i], ARGV[b+1], 'NX')
+    redis.call('SET', KEYS[7 + i], h .. ARGV[b + 1], 'NX')
+    if i == 1 and ARGV[6] == '1' then redis.call('SET', KEYS[7], id) end
   end
-  local due = tonumber(ARGV[b + 3])
   if due <= now then
-    redis.call('LPUSH', KEYS[1], ARGV[b])
+    push_ready(KEYS[1], KEYS[4], KEYS[5], prio, tries, id)
     ready = ready + 1
   else
-    redis.call('ZADD', KEYS[2], ARGV[b+3], ARGV[b])
-    if not mindue or due < mindue then mindue, mindueS = due, ARGV[b+3] end
+    redis.call('ZADD', KEYS[2], ARGV[b + 3], id)
+    if not mindue or due < mindue then mindue = due end
   end
 end
 if ready > 0 then redis.call('PUBLISH', ARGV[3], ready) end
 local earliest = 0
-if mindue then
-  local cur = redis.call('ZSCORE', KEYS[3], ARGV[2])
-  if not cur or tonumber(cur) > mindue then
-    local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-    redis.call('ZADD', KEYS[3], mindueS, ARGV[2])
-    if #first == 0 or tonumber(first[2]) > mindue then
-      earliest = mindue
-      redis.call('PUBLISH', ARGV[4], mindueS)
-    end
-  end
-end
+if mindue then earliest = lower_index(KEYS[3], ARGV[2], mindue, ARGV[4]) end
 return {0, ready, earliest}
 `)
 
-// consumeScript takes up to count live jobs from the ready lists in priority
-// order, skipping (and dropping) stale entries whose body is gone, and for
-// each job registers the in-flight timer entry at due with one try less.
+// consumeScript takes up to count live jobs from the queues in priority
+// order (per queue: its priority set, then its ready list), skipping (and
+// dropping) stale entries, and makes each in flight until due with one try
+// less and a fresh receipt. Paused queues are skipped.
 //
-//	KEYS[1..n]      ready lists, highest priority first    q/{ns/q}
-//	KEYS[n+1..2n]   the same queues' timers                t/{ns/q}
-//	KEYS[2n+1]      timer index                            timer_index
-//	ARGV[1]         due time of the in-flight entries: now + TTR (ms)
-//	ARGV[2]         count: most jobs to take
-//	ARGV[3]         most entries to pop in all (bounds work on stale entries)
-//	ARGV[4]         timer channel
-//	ARGV[5..4+n]    job key prefixes                       j/{ns/q}/
-//	ARGV[5+n..4+2n] timer index members                    ns/q
+//	KEYS[1..n] ready lists   KEYS[n+1..2n] timers   KEYS[2n+1..3n] priority sets
+//	KEYS[3n+1..4n] queue configs   KEYS[4n+1] timer index
+//	ARGV[1] due of the deliveries: now + TTR (ms)   ARGV[2] count
+//	ARGV[3] most entries to pop in all   ARGV[4] timer channel
+//	ARGV[5] receipt base (6 bytes; the job's position in the reply completes it)
+//	ARGV[6..5+n] job key prefixes j/{ns/q}/   ARGV[6+n..5+2n] index members ns/q
 //
-// Returns {more, earliest, then per job: queue position (1-based), ID,
-// tries left, payload, PTTL (ms, -1 = no expiry)}. more = 1 when the pop
-// budget ran out before count jobs were found; earliest = the pool's new
-// earliest due time (ms) when this call moved it earlier, else 0.
-var consumeScript = redis.NewScript(`
-local n = (#KEYS - 1) / 2
-local idx = KEYS[2 * n + 1]
+// Returns {more, earliest, then per job: queue position (1-based), id, tries
+// left, payload, PTTL (ms, -1 = none), deliveries, receipt, priority}.
+// more = 1 when the pop budget ran out first; earliest = the pool's new
+// earliest due time when this call moved it earlier, else 0.
+var consumeScript = script(`
+local n = (#KEYS - 1) / 4
+local idx = KEYS[4 * n + 1]
 local due = ARGV[1]
 local dueN = tonumber(due)
 local want = tonumber(ARGV[2])
@@ -99,95 +197,131 @@ local out = {0, 0}
 local got = 0
 local touched = {}
 for i = 1, n do
-  local hit = false
-  while got < want do
-    if budget <= 0 then out[1] = 1 break end
-    local e = redis.call('RPOP', KEYS[i])
-    if not e then break end
-    budget = budget - 1
-    local idlen = string.byte(e, 3) + string.byte(e, 4) * 256
-    local id = string.sub(e, 5, 4 + idlen)
-    local jk = ARGV[4 + i] .. id
-    local v = redis.call('GET', jk)
-    if v then
-      local left = string.byte(e, 1) + string.byte(e, 2) * 256 - 1
-      if left < 0 then left = 0 end
-      redis.call('ZADD', KEYS[n + i], due, string.char(left % 256, math.floor(left / 256)) .. string.sub(e, 3))
-      hit = true
-      got = got + 1
-      local pttl = redis.call('PTTL', jk)
-      out[#out + 1] = i
-      out[#out + 1] = id
-      out[#out + 1] = left
-      out[#out + 1] = v
-      out[#out + 1] = pttl
+  if redis.call('HGET', KEYS[3 * n + i], 'paused') ~= '1' then
+    local hit = false
+    local pdone = false
+    while got < want do
+      if budget <= 0 then out[1] = 1 break end
+      local e = false
+      if not pdone then
+        local p = redis.call('ZPOPMIN', KEYS[2 * n + i])
+        if #p > 0 then e = p[1] else pdone = true end
+      end
+      if not e then e = redis.call('RPOP', KEYS[i]) end
+      if not e then break end
+      budget = budget - 1
+      local id = eid(e)
+      local jk = ARGV[5 + i] .. id
+      local v = redis.call('GET', jk)
+      if v and #v >= 22 then
+        local st = string.sub(v, 2, 2)
+        if st == 'r' or st == 'd' then
+          local left = r16(v, 3) - 1
+          if left < 0 then left = 0 end
+          local deliv = r16(v, 5) + 1
+          local prio = string.byte(v, 7)
+          got = got + 1
+          local nonce = ARGV[5] .. u16(got)
+          redis.call('SETRANGE', jk, 0, hdr('f', left, deliv, prio, 0, dueN, nonce))
+          redis.call('ZADD', KEYS[n + i], due, id)
+          hit = true
+          local k = #out
+          out[k + 1] = i
+          out[k + 2] = id
+          out[k + 3] = left
+          out[k + 4] = string.sub(v, 23)
+          out[k + 5] = redis.call('PTTL', jk)
+          out[k + 6] = deliv
+          out[k + 7] = nonce
+          out[k + 8] = prio
+        end
+      end
     end
+    if hit then touched[#touched + 1] = i end
   end
-  if hit then touched[#touched + 1] = i end
   if got >= want or budget <= 0 then break end
 end
-local first = nil
 for _, i in ipairs(touched) do
-  local m = ARGV[4 + n + i]
-  local cur = redis.call('ZSCORE', idx, m)
-  if not cur or tonumber(cur) > dueN then
-    if not first then first = redis.call('ZRANGE', idx, 0, 0, 'WITHSCORES') end
-    redis.call('ZADD', idx, due, m)
-    if out[2] == 0 and (#first == 0 or tonumber(first[2]) > dueN) then
-      out[2] = dueN
-      redis.call('PUBLISH', ARGV[4], due)
-    end
-  end
+  local e = lower_index(idx, ARGV[5 + n + i], dueN, ARGV[4])
+  if e > 0 and out[2] == 0 then out[2] = e end
 end
 return out
 `)
 
-// pumpScript moves due timer entries of the whole pool, at most ARGV[2] of
-// them: entries with tries left go to the tail of their ready list, entries
-// with none go to the dead letter (the body loses its TTL), entries whose
-// body is gone are dropped. Queues are taken from the timer index in due
-// order, and the index is kept up to date.
+// pumpScript handles due timer entries of the whole pool, at most ARGV[2]
+// of them: delayed jobs become ready; in-flight jobs whose TTR passed come
+// back (at once, or after the queue's backoff) while tries remain, else go
+// to the dead letter; entries whose job is gone are dropped. Queues come
+// from the timer index in due order, and the index is kept up to date.
 //
-//	KEYS[1]  timer index   timer_index
-//	ARGV[1]  now (ms)
-//	ARGV[2]  most entries to move
+//	KEYS[1]  timer index
+//	ARGV[1]  now (ms)   ARGV[2] most entries to handle   ARGV[3] random seed (jitter)
 //
 // Returns {entries handled, the pool's next due time (ms) or -1}.
-var pumpScript = redis.NewScript(`
+var pumpScript = script(`
 local now = ARGV[1]
+local nowN = tonumber(now)
 local budget = tonumber(ARGV[2])
+local rnd = tonumber(ARGV[3])
+local function rand()
+  rnd = (rnd * 69069 + 1) % 4294967296
+  return rnd / 4294967296
+end
 local handled = 0
 local queues = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, budget)
 for _, m in ipairs(queues) do
   if budget <= 0 then break end
   local tag = '{' .. m .. '}'
-  local tk, qk, dk, jp = 't/' .. tag, 'q/' .. tag, 'd/' .. tag, 'j/' .. tag .. '/'
-  local entries = redis.call('ZRANGEBYSCORE', tk, '-inf', now, 'LIMIT', 0, budget)
+  local tk, qk, dk, pk, ck, jp = 't/' .. tag, 'q/' .. tag, 'd/' .. tag, 'p/' .. tag, 'c/' .. tag, 'j/' .. tag .. '/'
+  local ids = redis.call('ZRANGEBYSCORE', tk, '-inf', now, 'LIMIT', 0, budget)
+  if #ids > 0 then redis.call('ZREMRANGEBYRANK', tk, 0, #ids - 1) end
+  local cfg = nil
   local ready = {}
-  for _, e in ipairs(entries) do
-    local idlen = string.byte(e, 3) + string.byte(e, 4) * 256
-    local jk = jp .. string.sub(e, 5, 4 + idlen)
-    if redis.call('EXISTS', jk) == 1 then
-      if string.byte(e, 1) + string.byte(e, 2) == 0 then
-        redis.call('PERSIST', jk)
-        redis.call('LPUSH', dk, string.char(1, 0) .. string.sub(e, 3))
-      else
-        ready[#ready + 1] = e
-        if #ready == 256 then
-          redis.call('LPUSH', qk, unpack(ready))
-          redis.call('PUBLISH', 'n/' .. m, #ready)
-          ready = {}
+  local nready = 0
+  local later = nil
+  for _, id in ipairs(ids) do
+    local jk = jp .. id
+    local h = redis.call('GETRANGE', jk, 0, 21)
+    if #h == 22 then
+      local st = string.sub(h, 2, 2)
+      local tries, deliv, prio = r16(h, 3), r16(h, 5), string.byte(h, 7)
+      if st == 'f' then
+        if not cfg then cfg = redis.call('HMGET', ck, 'backoff', 'dead_ttl') end
+        if tries == 0 then
+          kill(jk, dk, id, 0, deliv, prio, 1, nowN, cfg[2])
+        else
+          local delay = backoff(cfg[1], deliv, rand())
+          if delay > 0 then
+            local due = nowN + delay
+            redis.call('SETRANGE', jk, 0, hdr('d', tries, deliv, prio, 0, due, NONCE0))
+            redis.call('ZADD', tk, num(due), id)
+            if not later or due < later then later = due end
+          else
+            redis.call('SETRANGE', jk, 0, hdr('r', tries, deliv, prio, 0, 0, NONCE0))
+            st = 'd'
+          end
+        end
+      end
+      if st == 'd' then
+        -- The header keeps 'd' and its due time: consumers take 'd' jobs
+        -- from ready lists, and peek reports a due 'd' job as ready.
+        nready = nready + 1
+        if prio > 0 then
+          push_ready(qk, pk, ck, prio, tries, id)
+        else
+          ready[#ready + 1] = entry(tries, id)
+          if #ready == 256 then
+            redis.call('LPUSH', qk, unpack(ready))
+            ready = {}
+          end
         end
       end
     end
   end
-  if #ready > 0 then
-    redis.call('LPUSH', qk, unpack(ready))
-    redis.call('PUBLISH', 'n/' .. m, #ready)
-  end
-  if #entries > 0 then redis.call('ZREMRANGEBYRANK', tk, 0, #entries - 1) end
-  handled = handled + #entries
-  budget = budget - #entries
+  if #ready > 0 then redis.call('LPUSH', qk, unpack(ready)) end
+  if nready > 0 then redis.call('PUBLISH', 'n/' .. m, nready) end
+  handled = handled + #ids
+  budget = budget - #ids
   local first = redis.call('ZRANGE', tk, 0, 0, 'WITHSCORES')
   if #first == 0 then
     redis.call('ZREM', KEYS[1], m)
@@ -200,29 +334,37 @@ if #nxt == 0 then return {handled, -1} end
 return {handled, tonumber(nxt[2])}
 `)
 
-// peekQueueScript returns the next live job of a ready list without
-// consuming it, looking past stale entries.
+// peekQueueScript returns the next live job of a queue (priority set
+// first, then the ready list) without consuming it, looking past stale
+// entries.
 //
-//	KEYS[1]  ready list      q/{ns/q}
-//	ARGV[1]  job key prefix  j/{ns/q}/
-//	ARGV[2]  most entries to look at
+//	KEYS[1] ready list   KEYS[2] priority set
+//	ARGV[1] job key prefix   ARGV[2] most entries to look at
 //
-// Returns {ID, tries, payload, PTTL (ms)} or nil.
-var peekQueueScript = redis.NewScript(`
+// Returns {id, payload with header, PTTL (ms)} or nil.
+var peekQueueScript = script(`
 local max = tonumber(ARGV[2])
+local function live(e)
+  local id = eid(e)
+  local v = redis.call('GET', ARGV[1] .. id)
+  if v and #v >= 22 and (string.sub(v, 2, 2) == 'r' or string.sub(v, 2, 2) == 'd') then
+    return {id, v, redis.call('PTTL', ARGV[1] .. id)}
+  end
+  return nil
+end
+local ps = redis.call('ZRANGE', KEYS[2], 0, 99)
+for _, e in ipairs(ps) do
+  local r = live(e)
+  if r then return r end
+end
 local batch = 100
 local stop = -1
 local seen = 0
 while seen < max do
   local es = redis.call('LRANGE', KEYS[1], stop - batch + 1, stop)
   for j = #es, 1, -1 do
-    local e = es[j]
-    local idlen = string.byte(e, 3) + string.byte(e, 4) * 256
-    local id = string.sub(e, 5, 4 + idlen)
-    local v = redis.call('GET', ARGV[1] .. id)
-    if v then
-      return {id, string.byte(e, 1) + string.byte(e, 2) * 256, v, redis.call('PTTL', ARGV[1] .. id)}
-    end
+    local r = live(es[j])
+    if r then return r end
   end
   if #es < batch then return false end
   seen = seen + #es
@@ -231,42 +373,114 @@ end
 return false
 `)
 
-// peekJobScript reads a job body and its TTL in one step.
+// peekJobScript reads a job value and its TTL in one step.
 //
-//	KEYS[1]  body key  j/{ns/q}/ID
+//	KEYS[1] body key
 //
-// Returns {payload, PTTL (ms)} or nil.
-var peekJobScript = redis.NewScript(`
+// Returns {value with header, PTTL (ms)} or nil.
+var peekJobScript = script(`
 local v = redis.call('GET', KEYS[1])
 if not v then return false end
 return {v, redis.call('PTTL', KEYS[1])}
 `)
 
-// respawnScript moves the oldest dead jobs to the tail of the ready list
-// with one try, setting their TTL; dead entries whose body is gone are
-// dropped without counting.
+// ackScript deletes a job and its timer entry (lmstfy's ACK); with a
+// receipt, only when it matches the current delivery.
 //
-//	KEYS[1]  dead letter     d/{ns/q}
-//	KEYS[2]  ready list      q/{ns/q}
-//	ARGV[1]  most jobs to respawn
-//	ARGV[2]  ttl (ms; 0 = keep without expiry)
-//	ARGV[3]  job key prefix  j/{ns/q}/
-//	ARGV[4]  ready channel   n/ns/q
-//	ARGV[5]  most entries to pop
+//	KEYS[1] body key   KEYS[2] timer
+//	ARGV[1] id   ARGV[2] receipt (8 bytes) or ""
+//
+// Returns 1 deleted, 0 no such job (no receipt given), -1 no such job,
+// -2 stale receipt.
+var ackScript = script(`
+if ARGV[2] ~= '' then
+  local h = redis.call('GETRANGE', KEYS[1], 0, 21)
+  if #h < 22 then return -1 end
+  if string.sub(h, 2, 2) ~= 'f' or string.sub(h, 15, 22) ~= ARGV[2] then return -2 end
+end
+redis.call('ZREM', KEYS[2], ARGV[1])
+return redis.call('DEL', KEYS[1])
+`)
+
+// releaseScript hands an in-flight job back (nack): ready now, or delayed
+// by ARGV[4] ms or by the queue's backoff; with no try left it goes to the
+// dead letter.
+//
+//	KEYS[1] body   KEYS[2] timer   KEYS[3] ready list   KEYS[4] priority set
+//	KEYS[5] config   KEYS[6] dead letter   KEYS[7] timer index
+//	ARGV[1] id   ARGV[2] receipt   ARGV[3] now (ms)   ARGV[4] delay (ms; -1 = backoff policy)
+//	ARGV[5] "1" to give back the spent try   ARGV[6] dead reason code   ARGV[7] random in [0,1)
+//	ARGV[8] index member   ARGV[9] ready channel   ARGV[10] timer channel
+//
+// Returns 1 ready, 2 dead, 3 delayed, -1 no such job, -2 stale receipt.
+var releaseScript = script(`
+local h = redis.call('GETRANGE', KEYS[1], 0, 21)
+if #h < 22 then return -1 end
+if string.sub(h, 2, 2) ~= 'f' or string.sub(h, 15, 22) ~= ARGV[2] then return -2 end
+local id, now = ARGV[1], tonumber(ARGV[3])
+local tries, deliv, prio = r16(h, 3), r16(h, 5), string.byte(h, 7)
+if ARGV[5] == '1' then tries = tries + 1 end
+redis.call('ZREM', KEYS[2], id)
+if tries == 0 then
+  kill(KEYS[1], KEYS[6], id, 0, deliv, prio, tonumber(ARGV[6]), now, redis.call('HGET', KEYS[5], 'dead_ttl'))
+  return 2
+end
+local delay = tonumber(ARGV[4])
+if delay < 0 then delay = backoff(redis.call('HGET', KEYS[5], 'backoff'), deliv, tonumber(ARGV[7])) end
+if delay > 0 then
+  local due = now + delay
+  redis.call('SETRANGE', KEYS[1], 0, hdr('d', tries, deliv, prio, 0, due, NONCE0))
+  redis.call('ZADD', KEYS[2], num(due), id)
+  lower_index(KEYS[7], ARGV[8], due, ARGV[10])
+  return 3
+end
+redis.call('SETRANGE', KEYS[1], 0, hdr('r', tries, deliv, prio, 0, 0, NONCE0))
+push_ready(KEYS[3], KEYS[4], KEYS[5], prio, tries, id)
+redis.call('PUBLISH', ARGV[9], 1)
+return 1
+`)
+
+// touchScript extends an in-flight job's TTR.
+//
+//	KEYS[1] body   KEYS[2] timer   KEYS[3] timer index
+//	ARGV[1] id   ARGV[2] receipt   ARGV[3] new due (ms)   ARGV[4] index member   ARGV[5] timer channel
+//
+// Returns 1, -1 no such job, -2 stale receipt.
+var touchScript = script(`
+local h = redis.call('GETRANGE', KEYS[1], 0, 21)
+if #h < 22 then return -1 end
+if string.sub(h, 2, 2) ~= 'f' or string.sub(h, 15, 22) ~= ARGV[2] then return -2 end
+local due = tonumber(ARGV[3])
+redis.call('SETRANGE', KEYS[1], 8, u48(due))
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+lower_index(KEYS[3], ARGV[4], due, ARGV[5])
+return 1
+`)
+
+// respawnScript moves the oldest dead jobs to the tail of their queue with
+// one try, setting their TTL; dead entries whose job is gone (or no longer
+// dead) are dropped without counting.
+//
+//	KEYS[1] dead letter   KEYS[2] ready list   KEYS[3] priority set   KEYS[4] config
+//	ARGV[1] most jobs   ARGV[2] ttl (ms; 0 = no expiry)   ARGV[3] job key prefix
+//	ARGV[4] ready channel   ARGV[5] most entries to pop
 //
 // Returns {respawned, 1 when the dead letter is now empty else 0}.
-var respawnScript = redis.NewScript(`
+var respawnScript = script(`
 local want, ttl, budget = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[5])
 local n, empty = 0, 0
 while n < want and budget > 0 do
   local e = redis.call('RPOP', KEYS[1])
   if not e then empty = 1 break end
   budget = budget - 1
-  local idlen = string.byte(e, 3) + string.byte(e, 4) * 256
-  local jk = ARGV[3] .. string.sub(e, 5, 4 + idlen)
-  if redis.call('EXISTS', jk) == 1 then
-    redis.call('LPUSH', KEYS[2], string.char(1, 0) .. string.sub(e, 3))
-    if ttl > 0 then redis.call('PEXPIRE', jk, ARGV[2]) end
+  local id = eid(e)
+  local jk = ARGV[3] .. id
+  local h = redis.call('GETRANGE', jk, 0, 21)
+  if #h == 22 and string.sub(h, 2, 2) == 'x' then
+    local prio = string.byte(h, 7)
+    redis.call('SETRANGE', jk, 0, hdr('r', 1, r16(h, 5), prio, 0, 0, NONCE0))
+    push_ready(KEYS[2], KEYS[3], KEYS[4], prio, 1, id)
+    if ttl > 0 then redis.call('PEXPIRE', jk, ARGV[2]) else redis.call('PERSIST', jk) end
     n = n + 1
   end
 end
@@ -274,63 +488,130 @@ if n > 0 then redis.call('PUBLISH', ARGV[4], n) end
 return {n, empty}
 `)
 
+// respawnOneScript respawns one dead job by ID.
+//
+//	KEYS[1] body   KEYS[2] dead letter   KEYS[3] ready list   KEYS[4] priority set   KEYS[5] config
+//	ARGV[1] id   ARGV[2] ttl (ms; 0 = no expiry)   ARGV[3] ready channel
+//
+// Returns 1, or -1 when the job is not dead.
+var respawnOneScript = script(`
+local h = redis.call('GETRANGE', KEYS[1], 0, 21)
+if #h < 22 or string.sub(h, 2, 2) ~= 'x' then return -1 end
+redis.call('LREM', KEYS[2], 1, entry(1, ARGV[1]))
+local prio = string.byte(h, 7)
+redis.call('SETRANGE', KEYS[1], 0, hdr('r', 1, r16(h, 5), prio, 0, 0, NONCE0))
+push_ready(KEYS[3], KEYS[4], KEYS[5], prio, 1, ARGV[1])
+if tonumber(ARGV[2]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) else redis.call('PERSIST', KEYS[1]) end
+redis.call('PUBLISH', ARGV[3], 1)
+return 1
+`)
+
 // deleteDeadScript deletes the oldest dead jobs.
 //
-//	KEYS[1]  dead letter     d/{ns/q}
-//	ARGV[1]  most entries to delete
-//	ARGV[2]  job key prefix  j/{ns/q}/
+//	KEYS[1] dead letter   ARGV[1] most entries   ARGV[2] job key prefix
 //
-// Returns the number of entries deleted.
-var deleteDeadScript = redis.NewScript(`
+// Returns the number of entries removed.
+var deleteDeadScript = script(`
 local n = 0
 for i = 1, tonumber(ARGV[1]) do
   local e = redis.call('RPOP', KEYS[1])
   if not e then break end
-  local idlen = string.byte(e, 3) + string.byte(e, 4) * 256
-  redis.call('DEL', ARGV[2] .. string.sub(e, 5, 4 + idlen))
+  local jk = ARGV[2] .. eid(e)
+  if redis.call('GETRANGE', jk, 1, 1) == 'x' then redis.call('DEL', jk) end
   n = n + 1
 end
 return n
 `)
 
+// deleteDeadOneScript deletes one dead job by ID.
+//
+//	KEYS[1] body   KEYS[2] dead letter   ARGV[1] id
+//
+// Returns 1, or -1 when the job is not dead.
+var deleteDeadOneScript = script(`
+if redis.call('GETRANGE', KEYS[1], 1, 1) ~= 'x' then return -1 end
+redis.call('LREM', KEYS[2], 1, entry(1, ARGV[1]))
+redis.call('DEL', KEYS[1])
+return 1
+`)
+
+// listDeadScript returns a page of the dead letter, oldest first.
+//
+//	KEYS[1] dead letter   ARGV[1] job key prefix   ARGV[2] offset from the oldest   ARGV[3] limit
+//
+// Returns {id, value with header, PTTL, …} for the entries whose job exists.
+var listDeadScript = script(`
+local off, lim = tonumber(ARGV[2]), tonumber(ARGV[3])
+local es = redis.call('LRANGE', KEYS[1], -(off + lim), -(off + 1))
+local out = {}
+for j = #es, 1, -1 do
+  local id = eid(es[j])
+  local v = redis.call('GET', ARGV[1] .. id)
+  if v and #v >= 22 then
+    out[#out + 1] = id
+    out[#out + 1] = v
+    out[#out + 1] = redis.call('PTTL', ARGV[1] .. id)
+  end
+end
+return out
+`)
+
 // destroyScript deletes a batch of a queue's ready, delayed and in-flight
-// jobs (bodies and entries); when both are empty it drops the queue from the
+// jobs (values and entries); when all are gone it drops the queue from the
 // timer index. The dead letter is left alone.
 //
-//	KEYS[1]  ready list      q/{ns/q}
-//	KEYS[2]  timer           t/{ns/q}
-//	KEYS[3]  timer index     timer_index
-//	ARGV[1]  most entries to delete
-//	ARGV[2]  job key prefix  j/{ns/q}/
-//	ARGV[3]  timer index member ns/q
+//	KEYS[1] ready list   KEYS[2] timer   KEYS[3] timer index   KEYS[4] priority set
+//	ARGV[1] most entries   ARGV[2] job key prefix   ARGV[3] index member
 //
 // Returns the number of entries deleted (less than ARGV[1] when done).
-var destroyScript = redis.NewScript(`
+var destroyScript = script(`
 local batch = tonumber(ARGV[1])
 local n = 0
+local function drop(id)
+  local jk = ARGV[2] .. id
+  local st = redis.call('GETRANGE', jk, 1, 1)
+  if st ~= 'x' then redis.call('DEL', jk) end
+end
 while n < batch do
   local e = redis.call('RPOP', KEYS[1])
   if not e then break end
-  local idlen = string.byte(e, 3) + string.byte(e, 4) * 256
-  redis.call('DEL', ARGV[2] .. string.sub(e, 5, 4 + idlen))
+  drop(eid(e))
   n = n + 1
 end
 if n < batch then
-  local es = redis.call('ZRANGE', KEYS[2], 0, batch - n - 1)
-  for _, e in ipairs(es) do
-    local idlen = string.byte(e, 3) + string.byte(e, 4) * 256
-    redis.call('DEL', ARGV[2] .. string.sub(e, 5, 4 + idlen))
-  end
-  if #es > 0 then redis.call('ZREMRANGEBYRANK', KEYS[2], 0, #es - 1) end
-  n = n + #es
+  local ps = redis.call('ZRANGE', KEYS[4], 0, batch - n - 1)
+  for _, e in ipairs(ps) do drop(eid(e)) end
+  if #ps > 0 then redis.call('ZREMRANGEBYRANK', KEYS[4], 0, #ps - 1) end
+  n = n + #ps
+end
+if n < batch then
+  local ids = redis.call('ZRANGE', KEYS[2], 0, batch - n - 1)
+  for _, id in ipairs(ids) do drop(id) end
+  if #ids > 0 then redis.call('ZREMRANGEBYRANK', KEYS[2], 0, #ids - 1) end
+  n = n + #ids
 end
 if n < batch then redis.call('ZREM', KEYS[3], ARGV[3]) end
 return n
 `)
 
+// cancelKeyScript deletes the job published with an idempotency key.
+//
+//	KEYS[1] idempotency key   KEYS[2] timer   ARGV[1] job key prefix
+//
+// Returns the job's ID, or nil when the key is unknown.
+var cancelKeyScript = script(`
+local id = redis.call('GET', KEYS[1])
+if not id then return false end
+redis.call('DEL', ARGV[1] .. id)
+redis.call('ZREM', KEYS[2], id)
+redis.call('DEL', KEYS[1])
+return id
+`)
+
 // allScripts are loaded by New so that a broken script fails at start and
 // pipelined calls never meet NOSCRIPT.
 var allScripts = []*redis.Script{
-	publishScript, consumeScript, pumpScript, peekQueueScript, peekJobScript,
-	respawnScript, deleteDeadScript, destroyScript,
+	publishScript, consumeScript, pumpScript, peekQueueScript, peekJobScript, ackScript,
+	releaseScript, touchScript, respawnScript, respawnOneScript, deleteDeadScript,
+	deleteDeadOneScript, listDeadScript, destroyScript, cancelKeyScript,
 }

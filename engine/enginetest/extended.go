@@ -1,0 +1,329 @@
+package enginetest
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/kairos-dev/kairos/engine"
+)
+
+// RunExtended runs the suite of the Kairos extensions (engine.Extended).
+func RunExtended(t *testing.T, f Factory) {
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T, *Harness, engine.Extended)
+	}{
+		{"ReleaseAndReceipts", testRelease},
+		{"ReleaseDelayed", testReleaseDelayed},
+		{"ReleaseLastTryDies", testReleaseDies},
+		{"BackoffLadder", testBackoffLadder},
+		{"BackoffOnNack", testBackoffOnNack},
+		{"Touch", testTouch},
+		{"Priority", testJobPriority},
+		{"IdempotencyKey", testIdempotencyKey},
+		{"PauseResume", testPause},
+		{"DeadLetterBrowsing", testDeadLetterBrowsing},
+		{"DeadTTL", testDeadTTL},
+		{"Inspection", testInspection},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := f(t)
+			x, ok := h.Engine.(engine.Extended)
+			if !ok {
+				t.Skip("engine does not implement engine.Extended")
+			}
+			tc.fn(t, h, x)
+		})
+	}
+}
+
+func testRelease(t *testing.T, h *Harness, x engine.Extended) {
+	id := pub(t, h, "q", "r", func(r *engine.PublishRequest) { r.Tries = 2 })
+	first := one(t, h, time.Second, "q")
+	if first.Receipt == "" || first.Deliveries != 1 || first.Tries != 1 {
+		t.Fatalf("delivery %+v", first)
+	}
+	// Released at once, keeping the try: ready again with 2 tries.
+	if err := x.Release(bg, &engine.ReleaseRequest{Namespace: ns, Queue: "q", ID: id, Receipt: first.Receipt, KeepTry: true}); err != nil {
+		t.Fatal(err)
+	}
+	// The receipt is spent.
+	if err := x.Release(bg, &engine.ReleaseRequest{Namespace: ns, Queue: "q", ID: id, Receipt: first.Receipt}); !errors.Is(err, engine.ErrStaleReceipt) {
+		t.Fatalf("second release with one receipt: %v", err)
+	}
+	second := one(t, h, time.Second, "q")
+	if second.ID != id || second.Tries != 1 || second.Deliveries != 2 || second.Receipt == first.Receipt {
+		t.Fatalf("redelivery %+v", second)
+	}
+	// A stale delivery cannot ACK the new one; the current one can.
+	if err := x.Ack(bg, ns, "q", id, first.Receipt); !errors.Is(err, engine.ErrStaleReceipt) {
+		t.Fatalf("ack with stale receipt: %v", err)
+	}
+	if err := x.Ack(bg, ns, "q", id, second.Receipt); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Ack(bg, ns, "q", id, second.Receipt); !errors.Is(err, engine.ErrJobNotFound) {
+		t.Fatalf("ack of an acked job: %v", err)
+	}
+	// After a TTR expiry and redelivery, the first receipt is stale too.
+	id2 := pub(t, h, "q", "t", func(r *engine.PublishRequest) { r.Tries = 3 })
+	d1 := one(t, h, 100*time.Millisecond, "q")
+	h.Advance(200 * time.Millisecond)
+	d2 := one(t, h, time.Minute, "q")
+	if d2.ID != id2 {
+		t.Fatalf("got %s", d2.ID)
+	}
+	if err := x.Release(bg, &engine.ReleaseRequest{Namespace: ns, Queue: "q", ID: id2, Receipt: d1.Receipt}); !errors.Is(err, engine.ErrStaleReceipt) {
+		t.Fatalf("release by a stale delivery: %v", err)
+	}
+	if err := x.Release(bg, &engine.ReleaseRequest{Namespace: ns, Queue: "q", ID: id2, Receipt: "zz"}); !errors.Is(err, engine.ErrInvalid) {
+		t.Fatalf("malformed receipt: %v", err)
+	}
+}
+
+func testReleaseDelayed(t *testing.T, h *Harness, x engine.Extended) {
+	id := pub(t, h, "q", "r", func(r *engine.PublishRequest) { r.Tries = 3 })
+	d := one(t, h, time.Minute, "q")
+	if err := x.Release(bg, &engine.ReleaseRequest{Namespace: ns, Queue: "q", ID: id, Receipt: d.Receipt, Delay: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	none(t, h, "q")
+	j, err := h.Engine.PeekJob(bg, ns, "q", id)
+	if err != nil || j.State != engine.StateDelayed || j.Tries != 2 {
+		t.Fatalf("released job %+v %v", j, err)
+	}
+	h.Advance(1900 * time.Millisecond)
+	none(t, h, "q")
+	h.Advance(200 * time.Millisecond)
+	if j := one(t, h, time.Minute, "q"); j.ID != id || j.Tries != 1 {
+		t.Fatalf("got %+v", j)
+	}
+}
+
+func testReleaseDies(t *testing.T, h *Harness, x engine.Extended) {
+	id := pub(t, h, "q", "r", nil)
+	d := one(t, h, time.Minute, "q")
+	if err := x.Release(bg, &engine.ReleaseRequest{Namespace: ns, Queue: "q", ID: id, Receipt: d.Receipt}); err != nil {
+		t.Fatal(err)
+	}
+	dl := deadLetter(t, h, "q")
+	if dl.Size != 1 || dl.Head != id {
+		t.Fatalf("dead letter %+v", dl)
+	}
+	j, err := h.Engine.PeekJob(bg, ns, "q", id)
+	if err != nil || j.State != engine.StateDead || j.DeadReason != engine.ReasonNacked || j.TTL != 0 {
+		t.Fatalf("dead job %+v %v", j, err)
+	}
+}
+
+func testBackoffLadder(t *testing.T, h *Harness, x engine.Extended) {
+	b, err := engine.ParseBackoff("1s,3s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.SetQueueConfig(bg, ns, "q", engine.QueueConfig{Backoff: b}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := x.QueueConfig(bg, ns, "q")
+	if err != nil || cfg.Backoff.String() != "1s,3s" {
+		t.Fatalf("config %+v %v", cfg, err)
+	}
+	id := pub(t, h, "q", "b", func(r *engine.PublishRequest) { r.Tries = 4 })
+	for i, wait := range []time.Duration{time.Second, 3 * time.Second, 3 * time.Second} {
+		if j := one(t, h, 100*time.Millisecond, "q"); j.ID != id {
+			t.Fatalf("delivery %d: got %s", i, j.ID)
+		}
+		h.Advance(150 * time.Millisecond) // TTR expires: retry after the backoff step
+		none(t, h, "q")
+		h.Advance(wait - 100*time.Millisecond)
+		none(t, h, "q")
+		h.Advance(100 * time.Millisecond)
+	}
+	if j := one(t, h, 100*time.Millisecond, "q"); j.ID != id || j.Tries != 0 {
+		t.Fatalf("last delivery %+v", j)
+	}
+	h.Advance(150 * time.Millisecond)
+	if dl := deadLetter(t, h, "q"); dl.Size != 1 {
+		t.Fatalf("dead letter %+v", dl)
+	}
+	j, _ := h.Engine.PeekJob(bg, ns, "q", id)
+	if j.DeadReason != engine.ReasonTTRExpired || j.Deliveries != 4 {
+		t.Fatalf("dead job %+v", j)
+	}
+}
+
+func testBackoffOnNack(t *testing.T, h *Harness, x engine.Extended) {
+	b, _ := engine.ParseBackoff("fixed:2s")
+	if err := x.SetQueueConfig(bg, ns, "q", engine.QueueConfig{Backoff: b}); err != nil {
+		t.Fatal(err)
+	}
+	id := pub(t, h, "q", "n", func(r *engine.PublishRequest) { r.Tries = 3 })
+	d := one(t, h, time.Minute, "q")
+	if err := x.Release(bg, &engine.ReleaseRequest{Namespace: ns, Queue: "q", ID: id, Receipt: d.Receipt, UsePolicy: true}); err != nil {
+		t.Fatal(err)
+	}
+	h.Advance(1900 * time.Millisecond)
+	none(t, h, "q")
+	h.Advance(200 * time.Millisecond)
+	if j := one(t, h, time.Minute, "q"); j.ID != id {
+		t.Fatalf("got %s", j.ID)
+	}
+}
+
+func testTouch(t *testing.T, h *Harness, x engine.Extended) {
+	id := pub(t, h, "q", "t", func(r *engine.PublishRequest) { r.Tries = 2 })
+	d := one(t, h, time.Second, "q")
+	due, err := x.Touch(bg, ns, "q", id, d.Receipt, 5*time.Second)
+	if err != nil || due.Before(time.Now()) {
+		t.Fatalf("touch = %v %v", due, err)
+	}
+	h.Advance(2 * time.Second)
+	none(t, h, "q")
+	h.Advance(3100 * time.Millisecond)
+	if j := one(t, h, time.Minute, "q"); j.ID != id {
+		t.Fatalf("got %s", j.ID)
+	}
+	if _, err := x.Touch(bg, ns, "q", id, d.Receipt, time.Second); !errors.Is(err, engine.ErrStaleReceipt) {
+		t.Fatalf("touch by a stale delivery: %v", err)
+	}
+}
+
+func testJobPriority(t *testing.T, h *Harness, x engine.Extended) {
+	a := pub(t, h, "q", "a", nil)
+	b := pub(t, h, "q", "b", func(r *engine.PublishRequest) { r.Priority = 5 })
+	c := pub(t, h, "q", "c", func(r *engine.PublishRequest) { r.Priority = 5 })
+	d := pub(t, h, "q", "d", func(r *engine.PublishRequest) { r.Priority = 9 })
+	e := pub(t, h, "q", "e", func(r *engine.PublishRequest) { r.Priority = 7; r.Delay = time.Second })
+	if p, err := h.Engine.PeekQueue(bg, ns, "q"); err != nil || p.ID != d {
+		t.Fatalf("peek = %v %v, want the priority 9 job", p, err)
+	}
+	if n, _ := h.Engine.Size(bg, ns, "q"); n != 4 {
+		t.Fatalf("size %d", n)
+	}
+	h.Advance(1100 * time.Millisecond)
+	for _, want := range []string{d, e, b, c, a} {
+		if j := one(t, h, time.Minute, "q"); j.ID != want {
+			t.Fatalf("got %s (%q), want %s", j.ID, j.Body, want)
+		}
+	}
+	if _, err := h.Engine.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: "q", Tries: 1, Priority: 256}); !errors.Is(err, engine.ErrInvalid) {
+		t.Fatalf("priority 256: %v", err)
+	}
+}
+
+func testIdempotencyKey(t *testing.T, h *Harness, x engine.Extended) {
+	first := pub(t, h, "q", "once", func(r *engine.PublishRequest) { r.Key = "order-42" })
+	again, err := h.Engine.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: "q", Body: []byte("twice"), Tries: 1, TTL: time.Hour, Key: "order-42"})
+	if !errors.Is(err, engine.ErrKeyExists) || again != first {
+		t.Fatalf("second publish = %q, %v; want %q and ErrKeyExists", again, err, first)
+	}
+	if n, _ := h.Engine.Size(bg, ns, "q"); n != 1 {
+		t.Fatalf("size %d", n)
+	}
+	id, err := x.CancelKey(bg, ns, "q", "order-42")
+	if err != nil || id != first {
+		t.Fatalf("cancel = %q %v", id, err)
+	}
+	none(t, h, "q")
+	if _, err := x.CancelKey(bg, ns, "q", "order-42"); !errors.Is(err, engine.ErrJobNotFound) {
+		t.Fatalf("cancel again: %v", err)
+	}
+	if third := pub(t, h, "q", "new", func(r *engine.PublishRequest) { r.Key = "order-42" }); third == first {
+		t.Fatal("a cancelled key still returned the old job")
+	}
+	// A key lives as long as its job's TTL.
+	pub(t, h, "q", "short", func(r *engine.PublishRequest) { r.Key = "k2"; r.TTL = 100 * time.Millisecond })
+	h.Elapse(300 * time.Millisecond)
+	pub(t, h, "q", "later", func(r *engine.PublishRequest) { r.Key = "k2" })
+}
+
+func testPause(t *testing.T, h *Harness, x engine.Extended) {
+	if err := x.SetQueueConfig(bg, ns, "q", engine.QueueConfig{Paused: true}); err != nil {
+		t.Fatal(err)
+	}
+	id := pub(t, h, "q", "p", nil)
+	none(t, h, "q")
+	if cfg, _ := x.QueueConfig(bg, ns, "q"); !cfg.Paused {
+		t.Fatal("config does not say paused")
+	}
+	got := make(chan []*engine.Job, 1)
+	go func() {
+		jobs, _ := h.Engine.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{"q"}, TTR: time.Minute, Count: 1, Timeout: 3 * time.Second})
+		got <- jobs
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if err := x.SetQueueConfig(bg, ns, "q", engine.QueueConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case jobs := <-got:
+		if len(jobs) != 1 || jobs[0].ID != id {
+			t.Fatalf("after resume got %v", jobs)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("a waiting consumer was not served after resume")
+	}
+}
+
+func testDeadLetterBrowsing(t *testing.T, h *Harness, x engine.Extended) {
+	ids := killThree(t, h)
+	page, err := x.ListDeadLetter(bg, ns, "q", 0, 2)
+	if err != nil || len(page) != 2 || page[0].ID != ids[0] || page[1].ID != ids[1] {
+		t.Fatalf("page 1 = %v %v", page, err)
+	}
+	if string(page[0].Body) != "0" || page[0].State != engine.StateDead || page[0].DeadReason != engine.ReasonTTRExpired || page[0].DeadAt.IsZero() {
+		t.Fatalf("dead job %+v", page[0])
+	}
+	page, _ = x.ListDeadLetter(bg, ns, "q", 2, 2)
+	if len(page) != 1 || page[0].ID != ids[2] {
+		t.Fatalf("page 2 = %v", page)
+	}
+	if err := x.RespawnDeadJob(bg, ns, "q", ids[1], time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.RespawnDeadJob(bg, ns, "q", ids[1], time.Minute); !errors.Is(err, engine.ErrJobNotFound) {
+		t.Fatalf("respawn of a job that is not dead: %v", err)
+	}
+	if j := one(t, h, time.Minute, "q"); j.ID != ids[1] || j.TTL > time.Minute {
+		t.Fatalf("respawned %+v", j)
+	}
+	if err := x.DeleteDeadJob(bg, ns, "q", ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if dl := deadLetter(t, h, "q"); dl.Size != 1 || dl.Head != ids[2] {
+		t.Fatalf("dead letter %+v", dl)
+	}
+	if _, err := h.Engine.PeekJob(bg, ns, "q", ids[0]); !errors.Is(err, engine.ErrJobNotFound) {
+		t.Fatalf("deleted dead job: %v", err)
+	}
+}
+
+func testDeadTTL(t *testing.T, h *Harness, x engine.Extended) {
+	if err := x.SetQueueConfig(bg, ns, "q", engine.QueueConfig{DeadTTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	id := pub(t, h, "q", "d", func(r *engine.PublishRequest) { r.TTL = 0 })
+	one(t, h, 0, "q")
+	h.Advance(time.Millisecond)
+	j, err := h.Engine.PeekJob(bg, ns, "q", id)
+	if err != nil || j.State != engine.StateDead || j.TTL <= 59*time.Minute || j.TTL > time.Hour {
+		t.Fatalf("dead job with dead TTL: %+v %v", j, err)
+	}
+}
+
+func testInspection(t *testing.T, h *Harness, x engine.Extended) {
+	id := pub(t, h, "q", "i", func(r *engine.PublishRequest) { r.Delay = time.Second; r.Tries = 2 })
+	j, err := h.Engine.PeekJob(bg, ns, "q", id)
+	if err != nil || j.State != engine.StateDelayed || j.Tries != 2 || j.DueAt.IsZero() {
+		t.Fatalf("delayed %+v %v", j, err)
+	}
+	h.Advance(1100 * time.Millisecond)
+	if j, _ = h.Engine.PeekJob(bg, ns, "q", id); j.State != engine.StateReady {
+		t.Fatalf("due %+v", j)
+	}
+	one(t, h, 10*time.Second, "q")
+	if j, _ = h.Engine.PeekJob(bg, ns, "q", id); j.State != engine.StateInFlight || j.Tries != 1 || j.Deliveries != 1 || j.DueAt.IsZero() {
+		t.Fatalf("in flight %+v", j)
+	}
+}

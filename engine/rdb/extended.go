@@ -1,0 +1,273 @@
+package rdb
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kairos-dev/kairos/engine"
+)
+
+// The Kairos extensions of the Redis engine (engine.Extended).
+
+var _ engine.Extended = (*Engine)(nil)
+
+// decodeReceipt turns a receipt as clients see it (16 hex digits) into the
+// 8 bytes stored in the job header.
+func decodeReceipt(r string) (string, error) {
+	b, err := hex.DecodeString(r)
+	if err != nil || len(b) != 8 {
+		return "", fmt.Errorf("receipt %q: %w", r, engine.ErrInvalid)
+	}
+	return string(b), nil
+}
+
+// receiptResult maps the scripts' -1/-2 codes to errors.
+func receiptResult(op, ns, q, id string, code int64) error {
+	switch code {
+	case -1:
+		return fmt.Errorf("%s %s/%s/%s: %w", op, ns, q, id, engine.ErrJobNotFound)
+	case -2:
+		return fmt.Errorf("%s %s/%s/%s: %w", op, ns, q, id, engine.ErrStaleReceipt)
+	}
+	return nil
+}
+
+// Ack implements engine.Extended. An empty receipt is lmstfy's ACK: the job
+// is deleted whatever its state, and an unknown job is not an error.
+func (e *Engine) Ack(ctx context.Context, ns, q, id, receipt string) error {
+	if err := checkNames(ns, q); err != nil {
+		return fmt.Errorf("ack: %w", err)
+	}
+	nonce := ""
+	if receipt != "" {
+		var err error
+		if nonce, err = decodeReceipt(receipt); err != nil {
+			return fmt.Errorf("ack: %w", err)
+		}
+	}
+	code, err := ackScript.Run(ctx, e.rdb, []string{jobKey(ns, q, id), timerKey(ns, q)}, id, nonce).Int64()
+	if err != nil {
+		return fmt.Errorf("ack %s/%s/%s: %w", ns, q, id, err)
+	}
+	return receiptResult("ack", ns, q, id, code)
+}
+
+// Release implements engine.Extended.
+func (e *Engine) Release(ctx context.Context, r *engine.ReleaseRequest) error {
+	if err := checkNames(r.Namespace, r.Queue); err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	nonce, err := decodeReceipt(r.Receipt)
+	if err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	if r.Delay < 0 {
+		return fmt.Errorf("release: negative delay: %w", engine.ErrInvalid)
+	}
+	delay := durMS(r.Delay)
+	if r.UsePolicy {
+		delay = -1
+	}
+	keep := "0"
+	if r.KeepTry {
+		keep = "1"
+	}
+	reason := r.Reason
+	if reason == "" {
+		reason = engine.ReasonNacked
+	}
+	ns, q := r.Namespace, r.Queue
+	keys := []string{jobKey(ns, q, r.ID), timerKey(ns, q), readyKey(ns, q), prioKey(ns, q), configKey(ns, q), deadKey(ns, q), timerIndexKey}
+	code, err := releaseScript.Run(ctx, e.rdb, keys, r.ID, nonce, ceilMS(e.now()), delay, keep, reasonCode(reason),
+		strconv.FormatFloat(rand.Float64(), 'f', 6, 64), queueMember(ns, q), readyChannel(ns, q), timerChannel).Int64()
+	if err != nil {
+		return fmt.Errorf("release %s/%s/%s: %w", ns, q, r.ID, err)
+	}
+	if code == 3 {
+		e.wakePump()
+	}
+	return receiptResult("release", ns, q, r.ID, code)
+}
+
+// Touch implements engine.Extended.
+func (e *Engine) Touch(ctx context.Context, ns, q, id, receipt string, ttr time.Duration) (time.Time, error) {
+	if err := checkNames(ns, q); err != nil {
+		return time.Time{}, fmt.Errorf("touch: %w", err)
+	}
+	nonce, err := decodeReceipt(receipt)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("touch: %w", err)
+	}
+	if ttr < 0 {
+		return time.Time{}, fmt.Errorf("touch: negative ttr: %w", engine.ErrInvalid)
+	}
+	due := ceilMS(e.now()) + durMS(ttr)
+	code, err := touchScript.Run(ctx, e.rdb, []string{jobKey(ns, q, id), timerKey(ns, q), timerIndexKey},
+		id, nonce, due, queueMember(ns, q), timerChannel).Int64()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("touch %s/%s/%s: %w", ns, q, id, err)
+	}
+	if err := receiptResult("touch", ns, q, id, code); err != nil {
+		return time.Time{}, err
+	}
+	e.wakePump()
+	return time.UnixMilli(due), nil
+}
+
+// CancelKey implements engine.Extended.
+func (e *Engine) CancelKey(ctx context.Context, ns, q, key string) (string, error) {
+	if err := checkNames(ns, q); err != nil {
+		return "", fmt.Errorf("cancel: %w", err)
+	}
+	id, err := cancelKeyScript.Run(ctx, e.rdb, []string{uniqueKey(ns, q, key), timerKey(ns, q)}, jobKeyPrefix(ns, q)).Text()
+	if errors.Is(err, redis.Nil) {
+		return "", fmt.Errorf("cancel %s/%s key %q: %w", ns, q, key, engine.ErrJobNotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("cancel %s/%s key %q: %w", ns, q, key, err)
+	}
+	return id, nil
+}
+
+// luaBackoff is a policy in the form the scripts read (scripts.go).
+func luaBackoff(b *engine.Backoff) string {
+	if b == nil {
+		return ""
+	}
+	switch b.Kind {
+	case "fixed":
+		return "f:" + strconv.FormatInt(durMS(b.Base), 10)
+	case "exponential":
+		return fmt.Sprintf("e:%d:%g:%d:%g", durMS(b.Base), b.Factor, durMS(b.Max), b.Jitter)
+	default:
+		parts := make([]string, len(b.Steps))
+		for i, d := range b.Steps {
+			parts[i] = strconv.FormatInt(durMS(d), 10)
+		}
+		return "l:" + strings.Join(parts, ",")
+	}
+}
+
+// QueueConfig implements engine.Extended.
+func (e *Engine) QueueConfig(ctx context.Context, ns, q string) (engine.QueueConfig, error) {
+	var cfg engine.QueueConfig
+	if err := checkNames(ns, q); err != nil {
+		return cfg, fmt.Errorf("queue config: %w", err)
+	}
+	vals, err := e.rdb.HMGet(ctx, configKey(ns, q), "backoff_text", "dead_ttl", "paused").Result()
+	if err != nil {
+		return cfg, fmt.Errorf("queue config %s/%s: %w", ns, q, err)
+	}
+	if s, ok := vals[0].(string); ok && s != "" {
+		if cfg.Backoff, err = engine.ParseBackoff(s); err != nil {
+			return cfg, fmt.Errorf("queue config %s/%s: stored backoff: %w", ns, q, err)
+		}
+	}
+	if s, ok := vals[1].(string); ok {
+		ms, _ := strconv.ParseInt(s, 10, 64)
+		cfg.DeadTTL = time.Duration(ms) * time.Millisecond
+	}
+	cfg.Paused = vals[2] == "1"
+	return cfg, nil
+}
+
+// SetQueueConfig implements engine.Extended.
+func (e *Engine) SetQueueConfig(ctx context.Context, ns, q string, cfg engine.QueueConfig) error {
+	if err := checkNames(ns, q); err != nil {
+		return fmt.Errorf("queue config: %w", err)
+	}
+	if cfg.DeadTTL < 0 {
+		return fmt.Errorf("queue config: negative dead ttl: %w", engine.ErrInvalid)
+	}
+	k := configKey(ns, q)
+	_, err := e.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		if cfg.Backoff != nil {
+			p.HSet(ctx, k, "backoff", luaBackoff(cfg.Backoff), "backoff_text", cfg.Backoff.String())
+		} else {
+			p.HDel(ctx, k, "backoff", "backoff_text")
+		}
+		if cfg.DeadTTL > 0 {
+			p.HSet(ctx, k, "dead_ttl", durMS(cfg.DeadTTL))
+		} else {
+			p.HDel(ctx, k, "dead_ttl")
+		}
+		if cfg.Paused {
+			p.HSet(ctx, k, "paused", "1")
+		} else {
+			p.HDel(ctx, k, "paused")
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("queue config %s/%s: %w", ns, q, err)
+	}
+	if !cfg.Paused {
+		// Consumers waiting on a resumed queue must look again.
+		e.rdb.Publish(ctx, readyChannel(ns, q), 1)
+	}
+	return nil
+}
+
+// ListDeadLetter implements engine.Extended.
+func (e *Engine) ListDeadLetter(ctx context.Context, ns, q string, offset, limit int64) ([]*engine.Job, error) {
+	if err := checkNames(ns, q); err != nil {
+		return nil, fmt.Errorf("list dead letter: %w", err)
+	}
+	if offset < 0 || limit < 1 || limit > 1000 {
+		return nil, fmt.Errorf("list dead letter: %w", engine.ErrInvalid)
+	}
+	res, err := listDeadScript.Run(ctx, e.rdb, []string{deadKey(ns, q)}, jobKeyPrefix(ns, q), offset, limit).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("list dead letter %s/%s: %w", ns, q, err)
+	}
+	now := e.now()
+	jobs := make([]*engine.Job, 0, len(res)/3)
+	for i := 0; i+2 < len(res); i += 3 {
+		id, _ := res[i].(string)
+		v, _ := res[i+1].(string)
+		pttl, _ := res[i+2].(int64)
+		j, err := makeStoredJob(ns, q, id, []byte(v), pttl, now)
+		if err != nil {
+			e.log.WithError(err).WithField("job_id", id).Warn("list dead letter: undecodable job")
+			continue
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, nil
+}
+
+// RespawnDeadJob implements engine.Extended.
+func (e *Engine) RespawnDeadJob(ctx context.Context, ns, q, id string, ttl time.Duration) error {
+	if err := checkNames(ns, q); err != nil {
+		return fmt.Errorf("respawn: %w", err)
+	}
+	if ttl < 0 {
+		return fmt.Errorf("respawn: negative ttl: %w", engine.ErrInvalid)
+	}
+	keys := []string{jobKey(ns, q, id), deadKey(ns, q), readyKey(ns, q), prioKey(ns, q), configKey(ns, q)}
+	code, err := respawnOneScript.Run(ctx, e.rdb, keys, id, durMS(ttl), readyChannel(ns, q)).Int64()
+	if err != nil {
+		return fmt.Errorf("respawn %s/%s/%s: %w", ns, q, id, err)
+	}
+	return receiptResult("respawn", ns, q, id, code)
+}
+
+// DeleteDeadJob implements engine.Extended.
+func (e *Engine) DeleteDeadJob(ctx context.Context, ns, q, id string) error {
+	if err := checkNames(ns, q); err != nil {
+		return fmt.Errorf("delete dead job: %w", err)
+	}
+	code, err := deleteDeadOneScript.Run(ctx, e.rdb, []string{jobKey(ns, q, id), deadKey(ns, q)}, id).Int64()
+	if err != nil {
+		return fmt.Errorf("delete dead job %s/%s/%s: %w", ns, q, id, err)
+	}
+	return receiptResult("delete dead job", ns, q, id, code)
+}

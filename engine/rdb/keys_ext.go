@@ -1,0 +1,16 @@
+package rdb
+
+// Keys of the Kairos extensions (see keys.go for the lmstfy-shaped ones).
+
+// prioKey is the queue's ready set of jobs with a priority > 0: score =
+// (255-priority)·2^40 + sequence, member = packed entry. Queues that never
+// see a priority never have this key.
+func prioKey(ns, q string) string { return "p/{" + ns + "/" + q + "}" }
+
+// configKey is the queue's settings hash: backoff (Lua form), backoff_text,
+// dead_ttl (ms), paused ("1"), seq (the priority sequence).
+func configKey(ns, q string) string { return "c/{" + ns + "/" + q + "}" }
+
+// uniqueKey maps an idempotency key to the job published with it; it lives
+// as long as the job's TTL.
+func uniqueKey(ns, q, key string) string { return "u/{" + ns + "/" + q + "}/" + key }
