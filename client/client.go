@@ -1,0 +1,429 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Defaults of a Client.
+const (
+	// DefaultTimeout bounds every request that does not long-poll; a
+	// consume's deadline is its long-poll timeout plus this.
+	DefaultTimeout = 30 * time.Second
+	// DefaultRetries is how many times a request is retried when retrying
+	// cannot create a duplicate.
+	DefaultRetries = 3
+	// DefaultRetryBackoff is the first pause between two attempts; it
+	// doubles (with jitter) up to DefaultMaxRetryBackoff.
+	DefaultRetryBackoff = 50 * time.Millisecond
+	// DefaultMaxRetryBackoff caps the pause between two attempts.
+	DefaultMaxRetryBackoff = 2 * time.Second
+	// MaxBodyRead caps how much of a response body the client reads
+	// (a batch of 100 jobs of 1 MiB, base64-encoded, fits).
+	MaxBodyRead = 256 << 20
+)
+
+// settings collect what Options set; New and NewAdmin read them.
+type settings struct {
+	namespace  string
+	token      string
+	user, pass string
+	basicAuth  bool
+	httpClient *http.Client
+	timeout    time.Duration
+	retries    int
+	backoff    time.Duration
+	maxBackoff time.Duration
+	userAgent  string
+}
+
+// Option configures a Client or an Admin client.
+type Option func(*settings) error
+
+// WithNamespace sets the namespace every job call of a Client works in.
+func WithNamespace(namespace string) Option {
+	return func(s *settings) error {
+		if namespace == "" {
+			return argError("empty namespace")
+		}
+		s.namespace = namespace
+		return nil
+	}
+}
+
+// WithToken sets the token sent in X-Token: "secret", or "pool:secret" for
+// a namespace that lives in another pool than "default".
+func WithToken(token string) Option {
+	return func(s *settings) error { s.token = token; return nil }
+}
+
+// WithBasicAuth sets the admin API's basic-auth account (used by Admin only;
+// needed when the server's [Accounts] is not empty).
+func WithBasicAuth(user, password string) Option {
+	return func(s *settings) error { s.user, s.pass, s.basicAuth = user, password, true; return nil }
+}
+
+// WithHTTPClient makes the client send its requests through hc (its
+// Transport, Jar and redirect policy). hc.Timeout is not used as is: every
+// request gets its own deadline (see WithTimeout), so that a long-poll is
+// never cut short; a non-zero hc.Timeout becomes the default of WithTimeout.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(s *settings) error {
+		if hc == nil {
+			return argError("nil http client")
+		}
+		s.httpClient = hc
+		return nil
+	}
+}
+
+// WithTimeout bounds each request that does not long-poll (default
+// DefaultTimeout). A consume waits up to its long-poll timeout plus d, so
+// the HTTP deadline always exceeds the long-poll timeout.
+func WithTimeout(d time.Duration) Option {
+	return func(s *settings) error {
+		if d <= 0 {
+			return argError("timeout must be > 0")
+		}
+		s.timeout = d
+		return nil
+	}
+}
+
+// WithRetry sets how many times a request is retried (0 = never) and the
+// backoff: the first pause, doubled with jitter after each attempt up to
+// maxBackoff. Only requests that cannot create duplicates are retried: any
+// request whose connection was refused before anything was sent, and
+// idempotent ones (peeks, sizes, ACK, token and limit reads) also after a
+// network error or a 5xx. Publishes and consumes are never re-sent once
+// sent: a lost answer could otherwise publish a job twice or take two jobs.
+func WithRetry(retries int, backoff, maxBackoff time.Duration) Option {
+	return func(s *settings) error {
+		if retries < 0 || backoff < 0 || maxBackoff < backoff {
+			return argError("invalid retry settings (retries %d, backoff %v, max %v)", retries, backoff, maxBackoff)
+		}
+		s.retries, s.backoff, s.maxBackoff = retries, backoff, maxBackoff
+		return nil
+	}
+}
+
+// WithUserAgent sets the User-Agent header.
+func WithUserAgent(ua string) Option {
+	return func(s *settings) error { s.userAgent = ua; return nil }
+}
+
+// transport is the HTTP plumbing shared by Client and Admin.
+type transport struct {
+	base       *url.URL // scheme://host[:port][/prefix], no trailing slash
+	hc         *http.Client
+	timeout    time.Duration
+	retries    int
+	backoff    time.Duration
+	maxBackoff time.Duration
+	header     http.Header // added to every request
+	user, pass string
+	basicAuth  bool
+}
+
+// newTransport parses addr ("host:port", "http://host:port",
+// "https://host/prefix") and applies opts.
+func newTransport(addr string, opts []Option) (*transport, *settings, error) {
+	s := &settings{retries: DefaultRetries, backoff: DefaultRetryBackoff, maxBackoff: DefaultMaxRetryBackoff}
+	for _, o := range opts {
+		if err := o(s); err != nil {
+			return nil, nil, err
+		}
+	}
+	base, err := parseAddr(addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	t := &transport{
+		base: base, retries: s.retries, backoff: s.backoff, maxBackoff: s.maxBackoff,
+		header: make(http.Header), user: s.user, pass: s.pass, basicAuth: s.basicAuth,
+	}
+	if s.httpClient != nil {
+		hc := *s.httpClient
+		if s.timeout == 0 && hc.Timeout > 0 {
+			s.timeout = hc.Timeout
+		}
+		hc.Timeout = 0
+		t.hc = &hc
+	} else {
+		t.hc = &http.Client{Transport: newHTTPTransport()}
+	}
+	t.timeout = s.timeout
+	if t.timeout == 0 {
+		t.timeout = DefaultTimeout
+	}
+	if s.userAgent != "" {
+		t.header.Set("User-Agent", s.userAgent)
+	} else {
+		t.header.Set("User-Agent", "kairos-go-client")
+	}
+	return t, s, nil
+}
+
+// newHTTPTransport is a transport sized for many concurrent long-polls.
+func newHTTPTransport() *http.Transport {
+	return &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{
+			Timeout:   5 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   128,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+func parseAddr(addr string) (*url.URL, error) {
+	addr = strings.TrimSpace(addr)
+	if addr == "" {
+		return nil, argError("empty server address")
+	}
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	u, err := url.Parse(addr)
+	if err != nil {
+		return nil, argError("server address %q: %v", addr, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, argError("server address %q: scheme must be http or https", addr)
+	}
+	if u.Host == "" {
+		return nil, argError("server address %q has no host", addr)
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return nil, argError("server address %q: no query, fragment or user info allowed", addr)
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawPath = ""
+	return u, nil
+}
+
+// request is one API call.
+type request struct {
+	method string
+	path   string // escaped, from the base URL's path on: /api/ns/q
+	query  url.Values
+	body   []byte
+	header http.Header
+	// form sends body as application/x-www-form-urlencoded.
+	form bool
+	// wait is how long the server may legitimately hold the request
+	// (a long-poll); the deadline is wait + the client's timeout.
+	wait time.Duration
+	// idempotent requests are also retried after a network error or a 5xx.
+	idempotent bool
+	// want lists the success statuses.
+	want []int
+}
+
+// response is a successful answer.
+type response struct {
+	status    int
+	header    http.Header
+	body      []byte
+	requestID string
+}
+
+// do sends r, retrying as WithRetry describes, and returns the response when
+// its status is one of r.want, else an *APIError.
+func (t *transport) do(ctx context.Context, r request) (*response, error) {
+	if ctx == nil {
+		return nil, argError("nil context")
+	}
+	pause := t.backoff
+	for attempt := 0; ; attempt++ {
+		resp, retry, err := t.once(ctx, r)
+		if err == nil {
+			return resp, nil
+		}
+		if !retry || attempt >= t.retries || ctx.Err() != nil {
+			return nil, err
+		}
+		if sleep(ctx, jitter(pause)) != nil {
+			return nil, err
+		}
+		pause = min(2*pause, t.maxBackoff)
+	}
+}
+
+// once sends r once; retry reports whether sending it again is safe and
+// may help.
+func (t *transport) once(parent context.Context, r request) (*response, bool, error) {
+	ctx, cancel := context.WithTimeout(parent, r.wait+t.timeout)
+	defer cancel()
+	u := t.base.String() + r.path
+	if len(r.query) > 0 {
+		u += "?" + r.query.Encode()
+	}
+	var body io.Reader
+	if r.body != nil {
+		body = bytes.NewReader(r.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.method, u, body)
+	if err != nil {
+		return nil, false, argError("build request: %v", err)
+	}
+	for k, vs := range t.header {
+		req.Header[k] = vs
+	}
+	for k, vs := range r.header {
+		req.Header[k] = vs
+	}
+	if r.form {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	if t.basicAuth {
+		req.SetBasicAuth(t.user, t.pass)
+	}
+	res, err := t.hc.Do(req)
+	if err != nil {
+		err = fmt.Errorf("kairos: %s %s: %w", r.method, r.path, err)
+		return nil, neverSent(err) || (r.idempotent && !isCtxErr(parent, err)), err
+	}
+	defer res.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(res.Body, MaxBodyRead))
+	if err != nil {
+		err = fmt.Errorf("kairos: %s %s: read response: %w", r.method, r.path, err)
+		return nil, r.idempotent && !isCtxErr(parent, err), err
+	}
+	for _, s := range r.want {
+		if res.StatusCode == s {
+			return &response{status: res.StatusCode, header: res.Header, body: data, requestID: res.Header.Get("X-Request-ID")}, false, nil
+		}
+	}
+	apiErr := newAPIError(r.method, r.path, res.StatusCode, res.Header, data)
+	return nil, r.idempotent && res.StatusCode >= 500, apiErr
+}
+
+// neverSent reports whether err proves that no byte of the request reached
+// a server: the connection could not be established.
+func neverSent(err error) bool {
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return true
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var dns *net.DNSError
+	return errors.As(err, &dns)
+}
+
+// isCtxErr reports whether err comes from the caller's context rather than
+// from the network (then retrying is pointless).
+func isCtxErr(ctx context.Context, err error) bool {
+	return ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
+}
+
+// jitter spreads d over [d/2, d).
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2)
+}
+
+// sleep waits d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Client calls the public job API of one namespace. It is safe for
+// concurrent use; create one per namespace and reuse it.
+type Client struct {
+	t         *transport
+	namespace string
+	token     string
+}
+
+// New returns a client of the public API at addr ("127.0.0.1:7777",
+// "http://host:7777", "https://kairos.example.com/prefix"). Set the
+// namespace and the token with WithNamespace and WithToken; the size
+// routes work without a token.
+func New(addr string, opts ...Option) (*Client, error) {
+	t, s, err := newTransport(addr, opts)
+	if err != nil {
+		return nil, err
+	}
+	if s.namespace == "" {
+		return nil, argError("no namespace: use WithNamespace")
+	}
+	if s.token != "" {
+		t.header.Set("X-Token", s.token)
+	}
+	return &Client{t: t, namespace: s.namespace, token: s.token}, nil
+}
+
+// Namespace returns the namespace the client works in.
+func (c *Client) Namespace() string { return c.namespace }
+
+// apiPath is /api/<namespace>/<queue>[/<part>…], every segment escaped.
+func (c *Client) apiPath(queue string, parts ...string) string {
+	var b strings.Builder
+	b.WriteString(c.t.base.Path)
+	b.WriteString("/api/")
+	b.WriteString(url.PathEscape(c.namespace))
+	b.WriteString("/")
+	b.WriteString(queue)
+	for _, p := range parts {
+		b.WriteString("/")
+		b.WriteString(url.PathEscape(p))
+	}
+	return b.String()
+}
+
+// queueSegment checks and escapes one queue name.
+func queueSegment(queue string) (string, error) {
+	if strings.TrimSpace(queue) == "" {
+		return "", argError("empty queue name")
+	}
+	return url.PathEscape(queue), nil
+}
+
+// queuesSegment checks and escapes a priority list of queues, joined by
+// commas.
+func queuesSegment(queues []string) (string, error) {
+	if len(queues) == 0 {
+		return "", argError("no queue")
+	}
+	parts := make([]string, len(queues))
+	for i, q := range queues {
+		if strings.Contains(q, ",") {
+			return "", argError("queue name %q contains a comma", q)
+		}
+		s, err := queueSegment(q)
+		if err != nil {
+			return "", err
+		}
+		parts[i] = s
+	}
+	return strings.Join(parts, ","), nil
+}

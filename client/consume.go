@@ -1,0 +1,253 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// MaxBatchConsume is the most jobs one BatchConsume may take.
+const MaxBatchConsume = 100
+
+// Consume takes one job from queue, waiting up to timeout for one (0: do
+// not wait). The job must be ACKed (Ack) within ttr, else it is delivered
+// again while tries remain, then goes to the dead letter. ttr 0 takes the
+// server's default (120 s). When no job comes, the error is ErrNoJob.
+//
+// The server caps the wait at its MaxTimeoutSecond (600 s); the request's
+// deadline is always timeout plus the client's timeout, so a long-poll is
+// never cut short by the client. A consume is retried only when the
+// connection was refused: once sent, it may have taken a job.
+func (c *Client) Consume(ctx context.Context, queue string, ttr, timeout time.Duration) (*Job, error) {
+	return c.ConsumeFromQueues(ctx, ttr, timeout, queue)
+}
+
+// ConsumeFromQueues takes one job from the first of queues that has one
+// (the first queue has the highest priority), waiting up to timeout. See
+// Consume.
+func (c *Client) ConsumeFromQueues(ctx context.Context, ttr, timeout time.Duration, queues ...string) (*Job, error) {
+	body, err := c.consume(ctx, queues, 1, ttr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	job := new(Job)
+	if err := decode(body, job); err != nil {
+		return nil, err
+	}
+	return job, nil
+}
+
+// BatchConsume takes up to count (1..100) jobs from queues in priority
+// order, waiting up to timeout for the first. See Consume.
+func (c *Client) BatchConsume(ctx context.Context, queues []string, count int, ttr, timeout time.Duration) ([]*Job, error) {
+	if count < 1 || count > MaxBatchConsume {
+		return nil, argError("count must be 1..%d (got %d)", MaxBatchConsume, count)
+	}
+	resp, err := c.consume(ctx, queues, count, ttr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	if count == 1 {
+		job := new(Job)
+		if err := decode(resp, job); err != nil {
+			return nil, err
+		}
+		return []*Job{job}, nil
+	}
+	var jobs []*Job
+	if err := decode(resp, &jobs); err != nil {
+		return nil, err
+	}
+	return jobs, nil
+}
+
+func (c *Client) consume(ctx context.Context, queues []string, count int, ttr, timeout time.Duration) (*response, error) {
+	seg, err := queuesSegment(queues)
+	if err != nil {
+		return nil, err
+	}
+	q := url.Values{}
+	if ttr != 0 {
+		if ttr < 0 {
+			return nil, argError("ttr must be > 0 (got %v)", ttr)
+		}
+		if err := setSeconds(q, "ttr", ttr); err != nil {
+			return nil, err
+		}
+	}
+	if err := setSeconds(q, "timeout", timeout); err != nil {
+		return nil, err
+	}
+	if count != 1 {
+		q.Set("count", strconv.Itoa(count))
+	}
+	return c.t.do(ctx, request{
+		method: http.MethodGet, path: c.apiPath(seg), query: q, wait: timeout,
+		want: []int{http.StatusOK},
+	})
+}
+
+// Ack deletes job jobID of queue: it is done and will never be delivered
+// again. ACKing an unknown job is not an error. ACK is idempotent and
+// therefore retried after network errors.
+func (c *Client) Ack(ctx context.Context, queue, jobID string) error {
+	seg, err := queueSegment(queue)
+	if err != nil {
+		return err
+	}
+	if jobID == "" {
+		return argError("empty job id")
+	}
+	_, err = c.t.do(ctx, request{
+		method: http.MethodDelete, path: c.apiPath(seg, "job", jobID), idempotent: true,
+		want: []int{http.StatusNoContent},
+	})
+	return err
+}
+
+// PeekQueue returns the job a consume of queue would take next, without
+// taking it; ErrNoJob when the queue has no ready job.
+func (c *Client) PeekQueue(ctx context.Context, queue string) (*Job, error) {
+	seg, err := queueSegment(queue)
+	if err != nil {
+		return nil, err
+	}
+	return c.getJob(ctx, c.apiPath(seg, "peek"))
+}
+
+// PeekJob returns job jobID of queue in whatever state it is (ready,
+// delayed, in flight, dead); ErrNotFound when there is no such job.
+func (c *Client) PeekJob(ctx context.Context, queue, jobID string) (*Job, error) {
+	seg, err := queueSegment(queue)
+	if err != nil {
+		return nil, err
+	}
+	if jobID == "" {
+		return nil, argError("empty job id")
+	}
+	return c.getJob(ctx, c.apiPath(seg, "job", jobID))
+}
+
+func (c *Client) getJob(ctx context.Context, path string) (*Job, error) {
+	resp, err := c.t.do(ctx, request{method: http.MethodGet, path: path, idempotent: true, want: []int{http.StatusOK}})
+	if err != nil {
+		return nil, err
+	}
+	job := new(Job)
+	if err := decode(resp, job); err != nil {
+		return nil, err
+	}
+	return job, nil
+}
+
+// QueueSize returns the number of ready jobs of queue (not the delayed, in
+// flight or dead ones). It needs no token.
+func (c *Client) QueueSize(ctx context.Context, queue string) (int, error) {
+	seg, err := queueSegment(queue)
+	if err != nil {
+		return 0, err
+	}
+	return c.size(ctx, c.apiPath(seg, "size"))
+}
+
+func (c *Client) size(ctx context.Context, path string) (int, error) {
+	resp, err := c.t.do(ctx, request{method: http.MethodGet, path: path, idempotent: true, want: []int{http.StatusOK}})
+	if err != nil {
+		return 0, err
+	}
+	var out struct {
+		Size int `json:"size"`
+	}
+	if err := decode(resp, &out); err != nil {
+		return 0, err
+	}
+	return out.Size, nil
+}
+
+// DestroyQueue deletes every ready, delayed and in-flight job of queue (its
+// dead letter stays).
+func (c *Client) DestroyQueue(ctx context.Context, queue string) error {
+	seg, err := queueSegment(queue)
+	if err != nil {
+		return err
+	}
+	_, err = c.t.do(ctx, request{method: http.MethodDelete, path: c.apiPath(seg), idempotent: true, want: []int{http.StatusNoContent}})
+	return err
+}
+
+// PeekDeadLetter returns the size of queue's dead letter and the ID of its
+// oldest job ("" when empty).
+func (c *Client) PeekDeadLetter(ctx context.Context, queue string) (size int, head string, err error) {
+	seg, err := queueSegment(queue)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := c.t.do(ctx, request{method: http.MethodGet, path: c.apiPath(seg, "deadletter"), idempotent: true, want: []int{http.StatusOK}})
+	if err != nil {
+		return 0, "", err
+	}
+	var out struct {
+		Head string `json:"deadletter_head"`
+		Size int    `json:"deadletter_size"`
+	}
+	if err := decode(resp, &out); err != nil {
+		return 0, "", err
+	}
+	return out.Size, out.Head, nil
+}
+
+// DeadLetterSize returns the number of jobs in queue's dead letter. It
+// needs no token.
+func (c *Client) DeadLetterSize(ctx context.Context, queue string) (int, error) {
+	seg, err := queueSegment(queue)
+	if err != nil {
+		return 0, err
+	}
+	return c.size(ctx, c.apiPath(seg, "deadletter", "size"))
+}
+
+// RespawnDeadLetter moves the limit (> 0) oldest dead jobs of queue back to
+// its ready queue, each with one try and a TTL of ttl (0: never expires;
+// rounded up to seconds), and returns how many moved. Never retried once
+// sent.
+func (c *Client) RespawnDeadLetter(ctx context.Context, queue string, limit int64, ttl time.Duration) (int, error) {
+	seg, err := queueSegment(queue)
+	if err != nil {
+		return 0, err
+	}
+	if limit <= 0 {
+		return 0, argError("limit must be > 0 (got %d)", limit)
+	}
+	q := url.Values{"limit": {strconv.FormatInt(limit, 10)}}
+	if err := setSeconds(q, "ttl", ttl); err != nil {
+		return 0, err
+	}
+	resp, err := c.t.do(ctx, request{method: http.MethodPut, path: c.apiPath(seg, "deadletter"), query: q, want: []int{http.StatusOK}})
+	if err != nil {
+		return 0, err
+	}
+	var out struct {
+		Count int `json:"count"`
+	}
+	if err := decode(resp, &out); err != nil {
+		return 0, err
+	}
+	return out.Count, nil
+}
+
+// DeleteDeadLetter deletes the limit (> 0) oldest dead jobs of queue.
+// Never retried once sent.
+func (c *Client) DeleteDeadLetter(ctx context.Context, queue string, limit int64) error {
+	seg, err := queueSegment(queue)
+	if err != nil {
+		return err
+	}
+	if limit <= 0 {
+		return argError("limit must be > 0 (got %d)", limit)
+	}
+	q := url.Values{"limit": {strconv.FormatInt(limit, 10)}}
+	_, err = c.t.do(ctx, request{method: http.MethodDelete, path: c.apiPath(seg, "deadletter"), query: q, want: []int{http.StatusNoContent}})
+	return err
+}

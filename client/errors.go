@@ -1,0 +1,159 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// Sentinel errors. Every error the server answers is an *APIError; match the
+// common cases with errors.Is, read the details with errors.As:
+//
+//	job, err := c.Consume(ctx, "emails", 30*time.Second, 10*time.Second)
+//	switch {
+//	case errors.Is(err, client.ErrNoJob):
+//		// nothing within the timeout
+//	case err != nil:
+//		var apiErr *client.APIError
+//		if errors.As(err, &apiErr) {
+//			log.Printf("status %d, request %s", apiErr.Status, apiErr.RequestID)
+//		}
+//	}
+var (
+	// ErrNoJob: a consume found no job within its timeout, or a peek found
+	// the queue empty (404 "no job available" / "the queue is empty").
+	ErrNoJob = errors.New("kairos: no job available")
+	// ErrNotFound: a job, pool, route or rate limit does not exist (404
+	// other than ErrNoJob).
+	ErrNotFound = errors.New("kairos: not found")
+	// ErrUnauthorized: no token, an unknown token, or refused admin
+	// credentials (401).
+	ErrUnauthorized = errors.New("kairos: unauthorized")
+	// ErrForbidden: a scoped token used outside its queues or roles (403).
+	ErrForbidden = errors.New("kairos: forbidden")
+	// ErrRateLimited: the token's rate limit refused the request (429).
+	ErrRateLimited = errors.New("kairos: rate limited")
+	// ErrBadRequest: the server refused a parameter, name or body (400,
+	// 413), or the client refused an argument before sending anything.
+	ErrBadRequest = errors.New("kairos: bad request")
+	// ErrConflict: the thing to create exists already (409, e.g. a rate
+	// limit added twice).
+	ErrConflict = errors.New("kairos: conflict")
+	// ErrServer: the server failed (5xx), e.g. Redis is unreachable or the
+	// server is shutting down.
+	ErrServer = errors.New("kairos: server error")
+)
+
+// APIError is an error answered by a Kairos (or lmstfy) server: a status
+// code other than the one the call expects.
+type APIError struct {
+	// Status is the HTTP status code.
+	Status int
+	// Message is the server's message: the value of the body's "error",
+	// "msg" or "err" key, else the status text.
+	Message string
+	// RequestID is the response's X-Request-ID; quote it when reporting a
+	// problem: the server logs it with every line about the request.
+	RequestID string
+	// Method and Path name the request (without query or host).
+	Method, Path string
+}
+
+// Error formats the error as "kairos: METHOD /path: 404 job not found
+// (request 01J…)".
+func (e *APIError) Error() string {
+	var b strings.Builder
+	b.WriteString("kairos: ")
+	if e.Method != "" {
+		b.WriteString(e.Method)
+		b.WriteString(" ")
+		b.WriteString(e.Path)
+		b.WriteString(": ")
+	}
+	fmt.Fprintf(&b, "%d %s", e.Status, e.Message)
+	if e.RequestID != "" {
+		fmt.Fprintf(&b, " (request %s)", e.RequestID)
+	}
+	return b.String()
+}
+
+// Is reports whether the error matches one of the sentinels, so that
+// errors.Is(err, ErrNoJob) works through any wrapping.
+func (e *APIError) Is(target error) bool {
+	switch target {
+	case ErrNoJob:
+		return e.Status == http.StatusNotFound && e.noJob()
+	case ErrNotFound:
+		return e.Status == http.StatusNotFound && !e.noJob()
+	case ErrUnauthorized:
+		return e.Status == http.StatusUnauthorized
+	case ErrForbidden:
+		return e.Status == http.StatusForbidden
+	case ErrRateLimited:
+		return e.Status == http.StatusTooManyRequests
+	case ErrBadRequest:
+		return e.Status == http.StatusBadRequest || e.Status == http.StatusRequestEntityTooLarge
+	case ErrConflict:
+		return e.Status == http.StatusConflict
+	case ErrServer:
+		return e.Status >= 500
+	}
+	return false
+}
+
+// noJob reports whether a 404 means "no job" rather than "no such thing".
+func (e *APIError) noJob() bool {
+	return e.Message == "no job available" || e.Message == "the queue is empty"
+}
+
+// Temporary reports whether retrying the same request later may succeed:
+// rate limits and server failures.
+func (e *APIError) Temporary() bool {
+	return e.Status == http.StatusTooManyRequests || e.Status >= 500
+}
+
+// newAPIError builds the error for an unexpected response.
+func newAPIError(method, path string, status int, header http.Header, body []byte) *APIError {
+	return &APIError{
+		Status:    status,
+		Message:   errorMessage(status, body),
+		RequestID: header.Get("X-Request-ID"),
+		Method:    method,
+		Path:      path,
+	}
+}
+
+// errorMessage extracts the message of an error body: lmstfy answers
+// {"error":…} mostly, {"msg":…} for "no job" and 429, {"err":…} when the
+// rate limiter fails; 401 from basic auth has no body at all.
+func errorMessage(status int, body []byte) string {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) == nil {
+		for _, key := range []string{"error", "msg", "err"} {
+			raw, ok := m[key]
+			if !ok {
+				continue
+			}
+			var s string
+			if json.Unmarshal(raw, &s) == nil {
+				return s
+			}
+			return string(raw)
+		}
+	}
+	if text := strings.TrimSpace(string(body)); text != "" && text != "null" && len(text) <= 200 {
+		return text
+	}
+	if text := http.StatusText(status); text != "" {
+		return strings.ToLower(text)
+	}
+	return "unexpected status"
+}
+
+// argError is a client-side refusal of an argument; it matches
+// ErrBadRequest.
+func argError(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrBadRequest, fmt.Sprintf(format, args...))
+}

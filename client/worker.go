@@ -1,0 +1,295 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Handler processes one job. Returning nil ACKs the job; returning an error
+// (or panicking) leaves it to come back after its TTR while tries remain,
+// then to go to the dead letter. ctx is cancelled when the worker is
+// stopped hard (Stop's context expires) and has the job's TTR as deadline:
+// past it, another worker may already hold the job.
+type Handler func(ctx context.Context, job *Job) error
+
+// WorkerConfig configures a Worker. Only Queues is required.
+type WorkerConfig struct {
+	// Queues are consumed in priority order: the first queue first.
+	Queues []string
+	// Concurrency is the number of handlers running at once (default 1).
+	// Each idle handler slot holds one long-poll.
+	Concurrency int
+	// TTR is the time each job has to be handled and ACKed before it is
+	// delivered again (0: the server's default, 120 s).
+	TTR time.Duration
+	// PollTimeout is how long one consume waits for a job (default 10 s,
+	// at most 600 s).
+	PollTimeout time.Duration
+	// Backoff is the first pause after a failed consume (default 100 ms);
+	// it doubles with each failure in a row, up to MaxBackoff (default
+	// 5 s), and resets after a success.
+	Backoff, MaxBackoff time.Duration
+	// Logger receives consume, handler and ACK failures; nil discards.
+	Logger *slog.Logger
+	// OnError, when set, is called with every failure (job is nil for
+	// consume failures). It must be safe for concurrent use.
+	OnError func(job *Job, err error)
+}
+
+// Worker runs a Handler over queues with N concurrent slots: each slot
+// long-polls for a job, runs the handler and ACKs on success. Consume
+// failures (the server restarting, Redis down) are retried with capped
+// backoff forever; a job whose ACK fails comes back after its TTR, so
+// handlers must be idempotent (delivery is at least once).
+type Worker struct {
+	c       *Client
+	h       Handler
+	cfg     WorkerConfig
+	log     *slog.Logger
+	mu      sync.Mutex
+	started bool
+	// pollCancel stops fetching (Stop); hardCancel also cancels running
+	// handlers (Stop's context expired, or Start's context done).
+	pollCancel context.CancelFunc
+	hardCancel context.CancelFunc
+	wg         sync.WaitGroup
+	done       chan struct{}
+
+	stats struct {
+		handled, failed, panics, acked, ackErrors, consumeErrors atomic.Int64
+	}
+}
+
+// WorkerStats are counters of a Worker since it started.
+type WorkerStats struct {
+	// Handled is the number of jobs handled successfully.
+	Handled int64
+	// Failed is the number of handler failures (errors and panics).
+	Failed int64
+	// Panics is the number of handler panics (also counted in Failed).
+	Panics int64
+	// Acked is the number of successful ACKs.
+	Acked int64
+	// AckErrors is the number of failed ACKs (the job comes back).
+	AckErrors int64
+	// ConsumeErrors is the number of failed consumes.
+	ConsumeErrors int64
+}
+
+// PanicError is the failure of a handler that panicked.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("kairos worker: handler panicked: %v", e.Value)
+}
+
+// NewWorker checks cfg and returns a worker running h over cfg.Queues with
+// c. It starts nothing: call Start.
+func NewWorker(c *Client, cfg WorkerConfig, h Handler) (*Worker, error) {
+	if c == nil || h == nil {
+		return nil, argError("NewWorker needs a client and a handler")
+	}
+	if _, err := queuesSegment(cfg.Queues); err != nil {
+		return nil, err
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 1
+	}
+	if cfg.PollTimeout == 0 {
+		cfg.PollTimeout = 10 * time.Second
+	}
+	if cfg.Backoff == 0 {
+		cfg.Backoff = 100 * time.Millisecond
+	}
+	if cfg.MaxBackoff == 0 {
+		cfg.MaxBackoff = 5 * time.Second
+	}
+	switch {
+	case cfg.Concurrency < 0:
+		return nil, argError("concurrency must be > 0")
+	case cfg.TTR < 0:
+		return nil, argError("ttr must not be negative")
+	case cfg.PollTimeout < 0 || cfg.PollTimeout > 600*time.Second:
+		return nil, argError("poll timeout must be 0..600s")
+	case cfg.Backoff < 0 || cfg.MaxBackoff < cfg.Backoff:
+		return nil, argError("invalid backoff (%v, max %v)", cfg.Backoff, cfg.MaxBackoff)
+	}
+	cfg.Queues = append([]string(nil), cfg.Queues...)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Worker{c: c, h: h, cfg: cfg, log: log, done: make(chan struct{})}, nil
+}
+
+// Start starts the handler slots and returns at once. Cancelling ctx stops
+// the worker hard: polls and running handlers' contexts are cancelled. Use
+// Stop for a graceful stop.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		return errors.New("kairos worker: already started")
+	}
+	w.started = true
+	hardCtx, hardCancel := context.WithCancel(ctx)
+	pollCtx, pollCancel := context.WithCancel(hardCtx)
+	w.hardCancel, w.pollCancel = hardCancel, pollCancel
+	for range w.cfg.Concurrency {
+		w.wg.Add(1)
+		go w.slot(pollCtx, hardCtx)
+	}
+	go func() {
+		w.wg.Wait()
+		hardCancel()
+		close(w.done)
+	}()
+	return nil
+}
+
+// Run starts the worker and blocks until ctx is done, then stops it
+// gracefully, giving running handlers up to grace to finish.
+func (w *Worker) Run(ctx context.Context, grace time.Duration) error {
+	if err := w.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	return w.Stop(sctx)
+}
+
+// Stop stops fetching jobs (waiting polls are abandoned), waits for the
+// running handlers to finish and ACK, and returns. When ctx ends first,
+// the handlers' contexts are cancelled and Stop returns ctx's error
+// without waiting further (their jobs come back after their TTR). Stop is
+// safe to call more than once; it returns nil for a worker never started.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	if !w.started {
+		w.mu.Unlock()
+		return nil
+	}
+	w.pollCancel()
+	w.mu.Unlock()
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		w.hardCancel()
+		return fmt.Errorf("kairos worker: stop: %w", ctx.Err())
+	}
+}
+
+// Done is closed when every slot has returned.
+func (w *Worker) Done() <-chan struct{} { return w.done }
+
+// Stats returns the worker's counters.
+func (w *Worker) Stats() WorkerStats {
+	return WorkerStats{
+		Handled:       w.stats.handled.Load(),
+		Failed:        w.stats.failed.Load(),
+		Panics:        w.stats.panics.Load(),
+		Acked:         w.stats.acked.Load(),
+		AckErrors:     w.stats.ackErrors.Load(),
+		ConsumeErrors: w.stats.consumeErrors.Load(),
+	}
+}
+
+// slot is one handler slot: poll, handle, ACK, until pollCtx is done.
+func (w *Worker) slot(pollCtx, hardCtx context.Context) {
+	defer w.wg.Done()
+	pause := time.Duration(0)
+	for pollCtx.Err() == nil {
+		began := time.Now()
+		job, err := w.c.ConsumeFromQueues(pollCtx, w.cfg.TTR, w.cfg.PollTimeout, w.cfg.Queues...)
+		switch {
+		case pollCtx.Err() != nil:
+			return
+		case errors.Is(err, ErrNoJob):
+			// A long-poll that ends much earlier than asked (the server
+			// shutting down, a MaxTimeoutSecond of 0) must not turn into
+			// a busy loop.
+			if time.Since(began) < w.cfg.PollTimeout/2 || w.cfg.PollTimeout == 0 {
+				pause = w.nextPause(pause)
+				_ = sleep(pollCtx, jitter(pause))
+			} else {
+				pause = 0
+			}
+			continue
+		case err != nil:
+			w.stats.consumeErrors.Add(1)
+			w.report(nil, err, "consume failed")
+			pause = w.nextPause(pause)
+			_ = sleep(pollCtx, jitter(pause))
+			continue
+		}
+		pause = 0
+		w.process(hardCtx, job)
+	}
+}
+
+// nextPause doubles the backoff up to its cap.
+func (w *Worker) nextPause(p time.Duration) time.Duration {
+	if p == 0 {
+		return w.cfg.Backoff
+	}
+	return min(2*p, w.cfg.MaxBackoff)
+}
+
+// process runs the handler on job and ACKs it on success.
+func (w *Worker) process(hardCtx context.Context, job *Job) {
+	ctx := hardCtx
+	if w.cfg.TTR > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(hardCtx, w.cfg.TTR)
+		defer cancel()
+	}
+	if err := w.call(ctx, job); err != nil {
+		w.stats.failed.Add(1)
+		w.report(job, err, "handler failed; the job comes back after its TTR")
+		return
+	}
+	w.stats.handled.Add(1)
+	// The ACK must go out even when the worker is being stopped; bound it
+	// by the client's own timeout and retries instead of the slot's ctx.
+	ackCtx := context.WithoutCancel(hardCtx)
+	if err := w.c.Ack(ackCtx, job.Queue, job.ID); err != nil {
+		w.stats.ackErrors.Add(1)
+		w.report(job, err, "ack failed; the job comes back after its TTR")
+		return
+	}
+	w.stats.acked.Add(1)
+}
+
+// call runs the handler, turning a panic into a *PanicError.
+func (w *Worker) call(ctx context.Context, job *Job) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			w.stats.panics.Add(1)
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return w.h(ctx, job)
+}
+
+func (w *Worker) report(job *Job, err error, msg string) {
+	attrs := []any{"error", err}
+	if job != nil {
+		attrs = append(attrs, "queue", job.Queue, "job_id", job.ID)
+	}
+	w.log.Warn("kairos worker: "+msg, attrs...)
+	if w.cfg.OnError != nil {
+		w.cfg.OnError(job, err)
+	}
+}
