@@ -1,0 +1,294 @@
+// Command chaos is Kairos's chaos suite: it runs publishers and consumers
+// with unique sequence numbers against a real kairos-server and real
+// redis-servers (all on 127.0.0.1, in a temporary directory) and, while
+// they run, SIGKILLs and restarts the server, SIGKILLs and restarts Redis
+// (AOF with appendfsync always and everysec), flushes the Lua script cache,
+// pauses Redis, fails over a Sentinel setup and drops consumers mid-job.
+// After each scenario it drains the queues and dead letters and reports
+// acknowledged publishes, deliveries, dead-lettered and lost jobs,
+// duplicates, lateness and outage time, as one JSON line and, at the end,
+// a table. It exits 1 when a scenario fails (an acknowledged job lost where
+// Redis itself cannot lose it, a job left behind, a disruption not done).
+//
+//	go run ./scripts/chaos -scenario all -duration 45s
+//
+// doc/reliability.md explains the guarantees and holds the measured table.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// options are the command-line flags.
+type options struct {
+	scenarios   string
+	duration    time.Duration
+	timeout     time.Duration
+	serverKills int
+	redisKills  int
+	flushes     int
+	pauses      int
+	failovers   int
+	rate        int
+	publishers  int
+	consumers   int
+	waitCostN   int
+	serverBin   string
+	redisBin    string
+	jsonOnly    bool
+	keep        bool
+	verbose     bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.scenarios, "scenario", "all", "comma-separated scenarios, or all: "+strings.Join(scenarioNames(), ", "))
+	fs.DurationVar(&o.duration, "duration", 45*time.Second, "chaos time of each scenario (deadletter runs half of it; failover at least 10 s per failover)")
+	fs.DurationVar(&o.timeout, "timeout", 9*time.Minute+40*time.Second, "abort everything after this long")
+	fs.IntVar(&o.serverKills, "server-kills", 32, "kairos-server SIGKILLs in the server-kill scenario")
+	fs.IntVar(&o.redisKills, "redis-kills", 6, "redis-server SIGKILLs in each redis-kill scenario")
+	fs.IntVar(&o.flushes, "flushes", 8, "SCRIPT FLUSHes in the flush-pause scenario")
+	fs.IntVar(&o.pauses, "pauses", 8, "CLIENT PAUSEs in the flush-pause scenario")
+	fs.IntVar(&o.failovers, "failovers", 6, "Sentinel failovers in the failover scenario (kill, hang and SENTINEL FAILOVER in turn)")
+	fs.IntVar(&o.rate, "rate", 300, "publishes per second (all publishers together)")
+	fs.IntVar(&o.publishers, "publishers", 4, "publishing goroutines (the first publishes in bulk)")
+	fs.IntVar(&o.consumers, "consumers", 4, "consuming goroutines (the last takes up to 8 jobs a request)")
+	fs.IntVar(&o.waitCostN, "wait-cost-n", 3000, "publishes per variant in the wait-cost measurement")
+	fs.StringVar(&o.serverBin, "server-bin", "", "kairos-server binary (default: go build it into the temporary directory)")
+	fs.StringVar(&o.redisBin, "redis-bin", "", "redis-server binary (default: from PATH)")
+	fs.BoolVar(&o.jsonOnly, "json", false, "print only the JSON lines (no table)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (logs, configs, AOF files)")
+	fs.BoolVar(&o.verbose, "v", false, "log progress in detail")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.duration <= 0 || o.rate <= 0 || o.publishers <= 0 || o.consumers <= 0 {
+		return o, errors.New("-duration, -rate, -publishers and -consumers must be positive")
+	}
+	if _, err := o.selected(); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// scenarioNames lists every scenario, in the order "all" runs them.
+func scenarioNames() []string {
+	var names []string
+	for _, sc := range catalog(options{duration: time.Second}) {
+		names = append(names, sc.Name)
+	}
+	return append(names, "wait-cost", "ci")
+}
+
+// catalog is every scenario "all" runs, shaped by the flags.
+func catalog(o options) []scenario {
+	d := o.duration
+	return []scenario{
+		{Name: "server-kill", Fsync: "everysec", Tries: 10, TTR: 1, Duration: d, ServerKills: o.serverKills},
+		{Name: "redis-kill-always", Fsync: "always", Tries: 10, TTR: 1, Duration: d, RedisKills: o.redisKills},
+		{Name: "redis-kill-everysec", Fsync: "everysec", Tries: 10, TTR: 1, Duration: d, RedisKills: o.redisKills, LossExpected: true},
+		{Name: "flush-pause", Fsync: "everysec", Tries: 10, TTR: 1, Duration: d, Flushes: o.flushes, Pauses: o.pauses},
+		{Name: "consumer-drop", Fsync: "everysec", Tries: 10, TTR: 1, Duration: d, Droppers: 2},
+		{Name: "deadletter", Fsync: "everysec", Tries: 1, TTR: 1, Duration: d / 2, Droppers: 2},
+		{Name: "failover", Sentinel: true, Fsync: "always", Tries: 10, TTR: 1,
+			Duration: max(d, time.Duration(o.failovers)*10*time.Second), Failovers: o.failovers, LossExpected: true},
+	}
+}
+
+// ciScenario is the short run of the CI test: at least 10 server kills,
+// one SCRIPT FLUSH, one CLIENT PAUSE and a consumer that drops jobs.
+func ciScenario(d time.Duration) scenario {
+	return scenario{Name: "ci", Fsync: "everysec", Tries: 10, TTR: 1, Duration: d,
+		ServerKills: 10, Flushes: 1, Pauses: 1, Droppers: 1}
+}
+
+// selected returns the scenarios the flags ask for, and whether wait-cost
+// is among them.
+func (o options) selected() ([]scenario, error) {
+	all := catalog(o)
+	var out []scenario
+	for _, name := range strings.Split(o.scenarios, ",") {
+		name = strings.TrimSpace(name)
+		switch name {
+		case "all":
+			out = append(out, all...)
+			continue
+		case "ci":
+			out = append(out, ciScenario(min(o.duration, 15*time.Second)))
+			continue
+		case "wait-cost":
+			continue
+		}
+		i := slices.IndexFunc(all, func(sc scenario) bool { return sc.Name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("unknown scenario %q (known: %s)", name, strings.Join(scenarioNames(), ", "))
+		}
+		out = append(out, all[i])
+	}
+	return out, nil
+}
+
+func (o options) wantWaitCost() bool {
+	for _, name := range strings.Split(o.scenarios, ",") {
+		if n := strings.TrimSpace(name); n == "all" || n == "wait-cost" {
+			return o.waitCostN > 0
+		}
+	}
+	return false
+}
+
+// run is main without the exit: 0 all passed, 1 a scenario failed, 2 the
+// harness failed.
+func run(args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "chaos:", err)
+		return 2
+	}
+	log := logrus.New()
+	log.Out = stderr
+	log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: "15:04:05.000"})
+	if o.verbose {
+		log.SetLevel(logrus.DebugLevel)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+
+	results, wc, werr := runAll(ctx, o, log, stdout)
+	if !o.jsonOnly && len(results) > 0 {
+		fmt.Fprintln(stdout)
+		writeTable(stdout, results)
+	}
+	if !o.jsonOnly && wc != nil {
+		writeWaitCost(stdout, *wc)
+	}
+	if werr != nil {
+		log.WithError(werr).Error("chaos harness failed")
+		return 2
+	}
+	for _, r := range results {
+		if !r.Pass {
+			return 1
+		}
+	}
+	return 0
+}
+
+// runAll runs the selected scenarios in a temporary directory, printing
+// each JSON line as it comes; the directory is removed unless -keep (or a
+// failure) asks to keep it.
+func runAll(ctx context.Context, o options, log logrus.FieldLogger, stdout io.Writer) (results []Result, wc *WaitCost, err error) {
+	dir, err := os.MkdirTemp("", "kairos-chaos-")
+	if err != nil {
+		return nil, nil, err
+	}
+	keep := o.keep
+	defer func() {
+		if keep {
+			log.Infof("logs, configs and AOF files kept in %s", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	}()
+	rc := runConfig{
+		ServerBin: o.serverBin, RedisBin: o.redisBin, Dir: dir, Rate: o.rate,
+		Publishers: o.publishers, Consumer: o.consumers, DrainLimit: 60 * time.Second, Log: log,
+	}
+	if rc.RedisBin == "" {
+		if rc.RedisBin, err = exec.LookPath("redis-server"); err != nil {
+			return nil, nil, fmt.Errorf("redis-server not found (scripts/install-redis.sh installs it): %w", err)
+		}
+	}
+	scs, err := o.selected()
+	if err != nil {
+		return nil, nil, err
+	}
+	if rc.ServerBin == "" && len(scs) > 0 {
+		log.Info("building kairos-server")
+		if rc.ServerBin, err = buildServer(ctx, dir); err != nil {
+			return nil, nil, err
+		}
+	}
+	enc := json.NewEncoder(stdout)
+	for _, sc := range scs {
+		res, err := sc.run(ctx, rc)
+		if err != nil {
+			keep = true
+			return results, nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
+		}
+		if !res.Pass {
+			keep = true
+		}
+		results = append(results, res)
+		if err := enc.Encode(res); err != nil {
+			return results, nil, err
+		}
+		log.WithField("scenario", sc.Name).Infof("acknowledged %d, delivered %d, dead %d, lost %d, duplicates %d, pass %v",
+			res.Acknowledged, res.Delivered, res.DeadLettered, res.Lost, res.Duplicates, res.Pass)
+	}
+	if o.wantWaitCost() {
+		m, err := measureWaitCost(ctx, rc, o.waitCostN)
+		if err != nil {
+			keep = true
+			return results, nil, fmt.Errorf("wait-cost: %w", err)
+		}
+		if err := enc.Encode(m); err != nil {
+			return results, nil, err
+		}
+		wc = &m
+	}
+	return results, wc, nil
+}
+
+// buildServer builds ./server/cmd/kairos-server of the enclosing module into
+// dir.
+func buildServer(ctx context.Context, dir string) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("go env GOMOD: not inside the kairos module")
+	}
+	bin := filepath.Join(dir, "kairos-server")
+	if runtime.GOOS == "windows" {
+		bin += ".exe"
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./server/cmd/kairos-server")
+	cmd.Dir = filepath.Dir(gomod)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./server/cmd/kairos-server: %w\n%s", err, out)
+	}
+	return bin, nil
+}
