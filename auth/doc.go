@@ -10,6 +10,13 @@
 //	__throttler_keys__    hash  "{pool}/{ns}/{token}" → JSON Limit  (lmstfy)
 //	tb/{pool}/{ns}/{token}/{r|w}  hash  token bucket state          (Kairos)
 //
+// With HashTokens (StoreOptions, ThrottlerOptions) a token's hashed form,
+// "sha256-" + hex SHA-256 of the secret, takes the token's place in every
+// key and field above, so that a dump of the admin Redis holds no usable
+// token; listings show fingerprints (see HashToken, Fingerprint). Tokens
+// and limits stored in clear keep working, so the switch is a live
+// migration.
+//
 // Kairos fixes three lmstfy weaknesses here: a revoked token is refused by
 // every server instance within CacheTTL (lmstfy caches positive answers
 // forever), each token keeps its own limit after a reload (lmstfy aliases all

@@ -28,4 +28,13 @@ var (
 	// ErrNamespaceTooLong means a namespace name is longer than
 	// engine.MaxNameLength.
 	ErrNamespaceTooLong = errors.New("the namespace name was too long")
+	// ErrReservedToken means Create was given a token starting with
+	// HashedPrefix, which only hashed forms and fingerprints use.
+	ErrReservedToken = errors.New(`the token must not start with "` + HashedPrefix + `"`)
+	// ErrAmbiguousFingerprint means a fingerprint given to an admin
+	// operation matches several tokens; give more digits or the token.
+	ErrAmbiguousFingerprint = errors.New("the fingerprint matches several tokens")
+	// ErrUnknownFingerprint means a limit cannot be set for a fingerprint
+	// that matches no token (the full token is needed then).
+	ErrUnknownFingerprint = errors.New("the fingerprint matches no token")
 )

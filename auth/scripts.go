@@ -4,15 +4,22 @@ import "github.com/redis/go-redis/v9"
 
 // createTokenScript creates a token and its scope in one atomic step, so a
 // scoped token can never exist, even for a moment, without its scope (which
-// would let it do everything).
+// would let it do everything). A token exists already when either of its
+// forms (in clear or hashed) is stored.
 //
 // KEYS[1]: tk/{pool}/{ns}   hash token → description (lmstfy's layout)
 // KEYS[2]: tks/{pool}/{ns}  hash token → JSON Scope
-// ARGV[1]: token (the secret, without "pool:")
+// ARGV[1]: the field to create: the secret (without "pool:"), or its
+// hashed form in hashed mode
 // ARGV[2]: description
 // ARGV[3]: JSON scope, or "" for an unrestricted token
+// ARGV[4]: the token's other form (hashed form, or the secret), which must
+// not exist either
 // Returns: 1 created, 0 the token already exists (nothing changed).
 var createTokenScript = redis.NewScript(`
+if redis.call("HEXISTS", KEYS[1], ARGV[4]) == 1 then
+	return 0
+end
 if redis.call("HSETNX", KEYS[1], ARGV[1], ARGV[2]) == 0 then
 	return 0
 end
@@ -22,6 +29,21 @@ else
 	redis.call("HDEL", KEYS[2], ARGV[1])
 end
 return 1
+`)
+
+// addLimitScript sets a token's limit unless it has one, in either form
+// (lmstfy's HSETNX, aware of hashed tokens).
+//
+// KEYS[1]: __throttler_keys__  hash "{pool}/{ns}/{token}" → JSON Limit
+// ARGV[1]: the field to set ("{pool}/{ns}/" + secret or hashed form)
+// ARGV[2]: the field of the token's other form, which must not exist
+// ARGV[3]: JSON Limit
+// Returns: 1 set, 0 a limit exists already (nothing changed).
+var addLimitScript = redis.NewScript(`
+if redis.call("HEXISTS", KEYS[1], ARGV[2]) == 1 then
+	return 0
+end
+return redis.call("HSETNX", KEYS[1], ARGV[1], ARGV[3])
 `)
 
 // bucketScript takes one request from, or gives one back to, a token bucket

@@ -3,7 +3,6 @@ package auth
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -36,12 +35,19 @@ type StoreOptions struct {
 	// DefaultMaxCacheEntries. When full, expired entries are dropped, and
 	// if that is not enough the cache starts over.
 	MaxCacheEntries int
+	// HashTokens stores new tokens hashed (see HashToken) instead of in
+	// clear, and makes List show fingerprints. Verify accepts both forms
+	// whatever this setting, so that switching it (on one instance after
+	// another) keeps every token working.
+	HashTokens bool
 }
 
 // Store keeps tokens in the admin Redis, lmstfy-compatible: hash
 // `tk/{pool}/{ns}` token → description (exactly lmstfy's key and layout, so
 // existing lmstfy tokens keep working), plus hash `tks/{pool}/{ns}` token →
-// JSON Scope for scoped tokens only. It is safe for concurrent use.
+// JSON Scope for scoped tokens only. With StoreOptions.HashTokens the
+// token's hashed form takes the token's place in both hashes. It is safe
+// for concurrent use.
 type Store struct {
 	client   redis.UniversalClient
 	pools    []string
@@ -49,6 +55,7 @@ type Store struct {
 	ttl      time.Duration
 	now      func() time.Time
 	maxCache int
+	hash     bool
 
 	mu    sync.Mutex
 	cache map[cacheKey]cacheEntry
@@ -57,7 +64,9 @@ type Store struct {
 	gen uint64
 }
 
-type cacheKey struct{ pool, namespace, token string }
+// cacheKey identifies a token by its hashed form, so that the cache holds
+// no secret and answers for both stored forms.
+type cacheKey struct{ pool, namespace, hashed string }
 
 type cacheEntry struct {
 	scope   Scope
@@ -89,6 +98,7 @@ func NewStore(client redis.UniversalClient, pools []string, logger logrus.FieldL
 		ttl:      opts.CacheTTL,
 		now:      opts.Now,
 		maxCache: opts.MaxCacheEntries,
+		hash:     opts.HashTokens,
 		cache:    make(map[cacheKey]cacheEntry),
 	}
 }
@@ -115,11 +125,12 @@ func ValidateNamespace(namespace string) error {
 // a user token must be at least MinUserTokenLength characters and may itself
 // be "pool:secret", whose prefix then names the pool (it wins over pool, as
 // in lmstfy). It returns the token as clients must send it: "pool:secret"
-// for non-default pools, "secret" for the default pool. A non-zero scope
-// restricts the token; it is stored atomically with the token.
+// for non-default pools, "secret" for the default pool (with HashTokens,
+// the only time the secret is shown). A non-zero scope restricts the token;
+// it is stored atomically with the token.
 //
-// Errors: ErrTokenTooShort, ErrNamespaceTooLong, ErrInvalidNamespace,
-// ErrPoolNotFound, ErrInvalidScope, ErrTokenExists.
+// Errors: ErrTokenTooShort, ErrReservedToken, ErrNamespaceTooLong,
+// ErrInvalidNamespace, ErrPoolNotFound, ErrInvalidScope, ErrTokenExists.
 func (s *Store) Create(ctx context.Context, pool, namespace, description, token string, scope Scope) (string, error) {
 	if token != "" {
 		if len(token) < MinUserTokenLength {
@@ -130,6 +141,9 @@ func (s *Store) Create(ctx context.Context, pool, namespace, description, token 
 			if token == "" {
 				return "", ErrTokenTooShort
 			}
+		}
+		if reservedToken(token) {
+			return "", ErrReservedToken
 		}
 	}
 	if err := ValidateNamespace(namespace); err != nil {
@@ -153,16 +167,21 @@ func (s *Store) Create(ctx context.Context, pool, namespace, description, token 
 		}
 		scopeJSON = string(b)
 	}
+	hashed := HashToken(token)
+	field, other := token, hashed
+	if s.hash {
+		field, other = hashed, token
+	}
 	created, err := createTokenScript.Run(ctx, s.client,
 		[]string{tokenKey(pool, namespace), scopeKey(pool, namespace)},
-		token, description, scopeJSON).Int()
+		field, description, scopeJSON, other).Int()
 	if err != nil {
 		return "", fmt.Errorf("auth: create token in %s/%s: %w", pool, namespace, err)
 	}
 	if created == 0 {
 		return "", ErrTokenExists
 	}
-	k := cacheKey{pool, namespace, token}
+	k := cacheKey{pool, namespace, hashed}
 	_, _, gen := s.lookup(k)
 	s.storeIfCurrent(k, cacheEntry{scope: scope, ok: true}, gen)
 	return FormatToken(pool, token), nil
@@ -170,7 +189,8 @@ func (s *Store) Create(ctx context.Context, pool, namespace, description, token 
 
 // List returns token → description for namespace in pool. With prefixPool
 // the keys are "pool:token" (lmstfy does that whenever the admin API's
-// `pool` query parameter is non-empty, even "default").
+// `pool` query parameter is non-empty, even "default"). Tokens stored
+// hashed, and with HashTokens every token, are listed by their Fingerprint.
 func (s *Store) List(ctx context.Context, pool, namespace string, prefixPool bool) (map[string]string, error) {
 	pool = normPool(pool)
 	if !s.HasPool(pool) {
@@ -180,20 +200,23 @@ func (s *Store) List(ctx context.Context, pool, namespace string, prefixPool boo
 	if err != nil {
 		return nil, fmt.Errorf("auth: list tokens of %s/%s: %w", pool, namespace, err)
 	}
-	if !prefixPool {
-		return all, nil
-	}
 	out := make(map[string]string, len(all))
-	for tok, desc := range all {
-		out[pool+":"+tok] = desc
+	for field, desc := range all {
+		tok := displayToken(field, s.hash)
+		if prefixPool {
+			tok = pool + ":" + tok
+		}
+		out[tok] = desc
 	}
 	return out, nil
 }
 
-// Delete removes a token and its scope. token may be "pool:secret"; its
-// prefix wins over pool. An unknown token is not an error. This instance's
-// cache forgets the token at once; other instances refuse it once their
-// cached answer expires (CacheTTL).
+// Delete removes a token and its scope, in whichever form it is stored.
+// token may be "pool:secret"; its prefix wins over pool. It may also be a
+// fingerprint (see IsFingerprint), as List shows: ErrAmbiguousFingerprint
+// when it matches several tokens. An unknown token is not an error. This
+// instance's cache forgets the token at once; other instances refuse it
+// once their cached answer expires (CacheTTL).
 func (s *Store) Delete(ctx context.Context, pool, namespace, token string) error {
 	if p, secret, ok := cutToken(token); ok {
 		pool, token = p, secret
@@ -202,31 +225,65 @@ func (s *Store) Delete(ctx context.Context, pool, namespace, token string) error
 	if !s.HasPool(pool) {
 		return ErrPoolNotFound
 	}
+	fields := []string{token, HashToken(token)}
+	if IsFingerprint(token) {
+		all, err := s.client.HKeys(ctx, tokenKey(pool, namespace)).Result()
+		if err != nil {
+			return fmt.Errorf("auth: delete token of %s/%s: %w", pool, namespace, err)
+		}
+		if fields, err = resolveFingerprint(all, token); err != nil {
+			return err
+		}
+		if len(fields) == 0 {
+			return nil
+		}
+	}
 	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HDel(ctx, tokenKey(pool, namespace), token)
-		p.HDel(ctx, scopeKey(pool, namespace), token)
+		p.HDel(ctx, tokenKey(pool, namespace), fields...)
+		p.HDel(ctx, scopeKey(pool, namespace), fields...)
 		return nil
 	})
-	s.forget(cacheKey{pool, namespace, token})
+	for _, f := range fields {
+		s.forget(cacheKey{pool, namespace, hashedFormOf(f)})
+	}
 	if err != nil {
 		return fmt.Errorf("auth: delete token of %s/%s: %w", pool, namespace, err)
 	}
 	return nil
 }
 
+// resolveFingerprint returns the stored fields (one token, in one or both
+// forms) that fp names among fields: none when it names no token,
+// ErrAmbiguousFingerprint when it names several.
+func resolveFingerprint(fields []string, fp string) ([]string, error) {
+	matches := matchFingerprint(fields, fp)
+	for _, m := range matches[min(1, len(matches)):] {
+		if hashedFormOf(m) != hashedFormOf(matches[0]) {
+			return nil, ErrAmbiguousFingerprint
+		}
+	}
+	return matches, nil
+}
+
 // Verify checks token (the secret, without "pool:") for namespace in pool
 // and returns its scope: ErrPoolNotFound for an unknown pool,
-// ErrInvalidToken when the token does not exist. Answers, positive and
-// negative, are cached for CacheTTL; Redis errors are not cached.
+// ErrInvalidToken when the token does not exist. The token may be stored
+// hashed or in clear, whatever HashTokens says; a token starting with
+// HashedPrefix is always refused, so that a stored hashed form is never
+// accepted as a token. No secret is compared in process: the token is
+// hashed and the hash looked up (in the cache, and in Redis with the
+// secret). Answers, positive and negative, are cached for CacheTTL; Redis
+// errors are not cached.
 func (s *Store) Verify(ctx context.Context, pool, namespace, token string) (Scope, error) {
 	pool = normPool(pool)
 	if !s.HasPool(pool) {
 		return Scope{}, ErrPoolNotFound
 	}
-	if token == "" || namespace == "" {
+	if token == "" || namespace == "" || reservedToken(token) {
 		return Scope{}, ErrInvalidToken
 	}
-	key := cacheKey{pool, namespace, token}
+	hashed := HashToken(token)
+	key := cacheKey{pool, namespace, hashed}
 	e, ok, gen := s.lookup(key)
 	if ok {
 		if !e.ok {
@@ -234,33 +291,37 @@ func (s *Store) Verify(ctx context.Context, pool, namespace, token string) (Scop
 		}
 		return e.scope, nil
 	}
-	var exists *redis.BoolCmd
-	var scopeCmd *redis.StringCmd
+	var descs, scopes *redis.SliceCmd
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		exists = p.HExists(ctx, tokenKey(pool, namespace), token)
-		scopeCmd = p.HGet(ctx, scopeKey(pool, namespace), token)
+		descs = p.HMGet(ctx, tokenKey(pool, namespace), hashed, token)
+		scopes = p.HMGet(ctx, scopeKey(pool, namespace), hashed, token)
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) {
+	if err != nil {
 		return Scope{}, fmt.Errorf("auth: verify token of %s/%s: %w", pool, namespace, err)
 	}
-	if err := exists.Err(); err != nil {
-		return Scope{}, fmt.Errorf("auth: verify token of %s/%s: %w", pool, namespace, err)
+	// The hashed form wins should both exist (Create never makes both).
+	form := -1
+	for i, v := range descs.Val() {
+		if v != nil {
+			form = i
+			break
+		}
 	}
-	if !exists.Val() {
+	if form < 0 || len(scopes.Val()) <= form {
 		s.storeIfCurrent(key, cacheEntry{}, gen)
 		return Scope{}, ErrInvalidToken
 	}
 	var scope Scope
-	raw, err := scopeCmd.Result()
-	switch {
-	case err == nil:
+	switch raw := scopes.Val()[form].(type) {
+	case nil:
+	case string:
 		if err := json.Unmarshal([]byte(raw), &scope); err != nil {
 			// Fail closed: a scope we cannot read must not become "everything".
 			return Scope{}, fmt.Errorf("auth: decode scope of a token of %s/%s: %w", pool, namespace, err)
 		}
-	case !errors.Is(err, redis.Nil):
-		return Scope{}, fmt.Errorf("auth: read scope of a token of %s/%s: %w", pool, namespace, err)
+	default:
+		return Scope{}, fmt.Errorf("auth: read scope of a token of %s/%s: unexpected %T", pool, namespace, raw)
 	}
 	s.storeIfCurrent(key, cacheEntry{scope: scope, ok: true}, gen)
 	return scope, nil

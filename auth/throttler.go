@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -71,6 +70,10 @@ type ThrottlerOptions struct {
 	Refresh time.Duration
 	// Now is the clock (passed to the bucket script); default time.Now.
 	Now func() time.Time
+	// HashTokens stores new limits under the token's hashed form (see
+	// HashToken) instead of the token, and makes List show fingerprints.
+	// Limits stored in either form apply whatever this setting.
+	HashTokens bool
 }
 
 // Throttler enforces per-token request rates across all server instances
@@ -78,13 +81,15 @@ type ThrottlerOptions struct {
 // interval), per (pool, namespace, token, direction). Limits are stored
 // lmstfy-compatibly in the admin Redis hash `__throttler_keys__` field
 // "{pool}/{ns}/{token}" → JSON Limit, and cached in-process; each token has
-// its own limit (lmstfy's aliasing bug does not exist here). It is safe for
-// concurrent use.
+// its own limit (lmstfy's aliasing bug does not exist here). With
+// ThrottlerOptions.HashTokens the token's hashed form takes the token's
+// place in the field and in the bucket keys. It is safe for concurrent use.
 type Throttler struct {
 	client  redis.UniversalClient
 	logger  logrus.FieldLogger
 	refresh time.Duration
 	now     func() time.Time
+	hash    bool
 
 	mu     sync.RWMutex
 	limits map[limitKey]Limit
@@ -115,6 +120,7 @@ func NewThrottler(client redis.UniversalClient, logger logrus.FieldLogger, opts 
 		logger:  logger.WithField("component", "throttler"),
 		refresh: opts.Refresh,
 		now:     opts.Now,
+		hash:    opts.HashTokens,
 		limits:  make(map[limitKey]Limit),
 	}
 }
@@ -188,11 +194,70 @@ func parseLimitField(field string) (limitKey, bool) {
 	return limitKey{parts[0], parts[1], parts[2]}, true
 }
 
-func (t *Throttler) cached(pool, namespace, token string) (Limit, bool) {
+// cached returns the limit of a presented token, stored under its hashed
+// form or in clear, and the form it is stored under.
+func (t *Throttler) cached(pool, namespace, token string) (Limit, string, bool) {
+	pool = normPool(pool)
+	hashed := HashToken(token)
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	l, ok := t.limits[limitKey{normPool(pool), namespace, token}]
-	return l, ok
+	if l, ok := t.limits[limitKey{pool, namespace, hashed}]; ok {
+		return l, hashed, true
+	}
+	l, ok := t.limits[limitKey{pool, namespace, token}]
+	return l, token, ok
+}
+
+// tokenForms are the forms a token's limit may be stored under: hashed
+// always, plain when the secret is known (not when the token was named by
+// a fingerprint of a hashed-only entry).
+type tokenForms struct{ hashed, plain string }
+
+// write is the form a new limit is stored under.
+func (f tokenForms) write(hash bool) (target, other string) {
+	if hash || f.plain == "" {
+		return f.hashed, f.plain
+	}
+	return f.plain, f.hashed
+}
+
+// all returns the known forms.
+func (f tokenForms) all() []string {
+	if f.plain == "" {
+		return []string{f.hashed}
+	}
+	return []string{f.hashed, f.plain}
+}
+
+// resolve turns the token of an admin limit route into its forms. A
+// fingerprint is looked up among the namespace's tokens and cached limits:
+// found false when it matches none, ErrAmbiguousFingerprint when several.
+func (t *Throttler) resolve(ctx context.Context, pool, namespace, token string) (tokenForms, bool, error) {
+	if !IsFingerprint(token) {
+		return tokenForms{hashed: HashToken(token), plain: token}, true, nil
+	}
+	fields, err := t.client.HKeys(ctx, tokenKey(pool, namespace)).Result()
+	if err != nil {
+		return tokenForms{}, false, fmt.Errorf("auth: resolve fingerprint in %s/%s: %w", pool, namespace, err)
+	}
+	t.mu.RLock()
+	for k := range t.limits {
+		if k.pool == pool && k.namespace == namespace {
+			fields = append(fields, k.token)
+		}
+	}
+	t.mu.RUnlock()
+	matches, err := resolveFingerprint(fields, token)
+	if err != nil || len(matches) == 0 {
+		return tokenForms{}, false, err
+	}
+	f := tokenForms{hashed: hashedFormOf(matches[0])}
+	for _, m := range matches {
+		if !isHashedForm(m) {
+			f.plain = m
+		}
+	}
+	return f, true, nil
 }
 
 func (t *Throttler) setCached(k limitKey, l Limit, present bool) {
@@ -211,11 +276,11 @@ func (t *Throttler) setCached(k limitKey, l Limit, present bool) {
 // for that direction. On a Redis error it returns false and the error
 // (fails closed).
 func (t *Throttler) Allow(ctx context.Context, pool, namespace, token string, write bool) (bool, error) {
-	l, ok := t.cached(pool, namespace, token)
+	l, form, ok := t.cached(pool, namespace, token)
 	if !ok || l.perInterval(write) <= 0 {
 		return true, nil
 	}
-	allowed, err := t.runBucket(ctx, normPool(pool), namespace, token, write, l, 1)
+	allowed, err := t.runBucket(ctx, normPool(pool), namespace, form, write, l, 1)
 	if err != nil {
 		return false, err
 	}
@@ -225,11 +290,11 @@ func (t *Throttler) Allow(ctx context.Context, pool, namespace, token string, wr
 // Refund gives back one request taken by Allow (a consume that found no
 // job, a publish that failed), never above the limit.
 func (t *Throttler) Refund(ctx context.Context, pool, namespace, token string, write bool) error {
-	l, ok := t.cached(pool, namespace, token)
+	l, form, ok := t.cached(pool, namespace, token)
 	if !ok || l.perInterval(write) <= 0 {
 		return nil
 	}
-	_, err := t.runBucket(ctx, normPool(pool), namespace, token, write, l, -1)
+	_, err := t.runBucket(ctx, normPool(pool), namespace, form, write, l, -1)
 	return err
 }
 
@@ -245,76 +310,140 @@ func (t *Throttler) runBucket(ctx context.Context, pool, namespace, token string
 }
 
 // Get returns the token's limit as stored in Redis (the admin view, fresh
-// even before the next reload) and refreshes the local cache with it.
+// even before the next reload) and refreshes the local cache with it. The
+// token may be a fingerprint (see IsFingerprint).
 func (t *Throttler) Get(ctx context.Context, pool, namespace, token string) (Limit, bool, error) {
 	pool = normPool(pool)
-	raw, err := t.client.HGet(ctx, throttlerKey, limitField(pool, namespace, token)).Result()
-	if errors.Is(err, redis.Nil) {
-		t.setCached(limitKey{pool, namespace, token}, Limit{}, false)
-		return Limit{}, false, nil
+	forms, found, err := t.resolve(ctx, pool, namespace, token)
+	if err != nil || !found {
+		return Limit{}, false, err
 	}
+	fields := make([]string, 0, 2)
+	for _, f := range forms.all() {
+		fields = append(fields, limitField(pool, namespace, f))
+	}
+	vals, err := t.client.HMGet(ctx, throttlerKey, fields...).Result()
 	if err != nil {
 		return Limit{}, false, fmt.Errorf("auth: get limit of %s/%s: %w", pool, namespace, err)
 	}
-	var l Limit
-	if err := json.Unmarshal([]byte(raw), &l); err != nil {
-		return Limit{}, false, fmt.Errorf("auth: decode limit of %s/%s: %w", pool, namespace, err)
+	for i, v := range vals { // the hashed form first
+		form := forms.all()[i]
+		raw, ok := v.(string)
+		if !ok {
+			t.setCached(limitKey{pool, namespace, form}, Limit{}, false)
+			continue
+		}
+		var l Limit
+		if err := json.Unmarshal([]byte(raw), &l); err != nil {
+			return Limit{}, false, fmt.Errorf("auth: decode limit of %s/%s: %w", pool, namespace, err)
+		}
+		t.setCached(limitKey{pool, namespace, form}, l, true)
+		return l, true, nil
 	}
-	t.setCached(limitKey{pool, namespace, token}, l, true)
-	return l, true, nil
+	return Limit{}, false, nil
 }
 
 // Add sets the token's limit unless one exists (ErrLimitExists). The token
-// itself is not checked, as in lmstfy. Errors: ErrInvalidLimit,
-// ErrLimitExists.
+// itself is not checked, as in lmstfy; it may be a fingerprint of an
+// existing token. Errors: ErrInvalidLimit, ErrLimitExists,
+// ErrUnknownFingerprint, ErrAmbiguousFingerprint.
 func (t *Throttler) Add(ctx context.Context, pool, namespace, token string, l Limit) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
 	pool = normPool(pool)
+	forms, err := t.resolveExisting(ctx, pool, namespace, token)
+	if err != nil {
+		return err
+	}
 	b, err := json.Marshal(l)
 	if err != nil {
 		return fmt.Errorf("auth: encode limit: %w", err)
 	}
-	ok, err := t.client.HSetNX(ctx, throttlerKey, limitField(pool, namespace, token), b).Result()
+	target, other := forms.write(t.hash)
+	if other == "" {
+		other = target
+	}
+	ok, err := addLimitScript.Run(ctx, t.client, []string{throttlerKey},
+		limitField(pool, namespace, target), limitField(pool, namespace, other), b).Int()
 	if err != nil {
 		return fmt.Errorf("auth: add limit of %s/%s: %w", pool, namespace, err)
 	}
-	if !ok {
+	if ok == 0 {
 		return ErrLimitExists
 	}
-	t.setCached(limitKey{pool, namespace, token}, l, true)
+	t.setCached(limitKey{pool, namespace, target}, l, true)
 	return nil
 }
 
-// Set creates or replaces the token's limit. The token's buckets keep their
-// state, clamped to the new limit. Errors: ErrInvalidLimit.
+// Set creates or replaces the token's limit (stored in the form HashTokens
+// asks for; a limit stored in the other form moves). The token's buckets
+// keep their state, clamped to the new limit. The token may be a
+// fingerprint of an existing token. Errors: ErrInvalidLimit,
+// ErrUnknownFingerprint, ErrAmbiguousFingerprint.
 func (t *Throttler) Set(ctx context.Context, pool, namespace, token string, l Limit) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
 	pool = normPool(pool)
+	forms, err := t.resolveExisting(ctx, pool, namespace, token)
+	if err != nil {
+		return err
+	}
 	b, err := json.Marshal(l)
 	if err != nil {
 		return fmt.Errorf("auth: encode limit: %w", err)
 	}
-	if err := t.client.HSet(ctx, throttlerKey, limitField(pool, namespace, token), b).Err(); err != nil {
+	target, other := forms.write(t.hash)
+	_, err = t.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, throttlerKey, limitField(pool, namespace, target), b)
+		if other != "" {
+			p.HDel(ctx, throttlerKey, limitField(pool, namespace, other))
+			p.Del(ctx, bucketKey(pool, namespace, other, false), bucketKey(pool, namespace, other, true))
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("auth: set limit of %s/%s: %w", pool, namespace, err)
 	}
-	t.setCached(limitKey{pool, namespace, token}, l, true)
+	t.setCached(limitKey{pool, namespace, target}, l, true)
+	if other != "" {
+		t.setCached(limitKey{pool, namespace, other}, Limit{}, false)
+	}
 	return nil
 }
 
-// Delete removes the token's limit and its buckets. A token without a limit
-// is not an error.
+// resolveExisting is resolve for routes that write: an unknown fingerprint
+// is an error.
+func (t *Throttler) resolveExisting(ctx context.Context, pool, namespace, token string) (tokenForms, error) {
+	forms, found, err := t.resolve(ctx, pool, namespace, token)
+	if err != nil {
+		return tokenForms{}, err
+	}
+	if !found {
+		return tokenForms{}, ErrUnknownFingerprint
+	}
+	return forms, nil
+}
+
+// Delete removes the token's limit and its buckets, in either form. The
+// token may be a fingerprint. A token without a limit is not an error.
 func (t *Throttler) Delete(ctx context.Context, pool, namespace, token string) error {
 	pool = normPool(pool)
-	_, err := t.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HDel(ctx, throttlerKey, limitField(pool, namespace, token))
-		p.Del(ctx, bucketKey(pool, namespace, token, false), bucketKey(pool, namespace, token, true))
+	forms, found, err := t.resolve(ctx, pool, namespace, token)
+	if err != nil || !found {
+		return err
+	}
+	_, err = t.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for _, f := range forms.all() {
+			p.HDel(ctx, throttlerKey, limitField(pool, namespace, f))
+			p.Del(ctx, bucketKey(pool, namespace, f, false), bucketKey(pool, namespace, f, true))
+		}
 		return nil
 	})
-	t.setCached(limitKey{pool, namespace, token}, Limit{}, false)
+	for _, f := range forms.all() {
+		t.setCached(limitKey{pool, namespace, f}, Limit{}, false)
+	}
 	if err != nil {
 		return fmt.Errorf("auth: delete limit of %s/%s: %w", pool, namespace, err)
 	}
@@ -322,7 +451,8 @@ func (t *Throttler) Delete(ctx context.Context, pool, namespace, token string) e
 }
 
 // List returns every limit from the cache, sorted by namespace then token;
-// forceUpdate reloads from Redis first.
+// forceUpdate reloads from Redis first. Limits stored under a hashed form,
+// and with HashTokens every limit, show the token's Fingerprint.
 func (t *Throttler) List(ctx context.Context, forceUpdate bool) ([]LimitEntry, error) {
 	if forceUpdate {
 		if err := t.Reload(ctx); err != nil {
@@ -332,7 +462,7 @@ func (t *Throttler) List(ctx context.Context, forceUpdate bool) ([]LimitEntry, e
 	t.mu.RLock()
 	out := make([]LimitEntry, 0, len(t.limits))
 	for k, l := range t.limits {
-		out = append(out, LimitEntry{Namespace: k.namespace, Token: FormatToken(k.pool, k.token), Limiter: l})
+		out = append(out, LimitEntry{Namespace: k.namespace, Token: FormatToken(k.pool, displayToken(k.token, t.hash)), Limiter: l})
 	}
 	t.mu.RUnlock()
 	slices.SortFunc(out, func(a, b LimitEntry) int {

@@ -315,7 +315,7 @@ func TestThrottlerRun(t *testing.T) {
 	mustSetLimit(t, admin, "", "ns", "tok", Limit{Write: 1, Interval: 60})
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		if l, ok := th.cached(DefaultPool, "ns", "tok"); ok && l.Write == 1 {
+		if l, _, ok := th.cached(DefaultPool, "ns", "tok"); ok && l.Write == 1 {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -144,7 +144,9 @@ func mapAdminError(ctx context.Context, err error) *apiError {
 		return errNamespaceTooLong
 	case errors.Is(err, auth.ErrInvalidNamespace):
 		return errNamespaceChars
-	case errors.Is(err, auth.ErrInvalidScope), errors.Is(err, auth.ErrInvalidLimit):
+	case errors.Is(err, auth.ErrInvalidScope), errors.Is(err, auth.ErrInvalidLimit),
+		errors.Is(err, auth.ErrReservedToken), errors.Is(err, auth.ErrAmbiguousFingerprint),
+		errors.Is(err, auth.ErrUnknownFingerprint):
 		return badRequest(err.Error())
 	case errors.Is(err, engine.ErrClosed):
 		return errShuttingDown
