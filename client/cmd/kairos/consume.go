@@ -1,0 +1,366 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kairos-dev/kairos/client"
+)
+
+func (c *cli) consumeCmd() *cobra.Command {
+	var (
+		ttr, wait   time.Duration
+		count       int
+		ack, follow bool
+	)
+	cmd := &cobra.Command{
+		Use:     "consume QUEUE[,QUEUE...] [QUEUE...]",
+		Aliases: []string{"get", "con"},
+		Short:   "Consume jobs and print them",
+		Long: `Consume up to --count jobs from one or several queues (the first has the highest
+priority), waiting up to --wait for the first, and print them. A consumed job
+must be ACKed (--ack, or 'kairos ack') within --ttr, else it is delivered again.
+
+Each job is printed as a header line (ID, queue, tries left, TTL, age,
+attributes) followed by its body; with --json, as one JSON object per line in
+the API's format (body base64-encoded in "data").
+
+Without --follow, no job within --wait exits with status 3. With --follow,
+consume until interrupted, waiting --wait per poll and retrying failures.`,
+		Example: `  kairos consume emails --ttr 30s --wait 10s
+  kairos consume urgent,normal --count 10 --ack
+  kairos consume emails --follow --ack --json | jq -r .data | base64 -d`,
+		Args: args(cobra.MinimumNArgs(1)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			var queues []string
+			for _, arg := range a {
+				queues = append(queues, strings.Split(arg, ",")...)
+			}
+			if count < 1 || count > client.MaxBatchConsume {
+				return usagef("--count must be 1..%d", client.MaxBatchConsume)
+			}
+			cl, err := c.client("")
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			if !follow {
+				jobs, err := cl.BatchConsume(ctx, queues, count, ttr, wait)
+				if err != nil {
+					return err
+				}
+				return c.handleJobs(ctx, cl, jobs, ack)
+			}
+			return c.follow(ctx, cl, queues, count, ttr, wait, ack)
+		},
+	}
+	fl := cmd.Flags()
+	fl.Var(newDuration(&ttr, 0), "ttr", "time to run: time to ACK before the job is delivered again (default: server's, 120s)")
+	fl.Var(newDuration(&wait, 10*time.Second), "wait", "how long to wait for a job (long-poll; 0 = do not wait)")
+	fl.IntVar(&count, "count", 1, "most jobs to take at once (1..100)")
+	fl.BoolVar(&ack, "ack", false, "ACK each job once printed")
+	fl.BoolVar(&follow, "follow", false, "keep consuming until interrupted")
+	return cmd
+}
+
+// follow consumes until ctx is done, retrying failures that may pass.
+func (c *cli) follow(ctx context.Context, cl *client.Client, queues []string, count int, ttr, wait time.Duration, ack bool) error {
+	if wait == 0 {
+		wait = time.Second // never a busy loop
+	}
+	pause := time.Duration(0)
+	for {
+		jobs, err := cl.BatchConsume(ctx, queues, count, ttr, wait)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, client.ErrNoJob):
+			continue
+		case err != nil && permanent(err):
+			return err
+		case err != nil:
+			pause = min(max(2*pause, 100*time.Millisecond), 5*time.Second)
+			fmt.Fprintf(c.io.err, "kairos: %v (retrying in %v)\n", err, pause)
+			select {
+			case <-time.After(pause):
+			case <-ctx.Done():
+				return nil
+			}
+			continue
+		}
+		pause = 0
+		if err := c.handleJobs(ctx, cl, jobs, ack); err != nil {
+			return err
+		}
+	}
+}
+
+// permanent reports whether retrying err cannot help.
+func permanent(err error) bool {
+	return errors.Is(err, client.ErrBadRequest) || errors.Is(err, client.ErrUnauthorized) ||
+		errors.Is(err, client.ErrForbidden) || errors.Is(err, client.ErrNotFound)
+}
+
+// handleJobs prints jobs and ACKs them when asked.
+func (c *cli) handleJobs(ctx context.Context, cl *client.Client, jobs []*client.Job, ack bool) error {
+	for _, j := range jobs {
+		if err := c.printJob(j); err != nil {
+			return err
+		}
+		if ack {
+			// A printed job is ACKed even when interrupted meanwhile
+			// (bounded by the request timeout), else it would come back.
+			if err := cl.Ack(context.WithoutCancel(ctx), j.Queue, j.ID); err != nil {
+				return fmt.Errorf("ack %s: %w", j.ID, err)
+			}
+		}
+	}
+	return nil
+}
+
+// printJob prints a job: JSON, or a header line and the body.
+func (c *cli) printJob(j *client.Job) error {
+	if c.jsonOut {
+		return c.printJSON(j)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s/%s remain_tries=%d ttl=%s elapsed=%s", j.ID, j.Namespace, j.Queue, j.RemainTries,
+		ttlString(j.TTL), (time.Duration(j.ElapsedMS) * time.Millisecond).String())
+	keys := make([]string, 0, len(j.Attributes))
+	for k := range j.Attributes {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %s=%q", k, j.Attributes[k])
+	}
+	b.WriteByte('\n')
+	if utf8.Valid(j.Body) {
+		b.Write(j.Body)
+	} else {
+		fmt.Fprintf(&b, "(binary body of %d bytes; use --json to get it in base64)", len(j.Body))
+	}
+	b.WriteByte('\n')
+	_, err := fmt.Fprint(c.io.out, b.String())
+	return err
+}
+
+func ttlString(d time.Duration) string {
+	if d == 0 {
+		return "forever"
+	}
+	return d.String()
+}
+
+func (c *cli) ackCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "ack QUEUE JOB_ID...",
+		Aliases: []string{"del"},
+		Short:   "ACK (delete) jobs: done, never delivered again",
+		Long:    "ACK (delete) jobs of QUEUE. ACKing an unknown job is not an error.",
+		Args:    args(cobra.MinimumNArgs(2)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			cl, err := c.client("")
+			if err != nil {
+				return err
+			}
+			for _, id := range a[1:] {
+				if err := cl.Ack(cmd.Context(), a[0], id); err != nil {
+					return err
+				}
+			}
+			if c.jsonOut {
+				return c.printJSON(map[string]any{"acked": a[1:]})
+			}
+			return nil
+		},
+	}
+}
+
+func (c *cli) peekCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "peek QUEUE [JOB_ID]",
+		Short: "Show the next job of a queue, or a job by ID, without consuming it",
+		Long: `Show the job a consume of QUEUE would take next, or job JOB_ID in whatever
+state it is. Exits with status 3 when the queue is empty or the job unknown.`,
+		Args: args(cobra.RangeArgs(1, 2)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			cl, err := c.client("")
+			if err != nil {
+				return err
+			}
+			var job *client.Job
+			if len(a) == 2 {
+				job, err = cl.PeekJob(cmd.Context(), a[0], a[1])
+			} else {
+				job, err = cl.PeekQueue(cmd.Context(), a[0])
+			}
+			if err != nil {
+				return err
+			}
+			return c.printJob(job)
+		},
+	}
+}
+
+func (c *cli) sizeCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "size QUEUE...",
+		Aliases: []string{"len"},
+		Short:   "Print the number of ready and dead jobs of queues",
+		Long:    "Print the number of ready jobs (not delayed or in flight) and of dead jobs of each QUEUE. Needs no token.",
+		Args:    args(cobra.MinimumNArgs(1)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			cl, err := c.client("")
+			if err != nil {
+				return err
+			}
+			for _, q := range a {
+				ready, err := cl.QueueSize(cmd.Context(), q)
+				if err != nil {
+					return err
+				}
+				dead, err := cl.DeadLetterSize(cmd.Context(), q)
+				if err != nil {
+					return err
+				}
+				if c.jsonOut {
+					err = c.printJSON(map[string]any{"namespace": cl.Namespace(), "queue": q, "size": ready, "deadletter_size": dead})
+				} else {
+					_, err = fmt.Fprintf(c.io.out, "%s/%s ready=%d deadletter=%d\n", cl.Namespace(), q, ready, dead)
+				}
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+}
+
+func (c *cli) destroyCmd() *cobra.Command {
+	var yes bool
+	cmd := &cobra.Command{
+		Use:   "destroy QUEUE",
+		Short: "Delete every ready, delayed and in-flight job of a queue",
+		Long:  "Delete every ready, delayed and in-flight job of QUEUE (its dead letter stays). Needs --yes.",
+		Args:  args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			if !yes {
+				return usagef("destroy deletes every job of %s: add --yes to confirm", a[0])
+			}
+			cl, err := c.client("")
+			if err != nil {
+				return err
+			}
+			return cl.DestroyQueue(cmd.Context(), a[0])
+		},
+	}
+	cmd.Flags().BoolVar(&yes, "yes", false, "confirm")
+	return cmd
+}
+
+func (c *cli) deadletterCmd() *cobra.Command {
+	cmd := group(&cobra.Command{
+		Use:     "deadletter",
+		Aliases: []string{"dlq", "dead"},
+		Short:   "Peek at, respawn or delete the dead letter of a queue",
+		Long: `A job whose last try was not ACKed within its TTR goes to its queue's dead
+letter. Peek at it, move its oldest jobs back to the queue (respawn), or delete
+them.`,
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "peek QUEUE",
+		Short: "Print the size of the dead letter and its oldest job's ID",
+		Args:  args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			cl, err := c.client("")
+			if err != nil {
+				return err
+			}
+			size, head, err := cl.PeekDeadLetter(cmd.Context(), a[0])
+			if err != nil {
+				return err
+			}
+			if c.jsonOut {
+				return c.printJSON(map[string]any{"namespace": cl.Namespace(), "queue": a[0], "deadletter_size": size, "deadletter_head": head})
+			}
+			_, err = fmt.Fprintf(c.io.out, "size=%d head=%s\n", size, head)
+			return err
+		},
+	})
+	var limit int64
+	var ttl time.Duration
+	respawn := &cobra.Command{
+		Use:     "respawn QUEUE",
+		Aliases: []string{"kick"},
+		Short:   "Move the oldest dead jobs back to the queue",
+		Long:    "Move the --limit oldest dead jobs back to the ready queue, each with one try and a TTL of --ttl (0 = forever). Prints how many moved.",
+		Args:    args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			cl, err := c.client("")
+			if err != nil {
+				return err
+			}
+			n, err := cl.RespawnDeadLetter(cmd.Context(), a[0], limit, ttl)
+			if err != nil {
+				return err
+			}
+			if c.jsonOut {
+				return c.printJSON(map[string]int{"count": n})
+			}
+			_, err = fmt.Fprintf(c.io.out, "respawned %d\n", n)
+			return err
+		},
+	}
+	respawn.Flags().Int64VarP(&limit, "limit", "l", 1, "how many jobs")
+	respawn.Flags().Var(newDuration(&ttl, 24*time.Hour), "ttl", "TTL of the respawned jobs (0 = forever)")
+	var delLimit int64
+	del := &cobra.Command{
+		Use:   "delete QUEUE",
+		Short: "Delete the oldest dead jobs",
+		Args:  args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			cl, err := c.client("")
+			if err != nil {
+				return err
+			}
+			if err := cl.DeleteDeadLetter(cmd.Context(), a[0], delLimit); err != nil {
+				return err
+			}
+			if c.jsonOut {
+				return c.printJSON(map[string]any{"deleted_up_to": delLimit})
+			}
+			return nil
+		},
+	}
+	del.Flags().Int64VarP(&delLimit, "limit", "l", 1, "how many jobs (the oldest first)")
+	cmd.AddCommand(respawn, del, &cobra.Command{
+		Use:   "size QUEUE",
+		Short: "Print the size of the dead letter (needs no token)",
+		Args:  args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			cl, err := c.client("")
+			if err != nil {
+				return err
+			}
+			n, err := cl.DeadLetterSize(cmd.Context(), a[0])
+			if err != nil {
+				return err
+			}
+			if c.jsonOut {
+				return c.printJSON(map[string]any{"namespace": cl.Namespace(), "queue": a[0], "size": n})
+			}
+			_, err = fmt.Fprintln(c.io.out, n)
+			return err
+		},
+	})
+	return cmd
+}
