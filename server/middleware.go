@@ -244,7 +244,7 @@ func (s *Server) guard(o routeOpts) gin.HandlerFunc {
 			return
 		}
 		if !allowed {
-			s.metrics.rateLimit.WithLabelValues(pool, ns, token, o.throttle.String()).Inc()
+			s.metrics.rateLimit.WithLabelValues(pool, ns, s.tokenLabel(token), o.throttle.String()).Inc()
 			s.failAPI(c, errRateLimited(token, o.throttle.String()))
 			return
 		}

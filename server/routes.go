@@ -19,7 +19,7 @@ func (s *Server) apiRoutes() *gin.Engine {
 	ack := s.guard(routeOpts{role: auth.RoleConsume})
 	read := s.guard(routeOpts{role: auth.RoleRead})
 	manage := s.guard(routeOpts{role: auth.RoleManage})
-	public := s.guard(routeOpts{public: true})
+	public := s.sizeGuard() // no token check unless Kairos.AuthenticateSize
 
 	g := r.Group("/api")
 	g.PUT("/:namespace/:queue", publish, s.publish)
@@ -42,7 +42,8 @@ func (s *Server) apiRoutes() *gin.Engine {
 
 // adminRoutes builds the admin API (spec 4). With Accounts configured,
 // basic auth protects the token and limit routes and POST /accesslog as in
-// lmstfy, and also /metrics, /info and /debug/pprof (Kairos hardening).
+// lmstfy, and also /metrics, /info and /debug/pprof (Kairos hardening,
+// unless Kairos.ProtectAdminEndpoints is false).
 func (s *Server) adminRoutes() *gin.Engine {
 	r := newGin()
 	r.Use(requestState, s.accessLogger(true), s.recovery)
@@ -54,9 +55,10 @@ func (s *Server) adminRoutes() *gin.Engine {
 
 	r.GET("/pools", s.listPools)
 	r.GET("/version", s.showVersion)
-	r.GET("/info", basic, s.info)
-	r.GET("/metrics", basic, s.serveMetrics)
-	r.Any("/debug/pprof/*profile", basic, s.pprof)
+	ops := s.opsAuth(basic)
+	r.GET("/info", ops, s.info)
+	r.GET("/metrics", ops, s.serveMetrics)
+	r.Any("/debug/pprof/*profile", ops, s.pprof)
 	r.GET("/accesslog", s.getAccessLog)
 	r.POST("/accesslog", basic, s.setAccessLog)
 	r.GET("/limits", basic, s.listLimits)

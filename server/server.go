@@ -236,11 +236,12 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 	k := cfg.Kairos
 	dk := config.Default().Kairos
 	read := seconds(k.ReadTimeoutSecond, dk.ReadTimeoutSecond)
+	readHeader := min(seconds(k.ReadHeaderTimeoutSecond, dk.ReadHeaderTimeoutSecond), read)
 	write := seconds(k.WriteTimeoutSecond, dk.WriteTimeoutSecond) + time.Duration(def.maxTimeout)*time.Second
 	idle := seconds(k.IdleTimeoutSecond, dk.IdleTimeoutSecond)
 	s.shutdownTimeout = seconds(k.ShutdownTimeoutSecond, dk.ShutdownTimeoutSecond)
-	s.apiSrv = s.httpServer(s.api, read, write, idle)
-	s.adminSrv = s.httpServer(s.admin, read, write, idle)
+	s.apiSrv = s.httpServer(s.api, readHeader, read, write, idle)
+	s.adminSrv = s.httpServer(s.admin, readHeader, read, write, idle)
 	return s, nil
 }
 
@@ -289,10 +290,10 @@ func checkDefaults(cfg *config.Config) (defaults, error) {
 	return d, nil
 }
 
-func (s *Server) httpServer(h http.Handler, read, write, idle time.Duration) *http.Server {
+func (s *Server) httpServer(h http.Handler, readHeader, read, write, idle time.Duration) *http.Server {
 	return &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: read,
+		ReadHeaderTimeout: readHeader,
 		ReadTimeout:       read,
 		WriteTimeout:      write,
 		IdleTimeout:       idle,

@@ -151,7 +151,7 @@ func TestServeListensItself(t *testing.T) {
 func TestHTTPServerSettings(t *testing.T) {
 	env := newEnv(t)
 	for _, s := range []*http.Server{env.srv.apiSrv, env.srv.adminSrv} {
-		if s.ReadTimeout != 30*time.Second || s.ReadHeaderTimeout != 30*time.Second ||
+		if s.ReadTimeout != 30*time.Second || s.ReadHeaderTimeout != 10*time.Second ||
 			s.WriteTimeout != 630*time.Second || s.IdleTimeout != 120*time.Second || s.MaxHeaderBytes != 1<<20 {
 			t.Errorf("server settings: read %v header %v write %v idle %v header bytes %d",
 				s.ReadTimeout, s.ReadHeaderTimeout, s.WriteTimeout, s.IdleTimeout, s.MaxHeaderBytes)

@@ -1,0 +1,42 @@
+package server
+
+import (
+	"github.com/gin-gonic/gin"
+
+	"github.com/kairos-dev/kairos/auth"
+)
+
+// Security switches of the [Kairos] table (doc/config.md): who may read the
+// queue sizes and the operational admin endpoints, and how tokens appear in
+// metrics.
+
+// sizeGuard is the guard of the two size routes: open as in lmstfy (a token
+// prefix still picks the pool), or, with Kairos.AuthenticateSize, checked
+// like every other route (token, then scope with the read role).
+func (s *Server) sizeGuard() gin.HandlerFunc {
+	if s.cfg.Kairos.AuthenticateSize {
+		return s.guard(routeOpts{role: auth.RoleRead})
+	}
+	return s.guard(routeOpts{public: true})
+}
+
+// opsAuth is the middleware of the admin /metrics, /info and /debug/pprof:
+// basic (the accounts' basic auth, a no-op without accounts) unless
+// Kairos.ProtectAdminEndpoints is false, which leaves them open as lmstfy
+// does.
+func (s *Server) opsAuth(basic gin.HandlerFunc) gin.HandlerFunc {
+	if s.cfg.Kairos.AdminEndpointsProtected() {
+		return basic
+	}
+	return func(c *gin.Context) { c.Next() }
+}
+
+// tokenLabel is how a token appears in metric labels: as lmstfy shows it,
+// or by its fingerprint with Kairos.HashTokens, so that /metrics reveals no
+// token either.
+func (s *Server) tokenLabel(token string) string {
+	if s.cfg.Kairos.HashTokens {
+		return auth.Fingerprint(token)
+	}
+	return token
+}
