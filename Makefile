@@ -9,7 +9,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.buildCommit=$(COMMIT) -X main.buil
 # The CLI is built only once its package has Go files.
 CLIENT_CMD := $(wildcard client/cmd/kairos/*.go)
 
-.PHONY: build run test test-short lint cover bench clean help
+.PHONY: build run test test-short lint cover bench chaos clean help
 
 ## build: bin/kairos-server (and bin/kairos, the CLI, when it exists)
 build:
@@ -47,6 +47,11 @@ cover:
 ## bench: the engine benchmarks
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./engine/...
+
+## chaos: the full chaos suite (doc/reliability.md): kills, flushes, pauses, failovers, consumer drops; under 10 minutes
+chaos:
+	scripts/install-redis.sh
+	$(GO) run ./scripts/chaos -scenario all -duration 40s
 
 ## clean: remove build and coverage output
 clean:

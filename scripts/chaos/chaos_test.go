@@ -163,7 +163,7 @@ func TestLedgerSummarize(t *testing.T) {
 		Lost: 1, LostSeqs: []int64{2}, LostSent: []int64{9_000},
 		Duplicates: 1, AfterAck: 1, UnackedDelivered: 1, Phantom: 1,
 		Late1s: 1, LateP50: 300, LateP99: 1500, LateMax: 1500,
-		Outage: 120 * time.Millisecond, PubP50: 4 * time.Millisecond, PubP99: 8 * time.Millisecond,
+		Outage: 120 * time.Millisecond, PubP50: 4 * time.Millisecond, PubP99: 8 * time.Millisecond, PubMax: 8 * time.Millisecond,
 		DeliveriesRecorded: 4,
 	}
 	got := c
@@ -247,6 +247,8 @@ func TestJudge(t *testing.T) {
 		{"clean", func(*Result) {}, sc, true},
 		{"lost", func(r *Result) { r.Lost = 1 }, sc, false},
 		{"lost where redis may lose", func(r *Result) { r.Lost = 1 }, scenario{LossExpected: true}, true},
+		{"control lost", func(r *Result) { r.Lost = 1 }, scenario{LossExpected: true, MustLose: true}, true},
+		{"control lost nothing", func(*Result) {}, scenario{LossExpected: true, MustLose: true}, false},
 		{"phantom", func(r *Result) { r.Phantom = 1 }, sc, false},
 		{"residual", func(r *Result) { r.Residual = 2 }, sc, false},
 		{"too few kills", func(r *Result) { r.ServerKills = 9 }, sc, false},
@@ -295,7 +297,7 @@ func TestParseFlags(t *testing.T) {
 		wait    bool
 		wantErr bool
 	}{
-		{"default all", nil, []string{"server-kill", "redis-kill-always", "redis-kill-everysec", "flush-pause", "consumer-drop", "deadletter", "failover"}, true, false},
+		{"default all", nil, []string{"server-kill", "redis-kill-always", "redis-kill-everysec", "flush-pause", "consumer-drop", "deadletter", "failover", "control-no-aof"}, true, false},
 		{"two", []string{"-scenario", "server-kill, failover"}, []string{"server-kill", "failover"}, false, false},
 		{"ci", []string{"-scenario", "ci"}, []string{"ci"}, false, false},
 		{"wait-cost only", []string{"-scenario", "wait-cost"}, nil, true, false},

@@ -160,6 +160,7 @@ type counts struct {
 	LateMax            int64
 	Outage             time.Duration
 	PubP50, PubP99     time.Duration
+	PubMax             time.Duration
 	PublishErrors      int
 	ConsumeErrors      int
 	AckErrors          int
@@ -228,6 +229,9 @@ func (l *ledger) summarize() counts {
 	lat := slices.Clone(l.pubLatency)
 	slices.Sort(lat)
 	c.PubP50, c.PubP99 = percentile(lat, 50), percentile(lat, 99)
+	if len(lat) > 0 {
+		c.PubMax = lat[len(lat)-1]
+	}
 	c.Outage = unionLength(l.outages)
 	return c
 }

@@ -117,6 +117,10 @@ func catalog(o options) []scenario {
 		{Name: "deadletter", Fsync: "everysec", Tries: 1, TTR: 1, Duration: d / 2, Droppers: 2},
 		{Name: "failover", Sentinel: true, Fsync: "always", Tries: 10, TTR: 1,
 			Duration: max(d, time.Duration(o.failovers)*10*time.Second), Failovers: o.failovers, LossExpected: true},
+		// The negative control: Redis without AOF loses everything at a
+		// kill, and the suite must say so.
+		{Name: "control-no-aof", Fsync: fsyncOff, Tries: 10, TTR: 1, Duration: max(d/4, 5*time.Second),
+			RedisKills: 1, LossExpected: true, MustLose: true},
 	}
 }
 

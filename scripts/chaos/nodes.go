@@ -19,6 +19,9 @@ import (
 // masterName is the Sentinel master set of the failover setup.
 const masterName = "chaosmaster"
 
+// fsyncOff in a scenario's Fsync turns AOF off (the negative control).
+const fsyncOff = "off"
+
 // redisNode is one redis-server (or sentinel) with its config file and
 // data directory, restartable on the same port.
 type redisNode struct {
@@ -32,7 +35,7 @@ type redisNode struct {
 
 // redisConf is what a data node's config file says.
 type redisConf struct {
-	fsync     string // appendfsync: "always" or "everysec"
+	fsync     string // appendfsync: "always" or "everysec", or fsyncOff
 	replicaOf int    // port of the master, 0 for a master
 }
 
@@ -47,11 +50,14 @@ func (s *supervisor) newRedis(name, bin string, port int, rc redisConf) (*redisN
 		"dir " + dir,
 		"protected-mode no",
 		`save ""`,
-		"appendonly yes",
-		"appendfsync " + rc.fsync,
 		"maxmemory-policy noeviction",
 		"loglevel notice",
 		"logfile " + filepath.Join(dir, "redis.log"),
+	}
+	if rc.fsync == fsyncOff {
+		lines = append(lines, "appendonly no")
+	} else {
+		lines = append(lines, "appendonly yes", "appendfsync "+rc.fsync)
 	}
 	if rc.replicaOf != 0 {
 		lines = append(lines, fmt.Sprintf("replicaof 127.0.0.1 %d", rc.replicaOf))
@@ -173,6 +179,8 @@ type kairosNode struct {
 type kairosRedis struct {
 	addr       string
 	masterName string
+	// adminAddr, when set, holds the tokens instead of addr.
+	adminAddr string
 }
 
 func (s *supervisor) newKairos(name, bin string, avoid map[int]bool, rr kairosRedis) (*kairosNode, error) {
@@ -192,6 +200,10 @@ func (s *supervisor) newKairos(name, bin string, avoid map[int]bool, rr kairosRe
 	if rr.masterName != "" {
 		redisKeys += fmt.Sprintf("MasterName = %q\n", rr.masterName)
 	}
+	adminKeys := redisKeys
+	if rr.adminAddr != "" {
+		adminKeys = fmt.Sprintf("Addr = %q\n", rr.adminAddr)
+	}
 	cfg := fmt.Sprintf(`# written by scripts/chaos
 Host = "127.0.0.1"
 Port = %d
@@ -205,7 +217,7 @@ LogLevel = "warn"
 %s
 [Kairos]
 ShutdownTimeoutSecond = 2
-`, port, adminPort, redisKeys, redisKeys)
+`, port, adminPort, adminKeys, redisKeys)
 	conf := filepath.Join(dir, "kairos.toml")
 	if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
 		return nil, err

@@ -30,6 +30,9 @@ type scenario struct {
 	// LossExpected marks scenarios where Redis itself may lose
 	// acknowledged writes: lost jobs are reported, not a failure.
 	LossExpected bool
+	// MustLose marks the negative control (Redis without AOF, killed):
+	// finding no loss there means the suite cannot see one.
+	MustLose bool
 }
 
 // disruption kinds.
@@ -56,6 +59,7 @@ type setup struct {
 	sup       *supervisor
 	data      []*redisNode // data[0] is the first master
 	sentinels []*redisNode
+	others    []*redisNode // the negative control's admin Redis
 	kairos    *kairosNode
 	ports     map[int]bool
 	log       logrus.FieldLogger
@@ -66,6 +70,9 @@ type setup struct {
 func (sc scenario) setupName() string {
 	if sc.Sentinel {
 		return "sentinel 1 master + 1 replica + 3 sentinels, appendfsync " + sc.Fsync
+	}
+	if sc.Fsync == fsyncOff {
+		return "redis appendonly no"
 	}
 	return "redis appendfsync " + sc.Fsync
 }
@@ -121,6 +128,22 @@ func (sc scenario) start(ctx context.Context, rc runConfig, dir string) (*setup,
 			return fail(err)
 		}
 		kr = kairosRedis{addr: strings.Join(addrs, ","), masterName: masterName}
+	}
+	if sc.Fsync == fsyncOff {
+		// Tokens must survive the kills of the negative control.
+		port, err := freePort(s.ports)
+		if err != nil {
+			return fail(err)
+		}
+		admin, err := s.sup.newRedis("redis-admin", rc.RedisBin, port, redisConf{fsync: "always"})
+		if err != nil {
+			return fail(err)
+		}
+		if err := admin.up(ctx); err != nil {
+			return fail(err)
+		}
+		s.others = append(s.others, admin)
+		kr.adminAddr = admin.addr
 	}
 	k, err := s.sup.newKairos("kairos", rc.ServerBin, s.ports, kr)
 	if err != nil {
@@ -332,7 +355,7 @@ func (s *setup) healthy(ctx context.Context) error {
 	if !s.kairos.alive() {
 		return fmt.Errorf("kairos-server died on its own:\n%s", s.kairos.logTail(30))
 	}
-	for _, n := range append(slices.Clone(s.data), s.sentinels...) {
+	for _, n := range slices.Concat(s.data, s.sentinels, s.others) {
 		if !n.alive() {
 			return fmt.Errorf("%s is not running", n.name)
 		}

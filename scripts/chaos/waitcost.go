@@ -83,41 +83,64 @@ func measureWaitCost(ctx context.Context, rc runConfig, n int) (WaitCost, error)
 		return wc, err
 	}
 	seq := 0
-	measure := func(name string, count int, wait bool) error {
-		lat := make([]time.Duration, 0, count)
-		notAcked := 0
-		start := time.Now()
-		for range count {
-			seq++
-			t := time.Now()
-			_, err := e.Publish(ctx, &engine.PublishRequest{
-				Namespace: "waitcost", Queue: "q", Body: []byte(strconv.Itoa(seq)), TTL: time.Hour, Tries: 1,
-			})
-			if err != nil {
-				return fmt.Errorf("%s: publish: %w", name, err)
-			}
-			if wait {
-				got, err := client.Wait(ctx, 1, waitTimeout).Result()
-				if err != nil {
-					return fmt.Errorf("%s: WAIT: %w", name, err)
-				}
-				if got < 1 {
-					notAcked++
-				}
-			}
-			lat = append(lat, time.Since(t))
-		}
-		total := time.Since(start)
-		slices.Sort(lat)
-		wc.Variants = append(wc.Variants, WaitVariant{
-			Name: name, N: count, P50Ms: ms2(percentile(lat, 50)), P99Ms: ms2(percentile(lat, 99)),
-			MaxMs: ms2(lat[len(lat)-1]), PerSec: float64(int(float64(count)/total.Seconds()*10)) / 10,
-			NotAcked: notAcked,
+	// publish times one publish (and WAIT); notAcked reports a WAIT that
+	// counted no replica.
+	publish := func(wait bool) (d time.Duration, notAcked bool, err error) {
+		seq++
+		t := time.Now()
+		_, err = e.Publish(ctx, &engine.PublishRequest{
+			Namespace: "waitcost", Queue: "q", Body: []byte(strconv.Itoa(seq)), TTL: time.Hour, Tries: 1,
 		})
+		if err != nil {
+			return 0, false, fmt.Errorf("publish: %w", err)
+		}
+		if wait {
+			got, err := client.Wait(ctx, 1, waitTimeout).Result()
+			if err != nil {
+				return 0, false, fmt.Errorf("WAIT: %w", err)
+			}
+			notAcked = got < 1
+		}
+		return time.Since(t), notAcked, nil
+	}
+	type acc struct {
+		lat      []time.Duration
+		total    time.Duration
+		notAcked int
+	}
+	variant := func(name string, a *acc) WaitVariant {
+		slices.Sort(a.lat)
+		return WaitVariant{
+			Name: name, N: len(a.lat), P50Ms: ms2(percentile(a.lat, 50)), P99Ms: ms2(percentile(a.lat, 99)),
+			MaxMs: ms2(a.lat[len(a.lat)-1]), PerSec: float64(int(float64(len(a.lat))/a.total.Seconds()*10)) / 10,
+			NotAcked: a.notAcked,
+		}
+	}
+	// measure runs n publishes without and n with WAIT, alternating in
+	// rounds of 100 so that both see the same disk and CPU weather.
+	measure := func(label string, n int) error {
+		var plain, waited acc
+		for done := 0; done < n; done += 100 {
+			for _, a := range []*acc{&plain, &waited} {
+				start := time.Now()
+				for range min(100, n-done) {
+					d, na, err := publish(a == &waited)
+					if err != nil {
+						return fmt.Errorf("%s: %w", label, err)
+					}
+					a.lat = append(a.lat, d)
+					if na {
+						a.notAcked++
+					}
+				}
+				a.total += time.Since(start)
+			}
+		}
+		wc.Variants = append(wc.Variants, variant("publish, "+label, &plain), variant("publish + WAIT 1 100, "+label, &waited))
 		return nil
 	}
 	rc.Log.Info("wait-cost: measuring")
-	if err := measure("warm-up", 200, true); err != nil {
+	if err := measure("warm-up", 200); err != nil {
 		return wc, err
 	}
 	wc.Variants = wc.Variants[:0]
@@ -125,10 +148,7 @@ func measureWaitCost(ctx context.Context, rc runConfig, n int) (WaitCost, error)
 		if err := master.client.ConfigSet(ctx, "appendfsync", fsync).Err(); err != nil {
 			return wc, err
 		}
-		if err := measure("publish, appendfsync "+fsync, n, false); err != nil {
-			return wc, err
-		}
-		if err := measure("publish + WAIT 1 100, appendfsync "+fsync, n, true); err != nil {
+		if err := measure("appendfsync "+fsync, n); err != nil {
 			return wc, err
 		}
 	}
@@ -137,11 +157,22 @@ func measureWaitCost(ctx context.Context, rc runConfig, n int) (WaitCost, error)
 	if err := replica.stop(); err != nil {
 		return wc, err
 	}
-	err = measure("publish + WAIT 1 100, replica hung", 20, true)
-	if cerr := replica.cont(); cerr != nil && err == nil {
-		err = cerr
+	var hung acc
+	start := time.Now()
+	for range 20 {
+		d, na, err := publish(true)
+		if err != nil {
+			_ = replica.cont()
+			return wc, fmt.Errorf("replica hung: %w", err)
+		}
+		hung.lat = append(hung.lat, d)
+		if na {
+			hung.notAcked++
+		}
 	}
-	return wc, err
+	hung.total = time.Since(start)
+	wc.Variants = append(wc.Variants, variant("publish + WAIT 1 100, replica hung", &hung))
+	return wc, replica.cont()
 }
 
 // writeWaitCost prints the wait-cost variants as a table.
