@@ -28,9 +28,9 @@ const (
 	DefaultRetryBackoff = 50 * time.Millisecond
 	// DefaultMaxRetryBackoff caps the pause between two attempts.
 	DefaultMaxRetryBackoff = 2 * time.Second
-	// MaxBodyRead caps how much of a response body the client reads
+	// maxBodyRead caps how much of a response body the client reads
 	// (a batch of 100 jobs of 1 MiB, base64-encoded, fits).
-	MaxBodyRead = 256 << 20
+	maxBodyRead = 256 << 20
 )
 
 // settings collect what Options set; New and NewAdmin read them.
@@ -299,7 +299,7 @@ func (t *transport) once(parent context.Context, r request) (*response, bool, er
 		return nil, neverSent(err) || (r.idempotent && !isCtxErr(parent, err)), err
 	}
 	defer res.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(res.Body, MaxBodyRead))
+	data, err := io.ReadAll(io.LimitReader(res.Body, maxBodyRead))
 	if err != nil {
 		err = fmt.Errorf("kairos: %s %s: read response: %w", r.method, r.path, err)
 		return nil, r.idempotent && !isCtxErr(parent, err), err

@@ -378,3 +378,31 @@ func TestWorkerSurvivesServerRestart(t *testing.T) {
 		t.Fatalf("DeadLetterSize: %d, %v", n, err)
 	}
 }
+
+func TestWorkerRun(t *testing.T) {
+	e := newEnv(t)
+	publish(t, e.C, "q", "one")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var handled atomic.Int64
+	w, err := client.NewWorker(e.C, client.WorkerConfig{Queues: []string{"q"}, PollTimeout: 5 * time.Second},
+		func(ctx context.Context, job *client.Job) error {
+			handled.Add(1)
+			cancel() // the worker is told to stop while this handler runs
+			time.Sleep(100 * time.Millisecond)
+			return ctx.Err() // not cancelled: a graceful stop lets it finish
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := w.Run(ctx, 5*time.Second); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("Run returned %v after its context was cancelled", took)
+	}
+	if st := w.Stats(); handled.Load() != 1 || st.Acked != 1 {
+		t.Fatalf("handled %d, stats %+v", handled.Load(), st)
+	}
+}
