@@ -130,6 +130,9 @@ func startLive(t testing.TB, opts liveOptions) *live {
 		}
 	}()
 	t.Cleanup(func() {
+		// Connections the client dialled but never used are "new" to the
+		// server, and Shutdown waits 5 s before it counts them as idle.
+		httpClient.CloseIdleConnections()
 		cancel()
 		wg.Wait()
 		if out := logs.String(); strings.Contains(out, "panic while serving") || strings.Contains(out, "http: panic") {

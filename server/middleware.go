@@ -108,23 +108,32 @@ func (s *Server) accessLogger(redactPath bool) gin.HandlerFunc {
 }
 
 // redactQuery hides the value of every "token" parameter of a raw query.
+// Pairs are split on '&' and also on ';' (which Go no longer treats as a
+// separator but older clients and proxies do), so a token never reaches the
+// log in clear.
 func redactQuery(raw string) string {
 	if !strings.Contains(raw, "token") && !strings.Contains(raw, "%") {
 		return raw
 	}
-	parts := strings.Split(raw, "&")
-	changed := false
-	for i, p := range parts {
+	var b strings.Builder
+	for len(raw) > 0 {
+		end := strings.IndexAny(raw, "&;")
+		if end < 0 {
+			end = len(raw)
+		}
+		p := raw[:end]
 		k, _, _ := strings.Cut(p, "=")
 		if uk, err := url.QueryUnescape(k); err == nil && uk == "token" {
-			parts[i] = k + "=REDACTED"
-			changed = true
+			p = k + "=REDACTED"
 		}
+		b.WriteString(p)
+		if end < len(raw) {
+			b.WriteByte(raw[end])
+			end++
+		}
+		raw = raw[end:]
 	}
-	if !changed {
-		return raw
-	}
-	return strings.Join(parts, "&")
+	return b.String()
 }
 
 // collectMetrics records lmstfy's HTTP metrics for every response.

@@ -411,6 +411,9 @@ func TestRedactQuery(t *testing.T) {
 		{"token", "token=REDACTED"},
 		{"tokens=abc&xtoken=1", "tokens=abc&xtoken=1"},
 		{"a=%zz&token=x", "a=%zz&token=REDACTED"},
+		{"x=1;token=abc", "x=1;token=REDACTED"},
+		{"token=abc;x=1&token=d&", "token=REDACTED;x=1&token=REDACTED&"},
+		{"&;token", "&;token=REDACTED"},
 	}
 	for _, tc := range tests {
 		if got := redactQuery(tc.in); got != tc.want {

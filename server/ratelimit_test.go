@@ -1,0 +1,100 @@
+package server
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kairos-dev/kairos/auth"
+	"github.com/kairos-dev/kairos/config"
+	"github.com/kairos-dev/kairos/engine/rdb/redistest"
+)
+
+// TestRateLimitAcrossInstances: two server instances over one Redis (each
+// with its own engine, token store and throttler, as two processes have),
+// hammered concurrently through both: in one window exactly the limit gets
+// through, for publishes and for consumes, on miniredis and on a real
+// redis-server, with tokens in clear and hashed.
+func TestRateLimitAcrossInstances(t *testing.T) {
+	backends := map[string]func(t *testing.T) redis.UniversalClient{
+		"miniredis": func(*testing.T) redis.UniversalClient { return nil },
+		"redis":     func(t *testing.T) redis.UniversalClient { return redistest.Start(t).Client() },
+	}
+	for name, backend := range backends {
+		for _, hash := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/HashTokens=%v", name, hash), func(t *testing.T) {
+				t.Parallel()
+				client := backend(t)
+				if client == nil {
+					client = startLive(t, liveOptions{}).client // a fresh miniredis
+				}
+				testRateLimitAcrossInstances(t, client, hash)
+			})
+		}
+	}
+}
+
+func testRateLimitAcrossInstances(t *testing.T, client redis.UniversalClient, hash bool) {
+	opts := liveOptions{client: client, config: func(c *config.Config) {
+		c.Kairos.HashTokens = hash
+		c.EnableAccessLog = false
+	}}
+	a, b := startLive(t, opts), startLive(t, opts)
+	tok := a.token(t, "ns", auth.Scope{})
+	// An interval of 100 s refills 0.2 requests per second: within this
+	// test's window the bucket admits exactly its capacity.
+	const writes, reads = 20, 10
+	limit := fmt.Sprintf(`{"read":%d,"write":%d,"interval":100}`, reads, writes)
+	if r := liveDo(t, "POST", a.admin+"/token/ns/"+tok+"/limit", strings.NewReader(limit), nil); r.status != 201 {
+		t.Fatalf("set limit: %d %s", r.status, r.body)
+	}
+	if r := liveDo(t, "GET", b.admin+"/limits?force_update=true", nil, nil); r.status != 200 || !strings.Contains(r.body, `"write":20`) {
+		t.Fatalf("instance b does not see the limit: %d %s", r.status, r.body)
+	}
+	if hash && strings.Contains(liveDo(t, "GET", b.admin+"/limits", nil, nil).body, tok) {
+		t.Error("GET /limits shows the token in hashed mode")
+	}
+
+	hammer := func(method, path string, workers, perWorker int) map[int]int {
+		var mu sync.Mutex
+		counts := map[int]int{}
+		var n atomic.Int64
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range perWorker {
+					base := a.api
+					if n.Add(1)%2 == int64(w%2) {
+						base = b.api
+					}
+					r := liveDo(t, method, base+path, strings.NewReader("job"), map[string]string{"X-Token": tok})
+					mu.Lock()
+					counts[r.status]++
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		return counts
+	}
+	if got := hammer("PUT", "/api/ns/q", 8, 10); got[201] != writes || got[429] != 80-writes || len(got) != 2 {
+		t.Errorf("publishes: %v, want %d × 201 and %d × 429", got, writes, 80-writes)
+	}
+	if got := hammer("GET", "/api/ns/q", 8, 5); got[200] != reads || got[429] != 40-reads || len(got) != 2 {
+		t.Errorf("consumes: %v, want %d × 200 and %d × 429", got, reads, 40-reads)
+	}
+	// The metric names the token by fingerprint in hashed mode.
+	metrics := liveDo(t, "GET", a.admin+"/metrics", nil, nil).body
+	if !strings.Contains(metrics, "infra_lmstfy_http_rate_limit") {
+		t.Error("no rate limit metric")
+	}
+	if strings.Contains(metrics, tok) != !hash {
+		t.Errorf("the token appears in /metrics: %v, want %v", strings.Contains(metrics, tok), !hash)
+	}
+}
