@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,6 +38,9 @@ type Options struct {
 	MaxPumpSleep time.Duration
 	// Metrics receives the engine's counters; nil means none.
 	Metrics *Metrics
+	// NoAutoPipeline sends every publish, consume and ACK in its own round
+	// trip instead of batching concurrent ones into pipelines.
+	NoAutoPipeline bool
 }
 
 // Engine is the Redis engine of one pool.
@@ -51,6 +55,10 @@ type Engine struct {
 
 	pumpWake chan struct{}
 	waiters  *waiters
+	// pipe batches hot-path scripts while Run runs (nil otherwise, or
+	// with NoAutoPipeline): see pipeline.go.
+	pipe     atomic.Pointer[autoPipeline]
+	autoPipe bool
 
 	metaMu sync.Mutex
 	meta   map[string]struct{} // ns/q already recorded in m/ns by this instance
@@ -63,6 +71,9 @@ const (
 	deadBatch         = 1000 // dead-letter entries per respawn/delete call
 	destroyBatch      = 1000 // entries per destroy call
 	maxPublishRetries = 3    // fresh IDs tried when a generated ID collides
+
+	autoPipelineSenders = 4   // pipelines in flight at once per pool
+	autoPipelineBatch   = 128 // most calls in one pipeline
 )
 
 // New returns an Engine for the pool behind client. It loads every script,
@@ -97,12 +108,13 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 		pumpWake: make(chan struct{}, 1),
 		meta:     make(map[string]struct{}),
 	}
-	e.waiters = newWaiters(e)
 	for _, s := range allScripts {
 		if err := s.Load(ctx, client).Err(); err != nil {
 			return nil, fmt.Errorf("rdb: load scripts into pool %s: %w", opts.Pool, err)
 		}
 	}
+	e.waiters = newWaiters(e)
+	e.autoPipe = !opts.NoAutoPipeline
 	return e, nil
 }
 
@@ -113,12 +125,27 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 // Run runs the pump and the waiters' Pub/Sub loop until ctx is done. It
 // returns nil after a clean stop.
 func (e *Engine) Run(ctx context.Context) error {
+	if e.autoPipe {
+		e.pipe.Store(newAutoPipeline(e.rdb, autoPipelineSenders, autoPipelineBatch))
+	}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); e.runPump(ctx) }()
 	go func() { defer wg.Done(); e.waiters.run(ctx) }()
 	wg.Wait()
+	if p := e.pipe.Swap(nil); p != nil {
+		p.close()
+	}
 	return nil
+}
+
+// runScript runs a hot-path script: through the auto-pipeline while Run
+// runs, else in its own round trip.
+func (e *Engine) runScript(ctx context.Context, s *redis.Script, keys []string, args ...interface{}) *redis.Cmd {
+	if p := e.pipe.Load(); p != nil {
+		return p.run(ctx, s, keys, args...)
+	}
+	return s.Run(ctx, e.rdb, keys, args...)
 }
 
 // ms is t in Unix milliseconds, rounded down: the pump moves entries whose
@@ -256,7 +283,7 @@ func (e *Engine) PublishBatch(ctx context.Context, reqs []*engine.PublishRequest
 		args[b+5] = r.Priority
 	}
 	for attempt := 0; ; attempt++ {
-		res, err := publishScript.Run(ctx, e.rdb, keys, args...).Slice()
+		res, err := e.runScript(ctx, publishScript, keys, args...).Slice()
 		if err != nil {
 			return nil, fmt.Errorf("publish %s/%s: %w", ns, q, err)
 		}
@@ -332,7 +359,7 @@ func (e *Engine) consumeNow(ctx context.Context, req *engine.ConsumeRequest) ([]
 		args[0] = due
 		args[1] = req.Count - len(jobs)
 		args[4] = newReceiptBase()
-		res, err := consumeScript.Run(ctx, e.rdb, keys, args...).Slice()
+		res, err := e.runScript(ctx, consumeScript, keys, args...).Slice()
 		if err != nil {
 			return jobs, fmt.Errorf("consume %s/%v: %w", req.Namespace, req.Queues, err)
 		}

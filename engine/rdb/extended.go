@@ -53,7 +53,7 @@ func (e *Engine) Ack(ctx context.Context, ns, q, id, receipt string) error {
 			return fmt.Errorf("ack: %w", err)
 		}
 	}
-	code, err := ackScript.Run(ctx, e.rdb, []string{jobKey(ns, q, id), timerKey(ns, q)}, id, nonce).Int64()
+	code, err := e.runScript(ctx, ackScript, []string{jobKey(ns, q, id), timerKey(ns, q)}, id, nonce).Int64()
 	if err != nil {
 		return fmt.Errorf("ack %s/%s/%s: %w", ns, q, id, err)
 	}

@@ -193,3 +193,69 @@ func TestConsumeSurvivesCallerCancel(t *testing.T) {
 		t.Fatalf("consume with a cancelled context: %v %v", jobs, err)
 	}
 }
+
+func TestAutoPipelineConcurrentAndScriptFlush(t *testing.T) {
+	client := realClient(t)
+	e := startEngine(t, client, newTestClock())
+	publishAll := func(n int) {
+		t.Helper()
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := e.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "q", Tries: 1, Body: []byte("x")})
+				errs <- err
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publishAll(300)
+	// A flushed script cache (Redis restart, SCRIPT FLUSH) is reloaded on
+	// the fly, also for calls batched in a pipeline.
+	if err := client.ScriptFlush(bg).Err(); err != nil {
+		t.Fatal(err)
+	}
+	publishAll(300)
+	if n, _ := e.Size(bg, "ns", "q"); n != 600 {
+		t.Fatalf("size %d, want 600", n)
+	}
+	got := 0
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for c := 0; c < 16; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: "ns", Queues: []string{"q"}, Count: 7, TTR: time.Minute})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(jobs) == 0 {
+					return
+				}
+				for _, j := range jobs {
+					if err := e.Delete(bg, "ns", "q", j.ID); err != nil {
+						t.Error(err)
+					}
+				}
+				mu.Lock()
+				got += len(jobs)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if got != 600 {
+		t.Fatalf("consumed %d, want 600", got)
+	}
+}
