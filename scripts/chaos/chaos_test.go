@@ -272,10 +272,17 @@ func TestAttribute(t *testing.T) {
 	timeline := []disruption{
 		{name: "kill-master", from: t0, to: t0.Add(3 * time.Second)},
 		{name: "hang-master", from: t0.Add(20 * time.Second), to: t0.Add(25 * time.Second)},
+		// Overlaps the end of hang-master: writes after its start are its.
+		{name: "sentinel-failover", from: t0.Add(25 * time.Second), to: t0.Add(30 * time.Second)},
 	}
 	ms := func(d time.Duration) int64 { return t0.Add(d).UnixMilli() }
-	got := attribute([]int64{ms(-time.Second), ms(time.Second), ms(22 * time.Second), ms(10 * time.Second)}, timeline)
-	want := map[string]int{"kill-master": 2, "hang-master": 1, "none": 1}
+	got := attribute([]int64{
+		ms(-time.Second), ms(time.Second), // kill-master, also 1 s before it
+		ms(21 * time.Second),                       // hang-master
+		ms(24 * time.Second), ms(26 * time.Second), // sentinel-failover (2 s margin), inside
+		ms(10 * time.Second), // none
+	}, timeline)
+	want := map[string]int{"kill-master": 2, "hang-master": 1, "sentinel-failover": 2, "none": 1}
 	if len(got) != len(want) {
 		t.Fatalf("attribute = %v, want %v", got, want)
 	}

@@ -463,6 +463,7 @@ func (sc scenario) run(ctx context.Context, rc runConfig) (res Result, err error
 	c := w.led.summarize()
 	res = sc.result(c, done, s.failoverKinds)
 	res.LostByDisruption = attribute(c.LostSent, timeline)
+	logLosses(log, c.LostSent, timeline)
 	res.ChaosS = chaosTime.Seconds()
 	res.DrainS = time.Since(drainStart).Seconds()
 	res.Residual = residual
@@ -477,23 +478,55 @@ type disruption struct {
 }
 
 // attribute counts lost jobs by the disruption during which (or up to 2 s
-// before which, for writes not yet replicated) they were published; jobs
-// published outside every window count as "none".
+// before which, for writes not yet replicated) they were published; where
+// windows overlap, the disruption that started last wins. Jobs published
+// outside every window count as "none".
 func attribute(sent []int64, timeline []disruption) map[string]int {
 	if len(sent) == 0 {
 		return nil
 	}
 	out := map[string]int{}
 	for _, at := range sent {
-		t := time.UnixMilli(at)
 		name := "none"
-		for _, d := range timeline {
-			if !t.Before(d.from.Add(-2*time.Second)) && !t.After(d.to.Add(time.Second)) {
-				name = d.name
-				break
-			}
+		if d, ok := blame(time.UnixMilli(at), timeline); ok {
+			name = d.name
 		}
 		out[name]++
 	}
 	return out
+}
+
+// blame returns the disruption a write published at t is attributed to.
+func blame(t time.Time, timeline []disruption) (disruption, bool) {
+	var found disruption
+	ok := false
+	for _, d := range timeline {
+		if !t.Before(d.from.Add(-2*time.Second)) && !t.After(d.to.Add(time.Second)) {
+			if !ok || d.from.After(found.from) {
+				found, ok = d, true
+			}
+		}
+	}
+	return found, ok
+}
+
+// logLosses logs (at debug level, -v) each disruption's window and the
+// publish times of the lost jobs relative to it, to explain losses.
+func logLosses(log logrus.FieldLogger, sent []int64, timeline []disruption) {
+	if len(sent) == 0 {
+		return
+	}
+	for _, d := range timeline {
+		var rel []string
+		for _, at := range sent {
+			t := time.UnixMilli(at)
+			if b, ok := blame(t, timeline); ok && b == d {
+				rel = append(rel, fmt.Sprintf("%+d", t.Sub(d.from).Milliseconds()))
+			}
+		}
+		if len(rel) > 0 {
+			log.Debugf("%s at %s, lasted %v: %d lost jobs published at (ms from its start) %s", d.name,
+				d.from.Format("15:04:05.000"), d.to.Sub(d.from).Round(time.Millisecond), len(rel), strings.Join(rel, " "))
+		}
+	}
 }
