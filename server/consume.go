@@ -23,6 +23,7 @@ type jobResponse struct {
 	Msg         string            `json:"msg,omitempty"`
 	Namespace   string            `json:"namespace"`
 	Queue       string            `json:"queue"`
+	Receipt     string            `json:"receipt,omitempty"` // Kairos, with X-Kairos-Extensions
 	RemainTries uint16            `json:"remain_tries"`
 	TTL         int64             `json:"ttl"`
 }
@@ -75,6 +76,11 @@ func (s *Server) consume(c *gin.Context) {
 		s.failAPI(c, err)
 		return
 	}
+	ttrD, timeoutD, err := s.consumeTimes(c, ttr, timeout) // Kairos: ttr_ms, timeout_ms
+	if err != nil {
+		s.failAPI(c, err)
+		return
+	}
 	count := uint64(1)
 	if v, ok := c.GetQuery("count"); ok {
 		count, err = strconv.ParseUint(v, 10, 32)
@@ -93,8 +99,6 @@ func (s *Server) consume(c *gin.Context) {
 			return
 		}
 	}
-	timeout = min(timeout, s.def.maxTimeout)
-
 	// The wait ends when the client goes away or the server shuts down.
 	ctx, cancel := context.WithCancel(c.Request.Context())
 	defer cancel()
@@ -105,8 +109,8 @@ func (s *Server) consume(c *gin.Context) {
 	jobs, err := st.eng.Consume(ctx, &engine.ConsumeRequest{
 		Namespace: ns,
 		Queues:    st.queues,
-		TTR:       secs(ttr),
-		Timeout:   secs(timeout),
+		TTR:       ttrD,
+		Timeout:   timeoutD,
 		Count:     int(count),
 	})
 	if len(jobs) == 0 {
@@ -132,13 +136,21 @@ func (s *Server) consume(c *gin.Context) {
 		}
 		return j.Queue
 	}
+	ext := wantsExt(c)
+	render := func(j *engine.Job) jobResponse {
+		r := newJobResponse(j, ns, queueOf(j), "new job", now)
+		if ext {
+			r.Receipt = j.Receipt
+		}
+		return r
+	}
 	if count == 1 {
-		writeJSON(c, http.StatusOK, newJobResponse(jobs[0], ns, queueOf(jobs[0]), "new job", now))
+		writeJSON(c, http.StatusOK, render(jobs[0]))
 		return
 	}
 	out := make([]jobResponse, len(jobs))
 	for i, j := range jobs {
-		out[i] = newJobResponse(j, ns, queueOf(j), "new job", now)
+		out[i] = render(j)
 	}
 	writeJSON(c, http.StatusOK, out)
 }

@@ -38,7 +38,7 @@ func (s *Server) peekDeadLetter(c *gin.Context) {
 // respawnDeadLetter serves PUT /api/:namespace/:queue/deadletter?limit=&ttl=:
 // the oldest limit dead jobs go back to the ready queue with one try.
 func (s *Server) respawnDeadLetter(c *gin.Context) {
-	limit, err := queryInt64(c, "limit", 1, 1, errInvalidLimit)
+	limit, err := deadLetterLimit(c) // lmstfy's, or "all"
 	if err != nil {
 		s.failAPI(c, err)
 		return
@@ -60,7 +60,7 @@ func (s *Server) respawnDeadLetter(c *gin.Context) {
 
 // deleteDeadLetter serves DELETE /api/:namespace/:queue/deadletter?limit=.
 func (s *Server) deleteDeadLetter(c *gin.Context) {
-	limit, err := queryInt64(c, "limit", 1, 1, errInvalidLimit)
+	limit, err := deadLetterLimit(c) // lmstfy's, or "all"
 	if err != nil {
 		s.failAPI(c, err)
 		return

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/server/webhook"
 )
 
 // This file is the only place that maps errors to HTTP responses. Handlers
@@ -112,6 +113,8 @@ func mapAPIError(ctx context.Context, err error) *apiError {
 		return errJobNotFound
 	case errors.Is(err, engine.ErrQueueEmpty):
 		return errQueueEmpty
+	case errors.Is(err, engine.ErrStaleReceipt):
+		return errStaleReceipt
 	case errors.Is(err, engine.ErrInvalid):
 		return errInvalidRequest
 	case errors.Is(err, engine.ErrClosed):
@@ -148,6 +151,12 @@ func mapAdminError(ctx context.Context, err error) *apiError {
 		errors.Is(err, auth.ErrReservedToken), errors.Is(err, auth.ErrAmbiguousFingerprint),
 		errors.Is(err, auth.ErrUnknownFingerprint):
 		return badRequest(err.Error())
+	case errors.Is(err, webhook.ErrNotFound):
+		return errWebhookNotFound
+	case errors.Is(err, webhook.ErrInvalid):
+		return badRequest(err.Error())
+	case errors.Is(err, engine.ErrInvalid):
+		return errInvalidRequest
 	case errors.Is(err, engine.ErrClosed):
 		return errShuttingDown
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):

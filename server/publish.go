@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -33,6 +34,11 @@ func (s *Server) publish(c *gin.Context) {
 		s.failAPI(c, err)
 		return
 	}
+	ext, err := s.parsePublishExt(c, &p)
+	if err != nil {
+		s.failAPI(c, err)
+		return
+	}
 	body, err := readBody(c, engine.MaxBodySize, errBodyTooLarge)
 	if err != nil {
 		s.failAPI(c, err)
@@ -43,9 +49,15 @@ func (s *Server) publish(c *gin.Context) {
 		return
 	}
 	req := s.publishRequest(c, &p, body)
+	ext.apply(req)
 	req.Replaces = c.Param("job_id")
 	id, err := st.eng.Publish(c.Request.Context(), req)
 	if err != nil {
+		if errors.Is(err, engine.ErrKeyExists) && id != "" {
+			// Kairos idempotency key: the first job stands.
+			writeJSON(c, http.StatusOK, publishResponse{JobID: id, Msg: "duplicate job_key"})
+			return
+		}
 		s.failAPI(c, err)
 		return
 	}
@@ -73,6 +85,14 @@ func (s *Server) publishRequest(c *gin.Context, p *publishParams, body []byte) *
 func (s *Server) publishBulk(c *gin.Context) {
 	st := state(c)
 	p, err := s.parsePublish(c)
+	if err != nil {
+		s.failAPI(c, err)
+		return
+	}
+	ext, err := s.parsePublishExt(c, &p)
+	if err == nil && ext.key != "" {
+		err = errBulkJobKey
+	}
 	if err != nil {
 		s.failAPI(c, err)
 		return
@@ -108,6 +128,7 @@ func (s *Server) publishBulk(c *gin.Context) {
 	reqs := make([]*engine.PublishRequest, len(jobs))
 	for i, j := range jobs {
 		reqs[i] = s.publishRequest(c, &p, j)
+		ext.apply(reqs[i])
 	}
 	ids, err := st.eng.PublishBatch(c.Request.Context(), reqs)
 	if err != nil {

@@ -26,6 +26,10 @@ func (s *Server) peekQueue(c *gin.Context) {
 		s.failAPI(c, errQueueEmpty)
 		return
 	}
+	if wantsExt(c) {
+		writeJSON(c, http.StatusOK, newJobDetail(job, ns, q, s.now()))
+		return
+	}
 	writeJSON(c, http.StatusOK, newJobResponse(job, ns, q, "", s.now()))
 }
 
@@ -42,12 +46,20 @@ func (s *Server) peekJob(c *gin.Context) {
 		s.failAPI(c, errJobNotFound)
 		return
 	}
+	if wantsExt(c) {
+		writeJSON(c, http.StatusOK, newJobDetail(job, ns, q, s.now()))
+		return
+	}
 	writeJSON(c, http.StatusOK, newJobResponse(job, ns, q, "", s.now()))
 }
 
 // ack serves DELETE /api/:namespace/:queue/job/:job_id: 204 whether or not
-// the job existed.
+// the job existed. With a receipt (Kairos) it is the ACK of one delivery.
 func (s *Server) ack(c *gin.Context) {
+	if _, ok := c.GetQuery("receipt"); ok {
+		s.ackReceipt(c)
+		return
+	}
 	err := state(c).eng.Delete(c.Request.Context(), c.Param("namespace"), c.Param("queue"), c.Param("job_id"))
 	if err != nil {
 		s.failAPI(c, err)

@@ -36,6 +36,17 @@ func (s *Server) apiRoutes() *gin.Engine {
 	g.GET("/:namespace/:queue/size", public, s.size)
 	g.GET("/:namespace/:queue/deadletter/size", public, s.deadLetterSize)
 
+	// Kairos extensions (extensions.go).
+	unthrottledPublish := s.guard(routeOpts{role: auth.RolePublish})
+	g.PUT("/:namespace/:queue/job/:job_id/release", ack, s.release)
+	g.PUT("/:namespace/:queue/job/:job_id/touch", ack, s.touch)
+	g.DELETE("/:namespace/:queue/job_key/*key", unthrottledPublish, s.cancelKey)
+	g.PUT("/:namespace/:queue/pause", manage, s.setPaused(true))
+	g.PUT("/:namespace/:queue/resume", manage, s.setPaused(false))
+	g.GET("/:namespace/:queue/deadletter/jobs", read, s.listDeadLetter)
+	g.PUT("/:namespace/:queue/deadletter/job/:job_id", manage, s.respawnDeadJob)
+	g.DELETE("/:namespace/:queue/deadletter/job/:job_id", manage, s.deleteDeadJob)
+
 	r.NoRoute(noRoute)
 	return r
 }
@@ -71,6 +82,14 @@ func (s *Server) adminRoutes() *gin.Engine {
 	t.POST("/:namespace/:token/limit", s.addLimit)
 	t.PUT("/:namespace/:token/limit", s.setLimit)
 	t.DELETE("/:namespace/:token/limit", s.deleteLimit)
+
+	// Kairos extensions (extensions_admin.go).
+	r.GET("/queue/:namespace/:queue/config", basic, s.getQueueConfig)
+	r.PUT("/queue/:namespace/:queue/config", basic, s.putQueueConfig)
+	r.GET("/webhooks", basic, s.listWebhooks)
+	r.GET("/webhook/:namespace/:queue", basic, s.getWebhook)
+	r.PUT("/webhook/:namespace/:queue", basic, s.putWebhook)
+	r.DELETE("/webhook/:namespace/:queue", basic, s.deleteWebhook)
 
 	r.NoRoute(noRoute)
 	return r

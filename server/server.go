@@ -103,6 +103,9 @@ type Deps struct {
 	// SkipVerify is lmstfy's -sv development flag: no token checks on the
 	// public API at all.
 	SkipVerify bool
+	// Webhooks manages the queues' push subscriptions (webhook.Manager);
+	// nil means the admin webhook routes answer 501.
+	Webhooks Webhooks
 }
 
 // defaults are the lmstfy parameter defaults, checked once in New.
@@ -125,6 +128,7 @@ type Server struct {
 	version    VersionInfo
 	now        func() time.Time
 	skipVerify bool
+	webhooks   Webhooks
 	def        defaults
 
 	accessLog atomic.Bool
@@ -188,6 +192,7 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		version:    deps.Version,
 		now:        deps.Now,
 		skipVerify: deps.SkipVerify,
+		webhooks:   deps.Webhooks,
 		def:        def,
 	}
 	for name := range deps.Engines {

@@ -23,6 +23,7 @@ import (
 	"github.com/kairos-dev/kairos/engine"
 	"github.com/kairos-dev/kairos/engine/rdb"
 	"github.com/kairos-dev/kairos/server"
+	"github.com/kairos-dev/kairos/server/webhook"
 )
 
 // DefaultPoolSize is the Redis connection pool size when a pool's PoolSize
@@ -47,6 +48,7 @@ type App struct {
 	Engines   map[string]*rdb.Engine
 	Tokens    *auth.Store
 	Throttler *auth.Throttler
+	Webhooks  *webhook.Manager // the queues' push subscriptions
 	Registry  *prometheus.Registry
 	clients   []redis.UniversalClient
 	embedded  *miniredis.Miniredis
@@ -97,10 +99,21 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 	if err := a.Throttler.Reload(ctx); err != nil {
 		return nil, fmt.Errorf("load rate limits: %w", err)
 	}
+	hookEngines := make(map[string]webhook.Engine, len(a.Engines))
+	for name, e := range a.Engines {
+		hookEngines[name] = e
+	}
+	a.Webhooks, err = webhook.NewManager(webhook.NewStore(admin), hookEngines, webhook.Options{
+		Logger: opts.Logger, Registerer: a.Registry,
+	})
+	if err != nil {
+		return nil, err
+	}
 	a.Server, err = server.New(cfg, server.Deps{
 		Engines:    engines,
 		Tokens:     a.Tokens,
 		Throttler:  a.Throttler,
+		Webhooks:   a.Webhooks,
 		Logger:     opts.Logger,
 		Registerer: a.Registry,
 		Gatherer:   a.Registry,
@@ -209,6 +222,8 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = a.Throttler.Run(bg) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = a.Webhooks.Run(bg) }()
 	err := a.Server.Serve(ctx)
 	stop()
 	wg.Wait()
