@@ -110,7 +110,14 @@ type queueConfigPatch struct {
 }
 
 func renderQueueConfig(cfg engine.QueueConfig) queueConfigJSON {
-	return queueConfigJSON{Backoff: cfg.Backoff.String(), DeadTTLMS: cfg.DeadTTL.Milliseconds(), Paused: cfg.Paused}
+	return queueConfigJSON{Backoff: tidyDurations(cfg.Backoff.String()), DeadTTLMS: cfg.DeadTTL.Milliseconds(), Paused: cfg.Paused}
+}
+
+// tidyDurations drops the zero units Go prints in durations ("1m0s" →
+// "1m", "1h0m0s" → "1h"), so that a policy reads back as an operator
+// writes it; ParseBackoff reads both forms alike.
+func tidyDurations(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "m0s", "m"), "h0m", "h")
 }
 
 // getQueueConfig serves GET /queue/:namespace/:queue/config?pool=.

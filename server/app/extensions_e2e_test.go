@@ -232,7 +232,7 @@ func TestE2EExtBackoff(t *testing.T) {
 
 	// Exponential and fixed policies are accepted and shown in text form.
 	e.setQueueConfig(t, "plain", `{"backoff":"exponential:1s,factor=2,max=1m,jitter=0.1"}`,
-		`{"backoff":"exponential:1s,factor=2,max=1m0s,jitter=0.1","dead_ttl_ms":0,"paused":false}`)
+		`{"backoff":"exponential:1s,factor=2,max=1m,jitter=0.1","dead_ttl_ms":0,"paused":false}`)
 	e.setQueueConfig(t, "plain", `{"backoff":"fixed:30s"}`, `{"backoff":"fixed:30s","dead_ttl_ms":0,"paused":false}`)
 }
 

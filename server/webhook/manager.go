@@ -136,7 +136,7 @@ func NewManager(store *Store, engines map[string]Engine, opts Options) (*Manager
 	m.seconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "kairos_webhook_delivery_seconds",
 		Help:    "Duration of webhook delivery attempts, from the POST to the receiver's answer or failure.",
-		Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 10),
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 	}, []string{"pool", "namespace", "queue"})
 	for _, c := range []prometheus.Collector{m.deliveries, m.seconds} {
 		if err := reg.Register(c); err != nil {
