@@ -188,9 +188,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 
+	startInfo := machineInfo(ctx, o.redisBin)
+	start := time.Now()
 	results, wc, werr := runAll(ctx, o, log, stdout)
 	if !o.jsonOnly && len(results) > 0 {
-		fmt.Fprintln(stdout)
+		fmt.Fprintf(stdout, "\n%s; %s; ran %v; load average at the end %s\n\n",
+			start.UTC().Format("2006-01-02 15:04 UTC"), startInfo, time.Since(start).Round(time.Second), loadAverage())
 		writeTable(stdout, results)
 	}
 	if !o.jsonOnly && wc != nil {
@@ -295,4 +298,33 @@ func buildServer(ctx context.Context, dir string) (string, error) {
 		return "", fmt.Errorf("go build ./server/cmd/kairos-server: %w\n%s", err, out)
 	}
 	return bin, nil
+}
+
+// machineInfo describes where the suite runs, for the report.
+func machineInfo(ctx context.Context, redisBin string) string {
+	if redisBin == "" {
+		redisBin = "redis-server"
+	}
+	redisVersion := "redis-server unknown"
+	if out, err := exec.CommandContext(ctx, redisBin, "--version").Output(); err == nil {
+		for _, f := range strings.Fields(string(out)) {
+			if v, ok := strings.CutPrefix(f, "v="); ok {
+				redisVersion = "redis-server " + v
+			}
+		}
+	}
+	return fmt.Sprintf("%d CPUs %s/%s, %s, %s, load average at the start %s",
+		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), redisVersion, loadAverage())
+}
+
+// loadAverage is the 1-minute load average, or "?".
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return "?"
 }

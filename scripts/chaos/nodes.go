@@ -81,7 +81,9 @@ func (s *supervisor) newSentinel(name, bin string, port, masterPort int) (*redis
 		"protected-mode no",
 		"logfile " + filepath.Join(dir, "sentinel.log"),
 		fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 2", masterName, masterPort),
-		fmt.Sprintf("sentinel down-after-milliseconds %s 1000", masterName),
+		// 2 s, not less: a loaded 2-core machine delays answers by a
+		// second now and then, and the sentinels would fail over on their own.
+		fmt.Sprintf("sentinel down-after-milliseconds %s 2000", masterName),
 		fmt.Sprintf("sentinel failover-timeout %s 4000", masterName),
 		fmt.Sprintf("sentinel parallel-syncs %s 1", masterName),
 	}

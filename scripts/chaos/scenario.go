@@ -214,8 +214,8 @@ func (s *setup) master(ctx context.Context) (*redisNode, error) {
 	return nil, errors.Join(errs...)
 }
 
-// waitReplicaOnline waits until master has its replica online and the
-// replica reports its link up.
+// waitReplicaOnline waits (up to 60 s, or ctx) until master has its
+// replica online and the replica reports its link up.
 func (s *setup) waitReplicaOnline(ctx context.Context, master *redisNode) error {
 	return waitFor(ctx, 60*time.Second, 100*time.Millisecond, func() error {
 		if role, err := master.info(ctx, "replication", "role"); err != nil || role != "master" {
@@ -344,10 +344,53 @@ func (s *setup) failover(ctx context.Context, nth int) error {
 	if err != nil {
 		return fmt.Errorf("failover (%s): %w; sentinel log:\n%s", kind, err, s.sentinels[0].logTail(15))
 	}
-	if err := s.waitReplicaOnline(ctx, newMaster); err != nil {
-		return fmt.Errorf("after failover (%s) to %s: %w", kind, newMaster.name, err)
+	s.log.Debugf("failover (%s): sentinels name %s", kind, newMaster.name)
+	return s.waitTopology(ctx)
+}
+
+// waitTopology waits until every sentinel names the same master and that
+// master has its replica online. On a loaded machine the sentinels may
+// fail over once more on their own (a master slow to answer for
+// down-after-milliseconds): whoever is master at the end counts.
+func (s *setup) waitTopology(ctx context.Context) error {
+	var last error
+	err := waitFor(ctx, 90*time.Second, 200*time.Millisecond, func() error {
+		m, err := s.agreedMaster(ctx)
+		if err != nil {
+			last = err
+			return err
+		}
+		// Short: the sentinels may still move the master.
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		last = s.waitReplicaOnline(wctx, m)
+		return last
+	})
+	if err != nil {
+		return fmt.Errorf("topology not healthy: %w (last: %v); sentinel log:\n%s", err, last, s.sentinels[0].logTail(15))
 	}
 	return nil
+}
+
+// agreedMaster returns the master every sentinel names.
+func (s *setup) agreedMaster(ctx context.Context) (*redisNode, error) {
+	var port string
+	for _, sn := range s.sentinels {
+		addr, err := sn.client.Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", masterName).StringSlice()
+		if err != nil || len(addr) != 2 {
+			return nil, fmt.Errorf("%s: %v %v", sn.name, addr, err)
+		}
+		if port != "" && addr[1] != port {
+			return nil, fmt.Errorf("sentinels disagree: %s names port %s, another %s", sn.name, addr[1], port)
+		}
+		port = addr[1]
+	}
+	for _, d := range s.data {
+		if strconv.Itoa(d.port) == port {
+			return d, nil
+		}
+	}
+	return nil, fmt.Errorf("sentinels name unknown master port %s", port)
 }
 
 // healthy checks that every process is up and serving.
