@@ -170,13 +170,13 @@ func TestE2EExtRelease(t *testing.T) {
 	}
 	want(t, e.do(t, http.MethodPut, q+"/job/"+id+"/release", "receipt="+d1.Receipt, nil, nil), http.StatusConflict, `{"error":"stale receipt"}`)
 	// Released with a delay, spending the try.
-	want(t, e.do(t, http.MethodPut, q+"/job/"+id+"/release", "receipt="+d2.Receipt+"&delay_ms=300", nil, nil), http.StatusNoContent, "")
+	want(t, e.do(t, http.MethodPut, q+"/job/"+id+"/release", "receipt="+d2.Receipt+"&delay_ms=600", nil, nil), http.StatusNoContent, "")
 	if d := e.inspect(t, q, id); d.State != "delayed" || d.RemainTries != 1 || d.DueAtMS < time.Now().UnixMilli() {
 		t.Fatalf("released job %+v, want delayed with 1 try", d)
 	}
 	d3, took := e.consumeWithin(t, q, 3*time.Second, "ttr=30")
-	if d3.JobID != id || d3.RemainTries != 0 || took < 200*time.Millisecond {
-		t.Fatalf("after release delay_ms=300: %+v after %v", d3, took)
+	if d3.JobID != id || d3.RemainTries != 0 || took < 400*time.Millisecond {
+		t.Fatalf("after release delay_ms=600: %+v after %v", d3, took)
 	}
 	// ACK with the current receipt.
 	want(t, e.do(t, http.MethodDelete, q+"/job/"+id, "receipt="+d3.Receipt, nil, nil), http.StatusNoContent, "")
@@ -240,7 +240,7 @@ func TestE2EExtBackoff(t *testing.T) {
 func TestE2EExtTouch(t *testing.T) {
 	e := startE2E(t)
 	id := e.publish(t, "touch", "tries=2", "long work")
-	j := e.consumeX(t, "touch", "ttr_ms=400")
+	j := e.consumeX(t, "touch", "ttr_ms=800")
 	before := time.Now()
 	r := e.do(t, http.MethodPut, "touch/job/"+id+"/touch", "receipt="+j.Receipt+"&ttr_ms=1500", nil, nil)
 	r.wantStatus(t, http.StatusOK)
@@ -255,7 +255,7 @@ func TestE2EExtTouch(t *testing.T) {
 	if d := e.inspect(t, "touch", id); d.State != "in_flight" || d.DueAtMS != out.DueAtMS {
 		t.Fatalf("inspected %+v, want in flight due at %d", d, out.DueAtMS)
 	}
-	time.Sleep(600 * time.Millisecond) // past the original 400 ms TTR
+	time.Sleep(1000 * time.Millisecond) // past the original 800 ms TTR
 	e.wantNoJob(t, "touch", "")
 	want(t, e.do(t, http.MethodDelete, "touch/job/"+id, "receipt="+j.Receipt, nil, nil), http.StatusNoContent, "")
 	want(t, e.do(t, http.MethodPut, "touch/job/"+id+"/touch", "receipt="+j.Receipt+"&ttr=5", nil, nil), http.StatusNotFound, `{"error":"job not found"}`)
@@ -273,11 +273,11 @@ func TestE2EExtMillis(t *testing.T) {
 	}
 	e.ack(t, "ms", id)
 
-	id = e.publish(t, "ms", "ttl_ms=300", "short-lived")
+	id = e.publish(t, "ms", "ttl_ms=800", "short-lived")
 	if d := e.inspect(t, "ms", id); d.TTL != 1 || d.State != "ready" {
-		t.Fatalf("ttl_ms=300: %+v, want ttl 1 (rounded, never 0 while it expires)", d)
+		t.Fatalf("ttl_ms=800: %+v, want ttl 1 (rounded)", d)
 	}
-	time.Sleep(450 * time.Millisecond)
+	time.Sleep(950 * time.Millisecond)
 	want(t, e.do(t, http.MethodGet, "ms/job/"+id, "", nil, nil), http.StatusNotFound, `{"error":"job not found"}`)
 
 	// timeout_ms: the wait ends after 300 ms.
@@ -655,12 +655,12 @@ func TestE2EExtDeadLetter(t *testing.T) {
 	}
 
 	// A dead TTL: dead jobs expire.
-	e.setQueueConfig(t, "brief", `{"dead_ttl_ms":300}`, `{"backoff":"none","dead_ttl_ms":300,"paused":false}`)
+	e.setQueueConfig(t, "brief", `{"dead_ttl_ms":800}`, `{"backoff":"none","dead_ttl_ms":800,"paused":false}`)
 	id := e.killNacked(t, "brief", "fleeting", nil)
 	if d := e.inspect(t, "brief", id); d.State != "dead" || d.TTL != 1 {
-		t.Fatalf("dead job with a 300 ms dead TTL: %+v", d)
+		t.Fatalf("dead job with an 800 ms dead TTL: %+v", d)
 	}
-	time.Sleep(450 * time.Millisecond)
+	time.Sleep(950 * time.Millisecond)
 	want(t, e.do(t, http.MethodGet, "brief/job/"+id, "", nil, nil), http.StatusNotFound, `{"error":"job not found"}`)
 	want(t, e.do(t, http.MethodGet, "brief/deadletter/jobs", "", nil, nil), http.StatusOK, `{"jobs":[],"next_offset":-1}`)
 }
@@ -703,7 +703,9 @@ func TestE2EExtPause(t *testing.T) {
 func TestE2EExtInspection(t *testing.T) {
 	e := startE2E(t)
 	const q = "look"
-	id := e.publish(t, q, "delay_ms=300&tries=2&ttl=600", "inspect me")
+	t0 := time.Now()
+	id := e.publish(t, q, "delay_ms=600&tries=2&ttl=600", "inspect me")
+	t1 := time.Now()
 	d := e.inspect(t, q, id)
 	wantD := xDetail{Data: []byte("inspect me"), DueAtMS: d.DueAtMS, ElapsedMS: d.ElapsedMS, JobID: id, Namespace: "e2e",
 		Queue: q, RemainTries: 2, State: "delayed", TTL: 600}
@@ -713,14 +715,14 @@ func TestE2EExtInspection(t *testing.T) {
 	if !reflect.DeepEqual(*d, wantD) {
 		t.Fatalf("delayed: %+v\nwant %+v", *d, wantD)
 	}
-	if due := time.UnixMilli(d.DueAtMS); due.Before(time.Now()) || due.After(time.Now().Add(300*time.Millisecond)) {
-		t.Fatalf("due_at_ms %d is not the publish time + 300 ms", d.DueAtMS)
+	if due := time.UnixMilli(d.DueAtMS); due.Before(t0.Add(599*time.Millisecond)) || due.After(t1.Add(601*time.Millisecond)) {
+		t.Fatalf("due_at_ms %d is not the publish time + 600 ms", d.DueAtMS)
 	}
-	time.Sleep(350 * time.Millisecond)
+	time.Sleep(time.Until(time.UnixMilli(d.DueAtMS)) + 50*time.Millisecond)
 	if d = e.inspect(t, q, id); d.State != "ready" || d.DueAtMS != 0 || d.RemainTries != 2 || d.Deliveries != 0 {
 		t.Fatalf("ready: %+v", d)
 	}
-	e.consumeX(t, q, "ttr_ms=200")
+	e.consumeX(t, q, "ttr_ms=600")
 	if d = e.inspect(t, q, id); d.State != "in_flight" || d.RemainTries != 1 || d.Deliveries != 1 || d.DueAtMS < time.Now().UnixMilli() {
 		t.Fatalf("in flight: %+v", d)
 	}
