@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -282,10 +283,10 @@ func (t *transport) once(parent context.Context, r request) (*response, bool, er
 		return nil, false, argError("build request: %v", err)
 	}
 	for k, vs := range t.header {
-		req.Header[k] = vs
+		req.Header[k] = slices.Clone(vs)
 	}
 	for k, vs := range r.header {
-		req.Header[k] = vs
+		req.Header[k] = slices.Clone(vs)
 	}
 	if r.form {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -427,3 +428,7 @@ func queuesSegment(queues []string) (string, error) {
 	}
 	return strings.Join(parts, ","), nil
 }
+
+// extHeader asks Kairos for its extension fields (receipts in consumes,
+// state and times in peeks); lmstfy ignores it.
+var extHeader = http.Header{"X-Kairos-Extensions": {"1"}}

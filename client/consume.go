@@ -15,6 +15,8 @@ const MaxBatchConsume = 100
 // not wait). The job must be ACKed (Ack) within ttr, else it is delivered
 // again while tries remain, then goes to the dead letter. ttr 0 takes the
 // server's default (120 s). When no job comes, the error is ErrNoJob.
+// Sub-second ttr and timeout are exact on Kairos (ttr_ms, timeout_ms) and
+// rounded up to seconds by lmstfy. On Kairos the job carries its Receipt.
 //
 // The server caps the wait at its MaxTimeoutSecond (600 s); the request's
 // deadline is always timeout plus the client's timeout, so a long-poll is
@@ -73,11 +75,11 @@ func (c *Client) consume(ctx context.Context, queues []string, count int, ttr, t
 		if ttr < 0 {
 			return nil, argError("ttr must be > 0 (got %v)", ttr)
 		}
-		if err := setSeconds(q, "ttr", ttr); err != nil {
+		if err := setDuration(q, "ttr", ttr); err != nil {
 			return nil, err
 		}
 	}
-	if err := setSeconds(q, "timeout", timeout); err != nil {
+	if err := setDuration(q, "timeout", timeout); err != nil {
 		return nil, err
 	}
 	if count != 1 {
@@ -85,7 +87,7 @@ func (c *Client) consume(ctx context.Context, queues []string, count int, ttr, t
 	}
 	return c.t.do(ctx, request{
 		method: http.MethodGet, path: c.apiPath(seg), query: q, wait: timeout,
-		want: []int{http.StatusOK},
+		header: extHeader, want: []int{http.StatusOK},
 	})
 }
 
@@ -131,7 +133,7 @@ func (c *Client) PeekJob(ctx context.Context, queue, jobID string) (*Job, error)
 }
 
 func (c *Client) getJob(ctx context.Context, path string) (*Job, error) {
-	resp, err := c.t.do(ctx, request{method: http.MethodGet, path: path, idempotent: true, want: []int{http.StatusOK}})
+	resp, err := c.t.do(ctx, request{method: http.MethodGet, path: path, header: extHeader, idempotent: true, want: []int{http.StatusOK}})
 	if err != nil {
 		return nil, err
 	}

@@ -97,6 +97,8 @@ func (e *APIError) Is(target error) bool {
 		return e.Status == http.StatusBadRequest || e.Status == http.StatusRequestEntityTooLarge
 	case ErrConflict:
 		return e.Status == http.StatusConflict
+	case ErrStaleReceipt:
+		return e.Status == http.StatusConflict && e.Message == "stale receipt"
 	case ErrServer:
 		return e.Status >= 500
 	}

@@ -29,18 +29,63 @@ type Job struct {
 	RemainTries int
 	// Attributes are the job's attributes, nil for jobs published without.
 	Attributes map[string]string
+
+	// The fields below are Kairos extensions; they stay empty with lmstfy.
+
+	// Receipt identifies this delivery of a consumed job (16 hex digits):
+	// AckJob, Release and Touch use it so that a delivery whose TTR has
+	// expired cannot ACK or release the job's next delivery.
+	Receipt string
+	// State is the job's state in a peek or a dead-letter listing:
+	// "ready", "delayed", "in_flight" or "dead".
+	State string
+	// Priority is the job's priority within its queue (peeks).
+	Priority int
+	// Deliveries is the number of times the job was delivered (peeks).
+	Deliveries int
+	// DueAt is when a delayed job becomes ready or an in-flight job's TTR
+	// expires (peeks); zero when not applicable.
+	DueAt time.Time
+	// DeadAt and DeadReason say when and why a dead job died (peeks,
+	// dead-letter listings).
+	DeadAt     time.Time
+	DeadReason string
 }
 
-// wireJob is the server's JSON shape of a job (lmstfy's).
+// wireJob is the server's JSON shape of a job: lmstfy's fields, then the
+// Kairos ones (only with X-Kairos-Extensions).
 type wireJob struct {
 	Attributes  map[string]string `json:"attributes"`
 	Data        []byte            `json:"data"`
+	DeadAtMS    int64             `json:"dead_at_ms,omitempty"`
+	DeadReason  string            `json:"dead_reason,omitempty"`
+	Deliveries  int               `json:"deliveries,omitempty"`
+	DueAtMS     int64             `json:"due_at_ms,omitempty"`
 	ElapsedMS   int64             `json:"elapsed_ms"`
 	JobID       string            `json:"job_id"`
 	Namespace   string            `json:"namespace"`
+	Priority    int               `json:"priority,omitempty"`
 	Queue       string            `json:"queue"`
+	Receipt     string            `json:"receipt,omitempty"`
 	RemainTries int               `json:"remain_tries"`
+	State       string            `json:"state,omitempty"`
 	TTL         int64             `json:"ttl"`
+}
+
+// unixMS converts Unix milliseconds (0 = none) to a time.
+func unixMS(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
+// toUnixMS converts a time (zero = none) to Unix milliseconds.
+func toUnixMS(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
 }
 
 // MarshalJSON renders the job in the server's JSON shape (data in base64,
@@ -53,7 +98,8 @@ func (j *Job) MarshalJSON() ([]byte, error) {
 	return json.Marshal(wireJob{
 		Attributes: j.Attributes, Data: body, ElapsedMS: j.ElapsedMS, JobID: j.ID,
 		Namespace: j.Namespace, Queue: j.Queue, RemainTries: j.RemainTries,
-		TTL: int64(j.TTL / time.Second),
+		TTL: int64(j.TTL / time.Second), Receipt: j.Receipt, State: j.State, Priority: j.Priority,
+		Deliveries: j.Deliveries, DueAtMS: toUnixMS(j.DueAt), DeadAtMS: toUnixMS(j.DeadAt), DeadReason: j.DeadReason,
 	})
 }
 
@@ -67,6 +113,8 @@ func (j *Job) UnmarshalJSON(data []byte) error {
 		ID: w.JobID, Namespace: w.Namespace, Queue: w.Queue, Body: w.Data,
 		TTL: time.Duration(w.TTL) * time.Second, ElapsedMS: w.ElapsedMS,
 		RemainTries: w.RemainTries, Attributes: w.Attributes,
+		Receipt: w.Receipt, State: w.State, Priority: w.Priority, Deliveries: w.Deliveries,
+		DueAt: unixMS(w.DueAtMS), DeadAt: unixMS(w.DeadAtMS), DeadReason: w.DeadReason,
 	}
 	return nil
 }
@@ -82,17 +130,23 @@ type publishParams struct {
 	tries            int
 	hasTries         bool
 	attrs            map[string]string
+	priority         int
+	hasPriority      bool
+	key              string
+	hasKey           bool
+	dueAt            time.Time
 }
 
-// Delay makes the job consumable only after d. Kairos is accurate to the
-// millisecond; a d that is not a whole number of seconds is sent in
-// milliseconds (delay_ms) when the server supports it, else rounded up.
+// Delay makes the job consumable only after d. A d that is not a whole
+// number of seconds is also sent in milliseconds (delay_ms, a Kairos
+// extension, accurate to the millisecond); lmstfy, which ignores delay_ms,
+// uses the seconds, rounded up.
 func Delay(d time.Duration) PublishOption {
 	return func(p *publishParams) { p.delay, p.hasDelay = d, true }
 }
 
-// TTL makes the job expire d after it is published; 0 means never.
-// Rounded up to whole seconds.
+// TTL makes the job expire d after it is published; 0 means never. Like
+// Delay, sub-second precision needs Kairos (ttl_ms); lmstfy rounds up.
 func TTL(d time.Duration) PublishOption {
 	return func(p *publishParams) { p.ttl, p.hasTTL = d, true }
 }
@@ -120,6 +174,34 @@ func Attributes(attrs map[string]string) PublishOption {
 // Attribute attaches one attribute to the job (see Attributes).
 func Attribute(key, value string) PublishOption {
 	return Attributes(map[string]string{key: value})
+}
+
+// MaxPriority is the highest job priority.
+const MaxPriority = 255
+
+// Priority orders the job among the ready jobs of its queue: higher first,
+// FIFO among equals (0..MaxPriority, default 0). Kairos extension.
+func Priority(n int) PublishOption {
+	return func(p *publishParams) { p.priority, p.hasPriority = n, true }
+}
+
+// MaxJobKey is the longest idempotency key, in bytes.
+const MaxJobKey = 256
+
+// JobKey makes the publish idempotent (Kairos extension): while the job
+// published with key lives (its TTL), publishing the same key to the same
+// queue again publishes nothing and returns the first job's ID, with no
+// error. Such a publish is also safe to retry after a network error, and
+// the client does. Not allowed in BatchPublish; CancelJobKey deletes the
+// job by its key.
+func JobKey(key string) PublishOption {
+	return func(p *publishParams) { p.key, p.hasKey = key, true }
+}
+
+// DueAt makes the job consumable at t (Kairos extension, to the
+// millisecond; a time in the past means now). Not together with Delay.
+func DueAt(t time.Time) PublishOption {
+	return func(p *publishParams) { p.dueAt = t }
 }
 
 // maxSeconds is the largest value of the server's uint32 second params.
@@ -150,18 +232,53 @@ func setSeconds(q url.Values, name string, d time.Duration) error {
 	return nil
 }
 
+// setDuration adds name=<d in seconds, rounded up> to q and, when d is not
+// a whole number of seconds, name_ms=<d in milliseconds, rounded up> too:
+// Kairos takes the milliseconds, lmstfy the seconds.
+func setDuration(q url.Values, name string, d time.Duration) error {
+	if err := setSeconds(q, name, d); err != nil {
+		return err
+	}
+	if d%time.Second != 0 {
+		ms := d / time.Millisecond
+		if d%time.Millisecond != 0 {
+			ms++
+		}
+		q.Set(name+"_ms", strconv.FormatInt(int64(ms), 10))
+	}
+	return nil
+}
+
 // query renders the publish parameters and headers.
 func (p *publishParams) query() (url.Values, map[string][]string, error) {
 	q := url.Values{}
 	if p.hasDelay {
-		if err := setSeconds(q, "delay", p.delay); err != nil {
+		if !p.dueAt.IsZero() {
+			return nil, nil, argError("Delay and DueAt exclude each other")
+		}
+		if err := setDuration(q, "delay", p.delay); err != nil {
 			return nil, nil, err
 		}
 	}
 	if p.hasTTL {
-		if err := setSeconds(q, "ttl", p.ttl); err != nil {
+		if err := setDuration(q, "ttl", p.ttl); err != nil {
 			return nil, nil, err
 		}
+	}
+	if !p.dueAt.IsZero() {
+		q.Set("due_at", strconv.FormatInt(p.dueAt.UnixMilli(), 10))
+	}
+	if p.hasPriority {
+		if p.priority < 0 || p.priority > MaxPriority {
+			return nil, nil, argError("priority must be 0..%d (got %d)", MaxPriority, p.priority)
+		}
+		q.Set("priority", strconv.Itoa(p.priority))
+	}
+	if p.hasKey {
+		if p.key == "" || len(p.key) > MaxJobKey {
+			return nil, nil, argError("job key must be 1..%d bytes", MaxJobKey)
+		}
+		q.Set("job_key", p.key)
 	}
 	if p.hasTries {
 		if p.tries < 1 || p.tries > math.MaxUint16 {

@@ -55,9 +55,11 @@ func (c *Client) publish(ctx context.Context, queue, jobID string, body []byte, 
 	if jobID != "" {
 		path = c.apiPath(seg, "job", jobID)
 	}
+	// With a job key a publish is idempotent: re-sending it cannot publish
+	// twice (the server answers 200 with the first job's ID).
 	resp, err := c.t.do(ctx, request{
 		method: http.MethodPut, path: path, query: q, body: body, header: header,
-		want: []int{http.StatusCreated},
+		idempotent: p.hasKey, want: []int{http.StatusCreated, http.StatusOK},
 	})
 	if err != nil {
 		return "", err
@@ -90,6 +92,9 @@ func (c *Client) BatchPublish(ctx context.Context, queue string, jobs []any, opt
 	var p publishParams
 	for _, o := range opts {
 		o(&p)
+	}
+	if p.hasKey {
+		return nil, argError("JobKey is not allowed in BatchPublish")
 	}
 	q, header, err := p.query()
 	if err != nil {

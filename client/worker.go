@@ -12,12 +12,32 @@ import (
 	"time"
 )
 
-// Handler processes one job. Returning nil ACKs the job; returning an error
-// (or panicking) leaves it to come back after its TTR while tries remain,
-// then to go to the dead letter. ctx is cancelled when the worker is
-// stopped hard (Stop's context expires) and has the job's TTR as deadline:
-// past it, another worker may already hold the job.
+// Handler processes one job. Returning nil ACKs the job. Returning an
+// error (or panicking) is a failure: on Kairos the job is released at once
+// (or after the queue's backoff policy, or after the delay of a RetryAfter
+// error); on lmstfy, or with NoRelease, it comes back after its TTR. Either
+// way it is delivered again while tries remain, then goes to the dead
+// letter. ctx is cancelled when the worker is stopped hard (Stop's context
+// expires) and has the job's TTR as deadline: past it, another worker may
+// already hold the job (Client.Touch extends the TTR).
 type Handler func(ctx context.Context, job *Job) error
+
+// RetryAfter wraps a handler's error to have the job released with a delay
+// of d (Kairos; on lmstfy the job comes back after its TTR).
+func RetryAfter(d time.Duration, err error) error {
+	return &retryAfterError{d: d, err: err}
+}
+
+type retryAfterError struct {
+	d   time.Duration
+	err error
+}
+
+func (e *retryAfterError) Error() string {
+	return fmt.Sprintf("%v (retry after %v)", e.err, e.d)
+}
+
+func (e *retryAfterError) Unwrap() error { return e.err }
 
 // WorkerConfig configures a Worker. Only Queues is required.
 type WorkerConfig struct {
@@ -41,6 +61,9 @@ type WorkerConfig struct {
 	// OnError, when set, is called with every failure (job is nil for
 	// consume failures). It must be safe for concurrent use.
 	OnError func(job *Job, err error)
+	// NoRelease leaves failed jobs to come back after their TTR instead
+	// of releasing them (Kairos's release/nack) at once.
+	NoRelease bool
 }
 
 // Worker runs a Handler over queues with N concurrent slots: each slot
@@ -63,7 +86,7 @@ type Worker struct {
 	done       chan struct{}
 
 	stats struct {
-		handled, failed, panics, acked, ackErrors, consumeErrors atomic.Int64
+		handled, failed, panics, acked, ackErrors, released, consumeErrors atomic.Int64
 	}
 }
 
@@ -79,6 +102,8 @@ type WorkerStats struct {
 	Acked int64
 	// AckErrors is the number of failed ACKs (the job comes back).
 	AckErrors int64
+	// Released is the number of failed jobs handed back through release.
+	Released int64
 	// ConsumeErrors is the number of failed consumes.
 	ConsumeErrors int64
 }
@@ -202,6 +227,7 @@ func (w *Worker) Stats() WorkerStats {
 		Panics:        w.stats.panics.Load(),
 		Acked:         w.stats.acked.Load(),
 		AckErrors:     w.stats.ackErrors.Load(),
+		Released:      w.stats.released.Load(),
 		ConsumeErrors: w.stats.consumeErrors.Load(),
 	}
 }
@@ -255,16 +281,33 @@ func (w *Worker) process(hardCtx context.Context, job *Job) {
 		ctx, cancel = context.WithTimeout(hardCtx, w.cfg.TTR)
 		defer cancel()
 	}
+	// The ACK or release must go out even when the worker is being
+	// stopped; it is bounded by the client's own timeout and retries
+	// instead of the slot's ctx.
+	after := context.WithoutCancel(hardCtx)
 	if err := w.call(ctx, job); err != nil {
 		w.stats.failed.Add(1)
-		w.report(job, err, "handler failed; the job comes back after its TTR")
+		if w.cfg.NoRelease || job.Receipt == "" {
+			w.report(job, err, "handler failed; the job comes back after its TTR")
+			return
+		}
+		w.report(job, err, "handler failed; releasing the job")
+		var opts []ReleaseOption
+		var ra *retryAfterError
+		if errors.As(err, &ra) {
+			opts = append(opts, ReleaseDelay(max(ra.d, 0)))
+		}
+		if err := w.c.Release(after, job, opts...); err != nil {
+			w.report(job, err, "release failed; the job comes back after its TTR")
+			return
+		}
+		w.stats.released.Add(1)
 		return
 	}
 	w.stats.handled.Add(1)
-	// The ACK must go out even when the worker is being stopped; bound it
-	// by the client's own timeout and retries instead of the slot's ctx.
-	ackCtx := context.WithoutCancel(hardCtx)
-	if err := w.c.Ack(ackCtx, job.Queue, job.ID); err != nil {
+	// With a receipt, the ACK is of this delivery only: a job whose TTR
+	// expired and that another worker now holds is not deleted under it.
+	if err := w.c.AckJob(after, job); err != nil {
 		w.stats.ackErrors.Add(1)
 		w.report(job, err, "ack failed; the job comes back after its TTR")
 		return

@@ -159,41 +159,87 @@ func TestWorkerHandlesAndAcks(t *testing.T) {
 	}
 }
 
-func TestWorkerFailuresComeBackAfterTTR(t *testing.T) {
+func TestWorkerFailuresComeBack(t *testing.T) {
+	tests := []struct {
+		name      string
+		noRelease bool
+		ttr       time.Duration
+		within    time.Duration
+	}{
+		// Released at once (Kairos): long before a 30 s TTR.
+		{"released", false, 30 * time.Second, 10 * time.Second},
+		// Left to their TTR.
+		{"after TTR", true, time.Second, 15 * time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			bodies := publishN(t, e.C, "q", "f", 6, client.Tries(3))
+			got := newSeen()
+			var errs sync.Map
+			start := time.Now()
+			w := startWorker(t, e.C, client.WorkerConfig{
+				Queues: []string{"q"}, Concurrency: 3, TTR: tc.ttr, PollTimeout: time.Second, NoRelease: tc.noRelease,
+				OnError: func(job *client.Job, err error) { errs.Store(err.Error(), job != nil) },
+			}, func(ctx context.Context, job *client.Job) error {
+				switch got.add(string(job.Body)) {
+				case 1:
+					return errors.New("first try fails")
+				case 2:
+					panic("second try panics")
+				}
+				return nil
+			})
+			eventually(t, tc.within, "6 jobs handled on their third try", func() bool { return w.Stats().Acked == 6 })
+			if took := time.Since(start); !tc.noRelease && took > 5*time.Second {
+				t.Fatalf("released jobs took %v", took)
+			}
+			if m := got.missing(bodies); len(m) > 0 {
+				t.Fatalf("not handled: %v", m)
+			}
+			st := w.Stats()
+			wantReleased := int64(12)
+			if tc.noRelease {
+				wantReleased = 0
+			}
+			if st.Handled != 6 || st.Failed != 12 || st.Panics != 6 || st.Released != wantReleased {
+				t.Fatalf("stats: %+v; want 6 handled, 12 failed, 6 panics, %d released", st, wantReleased)
+			}
+			var sawPanic bool
+			errs.Range(func(k, _ any) bool {
+				sawPanic = sawPanic || k.(string) == "kairos worker: handler panicked: second try panics"
+				return true
+			})
+			if !sawPanic {
+				t.Fatal("OnError was not told about the panic")
+			}
+			if n, err := e.C.DeadLetterSize(ctxT(t), "q"); err != nil || n != 0 {
+				t.Fatalf("DeadLetterSize: %d, %v", n, err)
+			}
+		})
+	}
+}
+
+func TestWorkerRetryAfter(t *testing.T) {
 	e := newEnv(t)
-	bodies := publishN(t, e.C, "q", "f", 6, client.Tries(3))
-	got := newSeen()
-	var errs sync.Map
-	w := startWorker(t, e.C, client.WorkerConfig{
-		Queues: []string{"q"}, Concurrency: 3, TTR: time.Second, PollTimeout: time.Second,
-		OnError: func(job *client.Job, err error) { errs.Store(err.Error(), job != nil) },
-	}, func(ctx context.Context, job *client.Job) error {
-		switch got.add(string(job.Body)) {
-		case 1:
-			return errors.New("first try fails")
-		case 2:
-			panic("second try panics")
-		}
-		return nil
-	})
-	eventually(t, 15*time.Second, "6 jobs handled on their third try", func() bool { return w.Stats().Acked == 6 })
-	if m := got.missing(bodies); len(m) > 0 {
-		t.Fatalf("not handled: %v", m)
-	}
-	st := w.Stats()
-	if st.Handled != 6 || st.Failed != 12 || st.Panics != 6 {
-		t.Fatalf("stats: %+v; want 6 handled, 12 failed, 6 panics", st)
-	}
-	var sawPanic bool
-	errs.Range(func(k, _ any) bool {
-		sawPanic = sawPanic || k.(string) == "kairos worker: handler panicked: second try panics"
-		return true
-	})
-	if !sawPanic {
-		t.Fatal("OnError was not told about the panic")
-	}
-	if n, err := e.C.DeadLetterSize(ctxT(t), "q"); err != nil || n != 0 {
-		t.Fatalf("DeadLetterSize: %d, %v", n, err)
+	publish(t, e.C, "q", "later", client.Tries(2))
+	var mu sync.Mutex
+	var times []time.Time
+	w := startWorker(t, e.C, client.WorkerConfig{Queues: []string{"q"}, TTR: 30 * time.Second, PollTimeout: time.Second},
+		func(ctx context.Context, job *client.Job) error {
+			mu.Lock()
+			defer mu.Unlock()
+			times = append(times, time.Now())
+			if len(times) == 1 {
+				return client.RetryAfter(400*time.Millisecond, errors.New("busy"))
+			}
+			return nil
+		})
+	eventually(t, 10*time.Second, "the job handled twice", func() bool { return w.Stats().Acked == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if gap := times[1].Sub(times[0]); gap < 380*time.Millisecond || gap > 5*time.Second {
+		t.Fatalf("retried after %v, want about 400ms", gap)
 	}
 }
 

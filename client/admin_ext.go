@@ -1,0 +1,202 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// The Kairos extensions of the admin API: queue settings and webhook
+// subscriptions.
+
+// QueueConfig are a queue's settings (Kairos extension).
+type QueueConfig struct {
+	// Backoff is the retry policy applied when a TTR expires or a job is
+	// released without a delay: "none" (lmstfy's: ready again at once),
+	// "fixed:30s", "exponential:1s,factor=2,max=10m,jitter=0.2" or a
+	// ladder "10s,30s,1m,5m".
+	Backoff string
+	// DeadTTL, when positive, is how long dead jobs are kept.
+	DeadTTL time.Duration
+	// Paused queues hand out no jobs; publishing continues.
+	Paused bool
+}
+
+// QueueConfigPatch changes some settings of a queue: nil fields keep their
+// value.
+type QueueConfigPatch struct {
+	Backoff *string
+	DeadTTL *time.Duration
+	Paused  *bool
+}
+
+type wireQueueConfig struct {
+	Backoff   string `json:"backoff"`
+	DeadTTLMS int64  `json:"dead_ttl_ms"`
+	Paused    bool   `json:"paused"`
+}
+
+func (w wireQueueConfig) config() QueueConfig {
+	return QueueConfig{Backoff: w.Backoff, DeadTTL: time.Duration(w.DeadTTLMS) * time.Millisecond, Paused: w.Paused}
+}
+
+// poolQuery is ?pool= when pool is not empty.
+func poolQuery(pool string) url.Values {
+	if pool == "" {
+		return nil
+	}
+	return url.Values{"pool": {pool}}
+}
+
+// QueueConfig returns the settings of queue in namespace of pool ("" means
+// "default").
+func (a *Admin) QueueConfig(ctx context.Context, pool, namespace, queue string) (QueueConfig, error) {
+	if namespace == "" || queue == "" {
+		return QueueConfig{}, argError("empty namespace or queue")
+	}
+	var out wireQueueConfig
+	if err := a.get(ctx, a.path("queue", namespace, queue, "config"), poolQuery(pool), &out); err != nil {
+		return QueueConfig{}, err
+	}
+	return out.config(), nil
+}
+
+// SetQueueConfig changes the settings of a queue and returns them all.
+func (a *Admin) SetQueueConfig(ctx context.Context, pool, namespace, queue string, patch QueueConfigPatch) (QueueConfig, error) {
+	if namespace == "" || queue == "" {
+		return QueueConfig{}, argError("empty namespace or queue")
+	}
+	body := map[string]any{}
+	if patch.Backoff != nil {
+		body["backoff"] = *patch.Backoff
+	}
+	if patch.DeadTTL != nil {
+		if *patch.DeadTTL < 0 {
+			return QueueConfig{}, argError("dead TTL must not be negative")
+		}
+		body["dead_ttl_ms"] = patch.DeadTTL.Milliseconds()
+	}
+	if patch.Paused != nil {
+		body["paused"] = *patch.Paused
+	}
+	data, err := json.Marshal(body)
+	if err != nil {
+		return QueueConfig{}, err
+	}
+	resp, err := a.t.do(ctx, request{
+		method: http.MethodPut, path: a.path("queue", namespace, queue, "config"), query: poolQuery(pool),
+		body: data, header: http.Header{"Content-Type": {"application/json"}}, idempotent: true,
+		want: []int{http.StatusOK},
+	})
+	if err != nil {
+		return QueueConfig{}, err
+	}
+	var out wireQueueConfig
+	if err := decode(resp, &out); err != nil {
+		return QueueConfig{}, err
+	}
+	return out.config(), nil
+}
+
+// Webhook is a queue's push subscription (Kairos extension): the server
+// consumes the queue and POSTs each job to URL, signed with Secret; a 2xx
+// answer ACKs the job.
+type Webhook struct {
+	Pool, Namespace, Queue string
+	URL                    string
+	// Secret signs the requests (HMAC); the server never shows it back
+	// (it reads "REDACTED").
+	Secret string
+	// Concurrency is how many requests are in flight at once.
+	Concurrency int
+	// TTR is each job's time to run; Timeout bounds each request.
+	TTR, Timeout time.Duration
+}
+
+type wireWebhook struct {
+	Concurrency int    `json:"concurrency"`
+	Namespace   string `json:"namespace"`
+	Pool        string `json:"pool"`
+	Queue       string `json:"queue"`
+	Secret      string `json:"secret"`
+	TimeoutMS   int64  `json:"timeout_ms"`
+	TTRMS       int64  `json:"ttr_ms"`
+	URL         string `json:"url"`
+}
+
+func (w wireWebhook) webhook() Webhook {
+	return Webhook{
+		Pool: w.Pool, Namespace: w.Namespace, Queue: w.Queue, URL: w.URL, Secret: w.Secret,
+		Concurrency: w.Concurrency, TTR: time.Duration(w.TTRMS) * time.Millisecond,
+		Timeout: time.Duration(w.TimeoutMS) * time.Millisecond,
+	}
+}
+
+// SetWebhook creates or replaces the push subscription of w's queue and
+// returns it as stored (zero fields take the server's defaults).
+func (a *Admin) SetWebhook(ctx context.Context, w Webhook) (Webhook, error) {
+	if w.Namespace == "" || w.Queue == "" {
+		return Webhook{}, argError("empty namespace or queue")
+	}
+	body, err := json.Marshal(map[string]any{
+		"url": w.URL, "secret": w.Secret, "concurrency": w.Concurrency,
+		"ttr_ms": w.TTR.Milliseconds(), "timeout_ms": w.Timeout.Milliseconds(),
+	})
+	if err != nil {
+		return Webhook{}, err
+	}
+	resp, err := a.t.do(ctx, request{
+		method: http.MethodPut, path: a.path("webhook", w.Namespace, w.Queue), query: poolQuery(w.Pool),
+		body: body, header: http.Header{"Content-Type": {"application/json"}}, idempotent: true,
+		want: []int{http.StatusOK},
+	})
+	if err != nil {
+		return Webhook{}, err
+	}
+	var out wireWebhook
+	if err := decode(resp, &out); err != nil {
+		return Webhook{}, err
+	}
+	return out.webhook(), nil
+}
+
+// GetWebhook returns the push subscription of a queue; ErrNotFound when it
+// has none.
+func (a *Admin) GetWebhook(ctx context.Context, pool, namespace, queue string) (Webhook, error) {
+	if namespace == "" || queue == "" {
+		return Webhook{}, argError("empty namespace or queue")
+	}
+	var out wireWebhook
+	if err := a.get(ctx, a.path("webhook", namespace, queue), poolQuery(pool), &out); err != nil {
+		return Webhook{}, err
+	}
+	return out.webhook(), nil
+}
+
+// DeleteWebhook removes the push subscription of a queue; ErrNotFound
+// when it has none.
+func (a *Admin) DeleteWebhook(ctx context.Context, pool, namespace, queue string) error {
+	if namespace == "" || queue == "" {
+		return argError("empty namespace or queue")
+	}
+	_, err := a.t.do(ctx, request{
+		method: http.MethodDelete, path: a.path("webhook", namespace, queue), query: poolQuery(pool),
+		want: []int{http.StatusNoContent},
+	})
+	return err
+}
+
+// Webhooks returns every push subscription of every pool.
+func (a *Admin) Webhooks(ctx context.Context) ([]Webhook, error) {
+	var out []wireWebhook
+	if err := a.get(ctx, a.path("webhooks"), nil, &out); err != nil {
+		return nil, err
+	}
+	hooks := make([]Webhook, len(out))
+	for i, w := range out {
+		hooks[i] = w.webhook()
+	}
+	return hooks, nil
+}

@@ -1,0 +1,280 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// This file holds the Kairos extensions of the public API: receipts,
+// receipt-checked ACK, release (nack), touch, cancel by job key,
+// pause/resume and dead-letter browsing. Against lmstfy they fail with
+// ErrNotFound (404 "api not found") or ErrBadRequest.
+
+// ErrStaleReceipt: the receipt of an AckJob, Release or Touch is no longer
+// the job's current delivery (its TTR expired and it was delivered again,
+// or it was released). 409 "stale receipt".
+var ErrStaleReceipt = errors.New("kairos: stale receipt")
+
+// AllDead, as a limit of RespawnDeadLetter or DeleteDeadLetter, means every
+// dead job.
+const AllDead int64 = math.MaxInt64
+
+// needReceipt checks that job is a consumed job with a receipt.
+func needReceipt(job *Job) error {
+	switch {
+	case job == nil:
+		return argError("nil job")
+	case job.ID == "" || job.Queue == "":
+		return argError("job without id or queue")
+	case job.Receipt == "":
+		return argError("job %s has no receipt (consumed from lmstfy, or not consumed)", job.ID)
+	}
+	return nil
+}
+
+// AckJob ACKs this delivery of job (Kairos, with job.Receipt): unlike Ack,
+// it fails with ErrStaleReceipt when the job has since been delivered again,
+// so that a worker whose TTR expired cannot delete the job another worker
+// now holds. A job that no longer exists counts as ACKed (nil), which also
+// makes retries safe. Without a receipt (a job consumed from lmstfy) it is
+// Ack.
+func (c *Client) AckJob(ctx context.Context, job *Job) error {
+	if job == nil {
+		return argError("nil job")
+	}
+	if job.Receipt == "" {
+		return c.Ack(ctx, job.Queue, job.ID)
+	}
+	seg, err := queueSegment(job.Queue)
+	if err != nil {
+		return err
+	}
+	_, err = c.t.do(ctx, request{
+		method: http.MethodDelete, path: c.apiPath(seg, "job", job.ID), query: url.Values{"receipt": {job.Receipt}},
+		idempotent: true, want: []int{http.StatusNoContent},
+	})
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// ReleaseOption sets a parameter of Release.
+type ReleaseOption func(*releaseParams)
+
+type releaseParams struct {
+	delay    time.Duration
+	hasDelay bool
+	keepTry  bool
+}
+
+// ReleaseDelay makes the released job ready again after d (0: at once).
+// Without it the queue's backoff policy decides (at once when it has none).
+func ReleaseDelay(d time.Duration) ReleaseOption {
+	return func(p *releaseParams) { p.delay, p.hasDelay = d, true }
+}
+
+// KeepTry gives back the try the delivery spent.
+func KeepTry() ReleaseOption {
+	return func(p *releaseParams) { p.keepTry = true }
+}
+
+// Release hands a consumed job back (a nack, Kairos extension) instead of
+// letting its TTR expire: it is ready again at once, after ReleaseDelay, or
+// after the queue's backoff policy. A job out of tries goes to the dead
+// letter. ErrStaleReceipt when this delivery is no longer current,
+// ErrNotFound when the job is gone.
+func (c *Client) Release(ctx context.Context, job *Job, opts ...ReleaseOption) error {
+	if err := needReceipt(job); err != nil {
+		return err
+	}
+	seg, err := queueSegment(job.Queue)
+	if err != nil {
+		return err
+	}
+	var p releaseParams
+	for _, o := range opts {
+		o(&p)
+	}
+	q := url.Values{"receipt": {job.Receipt}}
+	if p.hasDelay {
+		if p.delay < 0 {
+			return argError("release delay must not be negative")
+		}
+		ms := p.delay / time.Millisecond
+		if p.delay%time.Millisecond != 0 {
+			ms++
+		}
+		q.Set("delay_ms", strconv.FormatInt(int64(ms), 10))
+	}
+	if p.keepTry {
+		q.Set("keep_try", "true")
+	}
+	_, err = c.t.do(ctx, request{
+		method: http.MethodPut, path: c.apiPath(seg, "job", job.ID, "release"), query: q,
+		want: []int{http.StatusNoContent},
+	})
+	return err
+}
+
+// Touch restarts the TTR of this delivery of job from now, for ttr (0: the
+// server's default), and returns when it now expires (Kairos extension).
+// Long handlers call it to keep their job. ErrStaleReceipt when the
+// delivery is no longer current, ErrNotFound when the job is gone.
+func (c *Client) Touch(ctx context.Context, job *Job, ttr time.Duration) (time.Time, error) {
+	if err := needReceipt(job); err != nil {
+		return time.Time{}, err
+	}
+	seg, err := queueSegment(job.Queue)
+	if err != nil {
+		return time.Time{}, err
+	}
+	q := url.Values{"receipt": {job.Receipt}}
+	if ttr < 0 {
+		return time.Time{}, argError("ttr must not be negative")
+	}
+	if ttr > 0 {
+		if err := setDuration(q, "ttr", ttr); err != nil {
+			return time.Time{}, err
+		}
+	}
+	resp, err := c.t.do(ctx, request{
+		method: http.MethodPut, path: c.apiPath(seg, "job", job.ID, "touch"), query: q,
+		idempotent: true, want: []int{http.StatusOK},
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	var out struct {
+		DueAtMS int64 `json:"due_at_ms"`
+	}
+	if err := decode(resp, &out); err != nil {
+		return time.Time{}, err
+	}
+	return time.UnixMilli(out.DueAtMS), nil
+}
+
+// CancelJobKey deletes the job published to queue with job key key (see
+// JobKey) and returns its ID; ErrNotFound when no live job has that key.
+// Kairos extension.
+func (c *Client) CancelJobKey(ctx context.Context, queue, key string) (string, error) {
+	seg, err := queueSegment(queue)
+	if err != nil {
+		return "", err
+	}
+	if key == "" || len(key) > MaxJobKey {
+		return "", argError("job key must be 1..%d bytes", MaxJobKey)
+	}
+	resp, err := c.t.do(ctx, request{
+		method: http.MethodDelete, path: c.apiPath(seg, "job_key", key), idempotent: false,
+		want: []int{http.StatusOK},
+	})
+	if err != nil {
+		return "", err
+	}
+	var out struct {
+		JobID string `json:"job_id"`
+	}
+	if err := decode(resp, &out); err != nil {
+		return "", err
+	}
+	return out.JobID, nil
+}
+
+// PauseQueue stops queue from handing out jobs (consumes wait or find
+// nothing); publishing continues. Kairos extension.
+func (c *Client) PauseQueue(ctx context.Context, queue string) error {
+	return c.setPaused(ctx, queue, "pause")
+}
+
+// ResumeQueue undoes PauseQueue. Kairos extension.
+func (c *Client) ResumeQueue(ctx context.Context, queue string) error {
+	return c.setPaused(ctx, queue, "resume")
+}
+
+func (c *Client) setPaused(ctx context.Context, queue, what string) error {
+	seg, err := queueSegment(queue)
+	if err != nil {
+		return err
+	}
+	_, err = c.t.do(ctx, request{
+		method: http.MethodPut, path: c.apiPath(seg, what), idempotent: true, want: []int{http.StatusNoContent},
+	})
+	return err
+}
+
+// MaxDeadLetterPage is the largest page of ListDeadLetter.
+const MaxDeadLetterPage = 100
+
+// ListDeadLetter returns up to limit (1..100) dead jobs of queue, oldest
+// first, from offset, with their bodies, DeadAt and DeadReason, and the
+// offset of the next page (-1 after the last page). Kairos extension.
+func (c *Client) ListDeadLetter(ctx context.Context, queue string, offset, limit int64) ([]*Job, int64, error) {
+	seg, err := queueSegment(queue)
+	if err != nil {
+		return nil, 0, err
+	}
+	if offset < 0 || limit < 1 || limit > MaxDeadLetterPage {
+		return nil, 0, argError("offset must be ≥ 0 and limit 1..%d (got %d, %d)", MaxDeadLetterPage, offset, limit)
+	}
+	q := url.Values{"offset": {strconv.FormatInt(offset, 10)}, "limit": {strconv.FormatInt(limit, 10)}}
+	resp, err := c.t.do(ctx, request{
+		method: http.MethodGet, path: c.apiPath(seg, "deadletter", "jobs"), query: q, idempotent: true,
+		want: []int{http.StatusOK},
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	var out struct {
+		Jobs       []*Job `json:"jobs"`
+		NextOffset int64  `json:"next_offset"`
+	}
+	if err := decode(resp, &out); err != nil {
+		return nil, 0, err
+	}
+	return out.Jobs, out.NextOffset, nil
+}
+
+// RespawnDeadJob moves one dead job of queue back to its ready queue with
+// one try and a TTL of ttl (0: never expires); ErrNotFound when it is not
+// dead. Kairos extension.
+func (c *Client) RespawnDeadJob(ctx context.Context, queue, jobID string, ttl time.Duration) error {
+	seg, err := queueSegment(queue)
+	if err != nil {
+		return err
+	}
+	if jobID == "" {
+		return argError("empty job id")
+	}
+	q := url.Values{}
+	if err := setSeconds(q, "ttl", ttl); err != nil {
+		return err
+	}
+	_, err = c.t.do(ctx, request{
+		method: http.MethodPut, path: c.apiPath(seg, "deadletter", "job", jobID), query: q,
+		want: []int{http.StatusNoContent},
+	})
+	return err
+}
+
+// DeleteDeadJob deletes one dead job of queue; ErrNotFound when it is not
+// dead. Kairos extension.
+func (c *Client) DeleteDeadJob(ctx context.Context, queue, jobID string) error {
+	seg, err := queueSegment(queue)
+	if err != nil {
+		return err
+	}
+	if jobID == "" {
+		return argError("empty job id")
+	}
+	_, err = c.t.do(ctx, request{
+		method: http.MethodDelete, path: c.apiPath(seg, "deadletter", "job", jobID),
+		want: []int{http.StatusNoContent},
+	})
+	return err
+}
