@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -117,7 +118,7 @@ func (c *cli) handleJobs(ctx context.Context, cl *client.Client, jobs []*client.
 		if ack {
 			// A printed job is ACKed even when interrupted meanwhile
 			// (bounded by the request timeout), else it would come back.
-			if err := cl.Ack(context.WithoutCancel(ctx), j.Queue, j.ID); err != nil {
+			if err := cl.AckJob(context.WithoutCancel(ctx), j); err != nil {
 				return fmt.Errorf("ack %s: %w", j.ID, err)
 			}
 		}
@@ -133,6 +134,24 @@ func (c *cli) printJob(j *client.Job) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s/%s remain_tries=%d ttl=%s elapsed=%s", j.ID, j.Namespace, j.Queue, j.RemainTries,
 		ttlString(j.TTL), (time.Duration(j.ElapsedMS) * time.Millisecond).String())
+	if j.Receipt != "" {
+		fmt.Fprintf(&b, " receipt=%s", j.Receipt)
+	}
+	if j.State != "" {
+		fmt.Fprintf(&b, " state=%s", j.State)
+	}
+	if j.Priority != 0 {
+		fmt.Fprintf(&b, " priority=%d", j.Priority)
+	}
+	if j.Deliveries != 0 {
+		fmt.Fprintf(&b, " deliveries=%d", j.Deliveries)
+	}
+	if !j.DueAt.IsZero() {
+		fmt.Fprintf(&b, " due_at=%s", j.DueAt.UTC().Format(time.RFC3339Nano))
+	}
+	if j.DeadReason != "" {
+		fmt.Fprintf(&b, " dead_reason=%s dead_at=%s", j.DeadReason, j.DeadAt.UTC().Format(time.RFC3339Nano))
+	}
 	keys := make([]string, 0, len(j.Attributes))
 	for k := range j.Attributes {
 		keys = append(keys, k)
@@ -150,6 +169,18 @@ func (c *cli) printJob(j *client.Job) error {
 	b.WriteByte('\n')
 	_, err := fmt.Fprint(c.io.out, b.String())
 	return err
+}
+
+// parseLimit reads a dead-letter limit: a number ≥ 1 or "all".
+func parseLimit(s string) (int64, error) {
+	if s == "all" {
+		return client.AllDead, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 1 {
+		return 0, usagef(`--limit must be a number ≥ 1 or "all" (got %q)`, s)
+	}
+	return n, nil
 }
 
 func ttlString(d time.Duration) string {
@@ -296,20 +327,35 @@ them.`,
 			return err
 		},
 	})
-	var limit int64
+	var limit, respawnJob string
 	var ttl time.Duration
 	respawn := &cobra.Command{
 		Use:     "respawn QUEUE",
 		Aliases: []string{"kick"},
-		Short:   "Move the oldest dead jobs back to the queue",
-		Long:    "Move the --limit oldest dead jobs back to the ready queue, each with one try and a TTL of --ttl (0 = forever). Prints how many moved.",
-		Args:    args(cobra.ExactArgs(1)),
+		Short:   "Move the oldest dead jobs (or one, --job) back to the queue",
+		Long: `Move the --limit oldest dead jobs (a number, or "all") back to the ready queue,
+each with one try and a TTL of --ttl (0 = forever). Prints how many moved.
+With --job, move that one dead job (Kairos).`,
+		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			cl, err := c.client("")
 			if err != nil {
 				return err
 			}
-			n, err := cl.RespawnDeadLetter(cmd.Context(), a[0], limit, ttl)
+			var n int
+			if respawnJob != "" {
+				if cmd.Flags().Changed("limit") {
+					return usagef("--job and --limit exclude each other")
+				}
+				err = cl.RespawnDeadJob(cmd.Context(), a[0], respawnJob, ttl)
+				n = 1
+			} else {
+				var lim int64
+				if lim, err = parseLimit(limit); err != nil {
+					return err
+				}
+				n, err = cl.RespawnDeadLetter(cmd.Context(), a[0], lim, ttl)
+			}
 			if err != nil {
 				return err
 			}
@@ -320,29 +366,75 @@ them.`,
 			return err
 		},
 	}
-	respawn.Flags().Int64VarP(&limit, "limit", "l", 1, "how many jobs")
+	respawn.Flags().StringVarP(&limit, "limit", "l", "1", `how many jobs, or "all"`)
+	respawn.Flags().StringVar(&respawnJob, "job", "", "respawn this dead job only (Kairos)")
 	respawn.Flags().Var(newDuration(&ttl, 24*time.Hour), "ttl", "TTL of the respawned jobs (0 = forever)")
-	var delLimit int64
+	var delLimit, delJob string
 	del := &cobra.Command{
 		Use:   "delete QUEUE",
-		Short: "Delete the oldest dead jobs",
+		Short: "Delete the oldest dead jobs (or one, --job)",
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			cl, err := c.client("")
 			if err != nil {
 				return err
 			}
-			if err := cl.DeleteDeadLetter(cmd.Context(), a[0], delLimit); err != nil {
+			if delJob != "" {
+				if cmd.Flags().Changed("limit") {
+					return usagef("--job and --limit exclude each other")
+				}
+				err = cl.DeleteDeadJob(cmd.Context(), a[0], delJob)
+			} else {
+				var lim int64
+				if lim, err = parseLimit(delLimit); err != nil {
+					return err
+				}
+				err = cl.DeleteDeadLetter(cmd.Context(), a[0], lim)
+			}
+			if err != nil {
 				return err
 			}
 			if c.jsonOut {
-				return c.printJSON(map[string]any{"deleted_up_to": delLimit})
+				return c.printJSON(map[string]any{"msg": "deleted"})
 			}
 			return nil
 		},
 	}
-	del.Flags().Int64VarP(&delLimit, "limit", "l", 1, "how many jobs (the oldest first)")
-	cmd.AddCommand(respawn, del, &cobra.Command{
+	del.Flags().StringVarP(&delLimit, "limit", "l", "1", `how many jobs (the oldest first), or "all"`)
+	del.Flags().StringVar(&delJob, "job", "", "delete this dead job only (Kairos)")
+	var offset, pageSize int64
+	list := &cobra.Command{
+		Use:   "list QUEUE",
+		Short: "List dead jobs with their bodies and why they died (Kairos)",
+		Long: `List the dead jobs of QUEUE, oldest first, --limit (1..100) from --offset, with
+their bodies, death time and reason. With --json, one job per line; the next
+page's offset is printed last (text) or as {"next_offset":N} (JSON), -1 after
+the last page.`,
+		Args: args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			cl, err := c.client("")
+			if err != nil {
+				return err
+			}
+			jobs, next, err := cl.ListDeadLetter(cmd.Context(), a[0], offset, pageSize)
+			if err != nil {
+				return err
+			}
+			for _, j := range jobs {
+				if err := c.printJob(j); err != nil {
+					return err
+				}
+			}
+			if c.jsonOut {
+				return c.printJSON(map[string]int64{"next_offset": next})
+			}
+			_, err = fmt.Fprintf(c.io.out, "next_offset=%d\n", next)
+			return err
+		},
+	}
+	list.Flags().Int64Var(&offset, "offset", 0, "first entry")
+	list.Flags().Int64VarP(&pageSize, "limit", "l", 20, "page size (1..100)")
+	cmd.AddCommand(respawn, del, list, &cobra.Command{
 		Use:   "size QUEUE",
 		Short: "Print the size of the dead letter (needs no token)",
 		Args:  args(cobra.ExactArgs(1)),

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,9 @@ type publishFlags struct {
 	progressEvery    time.Duration
 	hasDelay, hasTTL bool
 	hasTries         bool
+	priority         int
+	hasPriority      bool
+	jobKey, dueAt    string
 }
 
 const publishLong = `Publish one job to QUEUE, its body taken from BODY, from --body-file (- for
@@ -59,6 +63,7 @@ func (c *cli) publishCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, a []string) error {
 			fl := cmd.Flags()
 			f.hasDelay, f.hasTTL, f.hasTries = fl.Changed("delay"), fl.Changed("ttl"), fl.Changed("tries")
+			f.hasPriority = fl.Changed("priority")
 			opts, err := f.options()
 			if err != nil {
 				return err
@@ -70,6 +75,9 @@ func (c *cli) publishCmd() *cobra.Command {
 			if f.file != "" {
 				if len(a) > 1 || f.bodyFile != "" {
 					return usagef("--file publishes the lines of a file: give no BODY and no --body-file")
+				}
+				if f.jobKey != "" {
+					return usagef("--job-key cannot be used with --file (one key per job)")
 				}
 				if f.concurrency < 1 || f.concurrency > 64 {
 					return usagef("--concurrency must be 1..64")
@@ -96,6 +104,9 @@ func (c *cli) publishCmd() *cobra.Command {
 	fl.Var(newDuration(&f.ttl, 0), "ttl", "time to live; 0 = forever (server default: 24h)")
 	fl.IntVar(&f.tries, "tries", 1, "deliveries before the job goes to the dead letter (server default: 1)")
 	fl.StringArrayVar(&f.attrs, "attr", nil, "attribute key=value (repeatable, at most 16)")
+	fl.IntVar(&f.priority, "priority", 0, "priority within the queue, 0..255, higher first (Kairos)")
+	fl.StringVar(&f.jobKey, "job-key", "", "idempotency key: a second publish with the same key publishes nothing (Kairos)")
+	fl.StringVar(&f.dueAt, "due-at", "", "when the job becomes consumable: RFC 3339 time or Unix milliseconds (Kairos; not with --delay)")
 	fl.StringVar(&f.bodyFile, "body-file", "", "read the body from this file (- for stdin)")
 	fl.StringVarP(&f.file, "file", "f", "", "bulk-publish every line of this JSON Lines file (- for stdin)")
 	fl.IntVar(&f.concurrency, "concurrency", 4, "bulk requests in flight with --file")
@@ -119,6 +130,25 @@ func (f *publishFlags) options() ([]client.PublishOption, error) {
 		}
 		opts = append(opts, client.Tries(f.tries))
 	}
+	if f.hasPriority {
+		if f.priority < 0 || f.priority > client.MaxPriority {
+			return nil, usagef("--priority must be 0..%d", client.MaxPriority)
+		}
+		opts = append(opts, client.Priority(f.priority))
+	}
+	if f.jobKey != "" {
+		opts = append(opts, client.JobKey(f.jobKey))
+	}
+	if f.dueAt != "" {
+		if f.hasDelay {
+			return nil, usagef("--due-at and --delay exclude each other")
+		}
+		t, err := parseTime(f.dueAt)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		opts = append(opts, client.DueAt(t))
+	}
 	if len(f.attrs) > 0 {
 		attrs := make(map[string]string, len(f.attrs))
 		for _, kv := range f.attrs {
@@ -131,6 +161,18 @@ func (f *publishFlags) options() ([]client.PublishOption, error) {
 		opts = append(opts, client.Attributes(attrs))
 	}
 	return opts, nil
+}
+
+// parseTime reads an RFC 3339 time or Unix milliseconds.
+func parseTime(s string) (time.Time, error) {
+	if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return time.UnixMilli(ms), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("invalid time %q (use RFC 3339, e.g. 2030-01-02T15:04:05Z, or Unix milliseconds)", s)
+	}
+	return t, nil
 }
 
 // body returns the job body of a single publish.

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kairos-dev/kairos/client"
+)
+
+// The commands of the Kairos extensions (not available on lmstfy).
+
+// receiptJob is the job a release or touch names.
+func receiptJob(queue, id, receipt string) (*client.Job, error) {
+	if receipt == "" {
+		return nil, usagef("--receipt is required (consume prints it: receipt=…)")
+	}
+	return &client.Job{ID: id, Queue: queue, Receipt: receipt}, nil
+}
+
+func (c *cli) releaseCmd() *cobra.Command {
+	var (
+		receipt string
+		delay   time.Duration
+		keepTry bool
+	)
+	cmd := &cobra.Command{
+		Use:     "release QUEUE JOB_ID --receipt RECEIPT",
+		Aliases: []string{"nack"},
+		Short:   "Hand a consumed job back at once or after a delay (Kairos)",
+		Long: `Hand back a consumed job (a nack) instead of waiting for its TTR: ready again
+at once, after --delay, or after the queue's backoff policy when --delay is not
+given. --keep-try gives back the try the delivery spent. The receipt comes from
+the consume output.`,
+		Args: args(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			job, err := receiptJob(a[0], a[1], receipt)
+			if err != nil {
+				return err
+			}
+			cl, err := c.client("")
+			if err != nil {
+				return err
+			}
+			var opts []client.ReleaseOption
+			if cmd.Flags().Changed("delay") {
+				opts = append(opts, client.ReleaseDelay(delay))
+			}
+			if keepTry {
+				opts = append(opts, client.KeepTry())
+			}
+			return cl.Release(cmd.Context(), job, opts...)
+		},
+	}
+	cmd.Flags().StringVar(&receipt, "receipt", "", "receipt of the delivery (required)")
+	cmd.Flags().Var(newDuration(&delay, 0), "delay", "ready again after this (default: the queue's backoff policy)")
+	cmd.Flags().BoolVar(&keepTry, "keep-try", false, "give back the try this delivery spent")
+	return cmd
+}
+
+func (c *cli) touchCmd() *cobra.Command {
+	var (
+		receipt string
+		ttr     time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "touch QUEUE JOB_ID --receipt RECEIPT",
+		Short: "Restart the TTR of a consumed job (Kairos)",
+		Long:  "Restart the time to run of a consumed job from now, for --ttr (default: the server's). Prints when it now expires.",
+		Args:  args(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			job, err := receiptJob(a[0], a[1], receipt)
+			if err != nil {
+				return err
+			}
+			cl, err := c.client("")
+			if err != nil {
+				return err
+			}
+			due, err := cl.Touch(cmd.Context(), job, ttr)
+			if err != nil {
+				return err
+			}
+			if c.jsonOut {
+				return c.printJSON(map[string]any{"job_id": job.ID, "due_at_ms": due.UnixMilli()})
+			}
+			_, err = fmt.Fprintln(c.io.out, due.UTC().Format(time.RFC3339Nano))
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&receipt, "receipt", "", "receipt of the delivery (required)")
+	cmd.Flags().Var(newDuration(&ttr, 0), "ttr", "new time to run from now")
+	return cmd
+}
+
+func (c *cli) pauseCmds() []*cobra.Command {
+	mk := func(use, short string, pause bool) *cobra.Command {
+		return &cobra.Command{
+			Use:   use + " QUEUE...",
+			Short: short,
+			Args:  args(cobra.MinimumNArgs(1)),
+			RunE: func(cmd *cobra.Command, a []string) error {
+				cl, err := c.client("")
+				if err != nil {
+					return err
+				}
+				for _, q := range a {
+					if pause {
+						err = cl.PauseQueue(cmd.Context(), q)
+					} else {
+						err = cl.ResumeQueue(cmd.Context(), q)
+					}
+					if err != nil {
+						return err
+					}
+				}
+				return nil
+			},
+		}
+	}
+	return []*cobra.Command{
+		mk("pause", "Stop queues from handing out jobs; publishing continues (Kairos)", true),
+		mk("resume", "Let paused queues hand out jobs again (Kairos)", false),
+	}
+}
+
+func (c *cli) cancelCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel QUEUE JOB_KEY",
+		Short: "Delete the job published with a job key (Kairos)",
+		Long:  "Delete the live job published to QUEUE with --job-key JOB_KEY, and print its ID. Exit status 3 when there is none.",
+		Args:  args(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			cl, err := c.client("")
+			if err != nil {
+				return err
+			}
+			id, err := cl.CancelJobKey(cmd.Context(), a[0], a[1])
+			if err != nil {
+				return err
+			}
+			if c.jsonOut {
+				return c.printJSON(map[string]string{"job_id": id, "msg": "cancelled"})
+			}
+			_, err = fmt.Fprintln(c.io.out, id)
+			return err
+		},
+	}
+}
+
+func (c *cli) queueConfigCmd() *cobra.Command {
+	var (
+		pool, backoff  string
+		deadTTL        time.Duration
+		pause, unpause bool
+	)
+	cmd := &cobra.Command{
+		Use:   "queue-config QUEUE",
+		Short: "Show or change a queue's backoff policy, dead TTL and pause (Kairos, admin API)",
+		Long: `Show the settings of QUEUE in --namespace, or change those given:
+  --backoff   retry policy when a TTR expires or a job is released without delay:
+              none, fixed:30s, exponential:1s,factor=2,max=10m,jitter=0.2, or a
+              ladder such as 10s,30s,1m,5m
+  --dead-ttl  how long dead jobs are kept (0 = forever)
+  --paused / --unpaused`,
+		Example: `  kairos queue-config emails --backoff exponential:1s,factor=2,max=5m --dead-ttl 168h`,
+		Args:    args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			ns, err := c.namespaceArg(nil)
+			if err != nil {
+				return err
+			}
+			adm, err := c.admin()
+			if err != nil {
+				return err
+			}
+			fl := cmd.Flags()
+			var patch client.QueueConfigPatch
+			if fl.Changed("backoff") {
+				patch.Backoff = &backoff
+			}
+			if fl.Changed("dead-ttl") {
+				patch.DeadTTL = &deadTTL
+			}
+			if pause && unpause {
+				return usagef("--paused and --unpaused exclude each other")
+			}
+			if pause || unpause {
+				patch.Paused = &pause
+			}
+			var cfg client.QueueConfig
+			if patch == (client.QueueConfigPatch{}) {
+				cfg, err = adm.QueueConfig(cmd.Context(), pool, ns, a[0])
+			} else {
+				cfg, err = adm.SetQueueConfig(cmd.Context(), pool, ns, a[0], patch)
+			}
+			if err != nil {
+				return err
+			}
+			if c.jsonOut {
+				return c.printJSON(map[string]any{"backoff": cfg.Backoff, "dead_ttl_ms": cfg.DeadTTL.Milliseconds(), "paused": cfg.Paused})
+			}
+			_, err = fmt.Fprintf(c.io.out, "backoff=%s dead_ttl=%s paused=%t\n", cfg.Backoff, cfg.DeadTTL, cfg.Paused)
+			return err
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&pool, "pool", "", "pool of the namespace (default: default)")
+	fl.StringVar(&backoff, "backoff", "", "retry policy")
+	fl.Var(newDuration(&deadTTL, 0), "dead-ttl", "how long dead jobs are kept (0 = forever)")
+	fl.BoolVar(&pause, "paused", false, "pause the queue")
+	fl.BoolVar(&unpause, "unpaused", false, "resume the queue")
+	return cmd
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kairos-dev/kairos/client"
+)
+
+var receiptRE = regexp.MustCompile(`receipt=([0-9a-f]{16})`)
+
+func TestExtensionCommands(t *testing.T) {
+	_, env, c := setup(t)
+	ctx := context.Background()
+
+	// Priority, job key and cancel.
+	kairos(t, env, "", "publish", "p", "low").want(t, exitOK)
+	kairos(t, env, "", "publish", "p", "high", "--priority", "9").want(t, exitOK)
+	if r := kairos(t, env, "", "peek", "p").want(t, exitOK); !strings.Contains(r.stdout, "priority=9") || !strings.HasSuffix(r.stdout, "\nhigh\n") {
+		t.Fatalf("peek: %q", r.stdout)
+	}
+	first := strings.TrimSpace(kairos(t, env, "", "publish", "k", "once", "--job-key", "order-1").want(t, exitOK).stdout)
+	second := strings.TrimSpace(kairos(t, env, "", "publish", "k", "twice", "--job-key", "order-1").want(t, exitOK).stdout)
+	if first != second {
+		t.Fatalf("--job-key published twice: %s, %s", first, second)
+	}
+	if r := kairos(t, env, "", "cancel", "k", "order-1").want(t, exitOK); strings.TrimSpace(r.stdout) != first {
+		t.Fatalf("cancel: %q", r.stdout)
+	}
+	kairos(t, env, "", "cancel", "k", "order-1").want(t, exitNotFound)
+	kairos(t, env, "", "publish", "p", "--priority", "300", "x").want(t, exitUsage)
+	kairos(t, env, "", "publish", "p", "--file", "-", "--job-key", "k").want(t, exitUsage)
+	kairos(t, env, "", "publish", "p", "x", "--due-at", "soon").want(t, exitUsage)
+	kairos(t, env, "", "publish", "p", "x", "--due-at", "2030-01-01T00:00:00Z", "--delay", "1s").want(t, exitUsage)
+
+	// due-at and millisecond delays.
+	due := time.Now().Add(400 * time.Millisecond)
+	id := strings.TrimSpace(kairos(t, env, "", "publish", "d", "at", "--due-at", due.UTC().Format(time.RFC3339Nano)).want(t, exitOK).stdout)
+	if r := kairos(t, env, "", "peek", "d", id).want(t, exitOK); !strings.Contains(r.stdout, "state=delayed") {
+		t.Fatalf("peek of a due-at job: %q", r.stdout)
+	}
+	kairos(t, env, "", "consume", "d", "--wait", "3s", "--ack").want(t, exitOK)
+	if time.Now().Before(due) {
+		t.Fatal("a --due-at job was consumed early")
+	}
+
+	// Receipts: release, touch.
+	c.Publish(ctx, "r", []byte("work"), client.Tries(3))
+	r := kairos(t, env, "", "consume", "r", "--ttr", "1m").want(t, exitOK)
+	m := receiptRE.FindStringSubmatch(r.stdout)
+	if m == nil {
+		t.Fatalf("consume printed no receipt: %q", r.stdout)
+	}
+	jobID := strings.Fields(r.stdout)[0]
+	if r := kairos(t, env, "", "--json", "touch", "r", jobID, "--receipt", m[1], "--ttr", "90s").want(t, exitOK); !strings.Contains(r.stdout, `"due_at_ms":`) {
+		t.Fatalf("touch: %q", r.stdout)
+	}
+	kairos(t, env, "", "release", "r", jobID).want(t, exitUsage) // no receipt
+	kairos(t, env, "", "release", "r", jobID, "--receipt", m[1], "--keep-try").want(t, exitOK)
+	kairos(t, env, "", "release", "r", jobID, "--receipt", m[1]).want(t, exitFailure) // stale: 409
+	r = kairos(t, env, "", "--json", "consume", "r").want(t, exitOK)
+	var j struct {
+		RemainTries int    `json:"remain_tries"`
+		Receipt     string `json:"receipt"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &j); err != nil || j.RemainTries != 2 || j.Receipt == "" || j.Receipt == m[1] {
+		t.Fatalf("after release --keep-try: %q", r.stdout)
+	}
+
+	// Pause and resume.
+	kairos(t, env, "", "pause", "pz").want(t, exitOK)
+	c.Publish(ctx, "pz", []byte("x"))
+	kairos(t, env, "", "consume", "pz", "--wait", "0").want(t, exitNotFound)
+	if r := kairos(t, env, "", "queue-config", "pz").want(t, exitOK); r.stdout != "backoff=none dead_ttl=0s paused=true\n" {
+		t.Fatalf("queue-config: %q", r.stdout)
+	}
+	kairos(t, env, "", "resume", "pz").want(t, exitOK)
+	kairos(t, env, "", "consume", "pz", "--wait", "2s", "--ack").want(t, exitOK)
+	if r := kairos(t, env, "", "--json", "queue-config", "pz", "--backoff", "1s,5s", "--dead-ttl", "1h", "--paused").want(t, exitOK); r.stdout != `{"backoff":"1s,5s","dead_ttl_ms":3600000,"paused":true}`+"\n" {
+		t.Fatalf("queue-config set: %q", r.stdout)
+	}
+	kairos(t, env, "", "queue-config", "pz", "--backoff", "sometimes").want(t, exitUsage)
+
+	// Dead-letter browsing, one-job respawn and delete, limit all.
+	var dead []string
+	for _, b := range []string{"a", "b", "c"} {
+		id, _ := c.Publish(ctx, "dl", []byte(b))
+		dead = append(dead, id)
+		j, err := c.Consume(ctx, "dl", time.Minute, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Release(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r = kairos(t, env, "", "deadletter", "list", "dl", "--limit", "2").want(t, exitOK)
+	if !strings.HasPrefix(r.stdout, dead[0]) || !strings.Contains(r.stdout, "dead_reason=") || !strings.HasSuffix(r.stdout, "next_offset=2\n") {
+		t.Fatalf("deadletter list: %q", r.stdout)
+	}
+	r = kairos(t, env, "", "--json", "deadletter", "list", "dl", "--offset", "2").want(t, exitOK)
+	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); len(lines) != 2 || lines[1] != `{"next_offset":-1}` {
+		t.Fatalf("deadletter list --json: %q", r.stdout)
+	}
+	kairos(t, env, "", "deadletter", "respawn", "dl", "--job", dead[0]).want(t, exitOK)
+	kairos(t, env, "", "deadletter", "delete", "dl", "--job", dead[1]).want(t, exitOK)
+	kairos(t, env, "", "deadletter", "delete", "dl", "--job", dead[1]).want(t, exitNotFound)
+	kairos(t, env, "", "deadletter", "delete", "dl", "--job", dead[2], "--limit", "2").want(t, exitUsage)
+	kairos(t, env, "", "deadletter", "delete", "dl", "--limit", "none").want(t, exitUsage)
+	if r := kairos(t, env, "", "deadletter", "respawn", "dl", "--limit", "all").want(t, exitOK); r.stdout != "respawned 1\n" {
+		t.Fatalf("respawn --limit all: %q", r.stdout)
+	}
+	if n, _ := c.QueueSize(ctx, "dl"); n != 2 {
+		t.Fatalf("QueueSize: %d, want 2", n)
+	}
+}
