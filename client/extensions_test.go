@@ -14,28 +14,31 @@ import (
 func TestMillisecondParams(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t)
+	// 1.1 s: exact with milliseconds, 2 s if rounded up to seconds; the
+	// bounds leave room for a loaded machine.
+	const d, roundedUp = 1100 * time.Millisecond, 1800 * time.Millisecond
 
 	start := time.Now()
-	id := publish(t, e.C, "ms", "soon", client.Delay(300*time.Millisecond))
-	job, err := e.C.Consume(ctx, "ms", 30*time.Second, 3*time.Second)
-	if took := time.Since(start); err != nil || job.ID != id || took < 280*time.Millisecond || took > 900*time.Millisecond {
-		t.Fatalf("Delay(300ms): %v after %v", err, took)
+	id := publish(t, e.C, "ms", "soon", client.Delay(d))
+	job, err := e.C.Consume(ctx, "ms", 30*time.Second, 5*time.Second)
+	if took := time.Since(start); err != nil || job.ID != id || took < d-50*time.Millisecond || took > roundedUp {
+		t.Fatalf("Delay(1.1s): %v after %v", err, took)
 	}
 
-	// TTR 400 ms: delivered again after 0.4 s, not 1 s.
+	// TTR 1.1 s: delivered again after 1.1 s, not 2 s.
 	publish(t, e.C, "ttr", "x", client.Tries(2))
-	first := consume(t, e.C, "ttr", 400*time.Millisecond)
 	start = time.Now()
-	again, err := e.C.Consume(ctx, "ttr", time.Minute, 3*time.Second)
-	if took := time.Since(start); err != nil || again.ID != first.ID || took > 900*time.Millisecond {
-		t.Fatalf("TTR 400ms: %v, redelivered after %v", err, took)
+	first := consume(t, e.C, "ttr", d)
+	again, err := e.C.Consume(ctx, "ttr", time.Minute, 5*time.Second)
+	if took := time.Since(start); err != nil || again.ID != first.ID || took < d-50*time.Millisecond || took > roundedUp {
+		t.Fatalf("TTR 1.1s: %v, redelivered after %v", err, took)
 	}
 
-	// A 300 ms long-poll.
+	// A 1.1 s long-poll.
 	start = time.Now()
-	_, err = e.C.Consume(ctx, "empty", time.Second, 300*time.Millisecond)
-	if took := time.Since(start); !errors.Is(err, client.ErrNoJob) || took < 280*time.Millisecond || took > 900*time.Millisecond {
-		t.Fatalf("timeout 300ms: %v after %v", err, took)
+	_, err = e.C.Consume(ctx, "empty", time.Second, d)
+	if took := time.Since(start); !errors.Is(err, client.ErrNoJob) || took < d-50*time.Millisecond || took > roundedUp {
+		t.Fatalf("timeout 1.1s: %v after %v", err, took)
 	}
 
 	// TTL 300 ms.
