@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kairos-dev/kairos/client/bench"
+)
+
+// benchScenarios maps a scenario name to its run function, in table order.
+var benchScenarios = []struct {
+	name    string
+	run     func(context.Context, bench.Config) (bench.Result, error)
+	ceiling bool // has a meaningful ceiling-server figure
+}{
+	{"publish", bench.Publish, true},
+	{"bulk", bench.BulkPublish, true},
+	{"consume", bench.ConsumeAck, true},
+	{"latency", bench.Latency, false},
+	{"delayed", bench.Delayed, false},
+	{"burst", bench.Burst, false},
+	{"idle", bench.Idle, false},
+}
+
+const benchLong = `Measure an lmstfy-compatible server (Kairos or lmstfy itself) under load.
+
+Scenarios (default: publish bulk consume latency delayed burst):
+  publish   single publishes by --concurrency clients for --duration
+  bulk      bulk publishes of --bulk-size jobs (16 clients unless --concurrency is set)
+  consume   consume + ACK of --jobs pre-published jobs by --concurrency consumers
+  latency   publish at --rate jobs/s while consumers long-poll: publish-to-delivery time
+  delayed   --jobs jobs delayed 1-5 s: lateness (delivery - due); a negative min means early
+  burst     --jobs jobs due in the same second: time until all are ready
+  idle      --concurrency long-polling consumers, then one job per 100 of them
+
+--ceiling runs the same scenarios against a do-nothing server of the same API,
+started in this process, and prints each figure as a share of it: what this
+machine and this load generator allow. --redis-benchmark HOST:PORT also runs
+redis-benchmark against the server's Redis. --runs N repeats each scenario and
+prints the median with min-max.`
+
+func (c *cli) benchCmd() *cobra.Command {
+	var cfg bench.Config
+	var ceiling bool
+	var redisAddr string
+	var runs int
+	cmd := &cobra.Command{
+		Use:   "bench [scenario...]",
+		Short: "Load-test an lmstfy-compatible server",
+		Long:  benchLong,
+		Args:  args(cobra.ArbitraryArgs),
+		RunE: func(cmd *cobra.Command, names []string) error {
+			if len(names) == 0 {
+				names = []string{"publish", "bulk", "consume", "latency", "delayed", "burst"}
+			}
+			if !cmd.Flags().Changed("concurrency") {
+				cfg.Concurrency = 0 // each scenario's default
+			}
+			cfg.Addr = httpAddr(c.addr)
+			cfg.Token = c.token
+			if c.namespace != "" {
+				cfg.Namespace = c.namespace
+			}
+			ctx := cmd.Context()
+			var ceil *bench.Ceiling
+			var ceilAddr string
+			if ceiling {
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					return err
+				}
+				ceil = &bench.Ceiling{}
+				srv := &http.Server{Handler: ceil}
+				go func() { _ = srv.Serve(ln) }()
+				defer srv.Close()
+				ceilAddr = "http://" + ln.Addr().String()
+			}
+			var rows []benchRow
+			for _, name := range names {
+				sc, ok := findScenario(name)
+				if !ok {
+					return usagef("unknown scenario %q", name)
+				}
+				run := cfg
+				if sc.name == "bulk" && !cmd.Flags().Changed("concurrency") {
+					run.Concurrency = 16
+				}
+				row, err := measure(ctx, sc.run, run, runs)
+				if err != nil {
+					return fmt.Errorf("%s: %w", name, err)
+				}
+				if ceiling && sc.ceiling {
+					ceilCfg := run
+					ceilCfg.Addr = ceilAddr
+					cr, err := measure(ctx, sc.run, ceilCfg, runs)
+					if err != nil {
+						return fmt.Errorf("%s on the ceiling server: %w", name, err)
+					}
+					row.ceiling = cr.median.PerSec
+				}
+				rows = append(rows, row)
+				if c.jsonOut {
+					out := map[string]any{"result": row.median, "runs": runs, "min_per_sec": row.min, "max_per_sec": row.max}
+					if row.ceiling > 0 {
+						out["ceiling_per_sec"] = row.ceiling
+						out["share_of_ceiling"] = row.median.PerSec / row.ceiling
+					}
+					if err := c.printJSON(out); err != nil {
+						return err
+					}
+				}
+			}
+			if !c.jsonOut {
+				printBench(c.io.out, rows, runs)
+			}
+			if redisAddr != "" {
+				return c.redisBenchmark(ctx, redisAddr, cfg.Concurrency)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVarP(&cfg.Concurrency, "concurrency", "c", 64, "concurrent clients")
+	f.DurationVarP(&cfg.Duration, "duration", "d", 10*time.Second, "length of the timed scenarios")
+	f.IntVar(&cfg.BodySize, "body-size", 100, "job body size in bytes")
+	f.IntVar(&cfg.Jobs, "jobs", 20000, "jobs of the counted scenarios (consume, delayed, burst)")
+	f.IntVar(&cfg.Rate, "rate", 4000, "publish rate of the latency scenario (jobs/s)")
+	f.IntVar(&cfg.BulkSize, "bulk-size", 64, "jobs per bulk publish (at most 64)")
+	f.StringVar(&cfg.Queue, "queue", "bench", "queue name prefix")
+	f.BoolVar(&ceiling, "ceiling", false, "also measure a do-nothing server of the same API, in this process")
+	f.StringVar(&redisAddr, "redis-benchmark", "", "also run redis-benchmark against this Redis (HOST:PORT)")
+	f.IntVar(&runs, "runs", 1, "runs per scenario; the median is printed with min-max")
+	return cmd
+}
+
+func findScenario(name string) (struct {
+	name    string
+	run     func(context.Context, bench.Config) (bench.Result, error)
+	ceiling bool
+}, bool) {
+	for _, s := range benchScenarios {
+		if s.name == name {
+			return s, true
+		}
+	}
+	return benchScenarios[0], false
+}
+
+func httpAddr(a string) string {
+	if strings.HasPrefix(a, "http://") || strings.HasPrefix(a, "https://") {
+		return strings.TrimRight(a, "/")
+	}
+	return "http://" + a
+}
+
+type benchRow struct {
+	median   bench.Result
+	min, max float64
+	ceiling  float64
+}
+
+// measure runs a scenario n times and keeps the median run (by rate, or by
+// p99 for the latency-type scenarios) with the min-max of the rates.
+func measure(ctx context.Context, run func(context.Context, bench.Config) (bench.Result, error), cfg bench.Config, n int) (benchRow, error) {
+	if n < 1 {
+		n = 1
+	}
+	var rs []bench.Result
+	for i := 0; i < n; i++ {
+		r, err := run(ctx, cfg)
+		if err != nil {
+			return benchRow{}, err
+		}
+		rs = append(rs, r)
+	}
+	sort.Slice(rs, func(i, j int) bool { return rs[i].PerSec < rs[j].PerSec })
+	row := benchRow{min: rs[0].PerSec, max: rs[len(rs)-1].PerSec}
+	switch rs[0].Scenario {
+	case "publish_to_consume", "delayed_lateness", "idle_long_polls", "burst_due":
+		sort.Slice(rs, func(i, j int) bool { return rs[i].P99MS+rs[i].MaxMS < rs[j].P99MS+rs[j].MaxMS })
+	}
+	row.median = rs[len(rs)/2]
+	return row, nil
+}
+
+func printBench(w interface{ Write([]byte) (int, error) }, rows []benchRow, runs int) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tops\terrors\tper sec\tmin-max\tp50 ms\tp99 ms\tmax ms\tmin ms\tceiling/s\tshare\t")
+	for _, r := range rows {
+		m := r.median
+		ceil, share := "-", "-"
+		if r.ceiling > 0 {
+			ceil = fmt.Sprintf("%.0f", r.ceiling)
+			share = fmt.Sprintf("%.0f%%", 100*m.PerSec/r.ceiling)
+		}
+		spread := "-"
+		if runs > 1 {
+			spread = fmt.Sprintf("%.0f-%.0f", r.min, r.max)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%s\t\n",
+			m.Scenario, m.Ops, m.Errors, m.PerSec, spread, m.P50MS, m.P99MS, m.MaxMS, m.MinMS, ceil, share)
+	}
+	_ = tw.Flush()
+	for _, r := range rows {
+		if r.median.Note != "" {
+			fmt.Fprintf(w, "%s: %s\n", r.median.Scenario, r.median.Note)
+		}
+	}
+}
+
+// redisBenchmark runs redis-benchmark against the same Redis: plain
+// commands, and the shape of Kairos's publish (one Lua script doing SET NX
+// and LPUSH) and consume (RPOP + ZADD + GET), at one round trip per job.
+func (c *cli) redisBenchmark(ctx context.Context, addr string, conc int) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return usagef("--redis-benchmark: %v", err)
+	}
+	if conc <= 0 {
+		conc = 64
+	}
+	base := []string{"-h", host, "-p", port, "-c", fmt.Sprint(conc), "-n", "200000", "-q"}
+	runs := [][]string{
+		append(append([]string{}, base...), "-t", "set,lpush,rpop"),
+		append(append([]string{}, base...), "eval", "redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', 3600000) return redis.call('LPUSH', KEYS[2], ARGV[1])", "2", "bench:j:__rand_int__", "bench:q", "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"),
+		append(append([]string{}, base...), "eval", "local e = redis.call('RPOP', KEYS[1]) if e then redis.call('ZADD', KEYS[2], 1, e) return redis.call('GET', KEYS[3]) end return false", "3", "bench:q", "bench:t", "bench:j:1"),
+	}
+	fmt.Fprintln(c.io.out, "redis-benchmark (same Redis; Lua lines: publish-shaped SET NX + LPUSH, consume-shaped RPOP + ZADD + GET):")
+	for _, a := range runs {
+		out, err := exec.CommandContext(ctx, "redis-benchmark", a...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("redis-benchmark: %v: %s", err, out)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if i := strings.LastIndex(line, "\r"); i >= 0 {
+				line = line[i+1:]
+			}
+			fmt.Fprintln(c.io.out, "  "+strings.TrimSpace(line))
+		}
+	}
+	_, _ = exec.CommandContext(ctx, "redis-cli", "-h", host, "-p", port, "del", "bench:q", "bench:t").CombinedOutput()
+	return nil
+}
