@@ -179,6 +179,14 @@ var barrageRoutes = []struct {
 	{false, "DELETE", "/api/{ns}/{q}/deadletter"},
 	{false, "GET", "/api/{ns}/{q}/size"},
 	{false, "GET", "/api/{ns}/{q}/deadletter/size"},
+	{false, "PUT", "/api/{ns}/{q}/job/{id}/release"},
+	{false, "PUT", "/api/{ns}/{q}/job/{id}/touch"},
+	{false, "DELETE", "/api/{ns}/{q}/job_key/{id}"},
+	{false, "PUT", "/api/{ns}/{q}/pause"},
+	{false, "PUT", "/api/{ns}/{q}/resume"},
+	{false, "GET", "/api/{ns}/{q}/deadletter/jobs"},
+	{false, "PUT", "/api/{ns}/{q}/deadletter/job/{id}"},
+	{false, "DELETE", "/api/{ns}/{q}/deadletter/job/{id}"},
 	{true, "GET", "/pools"},
 	{true, "GET", "/version"},
 	{true, "GET", "/info"},
@@ -197,6 +205,12 @@ var barrageRoutes = []struct {
 	{true, "POST", "/token/{ns}/{tok}/limit"},
 	{true, "PUT", "/token/{ns}/{tok}/limit"},
 	{true, "DELETE", "/token/{ns}/{tok}/limit"},
+	{true, "GET", "/queue/{ns}/{q}/config"},
+	{true, "PUT", "/queue/{ns}/{q}/config"},
+	{true, "GET", "/webhooks"},
+	{true, "GET", "/webhook/{ns}/{q}"},
+	{true, "PUT", "/webhook/{ns}/{q}"},
+	{true, "DELETE", "/webhook/{ns}/{q}"},
 }
 
 // badNumbers are values no numeric parameter accepts.
@@ -228,7 +242,8 @@ func TestBadInputEveryRoute(t *testing.T) {
 	victim := l.token(t, "ns", auth.Scope{}) // what the admin routes act on
 	id := "01J5Z8R6Q1X0V3M2B7K9C4D000"
 	params := []string{"delay", "ttl", "tries", "ttr", "timeout", "count", "limit", "pool", "status",
-		"force_update", "description", "queues", "roles", "token", "seconds", "debug", "gc"}
+		"force_update", "description", "queues", "roles", "token", "seconds", "debug", "gc",
+		"delay_ms", "ttl_ms", "ttr_ms", "timeout_ms", "due_at", "priority", "job_key", "keep_try", "receipt", "offset", "cursor"}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	valid := startValidPublishes(ctx, t, l, tok)
@@ -260,13 +275,18 @@ func TestBadInputEveryRoute(t *testing.T) {
 	}
 	for _, r := range barrageRoutes {
 		good := fill(r.path, "ns", "q", id, victim)
-		for _, v := range badNumbers {
+		for i, v := range badNumbers {
 			var q []string
 			for _, p := range params {
 				q = append(q, p+"="+v)
 			}
 			send(r, good+"?"+strings.Join(q, "&"), "")
-			send(r, good+"?"+strings.Join(q, ";"), "")
+			if !r.admin {
+				send(r, good+"?"+strings.Join(q, "&"), "", "X-Kairos-Extensions: 1")
+			}
+			if i < 3 {
+				send(r, good+"?"+strings.Join(q, ";"), "")
+			}
 		}
 		for _, seg := range badSegments {
 			send(r, fill(r.path, seg, "q", id, victim), "")
@@ -298,7 +318,8 @@ func TestBadInputEveryRoute(t *testing.T) {
 		`400 {"error":"invalid delay"}`, `400 {"error":"invalid ttr"}`, `400 {"error":"invalid limit"}`,
 		`400 {"error":"request body should be an array of objects"}`, `400 {"error":"invalid status"}`,
 		`400 {"error":"namespace name contains forbidden characters"}`, `400 {"error":"invalid queue name(s)"}`,
-		`400 {"error":"invalid description"}`, `413 {"error":"body too large"}`,
+		`400 {"error":"invalid description"}`, `413 {"error":"body too large"}`, `400 {"error":"invalid job_key"}`,
+		`400 {"error":"invalid receipt"}`,
 	} {
 		if !seen[want] {
 			t.Errorf("no request was answered %s: did the barrage reach the routes' own checks?", want)
@@ -427,63 +448,33 @@ type reporter interface {
 func checkStore(t reporter, c redis.UniversalClient, wantJobs bool) {
 	t.Helper()
 	ctx := context.Background()
-	// "ns/q/id" → state
-	jobs := map[string]byte{}
-	var cursor uint64
-	for {
-		keys, next, err := c.Scan(ctx, cursor, "j/*", 1000).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range keys { // j/{ns/q}/ID
-			v, err := c.Get(ctx, k).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			open, close := strings.IndexByte(k, '{'), strings.IndexByte(k, '}')
-			job := k[open+1:close] + "/" + k[close+2:]
-			if len(v) < 22 || v[0] != 1 {
+	// One script reads everything, so that the pump, which keeps moving
+	// due jobs, cannot move one between two reads.
+	flat, err := c.Eval(ctx, snapshotScript, nil).StringSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := map[string]byte{}      // "ns/q/id" → state
+	entries := map[string]string{} // "ns/q/id" → its entries: r ready list or priority set, t timer, x dead letter
+	for i := 0; i+2 < len(flat); i += 3 {
+		kind, k, v := flat[i], flat[i+1], flat[i+2]
+		tag := k[strings.IndexByte(k, '{')+1 : strings.IndexByte(k, '}')]
+		switch kind {
+		case "j": // j/{ns/q}/ID → the first two bytes of the value
+			job := tag + "/" + k[strings.IndexByte(k, '}')+2:]
+			if len(v) < 2 || v[0] != 1 {
 				t.Errorf("job %s has a malformed value %q", job, v)
 				continue
 			}
 			jobs[job] = v[1]
-		}
-		if cursor = next; cursor == 0 {
-			break
-		}
-	}
-	// "ns/q/id" → the kinds of entry it has: r (ready list or priority
-	// set), t (timer), x (dead letter)
-	entries := map[string]string{}
-	// Timers first: the pump moves entries from timers to ready lists and
-	// dead letters while this runs, never back.
-	for _, kind := range []struct{ pattern, kind string }{{"t/*", "t"}, {"q/*", "r"}, {"p/*", "r"}, {"d/*", "x"}} {
-		keys, err := c.Keys(ctx, kind.pattern).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range keys {
-			tag := k[strings.IndexByte(k, '{')+1 : strings.IndexByte(k, '}')]
-			var members []string
-			if kind.pattern == "t/*" || kind.pattern == "p/*" {
-				members, err = c.ZRange(ctx, k, 0, -1).Result()
-			} else {
-				members, err = c.LRange(ctx, k, 0, -1).Result()
+		case "t": // timers hold bare IDs
+			entries[tag+"/"+v] += "t"
+		default: // packed entries
+			if len(v) < 4 || len(v) != 4+int(v[2])+int(v[3])<<8 {
+				t.Errorf("%s holds a malformed entry %q", k, v)
+				continue
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, m := range members {
-				id := m // timers hold bare IDs, the rest packed entries
-				if kind.pattern != "t/*" {
-					if len(m) < 4 || len(m) != 4+int(m[2])+int(m[3])<<8 {
-						t.Errorf("%s holds a malformed entry %q", k, m)
-						continue
-					}
-					id = m[4:]
-				}
-				entries[tag+"/"+id] += kind.kind
-			}
+			entries[tag+"/"+v[4:]] += map[string]string{"q": "r", "p": "r", "d": "x"}[kind]
 		}
 	}
 	// A delayed job keeps state d when the pump makes it ready.
@@ -505,6 +496,27 @@ func checkStore(t reporter, c redis.UniversalClient, wantJobs bool) {
 		t.Errorf("abandoned publishes were written")
 	}
 }
+
+// snapshotScript returns kind, key, value triples for every job value
+// (its first two bytes), timer member, ready-list, priority-set and
+// dead-letter entry of the pool.
+const snapshotScript = `
+local out = {}
+local function add(kind, k, v) out[#out + 1] = kind; out[#out + 1] = k; out[#out + 1] = v end
+for _, k in ipairs(redis.call('KEYS', 'j/*')) do add('j', k, redis.call('GETRANGE', k, 0, 1)) end
+for _, k in ipairs(redis.call('KEYS', 't/*')) do
+  for _, m in ipairs(redis.call('ZRANGE', k, 0, -1)) do add('t', k, m) end
+end
+for _, k in ipairs(redis.call('KEYS', 'p/*')) do
+  for _, m in ipairs(redis.call('ZRANGE', k, 0, -1)) do add('p', k, m) end
+end
+for _, kind in ipairs({'q', 'd'}) do
+  for _, k in ipairs(redis.call('KEYS', kind .. '/*')) do
+    for _, m in ipairs(redis.call('LRANGE', k, 0, -1)) do add(kind, k, m) end
+  end
+end
+return out
+`
 
 var code5xx = regexp.MustCompile(`\bcode=5\d\d\b`)
 

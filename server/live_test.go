@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/sirupsen/logrus"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/engine"
 	"github.com/kairos-dev/kairos/engine/rdb"
+	"github.com/kairos-dev/kairos/server/webhook"
 )
 
 // A live server: the real HTTP stack on 127.0.0.1 listeners, the Redis
@@ -103,10 +105,17 @@ func startLive(t testing.TB, opts liveOptions) *live {
 			HashTokens: cfg.Kairos.HashTokens, Refresh: 50 * time.Millisecond,
 		}),
 	}
+	hooks, err := webhook.NewManager(webhook.NewStore(client), map[string]webhook.Engine{auth.DefaultPool: eng},
+		webhook.Options{Logger: logger, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		cancel()
+		t.Fatalf("webhook.NewManager: %v", err)
+	}
 	l.srv, err = New(cfg, Deps{
 		Engines:   map[string]engine.Engine{auth.DefaultPool: eng},
 		Tokens:    l.tokens,
 		Throttler: l.throttler,
+		Webhooks:  hooks, // not run: the admin routes only manage subscriptions
 		Logger:    logger,
 	})
 	if err != nil {
