@@ -34,7 +34,7 @@ func TestChaosCI(t *testing.T) {
 	log.Out = testWriter{t}
 	log.SetFormatter(&logrus.TextFormatter{DisableTimestamp: true})
 	rc := runConfig{
-		ServerBin: bin, RedisBin: redisBin, Dir: dir, Rate: 200, Publishers: 3, Consumer: 3,
+		ServerBin: bin, RedisBin: redisBin, Dir: dir, Rate: 200, Publishers: 3, Consumers: 3,
 		DrainLimit: 30 * time.Second, Log: log,
 	}
 	sc := ciScenario(12 * time.Second)

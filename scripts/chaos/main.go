@@ -229,7 +229,7 @@ func runAll(ctx context.Context, o options, log logrus.FieldLogger, stdout io.Wr
 	}()
 	rc := runConfig{
 		ServerBin: o.serverBin, RedisBin: o.redisBin, Dir: dir, Rate: o.rate,
-		Publishers: o.publishers, Consumer: o.consumers, DrainLimit: 60 * time.Second, Log: log,
+		Publishers: o.publishers, Consumers: o.consumers, DrainLimit: 60 * time.Second, Log: log,
 	}
 	if rc.RedisBin == "" {
 		if rc.RedisBin, err = exec.LookPath("redis-server"); err != nil {

@@ -49,7 +49,7 @@ type runConfig struct {
 	ServerBin, RedisBin  string
 	Dir                  string // parent of the scenario directories
 	Rate                 int
-	Publishers, Consumer int
+	Publishers, Consumers int
 	DrainLimit           time.Duration
 	Log                  logrus.FieldLogger
 }
@@ -461,7 +461,7 @@ func (sc scenario) run(ctx context.Context, rc runConfig) (res Result, err error
 	w := newWorkload(workloadConfig{
 		API: s.kairos.api, Token: token, Namespace: "chaos", Queues: []string{"q0", "q1", "q2", "q3"},
 		Tries: sc.Tries, TTR: sc.TTR, Rate: rc.Rate,
-		Publishers: rc.Publishers, Consumers: rc.Consumer, Droppers: sc.Droppers,
+		Publishers: rc.Publishers, Consumers: rc.Consumers, Droppers: sc.Droppers,
 	}, log)
 	defer w.close()
 	w.start(ctx)
