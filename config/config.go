@@ -32,6 +32,12 @@ type RedisConf struct {
 	MigrateTo        string `toml:"MigrateTo"`
 	MasterName       string `toml:"MasterName"`
 	SentinelPassword string `toml:"SentinelPassword"`
+	// WaitReplicas (Kairos) makes every publish to this pool wait until
+	// that many replicas have it (Redis WAIT), for at most WaitTimeoutMs
+	// (default 100); otherwise the publish answers 503 "publish not
+	// replicated". 0 (the default) does not wait.
+	WaitReplicas  int `toml:"WaitReplicas"`
+	WaitTimeoutMs int `toml:"WaitTimeoutMs"`
 	// Version is lmstfy's legacy engine selector; a pool with a non-empty
 	// Version is ignored, as lmstfy does.
 	Version string `toml:"Version"`

@@ -161,6 +161,12 @@ func validateRedis(p *problems, key string, r RedisConf) {
 	if r.PoolSize < 0 {
 		p.add(key+".PoolSize", "must be >= 0 (0 picks the default), not %d", r.PoolSize)
 	}
+	if r.WaitReplicas < 0 {
+		p.add(key+".WaitReplicas", "must be >= 0 (0 does not wait), not %d", r.WaitReplicas)
+	}
+	if r.WaitTimeoutMs < 0 {
+		p.add(key+".WaitTimeoutMs", "must be >= 0 (0 means 100), not %d", r.WaitTimeoutMs)
+	}
 	if r.IsEmbedded() {
 		if r.IsSentinel() {
 			p.add(key+".MasterName", "needs Addr (the Sentinel addresses)")

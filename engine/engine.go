@@ -40,6 +40,10 @@ var (
 	// delivery: the job was re-delivered, released, acknowledged or is not
 	// in flight.
 	ErrStaleReceipt = errors.New("engine: stale receipt")
+	// ErrNotReplicated means a publish was written on the Redis master but
+	// not acknowledged by enough replicas within the pool's WAIT timeout
+	// (the durability option): it may be lost in a failover.
+	ErrNotReplicated = errors.New("engine: publish not replicated")
 	// ErrKeyExists means a publish named a job key (idempotency key) that is
 	// already taken; the error comes with the first job's ID.
 	ErrKeyExists = errors.New("engine: job key exists")

@@ -75,6 +75,7 @@ var (
 	errTooManyAttrs     = badRequest("too many attributes, cannot exceed 16")
 	errInvalidRequest   = badRequest("invalid request")
 	errShuttingDown     = newAPIError(http.StatusServiceUnavailable, "error", "server is shutting down")
+	errNotReplicated    = newAPIError(http.StatusServiceUnavailable, "error", "publish not replicated")
 	errClientGone       = newAPIError(499, "error", "client closed request")
 	errInvalidDesc      = badRequest("invalid description")
 	errInvalidStatus    = badRequest("invalid status")
@@ -119,6 +120,8 @@ func mapAPIError(ctx context.Context, err error) *apiError {
 		return errInvalidRequest
 	case errors.Is(err, engine.ErrClosed):
 		return errShuttingDown
+	case errors.Is(err, engine.ErrNotReplicated):
+		return errNotReplicated
 	case errors.Is(err, auth.ErrInvalidToken):
 		return errInvalidToken
 	case errors.Is(err, auth.ErrPoolNotFound):

@@ -41,6 +41,12 @@ type Options struct {
 	// NoAutoPipeline sends every publish, consume and ACK in its own round
 	// trip instead of batching concurrent ones into pipelines.
 	NoAutoPipeline bool
+	// WaitReplicas, when > 0, makes every publish wait (Redis WAIT, on the
+	// same connection, in the same round trip) until that many replicas
+	// have the job, for at most WaitTimeout (default 100 ms); otherwise the
+	// publish fails with engine.ErrNotReplicated.
+	WaitReplicas int
+	WaitTimeout  time.Duration
 }
 
 // Engine is the Redis engine of one pool.
@@ -59,6 +65,9 @@ type Engine struct {
 	// with NoAutoPipeline): see pipeline.go.
 	pipe     atomic.Pointer[autoPipeline]
 	autoPipe bool
+
+	waitReplicas int
+	waitTimeout  time.Duration
 
 	metaMu sync.Mutex
 	meta   map[string]struct{} // ns/q already recorded in m/ns by this instance
@@ -115,6 +124,11 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 	}
 	e.waiters = newWaiters(e)
 	e.autoPipe = !opts.NoAutoPipeline
+	e.waitReplicas = opts.WaitReplicas
+	e.waitTimeout = opts.WaitTimeout
+	if e.waitTimeout <= 0 {
+		e.waitTimeout = 100 * time.Millisecond
+	}
 	return e, nil
 }
 
@@ -283,7 +297,14 @@ func (e *Engine) PublishBatch(ctx context.Context, reqs []*engine.PublishRequest
 		args[b+5] = r.Priority
 	}
 	for attempt := 0; ; attempt++ {
-		res, err := e.runScript(ctx, publishScript, keys, args...).Slice()
+		var res []interface{}
+		var err error
+		var replicas int64 = -1
+		if e.waitReplicas > 0 {
+			res, replicas, err = e.publishAndWait(ctx, keys, args)
+		} else {
+			res, err = e.runScript(ctx, publishScript, keys, args...).Slice()
+		}
 		if err != nil {
 			return nil, fmt.Errorf("publish %s/%s: %w", ns, q, err)
 		}
@@ -292,6 +313,9 @@ func (e *Engine) PublishBatch(ctx context.Context, reqs []*engine.PublishRequest
 		case code == 0 && len(res) == 3:
 			if earliest, _ := res[2].(int64); earliest > 0 {
 				e.wakePump()
+			}
+			if replicas >= 0 && replicas < int64(e.waitReplicas) {
+				return ids, fmt.Errorf("publish %s/%s: %d of %d replicas within %v: %w", ns, q, replicas, e.waitReplicas, e.waitTimeout, engine.ErrNotReplicated)
 			}
 			e.metrics.published(e.pool, ns, q, len(reqs))
 			return ids, nil
@@ -313,6 +337,39 @@ func (e *Engine) PublishBatch(ctx context.Context, reqs []*engine.PublishRequest
 		keys[7+k] = jobKey(ns, q, ids[k])
 		args[6+6*k] = ids[k]
 	}
+}
+
+// publishAndWait runs the publish script and WAIT in one pipeline, so that
+// both go over the same connection (WAIT counts that connection's writes).
+func (e *Engine) publishAndWait(ctx context.Context, keys []string, args []interface{}) ([]interface{}, int64, error) {
+	run := func(eval bool) (*redis.Cmd, *redis.Cmd, error) {
+		pipe := e.rdb.Pipeline()
+		var cmd *redis.Cmd
+		if eval {
+			cmd = publishScript.Eval(ctx, pipe, keys, args...)
+		} else {
+			cmd = publishScript.EvalSha(ctx, pipe, keys, args...)
+		}
+		wait := pipe.Do(ctx, "WAIT", e.waitReplicas, e.waitTimeout.Milliseconds())
+		_, err := pipe.Exec(ctx)
+		return cmd, wait, err
+	}
+	cmd, wait, err := run(false)
+	if err != nil && isNoScript(cmd.Err()) {
+		cmd, wait, err = run(true)
+	}
+	if err != nil && cmd.Err() != nil {
+		return nil, 0, cmd.Err()
+	}
+	res, err := cmd.Slice()
+	if err != nil {
+		return nil, 0, err
+	}
+	n, err := wait.Int64()
+	if err != nil {
+		return nil, 0, err
+	}
+	return res, n, nil
 }
 
 // Consume implements engine.Engine.

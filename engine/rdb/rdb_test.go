@@ -2,7 +2,9 @@ package rdb
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -257,5 +259,53 @@ func TestAutoPipelineConcurrentAndScriptFlush(t *testing.T) {
 	wg.Wait()
 	if got != 600 {
 		t.Fatalf("consumed %d, want 600", got)
+	}
+}
+
+func TestWaitReplicas(t *testing.T) {
+	master := redistest.Start(t)
+	replica := redistest.StartWith(t, redistest.Options{Extra: []string{"replicaof 127.0.0.1 " + fmt.Sprint(master.Port)}})
+	client := master.Client()
+	// Wait for the replica to be connected and in sync.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, _ := client.Info(bg, "replication").Result()
+		if strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica did not connect: %s", info)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	e, err := New(bg, client, Options{WaitReplicas: 1, WaitTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := e.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "q", Tries: 1, Body: []byte("x")})
+	if err != nil {
+		t.Fatalf("publish with a replica: %v", err)
+	}
+	if v, err := replica.Client().Exists(bg, jobKey("ns", "q", id)).Result(); err != nil || v != 1 {
+		t.Fatalf("job not on the replica when publish returned: %v %v", v, err)
+	}
+	// A flushed script cache goes through EVAL, still with WAIT.
+	if err := client.ScriptFlush(bg).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "q", Tries: 1}); err != nil {
+		t.Fatalf("publish after SCRIPT FLUSH: %v", err)
+	}
+	replica.Kill()
+	start := time.Now()
+	id, err = e.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "q", Tries: 1})
+	if !errors.Is(err, engine.ErrNotReplicated) {
+		t.Fatalf("publish without a replica: %v, want ErrNotReplicated", err)
+	}
+	if d := time.Since(start); d < 150*time.Millisecond || d > 2*time.Second {
+		t.Fatalf("WAIT took %v, want about the 200ms timeout", d)
+	}
+	if id == "" {
+		t.Fatal("no job id with ErrNotReplicated: the caller cannot tell which job may be lost")
 	}
 }

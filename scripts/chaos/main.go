@@ -117,6 +117,10 @@ func catalog(o options) []scenario {
 		{Name: "deadletter", Fsync: "everysec", Tries: 1, TTR: 1, Duration: d / 2, Droppers: 2},
 		{Name: "failover", Sentinel: true, Fsync: "always", Tries: 10, TTR: 1,
 			Duration: max(d, time.Duration(o.failovers)*10*time.Second), Failovers: o.failovers, LossExpected: true},
+		// The same failovers with the durability option: a publish is
+		// acknowledged only once the replica has it, so nothing is lost.
+		{Name: "failover-wait", Sentinel: true, Fsync: "always", Tries: 10, TTR: 1, WaitReplicas: 1,
+			Duration: max(d, time.Duration(o.failovers)*10*time.Second), Failovers: o.failovers},
 		// The negative control: Redis without AOF loses everything at a
 		// kill, and the suite must say so.
 		{Name: "control-no-aof", Fsync: fsyncOff, Tries: 10, TTR: 1, Duration: max(d/4, 5*time.Second),

@@ -183,6 +183,8 @@ type kairosRedis struct {
 	masterName string
 	// adminAddr, when set, holds the tokens instead of addr.
 	adminAddr string
+	// waitReplicas is the pool's WaitReplicas (0: off).
+	waitReplicas int
 }
 
 func (s *supervisor) newKairos(name, bin string, avoid map[int]bool, rr kairosRedis) (*kairosNode, error) {
@@ -203,6 +205,9 @@ func (s *supervisor) newKairos(name, bin string, avoid map[int]bool, rr kairosRe
 		redisKeys += fmt.Sprintf("MasterName = %q\n", rr.masterName)
 	}
 	adminKeys := redisKeys
+	if rr.waitReplicas > 0 {
+		redisKeys += fmt.Sprintf("WaitReplicas = %d\nWaitTimeoutMs = 100\n", rr.waitReplicas)
+	}
 	if rr.adminAddr != "" {
 		adminKeys = fmt.Sprintf("Addr = %q\n", rr.adminAddr)
 	}

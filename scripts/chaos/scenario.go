@@ -33,6 +33,9 @@ type scenario struct {
 	// MustLose marks the negative control (Redis without AOF, killed):
 	// finding no loss there means the suite cannot see one.
 	MustLose bool
+	// WaitReplicas sets the pool's durability option (Redis WAIT after
+	// every publish).
+	WaitReplicas int
 }
 
 // disruption kinds.
@@ -127,7 +130,7 @@ func (sc scenario) start(ctx context.Context, rc runConfig, dir string) (*setup,
 		if err := s.waitSentinelsReady(ctx); err != nil {
 			return fail(err)
 		}
-		kr = kairosRedis{addr: strings.Join(addrs, ","), masterName: masterName}
+		kr = kairosRedis{addr: strings.Join(addrs, ","), masterName: masterName, waitReplicas: sc.WaitReplicas}
 	}
 	if sc.Fsync == fsyncOff {
 		// Tokens must survive the kills of the negative control.

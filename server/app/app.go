@@ -21,6 +21,7 @@ import (
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/engine/migration"
 	"github.com/kairos-dev/kairos/engine/rdb"
 	"github.com/kairos-dev/kairos/server"
 	"github.com/kairos-dev/kairos/server/webhook"
@@ -81,6 +82,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 		}
 		e, err := rdb.New(ctx, client, rdb.Options{
 			Pool: name, Logger: opts.Logger, Now: opts.Now, PumpBatch: cfg.Kairos.PumpBatch, Metrics: metrics,
+			WaitReplicas: cfg.Pool[name].WaitReplicas, WaitTimeout: time.Duration(cfg.Pool[name].WaitTimeoutMs) * time.Millisecond,
 		})
 		if err != nil {
 			return nil, err
@@ -88,6 +90,14 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 		a.Engines[name] = e
 		engines[name] = e
 		all = append(all, e)
+	}
+	// A pool with MigrateTo is served by the migration engine: publishes go
+	// to the new pool, consumers drain the old one first (doc/config.md).
+	for _, name := range cfg.PoolNames() {
+		if to := cfg.Pool[name].MigrateTo; to != "" {
+			engines[name] = migration.New(a.Engines[name], a.Engines[to])
+			opts.Logger.WithFields(logrus.Fields{"pool": name, "to": to}).Warn("pool is migrating: publishes go to the new pool, consumers drain this one first")
+		}
 	}
 	a.Registry.MustRegister(rdb.NewStatsCollector(all...))
 	admin, err := a.connect(ctx, "AdminRedis", cfg.AdminRedis)
