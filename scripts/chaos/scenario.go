@@ -49,12 +49,12 @@ const (
 
 // runConfig is what every scenario shares.
 type runConfig struct {
-	ServerBin, RedisBin  string
-	Dir                  string // parent of the scenario directories
-	Rate                 int
+	ServerBin, RedisBin   string
+	Dir                   string // parent of the scenario directories
+	Rate                  int
 	Publishers, Consumers int
-	DrainLimit           time.Duration
-	Log                  logrus.FieldLogger
+	DrainLimit            time.Duration
+	Log                   logrus.FieldLogger
 }
 
 // setup is the processes of one scenario.
