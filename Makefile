@@ -26,6 +26,7 @@ run:
 test:
 	scripts/install-redis.sh
 	$(GO) test -race -count=1 -timeout 9m ./...
+	FUZZTIME=2s scripts/fuzz.sh
 
 ## test-short: every package without -race, in -short mode
 test-short:

@@ -29,8 +29,9 @@ import (
 
 // DefaultPoolSize is the Redis connection pool size when a pool's PoolSize
 // is 0. Kairos holds no connection per waiting consumer, so a small pool
-// serves thousands of long-polls (lmstfy needed 5000).
-const DefaultPoolSize = 32
+// serves thousands of long-polls (lmstfy needed 5000); with the Pub/Sub
+// connection, a server holds at most 32 connections per Redis.
+const DefaultPoolSize = 31
 
 // Options are the parts of an App that do not come from the config file.
 type Options struct {
@@ -52,6 +53,7 @@ type App struct {
 	Webhooks  *webhook.Manager // the queues' push subscriptions
 	Registry  *prometheus.Registry
 	clients   []redis.UniversalClient
+	byConf    map[string]redis.UniversalClient // clients by their settings
 	embedded  *miniredis.Miniredis
 }
 
@@ -62,7 +64,8 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 	if opts.Logger == nil {
 		opts.Logger = logrus.New()
 	}
-	a = &App{cfg: cfg, log: opts.Logger, Engines: make(map[string]*rdb.Engine), Registry: prometheus.NewRegistry()}
+	a = &App{cfg: cfg, log: opts.Logger, Engines: make(map[string]*rdb.Engine), Registry: prometheus.NewRegistry(),
+		byConf: make(map[string]redis.UniversalClient)}
 	defer func(a *App) { // a, not the named result, which "return nil, err" clears
 		if err != nil {
 			a.closeClients()
@@ -104,8 +107,8 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 	if err != nil {
 		return nil, err
 	}
-	a.Tokens = auth.NewStore(admin, cfg.PoolNames(), opts.Logger, auth.StoreOptions{})
-	a.Throttler = auth.NewThrottler(admin, opts.Logger, auth.ThrottlerOptions{})
+	a.Tokens = auth.NewStore(admin, cfg.PoolNames(), opts.Logger, auth.StoreOptions{HashTokens: cfg.Kairos.HashTokens})
+	a.Throttler = auth.NewThrottler(admin, opts.Logger, auth.ThrottlerOptions{HashTokens: cfg.Kairos.HashTokens})
 	if err := a.Throttler.Reload(ctx); err != nil {
 		return nil, fmt.Errorf("load rate limits: %w", err)
 	}
@@ -137,12 +140,19 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 	return a, nil
 }
 
-// connect returns a client for one Redis of the config, reusing clients for
-// identical settings (an lmstfy config often names one Redis twice).
+// connect returns a client for one Redis of the config, reusing the client
+// of identical settings (an lmstfy config often names one Redis for the
+// admin data and a pool). A client never holds more than PoolSize
+// connections (go-redis v9 otherwise opens more under bursts, and keeps a
+// separate pool for pipelines), plus one Pub/Sub connection per pool.
 func (a *App) connect(ctx context.Context, key string, rc config.RedisConf) (redis.UniversalClient, error) {
 	size := rc.PoolSize
 	if size <= 0 {
 		size = DefaultPoolSize
+	}
+	same := fmt.Sprintf("%s|%s|%d|%d|%s|%s", rc.Addr, rc.Password, rc.DB, size, rc.MasterName, rc.SentinelPassword)
+	if c, ok := a.byConf[same]; ok {
+		return c, nil
 	}
 	var client redis.UniversalClient
 	switch {
@@ -155,16 +165,17 @@ func (a *App) connect(ctx context.Context, key string, rc config.RedisConf) (red
 			a.embedded = m
 			a.log.WithField("addr", m.Addr()).Warn("no Redis address configured: using an embedded in-memory Redis. NOTHING IS DURABLE: every job is lost when the server stops. Set Addr in [Pool.default] and [AdminRedis] for real use.")
 		}
-		client = redis.NewClient(&redis.Options{Addr: a.embedded.Addr(), PoolSize: size, ContextTimeoutEnabled: true})
+		client = redis.NewClient(&redis.Options{Addr: a.embedded.Addr(), PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1, ContextTimeoutEnabled: true})
 	case rc.IsSentinel():
 		client = redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: rc.MasterName, SentinelAddrs: rc.Addrs(), Password: rc.Password,
-			SentinelPassword: rc.SentinelPassword, DB: rc.DB, PoolSize: size, ContextTimeoutEnabled: true,
+			SentinelPassword: rc.SentinelPassword, DB: rc.DB, PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1, ContextTimeoutEnabled: true,
 		})
 	default:
-		client = redis.NewClient(&redis.Options{Addr: rc.Addr, Password: rc.Password, DB: rc.DB, PoolSize: size, ContextTimeoutEnabled: true})
+		client = redis.NewClient(&redis.Options{Addr: rc.Addr, Password: rc.Password, DB: rc.DB, PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1, ContextTimeoutEnabled: true})
 	}
 	a.clients = append(a.clients, client)
+	a.byConf[same] = client
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := client.Ping(pctx).Err(); err != nil {
