@@ -339,7 +339,9 @@ func (s *Server) release(c *gin.Context) {
 		s.failAPI(c, err)
 		return
 	}
-	s.reqLogger(c).WithFields(logrus.Fields{"delay": req.Delay, "policy": req.UsePolicy, "keep_try": req.KeepTry}).Debug("job released")
+	if s.debug {
+		s.reqLogger(c).WithFields(logrus.Fields{"delay": req.Delay, "policy": req.UsePolicy, "keep_try": req.KeepTry}).Debug("job released")
+	}
 	c.Status(http.StatusNoContent)
 }
 

@@ -61,9 +61,11 @@ func (s *Server) publish(c *gin.Context) {
 		s.failAPI(c, err)
 		return
 	}
-	s.reqLogger(c).WithFields(logrus.Fields{
-		"new_job_id": id, "delay": p.delay, "ttl": p.ttl, "tries": p.tries,
-	}).Debug("job published")
+	if s.debug {
+		s.reqLogger(c).WithFields(logrus.Fields{
+			"new_job_id": id, "delay": p.delay, "ttl": p.ttl, "tries": p.tries,
+		}).Debug("job published")
+	}
 	writeJSON(c, http.StatusCreated, publishResponse{JobID: id, Msg: "published"})
 }
 
@@ -135,8 +137,10 @@ func (s *Server) publishBulk(c *gin.Context) {
 		s.failAPI(c, err)
 		return
 	}
-	s.reqLogger(c).WithFields(logrus.Fields{
-		"jobs": len(ids), "delay": p.delay, "ttl": p.ttl, "tries": p.tries,
-	}).Debug("jobs published")
+	if s.debug {
+		s.reqLogger(c).WithFields(logrus.Fields{
+			"jobs": len(ids), "delay": p.delay, "ttl": p.ttl, "tries": p.tries,
+		}).Debug("jobs published")
+	}
 	writeJSON(c, http.StatusCreated, bulkResponse{JobIDs: ids, Msg: "published"})
 }

@@ -132,6 +132,9 @@ type Server struct {
 	def        defaults
 
 	accessLog atomic.Bool
+	// debug is whether the logger logs at debug level: the hot paths build
+	// their debug fields only then.
+	debug bool
 
 	api   http.Handler
 	admin http.Handler
@@ -203,6 +206,14 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		l := logrus.New()
 		l.SetOutput(io.Discard)
 		s.log = l
+	}
+	switch l := s.log.(type) {
+	case *logrus.Logger:
+		s.debug = l.IsLevelEnabled(logrus.DebugLevel)
+	case *logrus.Entry:
+		s.debug = l.Logger.IsLevelEnabled(logrus.DebugLevel)
+	default:
+		s.debug = true // an unknown logger: do not hide its debug lines
 	}
 	if s.now == nil {
 		s.now = time.Now
