@@ -93,6 +93,24 @@ func reasonCode(r engine.DeadReason) int {
 	return 2
 }
 
+// newValue is the stored value of a job just published: its header (ready
+// or delayed until due) followed by the payload, in one allocation.
+func newValue(ready bool, tries uint16, priority int, dueMS int64, payload []byte) []byte {
+	v := make([]byte, headerSize+len(payload))
+	v[0] = 1
+	v[1] = 'r'
+	if !ready {
+		v[1] = 'd'
+		var t [8]byte
+		binary.LittleEndian.PutUint64(t[:], uint64(dueMS))
+		copy(v[8:14], t[:6])
+	}
+	binary.LittleEndian.PutUint16(v[2:4], tries)
+	v[6] = byte(priority)
+	copy(v[headerSize:], payload)
+	return v
+}
+
 // splitValue splits a stored value into its header and payload.
 func splitValue(v []byte) (header, []byte, error) {
 	var h header

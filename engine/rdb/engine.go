@@ -289,10 +289,11 @@ func (e *Engine) PublishBatch(ctx context.Context, reqs []*engine.PublishRequest
 		}
 		keys[7+i] = jobKey(ns, q, id)
 		b := 6 + 6*i
+		due := nowMS + durMS(r.Delay)
 		args[b] = id
-		args[b+1] = payload
+		args[b+1] = newValue(due <= nowMS, r.Tries, r.Priority, due, payload)
 		args[b+2] = durMS(r.TTL)
-		args[b+3] = nowMS + durMS(r.Delay)
+		args[b+3] = due
 		args[b+4] = int(r.Tries)
 		args[b+5] = r.Priority
 	}

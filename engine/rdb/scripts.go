@@ -123,7 +123,8 @@ func script(src string) *redis.Script { return redis.NewScript(luaLib + src) }
 //	ARGV[3]  ready channel n/ns/q    ARGV[4] timer channel
 //	ARGV[5]  ID of the replaced job, or ""
 //	ARGV[6]  "1" when KEYS[7] is used
-//	ARGV[7+6k…] per job k: id, payload, ttl (ms, 0 = forever), due (ms), tries, priority
+//	ARGV[7+6k…] per job k: id, value (header + payload, built by the caller),
+//	         ttl (ms, 0 = forever), due (ms), tries, priority
 //
 // Returns {0, made ready, new earliest due of the pool or 0};
 // {k} when job k's body key exists (nothing written);
@@ -134,40 +135,54 @@ if ARGV[6] == '1' then
   local prev = redis.call('GET', KEYS[7])
   if prev then return {-1, prev} end
 end
+local now = tonumber(ARGV[1])
+-- SET NX every job first: if one ID is taken, undo the ones written and
+-- report it, so that a batch is all or nothing.
 for i = 1, n do
-  if redis.call('EXISTS', KEYS[7 + i]) == 1 then return {i} end
+  local b = 7 + (i - 1) * 6
+  local ok
+  if ARGV[b + 2] ~= '0' then
+    ok = redis.call('SET', KEYS[7 + i], ARGV[b + 1], 'NX', 'PX', ARGV[b + 2])
+  else
+    ok = redis.call('SET', KEYS[7 + i], ARGV[b + 1], 'NX')
+  end
+  if not ok then
+    for k = 1, i - 1 do redis.call('DEL', KEYS[7 + k]) end
+    return {i}
+  end
 end
 if ARGV[5] ~= '' then
   redis.call('DEL', KEYS[6])
   redis.call('ZREM', KEYS[2], ARGV[5])
 end
-local now = tonumber(ARGV[1])
-local ready, mindue = 0, nil
+if ARGV[6] == '1' then
+  if tonumber(ARGV[9]) > 0 then redis.call('SET', KEYS[7], ARGV[7], 'PX', ARGV[9]) else redis.call('SET', KEYS[7], ARGV[7]) end
+end
+local ready, mindue = {}, nil
 for i = 1, n do
   local b = 7 + (i - 1) * 6
-  local id, ttl, due = ARGV[b], ARGV[b + 2], tonumber(ARGV[b + 3])
-  local tries, prio = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
-  local h
-  if due <= now then h = hdr('r', tries, 0, prio, 0, 0, NONCE0) else h = hdr('d', tries, 0, prio, 0, due, NONCE0) end
-  if tonumber(ttl) > 0 then
-    redis.call('SET', KEYS[7 + i], h .. ARGV[b + 1], 'NX', 'PX', ttl)
-    if i == 1 and ARGV[6] == '1' then redis.call('SET', KEYS[7], id, 'PX', ttl) end
-  else
-    redis.call('SET', KEYS[7 + i], h .. ARGV[b + 1], 'NX')
-    if i == 1 and ARGV[6] == '1' then redis.call('SET', KEYS[7], id) end
-  end
-  if due <= now then
-    push_ready(KEYS[1], KEYS[4], KEYS[5], prio, tries, id)
-    ready = ready + 1
-  else
+  local id, due, tries, prio = ARGV[b], tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+  if due > now then
     redis.call('ZADD', KEYS[2], ARGV[b + 3], id)
     if not mindue or due < mindue then mindue = due end
+  elseif prio > 0 then
+    push_ready(KEYS[1], KEYS[4], KEYS[5], prio, tries, id)
+    ready[#ready + 1] = false
+  else
+    ready[#ready + 1] = entry(tries, id)
   end
 end
-if ready > 0 then redis.call('PUBLISH', ARGV[3], ready) end
+if #ready > 0 then
+  local batch = {}
+  for _, e in ipairs(ready) do
+    if e then batch[#batch + 1] = e end
+  end
+  if #batch > 0 then redis.call('LPUSH', KEYS[1], unpack(batch)) end
+  redis.call('PUBLISH', ARGV[3], #ready)
+end
 local earliest = 0
 if mindue then earliest = lower_index(KEYS[3], ARGV[2], mindue, ARGV[4]) end
-return {0, ready, earliest}
+return {0, #ready, earliest}
 `)
 
 // consumeScript takes up to count live jobs from the queues in priority
