@@ -9,7 +9,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.buildCommit=$(COMMIT) -X main.buil
 # The CLI is built only once its package has Go files.
 CLIENT_CMD := $(wildcard client/cmd/kairos/*.go)
 
-.PHONY: build run test test-short lint cover bench chaos clean help
+.PHONY: bench-check build run test test-short lint cover bench chaos clean help
 
 ## build: bin/kairos-server (and bin/kairos, the CLI, when it exists)
 build:
@@ -53,6 +53,10 @@ bench:
 chaos:
 	scripts/install-redis.sh
 	$(GO) run ./scripts/chaos -scenario all -duration 40s
+
+## bench-check: load-test a fresh server and fail on a throughput regression (not part of test)
+bench-check:
+	scripts/bench-check.sh
 
 ## clean: remove build and coverage output
 clean:

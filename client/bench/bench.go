@@ -86,6 +86,13 @@ type Result struct {
 	Note  string  `json:"note,omitempty"`
 }
 
+// runQueue names a scenario's queue for one run: a fresh queue per run, so
+// that jobs a previous run left in flight (consumers stopped mid-request)
+// cannot come back after their TTR and skew this run's figures.
+func runQueue(prefix, scenario string) string {
+	return prefix + "-" + scenario + "-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+}
+
 // client is a lean keep-alive HTTP client for the lmstfy API.
 type client struct {
 	cfg  Config
@@ -283,7 +290,7 @@ func (c *client) isCeiling(ctx context.Context, queue string) bool {
 func Publish(ctx context.Context, cfg Config) (Result, error) {
 	cfg.defaults()
 	c := newClient(cfg)
-	queue := cfg.Queue + "-publish"
+	queue := runQueue(cfg.Queue, "publish")
 	var ops, errs atomic.Int64
 	var lat samples
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
@@ -320,7 +327,7 @@ func Publish(ctx context.Context, cfg Config) (Result, error) {
 func BulkPublish(ctx context.Context, cfg Config) (Result, error) {
 	cfg.defaults()
 	c := newClient(cfg)
-	queue := cfg.Queue + "-bulk"
+	queue := runQueue(cfg.Queue, "bulk")
 	var ops, errs atomic.Int64
 	var lat samples
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
@@ -360,7 +367,7 @@ func BulkPublish(ctx context.Context, cfg Config) (Result, error) {
 func ConsumeAck(ctx context.Context, cfg Config) (Result, error) {
 	cfg.defaults()
 	c := newClient(cfg)
-	queue := cfg.Queue + "-consume"
+	queue := runQueue(cfg.Queue, "consume")
 	c.drain(ctx, queue)
 	if err := fill(ctx, c, queue, cfg.Jobs, 0); err != nil {
 		return Result{}, err
@@ -446,10 +453,12 @@ func fill(ctx context.Context, c *client, queue string, n, delay int) error {
 func Latency(ctx context.Context, cfg Config) (Result, error) {
 	cfg.defaults()
 	c := newClient(cfg)
-	queue := cfg.Queue + "-latency"
+	queue := runQueue(cfg.Queue, "latency")
 	c.drain(ctx, queue)
 	var lat samples
-	var ops, errs atomic.Int64
+	var ops, errs, dups atomic.Int64
+	var seenMu sync.Mutex
+	seen := make(map[string]bool)
 	pctx, pcancel := context.WithTimeout(ctx, cfg.Duration)
 	defer pcancel()
 	cctx, ccancel := context.WithCancel(ctx)
@@ -465,6 +474,14 @@ func Latency(ctx context.Context, cfg Config) (Result, error) {
 					continue
 				}
 				got := time.Now()
+				seenMu.Lock()
+				dup := seen[j.ID]
+				seen[j.ID] = true
+				seenMu.Unlock()
+				if dup {
+					dups.Add(1)
+					continue
+				}
 				if sent, err := strconv.ParseInt(string(bytes.TrimRight(j.Data, "x")), 10, 64); err == nil {
 					lat.add(got.Sub(time.Unix(0, sent)))
 				}
@@ -511,7 +528,7 @@ func Latency(ctx context.Context, cfg Config) (Result, error) {
 	ccancel()
 	cwg.Wait()
 	r := Result{Scenario: "publish_to_consume", Ops: ops.Load(), Errors: errs.Load(), Seconds: time.Since(start).Seconds(),
-		Note: fmt.Sprintf("target %d jobs/s, %d published", cfg.Rate, published.Load())}
+		Note: fmt.Sprintf("target %d jobs/s, %d published, %d delivered twice", cfg.Rate, published.Load(), dups.Load())}
 	r.PerSec = float64(r.Ops) / r.Seconds
 	lat.fill(&r)
 	if lost := published.Load() - ops.Load(); lost > 0 {
@@ -526,7 +543,7 @@ func Latency(ctx context.Context, cfg Config) (Result, error) {
 func Delayed(ctx context.Context, cfg Config) (Result, error) {
 	cfg.defaults()
 	c := newClient(cfg)
-	queue := cfg.Queue + "-delayed"
+	queue := runQueue(cfg.Queue, "delayed")
 	c.drain(ctx, queue)
 	var lat samples
 	var ops, errs atomic.Int64
@@ -592,7 +609,7 @@ func Delayed(ctx context.Context, cfg Config) (Result, error) {
 func Burst(ctx context.Context, cfg Config) (Result, error) {
 	cfg.defaults()
 	c := newClient(cfg)
-	queue := cfg.Queue + "-burst"
+	queue := runQueue(cfg.Queue, "burst")
 	c.drain(ctx, queue)
 	// Align to a second boundary so every job falls due together.
 	const delay = 3

@@ -229,22 +229,29 @@ func (c *cli) redisBenchmark(ctx context.Context, addr string, conc int) error {
 		conc = 64
 	}
 	base := []string{"-h", host, "-p", port, "-c", fmt.Sprint(conc), "-n", "200000", "-q"}
+	labels := []string{"", "publish-shaped Lua (SET NX PX + LPUSH)", "consume-shaped Lua (RPOP + ZADD + GET)"}
 	runs := [][]string{
 		append(append([]string{}, base...), "-t", "set,lpush,rpop"),
 		append(append([]string{}, base...), "eval", "redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', 3600000) return redis.call('LPUSH', KEYS[2], ARGV[1])", "2", "bench:j:__rand_int__", "bench:q", "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"),
 		append(append([]string{}, base...), "eval", "local e = redis.call('RPOP', KEYS[1]) if e then redis.call('ZADD', KEYS[2], 1, e) return redis.call('GET', KEYS[3]) end return false", "3", "bench:q", "bench:t", "bench:j:1"),
 	}
 	fmt.Fprintln(c.io.out, "redis-benchmark (same Redis; Lua lines: publish-shaped SET NX + LPUSH, consume-shaped RPOP + ZADD + GET):")
-	for _, a := range runs {
+	for i, a := range runs {
 		out, err := exec.CommandContext(ctx, "redis-benchmark", a...).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("redis-benchmark: %v: %s", err, out)
 		}
 		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			if i := strings.LastIndex(line, "\r"); i >= 0 {
-				line = line[i+1:]
+			if j := strings.LastIndex(line, "\r"); j >= 0 {
+				line = line[j+1:]
 			}
-			fmt.Fprintln(c.io.out, "  "+strings.TrimSpace(line))
+			line = strings.TrimSpace(line)
+			if labels[i] != "" {
+				if _, rest, ok := strings.Cut(line, ": "); ok && strings.HasPrefix(line, "eval") {
+					line = labels[i] + ": " + rest
+				}
+			}
+			fmt.Fprintln(c.io.out, "  "+line)
 		}
 	}
 	_, _ = exec.CommandContext(ctx, "redis-cli", "-h", host, "-p", port, "del", "bench:q", "bench:t").CombinedOutput()
