@@ -36,6 +36,8 @@ type scenario struct {
 	// WaitReplicas sets the pool's durability option (Redis WAIT after
 	// every publish).
 	WaitReplicas int
+	// OptIn scenarios run only when named, not with "all".
+	OptIn bool
 }
 
 // disruption kinds.
