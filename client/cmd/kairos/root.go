@@ -187,7 +187,7 @@ func (c *cli) rootCmd() *cobra.Command {
 	root.AddCommand(
 		c.publishCmd(), c.consumeCmd(), c.ackCmd(), c.peekCmd(), c.sizeCmd(), c.destroyCmd(),
 		c.deadletterCmd(), c.tokenCmd(), c.limitsCmd(), c.poolsCmd(), c.statsCmd(), c.versionCmd(),
-		c.releaseCmd(), c.touchCmd(), c.cancelCmd(), c.queueConfigCmd(), c.benchCmd(),
+		c.releaseCmd(), c.touchCmd(), c.cancelCmd(), c.queueConfigCmd(), c.webhookCmd(), c.benchCmd(),
 	)
 	root.AddCommand(c.pauseCmds()...)
 	return root
