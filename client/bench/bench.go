@@ -42,6 +42,8 @@ type Config struct {
 	Rate int
 	// BulkSize is the number of jobs per bulk publish (≤ 64).
 	BulkSize int
+	// Queues spreads the publish scenario over this many queues (default 1).
+	Queues int
 }
 
 func (c *Config) defaults() {
@@ -291,20 +293,26 @@ func Publish(ctx context.Context, cfg Config) (Result, error) {
 	cfg.defaults()
 	c := newClient(cfg)
 	queue := runQueue(cfg.Queue, "publish")
+	nq := max(1, cfg.Queues)
 	var ops, errs atomic.Int64
 	var lat samples
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
 	start := time.Now()
 	var wg sync.WaitGroup
+	var seq atomic.Int64
 	for w := 0; w < cfg.Concurrency; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			body := c.body(0)
 			for ctx.Err() == nil {
+				q := queue
+				if nq > 1 {
+					q = queue + "-" + strconv.Itoa(int(seq.Add(1)%int64(nq)))
+				}
 				t := time.Now()
-				if _, err := c.publish(ctx, queue, body, 0); err != nil {
+				if _, err := c.publish(ctx, q, body, 0); err != nil {
 					if ctx.Err() == nil {
 						errs.Add(1)
 					}
@@ -317,6 +325,9 @@ func Publish(ctx context.Context, cfg Config) (Result, error) {
 	}
 	wg.Wait()
 	r := Result{Scenario: "publish", Ops: ops.Load(), Errors: errs.Load(), Seconds: time.Since(start).Seconds()}
+	if nq > 1 {
+		r.Note = fmt.Sprintf("over %d queues", nq)
+	}
 	r.PerSec = float64(r.Ops) / r.Seconds
 	lat.fill(&r)
 	return r, nil
@@ -445,6 +456,29 @@ func fill(ctx context.Context, c *client, queue string, n, delay int) error {
 	}
 	wg.Wait()
 	return firstErr
+}
+
+// Preload publishes n jobs delayed by an hour (bulk, 8 requests in flight)
+// into a queue of their own, so that the other scenarios can be measured
+// with a large timer; it returns the queue's name (destroy it after).
+func Preload(ctx context.Context, cfg Config, n int) (string, error) {
+	cfg.defaults()
+	c := newClient(cfg)
+	queue := runQueue(cfg.Queue, "preload")
+	return queue, fill(ctx, c, queue, n, 3600)
+}
+
+// Destroy deletes a queue's ready, delayed and in-flight jobs.
+func Destroy(ctx context.Context, cfg Config, queue string) error {
+	cfg.defaults()
+	st, b, err := newClient(cfg).do(ctx, http.MethodDelete, queue, nil, nil)
+	if err != nil {
+		return err
+	}
+	if st != http.StatusNoContent {
+		return fmt.Errorf("destroy: %d %s", st, b)
+	}
+	return nil
 }
 
 // Latency publishes at Rate jobs/s for Duration while Concurrency consumers

@@ -183,27 +183,20 @@ func durMS(d time.Duration) int64 {
 	return m
 }
 
-// recordMeta registers ns/q in lmstfy's metadata hashes once per instance.
-func (e *Engine) recordMeta(ctx context.Context, ns, q string) error {
-	k := queueMember(ns, q)
+// newQueue reports whether ns/q is not yet known to be in lmstfy's
+// metadata registries (m/ns, m/ns/NS); the publish script then records it
+// in the same round trip, and markQueue remembers it once that succeeded.
+func (e *Engine) newQueue(ns, q string) bool {
 	e.metaMu.Lock()
-	_, ok := e.meta[k]
-	e.metaMu.Unlock()
-	if ok {
-		return nil
-	}
-	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, metaNamespacesKey, ns, 1)
-		p.HSet(ctx, metaQueuesKey(ns), q, 1)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("record queue %s: %w", k, err)
-	}
+	defer e.metaMu.Unlock()
+	_, ok := e.meta[queueMember(ns, q)]
+	return !ok
+}
+
+func (e *Engine) markQueue(ns, q string) {
 	e.metaMu.Lock()
-	e.meta[k] = struct{}{}
+	e.meta[queueMember(ns, q)] = struct{}{}
 	e.metaMu.Unlock()
-	return nil
 }
 
 func checkNames(ns, q string) error {
@@ -246,9 +239,6 @@ func (e *Engine) PublishBatch(ctx context.Context, reqs []*engine.PublishRequest
 		if r.Key != "" && (len(reqs) > 1 || len(r.Key) > 256) {
 			return nil, fmt.Errorf("publish: a job key needs a single job and at most 256 bytes: %w", engine.ErrInvalid)
 		}
-	}
-	if err := e.recordMeta(ctx, ns, q); err != nil {
-		return nil, fmt.Errorf("publish %s/%s: %w", ns, q, err)
 	}
 	now := e.now()
 	nowMS := ceilMS(now)
@@ -297,6 +287,11 @@ func (e *Engine) PublishBatch(ctx context.Context, reqs []*engine.PublishRequest
 		args[b+4] = int(r.Tries)
 		args[b+5] = r.Priority
 	}
+	record := e.newQueue(ns, q)
+	if record {
+		keys = append(keys, metaNamespacesKey, metaQueuesKey(ns))
+		args = append(args, ns, q)
+	}
 	for attempt := 0; ; attempt++ {
 		var res []interface{}
 		var err error
@@ -314,6 +309,9 @@ func (e *Engine) PublishBatch(ctx context.Context, reqs []*engine.PublishRequest
 		case code == 0 && len(res) == 3:
 			if earliest, _ := res[2].(int64); earliest > 0 {
 				e.wakePump()
+			}
+			if record {
+				e.markQueue(ns, q)
 			}
 			if replicas >= 0 && replicas < int64(e.waitReplicas) {
 				return ids, fmt.Errorf("publish %s/%s: %d of %d replicas within %v: %w", ns, q, replicas, e.waitReplicas, e.waitTimeout, engine.ErrNotReplicated)

@@ -125,12 +125,19 @@ func script(src string) *redis.Script { return redis.NewScript(luaLib + src) }
 //	ARGV[6]  "1" when KEYS[7] is used
 //	ARGV[7+6k…] per job k: id, value (header + payload, built by the caller),
 //	         ttl (ms, 0 = forever), due (ms), tries, priority
+//	optionally, the first publish to a queue through this server: two more
+//	KEYS, lmstfy's registries m/ns and m/ns/NS, and two more ARGV, ns and q.
 //
 // Returns {0, made ready, new earliest due of the pool or 0};
 // {k} when job k's body key exists (nothing written);
 // {-1, id} when the idempotency key is taken (nothing written).
 var publishScript = script(`
 local n = #KEYS - 7
+local meta = false
+if #ARGV ~= 6 + 6 * n then
+  n = #KEYS - 9
+  meta = true
+end
 if ARGV[6] == '1' then
   local prev = redis.call('GET', KEYS[7])
   if prev then return {-1, prev} end
@@ -157,6 +164,10 @@ if ARGV[5] ~= '' then
 end
 if ARGV[6] == '1' then
   if tonumber(ARGV[9]) > 0 then redis.call('SET', KEYS[7], ARGV[7], 'PX', ARGV[9]) else redis.call('SET', KEYS[7], ARGV[7]) end
+end
+if meta then
+  redis.call('HSET', KEYS[#KEYS - 1], ARGV[#ARGV - 1], 1)
+  redis.call('HSET', KEYS[#KEYS], ARGV[#ARGV], 1)
 end
 local ready, mindue = {}, nil
 for i = 1, n do

@@ -52,7 +52,7 @@ func (c *cli) benchCmd() *cobra.Command {
 	var cfg bench.Config
 	var ceiling bool
 	var redisAddr string
-	var runs int
+	var runs, preload int
 	cmd := &cobra.Command{
 		Use:   "bench [scenario...]",
 		Short: "Load-test an lmstfy-compatible server",
@@ -83,6 +83,14 @@ func (c *cli) benchCmd() *cobra.Command {
 				go func() { _ = srv.Serve(ln) }()
 				defer srv.Close()
 				ceilAddr = "http://" + ln.Addr().String()
+			}
+			if preload > 0 {
+				q, err := bench.Preload(ctx, cfg, preload)
+				if err != nil {
+					return fmt.Errorf("preload: %w", err)
+				}
+				fmt.Fprintf(c.io.err, "preloaded %d delayed jobs into %s\n", preload, q)
+				defer func() { _ = bench.Destroy(context.WithoutCancel(ctx), cfg, q) }()
 			}
 			var rows []benchRow
 			for _, name := range names {
@@ -139,6 +147,8 @@ func (c *cli) benchCmd() *cobra.Command {
 	f.BoolVar(&ceiling, "ceiling", false, "also measure a do-nothing server of the same API, in this process")
 	f.StringVar(&redisAddr, "redis-benchmark", "", "also run redis-benchmark against this Redis (HOST:PORT)")
 	f.IntVar(&runs, "runs", 1, "runs per scenario; the median is printed with min-max")
+	f.IntVar(&cfg.Queues, "queues", 1, "spread the publish scenario over this many queues")
+	f.IntVar(&preload, "preload-delayed", 0, "first publish this many jobs delayed by an hour (a large timer), destroyed at the end")
 	return cmd
 }
 
