@@ -288,48 +288,67 @@ func (c *client) isCeiling(ctx context.Context, queue string) bool {
 	return err == nil && st == http.StatusOK && bytes.Equal(b, ceilSize)
 }
 
-// Publish measures single publishes by Concurrency clients for Duration.
-func Publish(ctx context.Context, cfg Config) (Result, error) {
-	cfg.defaults()
-	c := newClient(cfg)
-	queue := runQueue(cfg.Queue, "publish")
-	nq := max(1, cfg.Queues)
+// errStop ends a worker of timed (the queue ran dry).
+var errStop = errors.New("bench: stop")
+
+// timed runs op in Concurrency workers until Duration ends (or every
+// worker stopped with errStop) and measures it: op returns how many jobs one
+// call handled. Errors after the end of the run are not counted.
+func timed(ctx context.Context, cfg Config, scenario string, op func(ctx context.Context, worker int) (int, error)) Result {
 	var ops, errs atomic.Int64
 	var lat samples
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
 	start := time.Now()
 	var wg sync.WaitGroup
-	var seq atomic.Int64
 	for w := 0; w < cfg.Concurrency; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			body := c.body(0)
 			for ctx.Err() == nil {
-				q := queue
-				if nq > 1 {
-					q = queue + "-" + strconv.Itoa(int(seq.Add(1)%int64(nq)))
-				}
 				t := time.Now()
-				if _, err := c.publish(ctx, q, body, 0); err != nil {
+				n, err := op(ctx, w)
+				if errors.Is(err, errStop) {
+					return
+				}
+				if err != nil {
 					if ctx.Err() == nil {
 						errs.Add(1)
 					}
 					continue
 				}
 				lat.add(time.Since(t))
-				ops.Add(1)
+				ops.Add(int64(n))
 			}
 		}()
 	}
 	wg.Wait()
-	r := Result{Scenario: "publish", Ops: ops.Load(), Errors: errs.Load(), Seconds: time.Since(start).Seconds()}
+	r := Result{Scenario: scenario, Ops: ops.Load(), Errors: errs.Load(), Seconds: time.Since(start).Seconds()}
+	r.PerSec = float64(r.Ops) / r.Seconds
+	lat.fill(&r)
+	return r
+}
+
+// Publish measures single publishes by Concurrency clients for Duration,
+// over Queues queues.
+func Publish(ctx context.Context, cfg Config) (Result, error) {
+	cfg.defaults()
+	c := newClient(cfg)
+	queue := runQueue(cfg.Queue, "publish")
+	nq := max(1, cfg.Queues)
+	body := c.body(0)
+	var seq atomic.Int64
+	r := timed(ctx, cfg, "publish", func(ctx context.Context, _ int) (int, error) {
+		q := queue
+		if nq > 1 {
+			q = queue + "-" + strconv.Itoa(int(seq.Add(1)%int64(nq)))
+		}
+		_, err := c.publish(ctx, q, body, 0)
+		return 1, err
+	})
 	if nq > 1 {
 		r.Note = fmt.Sprintf("over %d queues", nq)
 	}
-	r.PerSec = float64(r.Ops) / r.Seconds
-	lat.fill(&r)
 	return r, nil
 }
 
@@ -339,37 +358,14 @@ func BulkPublish(ctx context.Context, cfg Config) (Result, error) {
 	cfg.defaults()
 	c := newClient(cfg)
 	queue := runQueue(cfg.Queue, "bulk")
-	var ops, errs atomic.Int64
-	var lat samples
-	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
-	defer cancel()
-	start := time.Now()
-	var wg sync.WaitGroup
-	for w := 0; w < cfg.Concurrency; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			bodies := make([][]byte, cfg.BulkSize)
-			for i := range bodies {
-				bodies[i] = c.body(int64(i))
-			}
-			for ctx.Err() == nil {
-				t := time.Now()
-				if err := c.bulk(ctx, queue, bodies, 0); err != nil {
-					if ctx.Err() == nil {
-						errs.Add(1)
-					}
-					continue
-				}
-				lat.add(time.Since(t))
-				ops.Add(int64(len(bodies)))
-			}
-		}()
+	bodies := make([][]byte, cfg.BulkSize)
+	for i := range bodies {
+		bodies[i] = c.body(int64(i))
 	}
-	wg.Wait()
-	r := Result{Scenario: "bulk_publish", Ops: ops.Load(), Errors: errs.Load(), Seconds: time.Since(start).Seconds(), Note: fmt.Sprintf("%d jobs per request", cfg.BulkSize)}
-	r.PerSec = float64(r.Ops) / r.Seconds
-	lat.fill(&r)
+	r := timed(ctx, cfg, "bulk_publish", func(ctx context.Context, _ int) (int, error) {
+		return len(bodies), c.bulk(ctx, queue, bodies, 0)
+	})
+	r.Note = fmt.Sprintf("%d jobs per request", cfg.BulkSize)
 	return r, nil
 }
 
@@ -383,44 +379,16 @@ func ConsumeAck(ctx context.Context, cfg Config) (Result, error) {
 	if err := fill(ctx, c, queue, cfg.Jobs, 0); err != nil {
 		return Result{}, err
 	}
-	var ops, errs atomic.Int64
-	var lat samples
-	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
-	defer cancel()
-	start := time.Now()
-	var wg sync.WaitGroup
-	for w := 0; w < cfg.Concurrency; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				t := time.Now()
-				j, err := c.consume(ctx, queue, 0)
-				if err != nil {
-					if ctx.Err() == nil {
-						errs.Add(1)
-					}
-					continue
-				}
-				if j == nil {
-					return
-				}
-				if err := c.ack(ctx, queue, j.ID); err != nil {
-					if ctx.Err() == nil {
-						errs.Add(1)
-					}
-					continue
-				}
-				lat.add(time.Since(t))
-				ops.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	r := Result{Scenario: "consume_ack", Ops: ops.Load(), Errors: errs.Load(), Seconds: time.Since(start).Seconds()}
-	r.PerSec = float64(r.Ops) / r.Seconds
-	lat.fill(&r)
-	return r, nil
+	return timed(ctx, cfg, "consume_ack", func(ctx context.Context, _ int) (int, error) {
+		j, err := c.consume(ctx, queue, 0)
+		if err != nil {
+			return 0, err
+		}
+		if j == nil {
+			return 0, errStop
+		}
+		return 1, c.ack(ctx, queue, j.ID)
+	}), nil
 }
 
 // fill publishes n jobs to queue with bulk requests, 8 in flight.
@@ -481,6 +449,56 @@ func Destroy(ctx context.Context, cfg Config, queue string) error {
 	return nil
 }
 
+// consumers long-poll a queue, ACK every job and record, for each job seen
+// the first time, the time from the instant its body carries (Unix ns) to
+// its delivery.
+type consumers struct {
+	ops, dups atomic.Int64
+	lat       samples
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	once      sync.Once
+	mu        sync.Mutex
+	seen      map[string]bool
+}
+
+func startConsumers(ctx context.Context, c *client, queue string, n int) *consumers {
+	cs := &consumers{seen: make(map[string]bool)}
+	ctx, cs.cancel = context.WithCancel(ctx)
+	for w := 0; w < n; w++ {
+		cs.wg.Add(1)
+		go func() {
+			defer cs.wg.Done()
+			for ctx.Err() == nil {
+				j, err := c.consume(ctx, queue, 1)
+				if err != nil || j == nil {
+					continue
+				}
+				got := time.Now()
+				cs.mu.Lock()
+				dup := cs.seen[j.ID]
+				cs.seen[j.ID] = true
+				cs.mu.Unlock()
+				if dup {
+					cs.dups.Add(1)
+					continue
+				}
+				if at, err := strconv.ParseInt(string(bytes.TrimRight(j.Data, "x")), 10, 64); err == nil {
+					cs.lat.add(got.Sub(time.Unix(0, at)))
+				}
+				cs.ops.Add(1)
+				_ = c.ack(ctx, queue, j.ID)
+			}
+		}()
+	}
+	return cs
+}
+
+// stop ends the consumers and waits for them; safe to call twice.
+func (cs *consumers) stop() {
+	cs.once.Do(func() { cs.cancel(); cs.wg.Wait() })
+}
+
 // Latency publishes at Rate jobs/s for Duration while Concurrency consumers
 // long-poll, and measures publish-to-delivery time (each body carries its
 // send time).
@@ -489,41 +507,11 @@ func Latency(ctx context.Context, cfg Config) (Result, error) {
 	c := newClient(cfg)
 	queue := runQueue(cfg.Queue, "latency")
 	c.drain(ctx, queue)
-	var lat samples
-	var ops, errs, dups atomic.Int64
-	var seenMu sync.Mutex
-	seen := make(map[string]bool)
+	var errs atomic.Int64
 	pctx, pcancel := context.WithTimeout(ctx, cfg.Duration)
 	defer pcancel()
-	cctx, ccancel := context.WithCancel(ctx)
-	defer ccancel()
-	var cwg sync.WaitGroup
-	for w := 0; w < cfg.Concurrency; w++ {
-		cwg.Add(1)
-		go func() {
-			defer cwg.Done()
-			for cctx.Err() == nil {
-				j, err := c.consume(cctx, queue, 1)
-				if err != nil || j == nil {
-					continue
-				}
-				got := time.Now()
-				seenMu.Lock()
-				dup := seen[j.ID]
-				seen[j.ID] = true
-				seenMu.Unlock()
-				if dup {
-					dups.Add(1)
-					continue
-				}
-				if sent, err := strconv.ParseInt(string(bytes.TrimRight(j.Data, "x")), 10, 64); err == nil {
-					lat.add(got.Sub(time.Unix(0, sent)))
-				}
-				ops.Add(1)
-				_ = c.ack(cctx, queue, j.ID)
-			}
-		}()
-	}
+	cs := startConsumers(ctx, c, queue, cfg.Concurrency)
+	defer cs.stop()
 	time.Sleep(200 * time.Millisecond) // consumers are waiting
 	start := time.Now()
 	interval := time.Second / time.Duration(cfg.Rate)
@@ -556,11 +544,11 @@ func Latency(ctx context.Context, cfg Config) (Result, error) {
 	}
 	pwg.Wait()
 	deadline := time.Now().Add(5 * time.Second)
-	for ops.Load() < published.Load() && time.Now().Before(deadline) {
+	for cs.ops.Load() < published.Load() && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	ccancel()
-	cwg.Wait()
+	cs.stop()
+	ops, dups, lat := &cs.ops, &cs.dups, &cs.lat
 	r := Result{Scenario: "publish_to_consume", Ops: ops.Load(), Errors: errs.Load(), Seconds: time.Since(start).Seconds(),
 		Note: fmt.Sprintf("target %d jobs/s, %d published, %d delivered twice", cfg.Rate, published.Load(), dups.Load())}
 	r.PerSec = float64(r.Ops) / r.Seconds
@@ -579,29 +567,9 @@ func Delayed(ctx context.Context, cfg Config) (Result, error) {
 	c := newClient(cfg)
 	queue := runQueue(cfg.Queue, "delayed")
 	c.drain(ctx, queue)
-	var lat samples
-	var ops, errs atomic.Int64
-	cctx, ccancel := context.WithCancel(ctx)
-	defer ccancel()
-	var cwg sync.WaitGroup
-	for w := 0; w < cfg.Concurrency; w++ {
-		cwg.Add(1)
-		go func() {
-			defer cwg.Done()
-			for cctx.Err() == nil {
-				j, err := c.consume(cctx, queue, 1)
-				if err != nil || j == nil {
-					continue
-				}
-				got := time.Now()
-				if due, err := strconv.ParseInt(string(bytes.TrimRight(j.Data, "x")), 10, 64); err == nil {
-					lat.add(got.Sub(time.Unix(0, due)))
-				}
-				ops.Add(1)
-				_ = c.ack(cctx, queue, j.ID)
-			}
-		}()
-	}
+	var errs atomic.Int64
+	cs := startConsumers(ctx, c, queue, cfg.Concurrency)
+	defer cs.stop()
 	start := time.Now()
 	var pwg sync.WaitGroup
 	next := atomic.Int64{}
@@ -625,11 +593,11 @@ func Delayed(ctx context.Context, cfg Config) (Result, error) {
 	}
 	pwg.Wait()
 	deadline := time.Now().Add(10 * time.Second)
-	for ops.Load()+errs.Load() < int64(cfg.Jobs) && time.Now().Before(deadline) {
+	for cs.ops.Load()+errs.Load() < int64(cfg.Jobs) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	ccancel()
-	cwg.Wait()
+	cs.stop()
+	ops, lat := &cs.ops, &cs.lat
 	r := Result{Scenario: "delayed_lateness", Ops: ops.Load(), Errors: errs.Load(), Seconds: time.Since(start).Seconds(),
 		Note: "latency columns are lateness (delivery - due); min < 0 means early"}
 	r.PerSec = float64(r.Ops) / r.Seconds
