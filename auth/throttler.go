@@ -343,24 +343,34 @@ func (t *Throttler) Get(ctx context.Context, pool, namespace, token string) (Lim
 	return Limit{}, false, nil
 }
 
+// prepareLimit validates and encodes l and resolves the token (or its
+// fingerprint) to the form a write stores (target) and the other form a
+// limit may already be stored in (other, "" when none), for Add and Set.
+func (t *Throttler) prepareLimit(ctx context.Context, pool, namespace, token string, l Limit) (normPoolName, target, other string, b []byte, err error) {
+	if err := l.Validate(); err != nil {
+		return "", "", "", nil, err
+	}
+	pool = normPool(pool)
+	forms, err := t.resolveExisting(ctx, pool, namespace, token)
+	if err != nil {
+		return "", "", "", nil, err
+	}
+	if b, err = json.Marshal(l); err != nil {
+		return "", "", "", nil, fmt.Errorf("auth: encode limit: %w", err)
+	}
+	target, other = forms.write(t.hash)
+	return pool, target, other, b, nil
+}
+
 // Add sets the token's limit unless one exists (ErrLimitExists). The token
 // itself is not checked, as in lmstfy; it may be a fingerprint of an
 // existing token. Errors: ErrInvalidLimit, ErrLimitExists,
 // ErrUnknownFingerprint, ErrAmbiguousFingerprint.
 func (t *Throttler) Add(ctx context.Context, pool, namespace, token string, l Limit) error {
-	if err := l.Validate(); err != nil {
-		return err
-	}
-	pool = normPool(pool)
-	forms, err := t.resolveExisting(ctx, pool, namespace, token)
+	pool, target, other, b, err := t.prepareLimit(ctx, pool, namespace, token, l)
 	if err != nil {
 		return err
 	}
-	b, err := json.Marshal(l)
-	if err != nil {
-		return fmt.Errorf("auth: encode limit: %w", err)
-	}
-	target, other := forms.write(t.hash)
 	if other == "" {
 		other = target
 	}
@@ -382,19 +392,10 @@ func (t *Throttler) Add(ctx context.Context, pool, namespace, token string, l Li
 // fingerprint of an existing token. Errors: ErrInvalidLimit,
 // ErrUnknownFingerprint, ErrAmbiguousFingerprint.
 func (t *Throttler) Set(ctx context.Context, pool, namespace, token string, l Limit) error {
-	if err := l.Validate(); err != nil {
-		return err
-	}
-	pool = normPool(pool)
-	forms, err := t.resolveExisting(ctx, pool, namespace, token)
+	pool, target, other, b, err := t.prepareLimit(ctx, pool, namespace, token, l)
 	if err != nil {
 		return err
 	}
-	b, err := json.Marshal(l)
-	if err != nil {
-		return fmt.Errorf("auth: encode limit: %w", err)
-	}
-	target, other := forms.write(t.hash)
 	_, err = t.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, throttlerKey, limitField(pool, namespace, target), b)
 		if other != "" {
