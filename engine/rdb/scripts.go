@@ -223,9 +223,13 @@ local out = {0, 0}
 local got = 0
 local touched = {}
 for i = 1, n do
-  if redis.call('HGET', KEYS[3 * n + i], 'paused') ~= '1' then
+  -- One HMGET tells whether the queue is paused and whether it ever had a
+  -- priority job (push_ready sets seq first): queues that never use
+  -- priorities skip the ZPOPMIN.
+  local cfg = redis.call('HMGET', KEYS[3 * n + i], 'paused', 'seq')
+  if cfg[1] ~= '1' then
     local hit = false
-    local pdone = false
+    local pdone = not cfg[2]
     while got < want do
       if budget <= 0 then out[1] = 1 break end
       local e = false
