@@ -8,11 +8,10 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"sort"
@@ -44,6 +43,10 @@ type Config struct {
 	BulkSize int
 	// Queues spreads the publish scenario over this many queues (default 1).
 	Queues int
+	// ServerCPU, when set, meters the CPU time of the server under test
+	// (ProcessCPU for a local one); RedisCPU meters Redis's (RedisCPU). The
+	// load generator's own CPU time is always metered.
+	ServerCPU, RedisCPU CPUMeter
 }
 
 func (c *Config) defaults() {
@@ -85,7 +88,14 @@ type Result struct {
 	MaxMS    float64 `json:"max_ms"`
 	// MinMS is the smallest sample: negative lateness means early.
 	MinMS float64 `json:"min_ms"`
-	Note  string  `json:"note,omitempty"`
+	// CPU per job (µs): the CPU time a process spent during the scenario's
+	// measured phase divided by Ops. The load generator's is always
+	// measured (0 where getrusage is missing); the server's and Redis's
+	// only when Config.ServerCPU and Config.RedisCPU are set.
+	LoadgenCPUUS float64 `json:"loadgen_cpu_us_per_job"`
+	ServerCPUUS  float64 `json:"server_cpu_us_per_job,omitempty"`
+	RedisCPUUS   float64 `json:"redis_cpu_us_per_job,omitempty"`
+	Note         string  `json:"note,omitempty"`
 }
 
 // runQueue names a scenario's queue for one run: a fresh queue per run, so
@@ -95,138 +105,132 @@ func runQueue(prefix, scenario string) string {
 	return prefix + "-" + scenario + "-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 }
 
-// client is a lean keep-alive HTTP client for the lmstfy API.
-type client struct {
-	cfg  Config
-	http *http.Client
-	base string
+// The requests of the lmstfy API the scenarios send.
+
+func publishQuery(delay int) string {
+	return "ttl=3600&tries=3&delay=" + strconv.Itoa(delay)
 }
 
-func newClient(cfg Config) *client {
-	tr := &http.Transport{
-		MaxIdleConns:        cfg.Concurrency * 2,
-		MaxIdleConnsPerHost: cfg.Concurrency * 2,
-		IdleConnTimeout:     time.Minute,
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: time.Minute}).DialContext,
-	}
-	return &client{cfg: cfg, http: &http.Client{Transport: tr, Timeout: time.Minute}, base: cfg.Addr + "/api/" + url.PathEscape(cfg.Namespace) + "/"}
+func consumeQuery(timeout int) string {
+	return "ttr=30&timeout=" + strconv.Itoa(timeout)
 }
 
-func (c *client) do(ctx context.Context, method, path string, q url.Values, body []byte) (int, []byte, error) {
-	u := c.base + path
-	if len(q) > 0 {
-		u += "?" + q.Encode()
+// statusError reports an unexpected response.
+func statusError(op string, status int, body []byte) error {
+	if len(body) > 512 {
+		body = body[:512]
 	}
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
-	if err != nil {
-		return 0, nil, err
-	}
-	if c.cfg.Token != "" {
-		req.Header.Set("X-Token", c.cfg.Token)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, b, err
+	return fmt.Errorf("%s: %d %s", op, status, body)
 }
 
-func (c *client) publish(ctx context.Context, queue string, body []byte, delay int) (string, error) {
-	q := url.Values{"ttl": {"3600"}, "tries": {"3"}, "delay": {strconv.Itoa(delay)}}
-	st, b, err := c.do(ctx, http.MethodPut, queue, q, body)
-	if err != nil {
-		return "", err
-	}
-	if st != http.StatusCreated {
-		return "", fmt.Errorf("publish: %d %s", st, b)
-	}
-	var r struct {
-		JobID string `json:"job_id"`
-	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		return "", err
-	}
-	return r.JobID, nil
-}
-
-func (c *client) bulk(ctx context.Context, queue string, bodies [][]byte, delay int) error {
-	var buf bytes.Buffer
-	buf.WriteByte('[')
-	for i, b := range bodies {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		bs, _ := json.Marshal(string(b))
-		buf.Write(bs)
-	}
-	buf.WriteByte(']')
-	q := url.Values{"ttl": {"3600"}, "tries": {"3"}, "delay": {strconv.Itoa(delay)}}
-	st, b, err := c.do(ctx, http.MethodPut, queue+"/bulk", q, buf.Bytes())
+// publish publishes body to the queue at path (escaped); query is
+// publishQuery's.
+func (cn *conn) publish(ctx context.Context, path, query string, body []byte) error {
+	st, err := cn.do(ctx, http.MethodPut, path, nil, query, body, 0)
 	if err != nil {
 		return err
 	}
 	if st != http.StatusCreated {
-		return fmt.Errorf("bulk publish: %d %s", st, b)
+		return statusError("publish", st, cn.body)
 	}
 	return nil
 }
 
-type job struct {
-	ID   string `json:"job_id"`
-	Data []byte `json:"data"`
+// bulkBody returns the JSON array of bodies (strings) that bulk publish
+// takes.
+func bulkBody(buf []byte, bodies [][]byte) []byte {
+	buf = append(buf[:0], '[')
+	for i, b := range bodies {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		bs, _ := json.Marshal(string(b))
+		buf = append(buf, bs...)
+	}
+	return append(buf, ']')
 }
 
-// consume takes one job (nil when none came within timeout seconds).
-func (c *client) consume(ctx context.Context, queue string, timeout int) (*job, error) {
-	q := url.Values{"ttr": {"30"}, "timeout": {strconv.Itoa(timeout)}}
-	st, b, err := c.do(ctx, http.MethodGet, queue, q, nil)
+// bulk publishes a bulkBody to the queue at path.
+func (cn *conn) bulk(ctx context.Context, path, query string, body []byte) error {
+	st, err := cn.do(ctx, http.MethodPut, path+"/bulk", nil, query, body, 0)
 	if err != nil {
-		return nil, err
+		return err
+	}
+	if st != http.StatusCreated {
+		return statusError("bulk publish", st, cn.body)
+	}
+	return nil
+}
+
+// consume takes one job from the queue at path, waiting up to timeout
+// seconds (query is consumeQuery(timeout)). found is false when none came.
+// id (and data, decoded from base64 when withData) are valid until the
+// next request on cn.
+func (cn *conn) consume(ctx context.Context, path, query string, timeout int, withData bool) (id, data []byte, found bool, err error) {
+	st, err := cn.do(ctx, http.MethodGet, path, nil, query, nil, time.Duration(timeout)*time.Second)
+	if err != nil {
+		return nil, nil, false, err
 	}
 	if st == http.StatusNotFound {
-		return nil, nil
+		return nil, nil, false, nil
 	}
 	if st != http.StatusOK {
-		return nil, fmt.Errorf("consume: %d %s", st, b)
+		return nil, nil, false, statusError("consume", st, cn.body)
 	}
-	var j job
-	if err := json.Unmarshal(b, &j); err != nil {
-		return nil, err
+	keys := [...]string{"job_id", "data"}
+	var vals [2][]byte
+	if topLevelStrings(cn.body, keys[:], vals[:]) && vals[0] != nil && (!withData || vals[1] != nil) {
+		if !withData {
+			return vals[0], nil, true, nil
+		}
+		cn.data = grow(cn.data, base64.StdEncoding.DecodedLen(len(vals[1])))
+		if n, err := base64.StdEncoding.Decode(cn.data, vals[1]); err == nil {
+			return vals[0], cn.data[:n], true, nil
+		}
 	}
-	return &j, nil
+	// The fast path could not tell: decode the way any client would.
+	var j struct {
+		ID   string `json:"job_id"`
+		Data []byte `json:"data"`
+	}
+	if err := json.Unmarshal(cn.body, &j); err != nil {
+		return nil, nil, false, fmt.Errorf("consume: %w", err)
+	}
+	return []byte(j.ID), j.Data, true, nil
 }
 
-func (c *client) ack(ctx context.Context, queue, id string) error {
-	st, b, err := c.do(ctx, http.MethodDelete, queue+"/job/"+id, nil, nil)
+// ack deletes the job id; jobPath is the queue's path with "/job/".
+func (cn *conn) ack(ctx context.Context, jobPath string, id []byte) error {
+	st, err := cn.do(ctx, http.MethodDelete, jobPath, id, "", nil, 0)
 	if err != nil {
 		return err
 	}
 	if st != http.StatusNoContent {
-		return fmt.Errorf("ack: %d %s", st, b)
+		return statusError("ack", st, cn.body)
 	}
 	return nil
 }
 
-func (c *client) size(ctx context.Context, queue string) (int64, error) {
-	st, b, err := c.do(ctx, http.MethodGet, queue+"/size", nil, nil)
+// size returns the ready size of the queue at path.
+func (cn *conn) size(ctx context.Context, path string) (int64, error) {
+	st, err := cn.do(ctx, http.MethodGet, path+"/size", nil, "", nil, 0)
 	if err != nil {
 		return 0, err
 	}
 	if st != http.StatusOK {
-		return 0, fmt.Errorf("size: %d %s", st, b)
+		return 0, statusError("size", st, cn.body)
 	}
 	var r struct {
 		Size int64 `json:"size"`
 	}
-	err = json.Unmarshal(b, &r)
-	return r.Size, err
+	if err := json.Unmarshal(cn.body, &r); err != nil {
+		return 0, fmt.Errorf("size: %w", err)
+	}
+	return r.Size, nil
 }
+
+// escQueue escapes a queue name for a path.
+func escQueue(queue string) string { return url.PathEscape(queue) }
 
 // samples collects latencies.
 type samples struct {
@@ -254,14 +258,26 @@ func (s *samples) fill(r *Result) {
 	r.MinMS = ms(s.d[0])
 }
 
-func (c *client) body(seq int64) []byte {
-	b := make([]byte, c.cfg.BodySize)
-	for i := range b {
-		b[i] = 'x'
+// appendBody appends a job body of cfg.BodySize bytes to b: seq in
+// decimal, then 'x's.
+func (c *client) appendBody(b []byte, seq int64) []byte {
+	start := len(b)
+	b = strconv.AppendInt(b, seq, 10)
+	for len(b)-start < c.cfg.BodySize {
+		b = append(b, 'x')
 	}
-	s := strconv.FormatInt(seq, 10)
-	copy(b, s)
+	if len(b)-start > c.cfg.BodySize {
+		b = b[:start+c.cfg.BodySize]
+	}
 	return b
+}
+
+func (c *client) body(seq int64) []byte { return c.appendBody(nil, seq) }
+
+// bodyTime parses the Unix-nanosecond instant a body carries.
+func bodyTime(data []byte) (time.Time, bool) {
+	at, err := strconv.ParseInt(string(bytes.TrimRight(data, "x")), 10, 64)
+	return time.Unix(0, at), err == nil
 }
 
 // drain empties a queue (consume + ACK, non-blocking) before a scenario,
@@ -269,45 +285,53 @@ func (c *client) body(seq int64) []byte {
 func (c *client) drain(ctx context.Context, queue string) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, ok := c.http.Transport.(*http.Transport); ok && c.isCeiling(ctx, queue) {
+	cn := c.conn()
+	defer cn.close()
+	path := escQueue(queue)
+	if isCeiling(ctx, cn, path) {
 		return
 	}
+	query, jobPath := consumeQuery(0), path+"/job/"
 	for {
-		j, err := c.consume(ctx, queue, 0)
-		if err != nil || j == nil {
+		id, _, found, err := cn.consume(ctx, path, query, 0, false)
+		if err != nil || !found {
 			return
 		}
-		_ = c.ack(ctx, queue, j.ID)
+		_ = cn.ack(ctx, jobPath, id)
 	}
 }
 
 // isCeiling reports whether the server is the do-nothing Ceiling (its
 // consume never runs dry, so there is nothing to drain).
-func (c *client) isCeiling(ctx context.Context, queue string) bool {
-	st, b, err := c.do(ctx, http.MethodGet, queue+"/size", nil, nil)
-	return err == nil && st == http.StatusOK && bytes.Equal(b, ceilSize)
+func isCeiling(ctx context.Context, cn *conn, path string) bool {
+	st, err := cn.do(ctx, http.MethodGet, path+"/size", nil, "", nil, 0)
+	return err == nil && st == http.StatusOK && bytes.Equal(cn.body, ceilSize)
 }
 
 // errStop ends a worker of timed (the queue ran dry).
 var errStop = errors.New("bench: stop")
 
-// timed runs op in Concurrency workers until Duration ends (or every
-// worker stopped with errStop) and measures it: op returns how many jobs one
-// call handled. Errors after the end of the run are not counted.
-func timed(ctx context.Context, cfg Config, scenario string, op func(ctx context.Context, worker int) (int, error)) Result {
+// timed runs op in Concurrency workers, each with a connection of its own,
+// until Duration ends (or every worker stopped with errStop) and measures
+// it: op returns how many jobs one call handled. Errors after the end of
+// the run are not counted.
+func timed(ctx context.Context, cfg Config, c *client, scenario string, op func(ctx context.Context, cn *conn) (int, error)) Result {
 	var ops, errs atomic.Int64
 	var lat samples
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
+	mark := cfg.cpuMark(ctx)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := 0; w < cfg.Concurrency; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			cn := c.conn()
+			defer cn.close()
 			for ctx.Err() == nil {
 				t := time.Now()
-				n, err := op(ctx, w)
+				n, err := op(ctx, cn)
 				if errors.Is(err, errStop) {
 					return
 				}
@@ -326,6 +350,7 @@ func timed(ctx context.Context, cfg Config, scenario string, op func(ctx context
 	r := Result{Scenario: scenario, Ops: ops.Load(), Errors: errs.Load(), Seconds: time.Since(start).Seconds()}
 	r.PerSec = float64(r.Ops) / r.Seconds
 	lat.fill(&r)
+	r.setCPU(context.WithoutCancel(ctx), &cfg, mark)
 	return r
 }
 
@@ -333,21 +358,29 @@ func timed(ctx context.Context, cfg Config, scenario string, op func(ctx context
 // over Queues queues.
 func Publish(ctx context.Context, cfg Config) (Result, error) {
 	cfg.defaults()
-	c := newClient(cfg)
-	queue := runQueue(cfg.Queue, "publish")
-	nq := max(1, cfg.Queues)
-	body := c.body(0)
-	var seq atomic.Int64
-	r := timed(ctx, cfg, "publish", func(ctx context.Context, _ int) (int, error) {
-		q := queue
-		if nq > 1 {
-			q = queue + "-" + strconv.Itoa(int(seq.Add(1)%int64(nq)))
+	c, err := newClient(cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	queue := escQueue(runQueue(cfg.Queue, "publish"))
+	paths := []string{queue}
+	if nq := cfg.Queues; nq > 1 {
+		paths = make([]string, nq)
+		for i := range paths {
+			paths[i] = queue + "-" + strconv.Itoa(i)
 		}
-		_, err := c.publish(ctx, q, body, 0)
-		return 1, err
+	}
+	body, query := c.body(0), publishQuery(0)
+	var seq atomic.Int64
+	r := timed(ctx, cfg, c, "publish", func(ctx context.Context, cn *conn) (int, error) {
+		path := paths[0]
+		if len(paths) > 1 {
+			path = paths[seq.Add(1)%int64(len(paths))]
+		}
+		return 1, cn.publish(ctx, path, query, body)
 	})
-	if nq > 1 {
-		r.Note = fmt.Sprintf("over %d queues", nq)
+	if len(paths) > 1 {
+		r.Note = addNote(fmt.Sprintf("over %d queues", len(paths)), r.Note)
 	}
 	return r, nil
 }
@@ -356,38 +389,58 @@ func Publish(ctx context.Context, cfg Config) (Result, error) {
 // clients for Duration; Ops counts jobs.
 func BulkPublish(ctx context.Context, cfg Config) (Result, error) {
 	cfg.defaults()
-	c := newClient(cfg)
-	queue := runQueue(cfg.Queue, "bulk")
+	c, err := newClient(cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	path := escQueue(runQueue(cfg.Queue, "bulk"))
 	bodies := make([][]byte, cfg.BulkSize)
 	for i := range bodies {
 		bodies[i] = c.body(int64(i))
 	}
-	r := timed(ctx, cfg, "bulk_publish", func(ctx context.Context, _ int) (int, error) {
-		return len(bodies), c.bulk(ctx, queue, bodies, 0)
+	body, query := bulkBody(nil, bodies), publishQuery(0)
+	r := timed(ctx, cfg, c, "bulk_publish", func(ctx context.Context, cn *conn) (int, error) {
+		return len(bodies), cn.bulk(ctx, path, query, body)
 	})
-	r.Note = fmt.Sprintf("%d jobs per request", cfg.BulkSize)
+	r.Note = addNote(fmt.Sprintf("%d jobs per request", cfg.BulkSize), r.Note)
 	return r, nil
+}
+
+// addNote joins notes with "; ".
+func addNote(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
 }
 
 // ConsumeAck fills a queue with Jobs jobs (bulk), then measures consume +
 // ACK by Concurrency consumers until the queue is empty or Duration ends.
 func ConsumeAck(ctx context.Context, cfg Config) (Result, error) {
 	cfg.defaults()
-	c := newClient(cfg)
+	c, err := newClient(cfg)
+	if err != nil {
+		return Result{}, err
+	}
 	queue := runQueue(cfg.Queue, "consume")
 	c.drain(ctx, queue)
 	if err := fill(ctx, c, queue, cfg.Jobs, 0); err != nil {
 		return Result{}, err
 	}
-	return timed(ctx, cfg, "consume_ack", func(ctx context.Context, _ int) (int, error) {
-		j, err := c.consume(ctx, queue, 0)
+	path := escQueue(queue)
+	query, jobPath := consumeQuery(0), path+"/job/"
+	return timed(ctx, cfg, c, "consume_ack", func(ctx context.Context, cn *conn) (int, error) {
+		id, _, found, err := cn.consume(ctx, path, query, 0, false)
 		if err != nil {
 			return 0, err
 		}
-		if j == nil {
+		if !found {
 			return 0, errStop
 		}
-		return 1, c.ack(ctx, queue, j.ID)
+		return 1, cn.ack(ctx, jobPath, id)
 	}), nil
 }
 
@@ -397,21 +450,27 @@ func fill(ctx context.Context, c *client, queue string, n, delay int) error {
 	var firstErr error
 	var mu sync.Mutex
 	next := atomic.Int64{}
+	path, query := escQueue(queue), publishQuery(delay)
 	for w := 0; w < 8; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			cn := c.conn()
+			defer cn.close()
+			var body []byte
+			bodies := make([][]byte, 0, c.cfg.BulkSize)
 			for {
 				from := next.Add(int64(c.cfg.BulkSize)) - int64(c.cfg.BulkSize)
 				if from >= int64(n) {
 					return
 				}
 				to := min(from+int64(c.cfg.BulkSize), int64(n))
-				bodies := make([][]byte, 0, to-from)
+				bodies = bodies[:0]
 				for i := from; i < to; i++ {
 					bodies = append(bodies, c.body(i))
 				}
-				if err := c.bulk(ctx, queue, bodies, delay); err != nil {
+				body = bulkBody(body, bodies)
+				if err := cn.bulk(ctx, path, query, body); err != nil {
 					mu.Lock()
 					if firstErr == nil {
 						firstErr = err
@@ -431,7 +490,10 @@ func fill(ctx context.Context, c *client, queue string, n, delay int) error {
 // with a large timer; it returns the queue's name (destroy it after).
 func Preload(ctx context.Context, cfg Config, n int) (string, error) {
 	cfg.defaults()
-	c := newClient(cfg)
+	c, err := newClient(cfg)
+	if err != nil {
+		return "", err
+	}
 	queue := runQueue(cfg.Queue, "preload")
 	return queue, fill(ctx, c, queue, n, 3600)
 }
@@ -439,19 +501,25 @@ func Preload(ctx context.Context, cfg Config, n int) (string, error) {
 // Destroy deletes a queue's ready, delayed and in-flight jobs.
 func Destroy(ctx context.Context, cfg Config, queue string) error {
 	cfg.defaults()
-	st, b, err := newClient(cfg).do(ctx, http.MethodDelete, queue, nil, nil)
+	c, err := newClient(cfg)
+	if err != nil {
+		return err
+	}
+	cn := c.conn()
+	defer cn.close()
+	st, err := cn.do(ctx, http.MethodDelete, escQueue(queue), nil, "", nil, 0)
 	if err != nil {
 		return err
 	}
 	if st != http.StatusNoContent {
-		return fmt.Errorf("destroy: %d %s", st, b)
+		return statusError("destroy", st, cn.body)
 	}
 	return nil
 }
 
-// consumers long-poll a queue, ACK every job and record, for each job seen
-// the first time, the time from the instant its body carries (Unix ns) to
-// its delivery.
+// consumers long-poll a queue, each on a connection of its own, ACK every
+// job and record, for each job seen the first time, the time from the
+// instant its body carries (Unix ns) to its delivery.
 type consumers struct {
 	ops, dups atomic.Int64
 	lat       samples
@@ -465,29 +533,35 @@ type consumers struct {
 func startConsumers(ctx context.Context, c *client, queue string, n int) *consumers {
 	cs := &consumers{seen: make(map[string]bool)}
 	ctx, cs.cancel = context.WithCancel(ctx)
+	path := escQueue(queue)
+	query, jobPath := consumeQuery(1), path+"/job/"
 	for w := 0; w < n; w++ {
 		cs.wg.Add(1)
 		go func() {
 			defer cs.wg.Done()
+			cn := c.conn()
+			defer cn.close()
 			for ctx.Err() == nil {
-				j, err := c.consume(ctx, queue, 1)
-				if err != nil || j == nil {
+				id, data, found, err := cn.consume(ctx, path, query, 1, true)
+				if err != nil || !found {
 					continue
 				}
 				got := time.Now()
 				cs.mu.Lock()
-				dup := cs.seen[j.ID]
-				cs.seen[j.ID] = true
+				dup := cs.seen[string(id)]
+				if !dup {
+					cs.seen[string(id)] = true
+				}
 				cs.mu.Unlock()
 				if dup {
 					cs.dups.Add(1)
 					continue
 				}
-				if at, err := strconv.ParseInt(string(bytes.TrimRight(j.Data, "x")), 10, 64); err == nil {
-					cs.lat.add(got.Sub(time.Unix(0, at)))
+				if at, ok := bodyTime(data); ok {
+					cs.lat.add(got.Sub(at))
 				}
 				cs.ops.Add(1)
-				_ = c.ack(ctx, queue, j.ID)
+				_ = cn.ack(ctx, jobPath, id)
 			}
 		}()
 	}
@@ -504,25 +578,32 @@ func (cs *consumers) stop() {
 // send time).
 func Latency(ctx context.Context, cfg Config) (Result, error) {
 	cfg.defaults()
-	c := newClient(cfg)
+	c, err := newClient(cfg)
+	if err != nil {
+		return Result{}, err
+	}
 	queue := runQueue(cfg.Queue, "latency")
 	c.drain(ctx, queue)
 	var errs atomic.Int64
-	pctx, pcancel := context.WithTimeout(ctx, cfg.Duration)
-	defer pcancel()
 	cs := startConsumers(ctx, c, queue, cfg.Concurrency)
 	defer cs.stop()
 	time.Sleep(200 * time.Millisecond) // consumers are waiting
+	pctx, pcancel := context.WithTimeout(ctx, cfg.Duration)
+	defer pcancel()
+	mark := cfg.cpuMark(ctx)
 	start := time.Now()
 	interval := time.Second / time.Duration(cfg.Rate)
 	var pwg sync.WaitGroup
 	published := atomic.Int64{}
+	path, query := escQueue(queue), publishQuery(0)
 	// Publishers share the rate: each of P publishers sends every P intervals.
 	const pubs = 32
 	for p := 0; p < pubs; p++ {
 		pwg.Add(1)
 		go func() {
 			defer pwg.Done()
+			cn := c.conn()
+			defer cn.close()
 			tick := time.NewTicker(interval * pubs)
 			defer tick.Stop()
 			for {
@@ -531,8 +612,8 @@ func Latency(ctx context.Context, cfg Config) (Result, error) {
 					return
 				case <-tick.C:
 				}
-				body := c.body(time.Now().UnixNano())
-				if _, err := c.publish(pctx, queue, body, 0); err != nil {
+				cn.scratch = c.appendBody(cn.scratch[:0], time.Now().UnixNano())
+				if err := cn.publish(pctx, path, query, cn.scratch); err != nil {
 					if pctx.Err() == nil {
 						errs.Add(1)
 					}
@@ -553,6 +634,7 @@ func Latency(ctx context.Context, cfg Config) (Result, error) {
 		Note: fmt.Sprintf("target %d jobs/s, %d published, %d delivered twice", cfg.Rate, published.Load(), dups.Load())}
 	r.PerSec = float64(r.Ops) / r.Seconds
 	lat.fill(&r)
+	r.setCPU(ctx, &cfg, mark)
 	if lost := published.Load() - ops.Load(); lost > 0 {
 		return r, fmt.Errorf("latency: %d published jobs not delivered within 5 s", lost)
 	}
@@ -564,19 +646,30 @@ func Latency(ctx context.Context, cfg Config) (Result, error) {
 // (publish time + delay). Negative lateness means a job fired early.
 func Delayed(ctx context.Context, cfg Config) (Result, error) {
 	cfg.defaults()
-	c := newClient(cfg)
+	c, err := newClient(cfg)
+	if err != nil {
+		return Result{}, err
+	}
 	queue := runQueue(cfg.Queue, "delayed")
 	c.drain(ctx, queue)
 	var errs atomic.Int64
+	mark := cfg.cpuMark(ctx)
 	cs := startConsumers(ctx, c, queue, cfg.Concurrency)
 	defer cs.stop()
 	start := time.Now()
 	var pwg sync.WaitGroup
 	next := atomic.Int64{}
+	path := escQueue(queue)
+	var queries [6]string
+	for d := range queries {
+		queries[d] = publishQuery(d)
+	}
 	for p := 0; p < 16; p++ {
 		pwg.Add(1)
 		go func() {
 			defer pwg.Done()
+			cn := c.conn()
+			defer cn.close()
 			for {
 				i := next.Add(1) - 1
 				if i >= int64(cfg.Jobs) || ctx.Err() != nil {
@@ -584,8 +677,8 @@ func Delayed(ctx context.Context, cfg Config) (Result, error) {
 				}
 				delay := 1 + int(i%5)
 				t := time.Now()
-				body := c.body(t.Add(time.Duration(delay) * time.Second).UnixNano())
-				if _, err := c.publish(ctx, queue, body, delay); err != nil {
+				cn.scratch = c.appendBody(cn.scratch[:0], t.Add(time.Duration(delay)*time.Second).UnixNano())
+				if err := cn.publish(ctx, path, queries[delay], cn.scratch); err != nil {
 					errs.Add(1)
 				}
 			}
@@ -602,6 +695,7 @@ func Delayed(ctx context.Context, cfg Config) (Result, error) {
 		Note: "latency columns are lateness (delivery - due); min < 0 means early"}
 	r.PerSec = float64(r.Ops) / r.Seconds
 	lat.fill(&r)
+	r.setCPU(ctx, &cfg, mark)
 	return r, nil
 }
 
@@ -610,7 +704,10 @@ func Delayed(ctx context.Context, cfg Config) (Result, error) {
 // every 5 ms): how fast the server's timer makes due jobs ready.
 func Burst(ctx context.Context, cfg Config) (Result, error) {
 	cfg.defaults()
-	c := newClient(cfg)
+	c, err := newClient(cfg)
+	if err != nil {
+		return Result{}, err
+	}
 	queue := runQueue(cfg.Queue, "burst")
 	c.drain(ctx, queue)
 	// Align to a second boundary so every job falls due together.
@@ -618,18 +715,22 @@ func Burst(ctx context.Context, cfg Config) (Result, error) {
 	now := time.Now()
 	time.Sleep(now.Truncate(time.Second).Add(time.Second + 50*time.Millisecond).Sub(now))
 	due := time.Now().Truncate(time.Second).Add(delay * time.Second)
+	mark := cfg.cpuMark(ctx)
 	if err := fill(ctx, c, queue, cfg.Jobs, delay); err != nil {
 		return Result{}, err
 	}
 	if time.Now().After(due) {
 		return Result{}, errors.New("burst: publishing took longer than the delay; lower -jobs")
 	}
+	cn := c.conn()
+	defer cn.close()
+	path := escQueue(queue)
 	var size int64
 	for time.Until(due) > 0 {
 		time.Sleep(time.Millisecond)
 	}
 	for ctx.Err() == nil && time.Since(due) < 60*time.Second {
-		s, err := c.size(ctx, queue)
+		s, err := cn.size(ctx, path)
 		if err != nil {
 			return Result{}, err
 		}
@@ -641,18 +742,23 @@ func Burst(ctx context.Context, cfg Config) (Result, error) {
 	}
 	took := time.Since(due)
 	r := Result{Scenario: "burst_due", Ops: size, Seconds: took.Seconds(), MaxMS: float64(took.Microseconds()) / 1000,
-		Note: fmt.Sprintf("%d jobs due in the same second; max_ms = until all ready", cfg.Jobs)}
+		Note: fmt.Sprintf("%d jobs due in the same second; max_ms = until all ready; CPU includes publishing them", cfg.Jobs)}
 	r.PerSec = float64(size) / took.Seconds()
-	c.drain(context.Background(), queue)
+	r.setCPU(ctx, &cfg, mark)
+	c.drain(context.WithoutCancel(ctx), queue)
 	return r, nil
 }
 
-// Idle holds Concurrency long-polling consumers on as many queues
-// (Concurrency/100 queues) for Duration, then publishes one job per queue
-// and measures how fast each reaches its consumer.
+// Idle holds Concurrency long-polling consumers (a connection each) on
+// Concurrency/100 queues for Duration, then publishes one job per queue and
+// measures how fast each reaches its consumer. The note gives each metered
+// process's CPU while the consumers wait, as a share of one core.
 func Idle(ctx context.Context, cfg Config) (Result, error) {
 	cfg.defaults()
-	c := newClient(cfg)
+	c, err := newClient(cfg)
+	if err != nil {
+		return Result{}, err
+	}
 	nq := max(1, cfg.Concurrency/100)
 	var lat samples
 	var ops atomic.Int64
@@ -660,30 +766,40 @@ func Idle(ctx context.Context, cfg Config) (Result, error) {
 	defer ccancel()
 	var cwg sync.WaitGroup
 	timeout := int(cfg.Duration/time.Second) + 10
+	query := consumeQuery(timeout)
 	for w := 0; w < cfg.Concurrency; w++ {
 		cwg.Add(1)
-		queue := fmt.Sprintf("%s-idle-%d", cfg.Queue, w%nq)
+		path := escQueue(fmt.Sprintf("%s-idle-%d", cfg.Queue, w%nq))
 		go func() {
 			defer cwg.Done()
-			j, err := c.consume(cctx, queue, timeout)
-			if err != nil || j == nil {
+			cn := c.conn()
+			defer cn.close()
+			id, data, found, err := cn.consume(cctx, path, query, timeout, true)
+			if err != nil || !found {
 				return
 			}
-			if sent, err := strconv.ParseInt(string(bytes.TrimRight(j.Data, "x")), 10, 64); err == nil {
-				lat.add(time.Since(time.Unix(0, sent)))
+			if sent, ok := bodyTime(data); ok {
+				lat.add(time.Since(sent))
 			}
 			ops.Add(1)
-			_ = c.ack(context.Background(), queue, j.ID)
+			_ = cn.ack(context.Background(), path+"/job/", id)
 		}()
 	}
+	hold := cfg.cpuMark(ctx)
+	holdStart := time.Now()
 	select {
 	case <-time.After(cfg.Duration):
 	case <-ctx.Done():
 	}
+	held := cfg.cpuMark(ctx)
+	heldFor := time.Since(holdStart)
 	start := time.Now()
+	cn := c.conn()
+	defer cn.close()
+	pquery := publishQuery(0)
 	for q := 0; q < nq; q++ {
-		queue := fmt.Sprintf("%s-idle-%d", cfg.Queue, q)
-		if _, err := c.publish(ctx, queue, c.body(time.Now().UnixNano()), 0); err != nil {
+		path := escQueue(fmt.Sprintf("%s-idle-%d", cfg.Queue, q))
+		if err := cn.publish(ctx, path, pquery, c.body(time.Now().UnixNano())); err != nil {
 			return Result{}, err
 		}
 	}
@@ -696,5 +812,17 @@ func Idle(ctx context.Context, cfg Config) (Result, error) {
 	r := Result{Scenario: "idle_long_polls", Ops: ops.Load(), Seconds: time.Since(start).Seconds(),
 		Note: fmt.Sprintf("%d waiting consumers on %d queues; latency = publish to delivery", cfg.Concurrency, nq)}
 	lat.fill(&r)
+	if held.err == nil && hold.err == nil {
+		share := func(a, b time.Duration) string { return fmt.Sprintf("%.1f%%", 100*float64(b-a)/float64(heldFor)) }
+		note := "CPU while waiting (share of one core): load generator " + share(hold.self, held.self)
+		if cfg.ServerCPU != nil {
+			note += ", server " + share(hold.server, held.server)
+		}
+		if cfg.RedisCPU != nil {
+			note += ", Redis " + share(hold.redis, held.redis)
+		}
+		r.Note = addNote(r.Note, note)
+	}
+	r.setCPU(ctx, &cfg, hold)
 	return r, nil
 }

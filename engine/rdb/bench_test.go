@@ -2,10 +2,17 @@ package rdb
 
 import (
 	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 )
 
 // Benchmarks of the hot paths against a real redis-server: one op = one
@@ -102,4 +109,138 @@ func BenchmarkPackEntry(b *testing.B) {
 			b.Fatal(fmt.Sprint(err))
 		}
 	}
+}
+
+// The concurrent benchmarks below measure what a loaded server costs per
+// job: many goroutines (about 64, like the 64 HTTP clients of kairos bench)
+// calling one engine whose auto-pipeline runs, against a redis-server with
+// AOF everysec and a client configured like kairos-server's. Besides ns/op
+// and allocs/op they report:
+//
+//	redis-µs/op  Redis CPU (INFO cpu, user+sys) per job
+//	go-µs/op     CPU of this process (engine, go-redis, the benchmark) per job
+//	batch        mean calls per auto-pipeline round trip
+//
+// Run: go test ./engine/rdb -run '^$' -bench Concurrent -benchtime 3s
+
+const benchCallers = 64
+
+// benchEngine starts a redis-server like the one of doc/performance.md and
+// an engine running on it.
+func benchEngine(b *testing.B) *Engine {
+	b.Helper()
+	srv := redistest.StartWith(b, redistest.Options{AppendOnly: true, AppendFsync: "everysec"})
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 31, MaxActiveConns: 31, PipelinePoolSize: -1, ContextTimeoutEnabled: true})
+	b.Cleanup(func() { _ = client.Close() })
+	return startEngine(b, client, newTestClock())
+}
+
+// cpuMeter reads the CPU used by Redis and by this process.
+type cpuMeter struct {
+	e           *Engine
+	redis, self float64 // seconds at start
+	calls, sent int64
+}
+
+func redisCPU(b *testing.B, e *Engine) float64 {
+	b.Helper()
+	info, err := e.rdb.Info(bg, "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\r\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			total += f
+		}
+	}
+	return total
+}
+
+func selfCPU(b *testing.B) float64 {
+	b.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+func (m *cpuMeter) start(b *testing.B) {
+	m.redis, m.self = redisCPU(b, m.e), selfCPU(b)
+	if p := m.e.pipe.Load(); p != nil {
+		m.calls, m.sent = p.nCalls.Load(), p.nSends.Load()
+	}
+	b.ResetTimer()
+}
+
+func (m *cpuMeter) stop(b *testing.B) {
+	b.StopTimer()
+	n := float64(b.N)
+	b.ReportMetric((redisCPU(b, m.e)-m.redis)*1e6/n, "redis-µs/op")
+	b.ReportMetric((selfCPU(b)-m.self)*1e6/n, "go-µs/op")
+	if p := m.e.pipe.Load(); p != nil {
+		if sent := p.nSends.Load() - m.sent; sent > 0 {
+			b.ReportMetric(float64(p.nCalls.Load()-m.calls)/float64(sent), "batch")
+		}
+	}
+}
+
+// runCallers runs f b.N times over benchCallers goroutines.
+func runCallers(b *testing.B, f func()) {
+	b.SetParallelism((benchCallers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			f()
+		}
+	})
+}
+
+func BenchmarkConcurrentPublish(b *testing.B) {
+	e := benchEngine(b)
+	body := make([]byte, 100)
+	m := &cpuMeter{e: e}
+	b.ReportAllocs()
+	m.start(b)
+	runCallers(b, func() {
+		if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "q", Body: body, Tries: 1, TTL: time.Hour}); err != nil {
+			b.Error(err)
+		}
+	})
+	m.stop(b)
+}
+
+// BenchmarkConcurrentConsumeAck: one op = one Consume of one job and its
+// ACK (lmstfy's DELETE, no receipt), from a preloaded queue.
+func BenchmarkConcurrentConsumeAck(b *testing.B) {
+	e := benchEngine(b)
+	body := make([]byte, 100)
+	reqs := make([]*engine.PublishRequest, 256)
+	for i := range reqs {
+		reqs[i] = &engine.PublishRequest{Namespace: "ns", Queue: "q", Body: body, Tries: 1, TTL: time.Hour}
+	}
+	for i := 0; i < b.N; i += len(reqs) {
+		if _, err := e.PublishBatch(bg, reqs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	m := &cpuMeter{e: e}
+	b.ReportAllocs()
+	m.start(b)
+	runCallers(b, func() {
+		jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: "ns", Queues: []string{"q"}, Count: 1, TTR: time.Minute})
+		if err != nil || len(jobs) != 1 {
+			b.Errorf("consume: %v %v", jobs, err)
+			return
+		}
+		if err := e.Delete(bg, "ns", "q", jobs[0].ID); err != nil {
+			b.Error(err)
+		}
+	})
+	m.stop(b)
 }

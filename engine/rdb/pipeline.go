@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -35,6 +36,11 @@ type autoPipeline struct {
 	stop     chan struct{}
 	mu       sync.RWMutex // held for reading while enqueueing
 	closed   bool
+
+	// nCalls and nSends count the calls and the round trips (pipelines or
+	// lone calls) that carried them, for benchmarks: nCalls/nSends is the
+	// mean batch size.
+	nCalls, nSends atomic.Int64
 }
 
 // newAutoPipeline starts senders goroutines; close stops them. Callers
@@ -99,6 +105,8 @@ func (p *autoPipeline) send() {
 }
 
 func (p *autoPipeline) exec(batch []*pipeCall) {
+	p.nSends.Add(1)
+	p.nCalls.Add(int64(len(batch)))
 	if len(batch) == 1 {
 		c := batch[0]
 		c.cmd = c.script.Run(c.ctx, p.c, c.keys, c.args...)

@@ -3,8 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
-	"net/http"
+	"os"
 	"os/exec"
 	"sort"
 	"strings"
@@ -43,16 +44,56 @@ Scenarios (default: publish bulk consume latency delayed burst):
   idle      --concurrency long-polling consumers, then one job per 100 of them
 
 --ceiling runs the same scenarios against a do-nothing server of the same API,
-started in this process, and prints each figure as a share of it: what this
-machine and this load generator allow. --redis-benchmark HOST:PORT also runs
-redis-benchmark against the server's Redis. --runs N repeats each scenario and
-prints the median with min-max.`
+started as a child process (this binary's hidden "bench ceiling-server"), and
+prints each figure as a share of it: what this machine and this load generator
+allow. --redis-benchmark HOST:PORT also runs redis-benchmark against the
+server's Redis. --runs N repeats each scenario and prints the median with
+min-max.
+
+CPU per job (µs; CPU time over the scenario's measured phase / jobs handled) is
+printed for the load generator itself (getrusage), the ceiling server (its
+/proc/PID/stat), the server under test with --server-pid PID (read from
+/proc/PID/stat, so only for a server on this machine, Linux) and Redis with
+--redis HOST:PORT (INFO cpu: used_cpu_sys + used_cpu_user).`
+
+// ceilingServerCmd is the hidden `kairos bench ceiling-server`: the
+// do-nothing server --ceiling runs as a child process.
+func (c *cli) ceilingServerCmd() *cobra.Command {
+	var listen string
+	var exitOnEOF bool
+	cmd := &cobra.Command{
+		Use:    "ceiling-server",
+		Short:  "Serve the do-nothing ceiling server of kairos bench --ceiling",
+		Long:   "Serve a do-nothing server of the lmstfy API (what kairos bench --ceiling measures) and print its address on the first line of the output.",
+		Hidden: true,
+		Args:   args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return usagef("--listen: %v", err)
+			}
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			if _, err := fmt.Fprintln(c.io.out, ln.Addr().String()); err != nil {
+				_ = ln.Close()
+				return err
+			}
+			if exitOnEOF {
+				go func() { _, _ = io.Copy(io.Discard, c.io.in); cancel() }()
+			}
+			return bench.ServeCeiling(ctx, ln)
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address to listen on")
+	cmd.Flags().BoolVar(&exitOnEOF, "exit-on-stdin-eof", false, "exit when the standard input closes (as --ceiling's child)")
+	return cmd
+}
 
 func (c *cli) benchCmd() *cobra.Command {
 	var cfg bench.Config
 	var ceiling bool
-	var redisAddr string
-	var runs, preload int
+	var redisAddr, redisCPUAddr string
+	var runs, preload, serverPID int
 	cmd := &cobra.Command{
 		Use:   "bench [scenario...]",
 		Short: "Load-test an lmstfy-compatible server",
@@ -61,6 +102,11 @@ func (c *cli) benchCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, names []string) error {
 			if len(names) == 0 {
 				names = []string{"publish", "bulk", "consume", "latency", "delayed", "burst"}
+			}
+			for _, name := range names {
+				if _, ok := findScenario(name); !ok {
+					return usagef("unknown scenario %q", name)
+				}
 			}
 			if !cmd.Flags().Changed("concurrency") {
 				cfg.Concurrency = 0 // each scenario's default
@@ -71,18 +117,34 @@ func (c *cli) benchCmd() *cobra.Command {
 				cfg.Namespace = c.namespace
 			}
 			ctx := cmd.Context()
-			var ceil *bench.Ceiling
-			var ceilAddr string
-			if ceiling {
-				ln, err := net.Listen("tcp", "127.0.0.1:0")
-				if err != nil {
-					return err
+			if serverPID != 0 {
+				cfg.ServerCPU = bench.ProcessCPU(serverPID)
+				if _, err := cfg.ServerCPU(ctx); err != nil {
+					return usagef("--server-pid: %v (a local server's PID is needed)", err)
 				}
-				ceil = &bench.Ceiling{}
-				srv := &http.Server{Handler: ceil}
-				go func() { _ = srv.Serve(ln) }()
-				defer srv.Close()
-				ceilAddr = "http://" + ln.Addr().String()
+			}
+			if redisCPUAddr != "" {
+				meter, closeRedis, err := bench.RedisCPU(redisCPUAddr)
+				if err != nil {
+					return usagef("--redis: %v", err)
+				}
+				defer func() { _ = closeRedis() }()
+				if _, err := meter(ctx); err != nil {
+					return fmt.Errorf("--redis: %w", err)
+				}
+				cfg.RedisCPU = meter
+			}
+			var ceil *bench.CeilingProcess
+			if ceiling {
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("--ceiling: %w", err)
+				}
+				ceil, err = bench.StartCeilingProcess(ctx, exe, "bench", "ceiling-server", "--listen", "127.0.0.1:0", "--exit-on-stdin-eof")
+				if err != nil {
+					return fmt.Errorf("--ceiling: %w", err)
+				}
+				defer func() { _ = ceil.Close() }()
 			}
 			if preload > 0 {
 				q, err := bench.Preload(ctx, cfg, preload)
@@ -94,10 +156,7 @@ func (c *cli) benchCmd() *cobra.Command {
 			}
 			var rows []benchRow
 			for _, name := range names {
-				sc, ok := findScenario(name)
-				if !ok {
-					return usagef("unknown scenario %q", name)
-				}
+				sc, _ := findScenario(name)
 				run := cfg
 				if sc.name == "bulk" && !cmd.Flags().Changed("concurrency") {
 					run.Concurrency = 16
@@ -106,21 +165,24 @@ func (c *cli) benchCmd() *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("%s: %w", name, err)
 				}
-				if ceiling && sc.ceiling {
+				if ceil != nil && sc.ceiling {
 					ceilCfg := run
-					ceilCfg.Addr = ceilAddr
+					ceilCfg.Addr = ceil.Addr
+					ceilCfg.ServerCPU, ceilCfg.RedisCPU = ceil.CPU(), nil
 					cr, err := measure(ctx, sc.run, ceilCfg, runs)
 					if err != nil {
 						return fmt.Errorf("%s on the ceiling server: %w", name, err)
 					}
-					row.ceiling = cr.median.PerSec
+					row.ceiling = &cr.median
 				}
 				rows = append(rows, row)
 				if c.jsonOut {
 					out := map[string]any{"result": row.median, "runs": runs, "min_per_sec": row.min, "max_per_sec": row.max}
-					if row.ceiling > 0 {
-						out["ceiling_per_sec"] = row.ceiling
-						out["share_of_ceiling"] = row.median.PerSec / row.ceiling
+					if row.ceiling != nil {
+						out["ceiling_per_sec"] = row.ceiling.PerSec
+						out["share_of_ceiling"] = row.median.PerSec / row.ceiling.PerSec
+						out["ceiling_server_cpu_us_per_job"] = row.ceiling.ServerCPUUS
+						out["ceiling_loadgen_cpu_us_per_job"] = row.ceiling.LoadgenCPUUS
 					}
 					if err := c.printJSON(out); err != nil {
 						return err
@@ -137,18 +199,21 @@ func (c *cli) benchCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.IntVarP(&cfg.Concurrency, "concurrency", "c", 64, "concurrent clients")
+	f.IntVarP(&cfg.Concurrency, "concurrency", "c", 64, "concurrent clients (one connection each)")
 	f.DurationVarP(&cfg.Duration, "duration", "d", 10*time.Second, "length of the timed scenarios")
 	f.IntVar(&cfg.BodySize, "body-size", 100, "job body size in bytes")
 	f.IntVar(&cfg.Jobs, "jobs", 20000, "jobs of the counted scenarios (consume, delayed, burst)")
 	f.IntVar(&cfg.Rate, "rate", 4000, "publish rate of the latency scenario (jobs/s)")
 	f.IntVar(&cfg.BulkSize, "bulk-size", 64, "jobs per bulk publish (at most 64)")
 	f.StringVar(&cfg.Queue, "queue", "bench", "queue name prefix")
-	f.BoolVar(&ceiling, "ceiling", false, "also measure a do-nothing server of the same API, in this process")
+	f.BoolVar(&ceiling, "ceiling", false, "also measure a do-nothing server of the same API, run as a child process")
 	f.StringVar(&redisAddr, "redis-benchmark", "", "also run redis-benchmark against this Redis (HOST:PORT)")
 	f.IntVar(&runs, "runs", 1, "runs per scenario; the median is printed with min-max")
 	f.IntVar(&cfg.Queues, "queues", 1, "spread the publish scenario over this many queues")
 	f.IntVar(&preload, "preload-delayed", 0, "first publish this many jobs delayed by an hour (a large timer), destroyed at the end")
+	f.IntVar(&serverPID, "server-pid", 0, "PID of the server under test, on this machine: print its CPU µs per job (/proc/PID/stat)")
+	f.StringVar(&redisCPUAddr, "redis", "", "the server's Redis (HOST:PORT or redis:// URL): print its CPU µs per job (INFO cpu)")
+	cmd.AddCommand(c.ceilingServerCmd())
 	return cmd
 }
 
@@ -175,7 +240,7 @@ func httpAddr(a string) string {
 type benchRow struct {
 	median   bench.Result
 	min, max float64
-	ceiling  float64
+	ceiling  *bench.Result // the ceiling server's median run, with --ceiling
 }
 
 // measure runs a scenario n times and keeps the median run (by rate, or by
@@ -202,15 +267,15 @@ func measure(ctx context.Context, run func(context.Context, bench.Config) (bench
 	return row, nil
 }
 
-func printBench(w interface{ Write([]byte) (int, error) }, rows []benchRow, runs int) {
+func printBench(w io.Writer, rows []benchRow, runs int) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tops\terrors\tper sec\tmin-max\tp50 ms\tp99 ms\tmax ms\tmin ms\tceiling/s\tshare\t")
 	for _, r := range rows {
 		m := r.median
 		ceil, share := "-", "-"
-		if r.ceiling > 0 {
-			ceil = fmt.Sprintf("%.0f", r.ceiling)
-			share = fmt.Sprintf("%.0f%%", 100*m.PerSec/r.ceiling)
+		if r.ceiling != nil && r.ceiling.PerSec > 0 {
+			ceil = fmt.Sprintf("%.0f", r.ceiling.PerSec)
+			share = fmt.Sprintf("%.0f%%", 100*m.PerSec/r.ceiling.PerSec)
 		}
 		spread := "-"
 		if runs > 1 {
@@ -218,6 +283,24 @@ func printBench(w interface{ Write([]byte) (int, error) }, rows []benchRow, runs
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%s\t\n",
 			m.Scenario, m.Ops, m.Errors, m.PerSec, spread, m.P50MS, m.P99MS, m.MaxMS, m.MinMS, ceil, share)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w, "\nCPU µs per job (median run):")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tload generator\tserver\tredis\tceiling: load generator\tceiling: server\t")
+	us := func(v float64) string {
+		if v <= 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f", v)
+	}
+	for _, r := range rows {
+		m := r.median
+		cl, cs := "-", "-"
+		if r.ceiling != nil {
+			cl, cs = us(r.ceiling.LoadgenCPUUS), us(r.ceiling.ServerCPUUS)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", m.Scenario, us(m.LoadgenCPUUS), us(m.ServerCPUUS), us(m.RedisCPUUS), cl, cs)
 	}
 	_ = tw.Flush()
 	for _, r := range rows {

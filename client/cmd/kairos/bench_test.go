@@ -8,6 +8,7 @@ import (
 
 func TestBench(t *testing.T) {
 	_, env, _ := setup(t)
+	t.Setenv(cliChildEnv, "1") // --ceiling re-executes this binary as the CLI
 	r := kairos(t, env, "", "bench", "publish", "consume", "-c", "4", "-d", "300ms", "--jobs", "200", "--ceiling", "--runs", "2").want(t, exitOK)
 	for _, want := range []string{"publish", "consume_ack", "ceiling/s", "share"} {
 		if !strings.Contains(r.stdout, want) {

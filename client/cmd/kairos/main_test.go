@@ -20,6 +20,19 @@ import (
 	"github.com/kairos-dev/kairos/client/internal/kairostest"
 )
 
+// cliChildEnv, set in the environment, makes the test binary run the CLI's
+// main instead of the tests: commands that re-execute their own binary
+// (bench --ceiling starts "kairos bench ceiling-server") then start the CLI,
+// not another run of the test suite.
+const cliChildEnv = "KAIROS_TEST_RUN_CLI"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(cliChildEnv) == "1" {
+		main()
+	}
+	os.Exit(m.Run())
+}
+
 // syncBuffer is a bytes.Buffer safe for a reader and a writer.
 type syncBuffer struct {
 	mu sync.Mutex
