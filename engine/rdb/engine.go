@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,7 +41,9 @@ type Options struct {
 	// Metrics receives the engine's counters; nil means none.
 	Metrics *Metrics
 	// NoAutoPipeline sends every publish, consume and ACK in its own round
-	// trip instead of batching concurrent ones into pipelines.
+	// trip and script call, instead of batching concurrent ones into
+	// pipelines and coalescing concurrent publishes, single-job consumes
+	// and ACKs of a queue into one script call.
 	NoAutoPipeline bool
 	// WaitReplicas, when > 0, makes every publish wait (Redis WAIT, on the
 	// same connection, in the same round trip) until that many replicas
@@ -65,6 +69,12 @@ type Engine struct {
 	// with NoAutoPipeline): see pipeline.go.
 	pipe     atomic.Pointer[autoPipeline]
 	autoPipe bool
+	// pubs, acks and cons coalesce concurrent plain publishes, ACKs and
+	// single-job consumes of a queue into one script call (nil with
+	// NoAutoPipeline): coalesce.go.
+	pubs *coalescer[pubOp]
+	acks *coalescer[ackOp]
+	cons *coalescer[consumeOp]
 
 	waitReplicas int
 	waitTimeout  time.Duration
@@ -83,6 +93,7 @@ const (
 
 	autoPipelineSenders = 4   // pipelines in flight at once per pool
 	autoPipelineBatch   = 128 // most calls in one pipeline
+	coalesceMax         = 128 // most publishes, consumes or ACKs in one script call
 )
 
 // New returns an Engine for the pool behind client. It loads every script,
@@ -124,6 +135,11 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 	}
 	e.waiters = newWaiters(e)
 	e.autoPipe = !opts.NoAutoPipeline
+	if e.autoPipe {
+		e.pubs = newCoalescer(coalesceMax, e.publishCoalesced)
+		e.acks = newCoalescer(coalesceMax, e.ackCoalesced)
+		e.cons = newCoalescer(coalesceMax, e.consumeCoalesced)
+	}
 	e.waitReplicas = opts.WaitReplicas
 	e.waitTimeout = opts.WaitTimeout
 	if e.waitTimeout <= 0 {
@@ -206,8 +222,17 @@ func checkNames(ns, q string) error {
 	return nil
 }
 
-// Publish implements engine.Engine.
+// Publish implements engine.Engine. A plain publish (server-made ID, no
+// job it replaces, no idempotency key) is coalesced with concurrent ones to
+// the same queue into one script call (coalesce.go).
 func (e *Engine) Publish(ctx context.Context, req *engine.PublishRequest) (string, error) {
+	if e.pubs != nil && req != nil && req.ID == "" && req.Replaces == "" && req.Key == "" {
+		if err := checkPublish(req.Namespace, req.Queue, req); err != nil {
+			return "", err
+		}
+		op, err := e.pubs.do(ctx, req.Namespace+"/"+req.Queue, pubOp{req: req})
+		return op.id, err
+	}
 	ids, err := e.PublishBatch(ctx, []*engine.PublishRequest{req})
 	if len(ids) == 0 {
 		return "", err
@@ -216,30 +241,71 @@ func (e *Engine) Publish(ctx context.Context, req *engine.PublishRequest) (strin
 	return ids[0], err
 }
 
+// pubOp is one coalesced publish: the request and the ID it got.
+type pubOp struct {
+	req *engine.PublishRequest
+	id  string
+}
+
+// publishCoalesced runs coalesced publishes of one queue as one batch:
+// they are all published or none is, and share the outcome.
+func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]) {
+	reqs := make([]*engine.PublishRequest, len(batch))
+	for i, c := range batch {
+		reqs[i] = c.in.req
+	}
+	ids, err := e.publishValid(ctx, reqs)
+	for i, c := range batch {
+		if i < len(ids) {
+			c.in.id = ids[i]
+		}
+		c.err = err
+	}
+}
+
+// checkPublish validates one job of a publish to ns/q.
+func checkPublish(ns, q string, r *engine.PublishRequest) error {
+	if r == nil {
+		return fmt.Errorf("publish: nil job: %w", engine.ErrInvalid)
+	}
+	if err := checkNames(r.Namespace, r.Queue); err != nil {
+		return fmt.Errorf("publish: %w", err)
+	}
+	if r.Namespace != ns || r.Queue != q {
+		return fmt.Errorf("publish: batch spans queues: %w", engine.ErrInvalid)
+	}
+	if r.Tries == 0 {
+		return fmt.Errorf("publish: tries must be >= 1: %w", engine.ErrInvalid)
+	}
+	if r.TTL < 0 || r.Delay < 0 || r.Priority < 0 || r.Priority > engine.MaxPriority {
+		return fmt.Errorf("publish: negative ttl or delay, or priority out of 0..%d: %w", engine.MaxPriority, engine.ErrInvalid)
+	}
+	if len(r.Key) > 256 {
+		return fmt.Errorf("publish: a job key needs a single job and at most 256 bytes: %w", engine.ErrInvalid)
+	}
+	return nil
+}
+
 // PublishBatch implements engine.Engine: all jobs must name the same queue.
 // A Key (idempotency key) is honoured on a batch of one job only.
 func (e *Engine) PublishBatch(ctx context.Context, reqs []*engine.PublishRequest) ([]string, error) {
-	if len(reqs) == 0 {
+	if len(reqs) == 0 || reqs[0] == nil {
 		return nil, fmt.Errorf("publish: no jobs: %w", engine.ErrInvalid)
 	}
-	ns, q := reqs[0].Namespace, reqs[0].Queue
-	if err := checkNames(ns, q); err != nil {
-		return nil, fmt.Errorf("publish: %w", err)
-	}
 	for _, r := range reqs {
-		if r.Namespace != ns || r.Queue != q {
-			return nil, fmt.Errorf("publish: batch spans queues: %w", engine.ErrInvalid)
+		if err := checkPublish(reqs[0].Namespace, reqs[0].Queue, r); err != nil {
+			return nil, err
 		}
-		if r.Tries == 0 {
-			return nil, fmt.Errorf("publish: tries must be >= 1: %w", engine.ErrInvalid)
-		}
-		if r.TTL < 0 || r.Delay < 0 || r.Priority < 0 || r.Priority > engine.MaxPriority {
-			return nil, fmt.Errorf("publish: negative ttl or delay, or priority out of 0..%d: %w", engine.MaxPriority, engine.ErrInvalid)
-		}
-		if r.Key != "" && (len(reqs) > 1 || len(r.Key) > 256) {
+		if r.Key != "" && len(reqs) > 1 {
 			return nil, fmt.Errorf("publish: a job key needs a single job and at most 256 bytes: %w", engine.ErrInvalid)
 		}
 	}
+	return e.publishValid(ctx, reqs)
+}
+
+// publishValid publishes jobs checked by checkPublish, all or none.
+func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest) ([]string, error) {
+	ns, q := reqs[0].Namespace, reqs[0].Queue
 	now := e.now()
 	nowMS := ceilMS(now)
 	ids := make([]string, len(reqs))
@@ -388,12 +454,56 @@ func (e *Engine) Consume(ctx context.Context, req *engine.ConsumeRequest) ([]*en
 	return e.waiters.wait(ctx, req)
 }
 
-// consumeNow runs the consume script, looping only while stale entries
-// used up the pop budget of a call.
+// consumeNow takes the jobs req may have now. Concurrent single-job
+// consumes of the same queues with the same TTR are coalesced into one script call
+// (coalesce.go), which pops the jobs of them all and hands them out in
+// order.
 func (e *Engine) consumeNow(ctx context.Context, req *engine.ConsumeRequest) ([]*engine.Job, error) {
 	// The script's reply must be read even when the caller has gone away:
 	// a job taken but never returned would wait for its TTR.
 	ctx = context.WithoutCancel(ctx)
+	if e.cons == nil || req.Count != 1 {
+		// Batch consumes already share one call among their jobs.
+		out := [][]*engine.Job{nil}
+		err := e.consumeFor(ctx, req, []int{req.Count}, out)
+		return out[0], err
+	}
+	var key strings.Builder
+	key.WriteString(req.Namespace)
+	for _, q := range req.Queues {
+		key.WriteByte(0)
+		key.WriteString(q)
+	}
+	key.WriteByte(0)
+	key.WriteString(strconv.FormatInt(durMS(req.TTR), 10))
+	op, err := e.cons.do(ctx, key.String(), consumeOp{req: req})
+	return op.jobs, err
+}
+
+// consumeOp is one coalesced consume: the request and the jobs it got.
+type consumeOp struct {
+	req  *engine.ConsumeRequest
+	jobs []*engine.Job
+}
+
+// consumeCoalesced runs coalesced consumes (same namespace, queues and TTR)
+// as one: each gets at most its count, in the order they queued.
+func (e *Engine) consumeCoalesced(ctx context.Context, batch []*batchCall[consumeOp]) {
+	want := make([]int, len(batch))
+	out := make([][]*engine.Job, len(batch))
+	for i, c := range batch {
+		want[i] = c.in.req.Count
+	}
+	err := e.consumeFor(ctx, batch[0].in.req, want, out)
+	for i, c := range batch {
+		c.in.jobs, c.err = out[i], err
+	}
+}
+
+// consumeFor runs the consume script for consumers of req's queues and TTR
+// that want want[i] jobs each, and puts each one's jobs in out[i]. It loops
+// only while stale entries used up the pop budget of a call.
+func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, want []int, out [][]*engine.Job) error {
 	n := len(req.Queues)
 	keys := make([]string, 4*n+1)
 	args := make([]interface{}, 5+2*n)
@@ -408,28 +518,40 @@ func (e *Engine) consumeNow(ctx context.Context, req *engine.ConsumeRequest) ([]
 	keys[4*n] = timerIndexKey
 	args[2] = consumeScanBudget
 	args[3] = timerChannel
-	var jobs []*engine.Job
+	total := 0
+	for _, w := range want {
+		total += w
+	}
+	next, got := 0, 0 // the consumer served next, jobs handed out
 	for {
 		now := e.now()
 		due := ceilMS(now) + durMS(req.TTR)
 		args[0] = due
-		args[1] = req.Count - len(jobs)
+		args[1] = total - got
 		args[4] = newReceiptBase()
 		res, err := e.runScript(ctx, consumeScript, keys, args...).Slice()
 		if err != nil {
-			return jobs, fmt.Errorf("consume %s/%v: %w", req.Namespace, req.Queues, err)
+			return fmt.Errorf("consume %s/%v: %w", req.Namespace, req.Queues, err)
 		}
-		more, earliest, got, err := e.decodeConsumed(req, res, due)
+		more, earliest, jobs, err := e.decodeConsumed(req, res, due)
 		if err != nil {
-			return jobs, err
+			return err
 		}
-		jobs = append(jobs, got...)
+		for _, j := range jobs {
+			for len(out[next]) >= want[next] {
+				next++
+			}
+			out[next] = append(out[next], j)
+		}
+		got += len(jobs)
 		if earliest > 0 {
 			e.wakePump()
 		}
-		if !more || len(jobs) >= req.Count {
-			e.metrics.consumed(e.pool, req.Namespace, jobs, now)
-			return jobs, nil
+		if !more || got >= total {
+			for _, jobs := range out {
+				e.metrics.consumed(e.pool, req.Namespace, jobs, now)
+			}
+			return nil
 		}
 	}
 }

@@ -53,11 +53,49 @@ func (e *Engine) Ack(ctx context.Context, ns, q, id, receipt string) error {
 			return fmt.Errorf("ack: %w", err)
 		}
 	}
-	code, err := e.runScript(ctx, ackScript, []string{jobKey(ns, q, id), timerKey(ns, q)}, id, nonce).Int64()
+	var code int64
+	var err error
+	if e.acks != nil {
+		var op ackOp
+		op, err = e.acks.do(ctx, timerKey(ns, q), ackOp{ns: ns, q: q, id: id, nonce: nonce})
+		code = op.code
+	} else {
+		code, err = e.runScript(ctx, ackScript, []string{jobKey(ns, q, id), timerKey(ns, q)}, id, nonce).Int64()
+	}
 	if err != nil {
 		return fmt.Errorf("ack %s/%s/%s: %w", ns, q, id, err)
 	}
 	return receiptResult("ack", ns, q, id, code)
+}
+
+// ackOp is one coalesced ACK: the job, its receipt nonce ("" for lmstfy's
+// ACK) and the ack script's code for it.
+type ackOp struct {
+	ns, q, id, nonce string
+	code             int64
+}
+
+// ackCoalesced runs coalesced ACKs of one queue in one ackManyScript call.
+func (e *Engine) ackCoalesced(ctx context.Context, batch []*batchCall[ackOp]) {
+	ns, q := batch[0].in.ns, batch[0].in.q
+	keys := make([]string, 1+len(batch))
+	args := make([]interface{}, 2*len(batch))
+	keys[0] = timerKey(ns, q)
+	for i, c := range batch {
+		keys[1+i] = jobKey(ns, q, c.in.id)
+		args[2*i], args[2*i+1] = c.in.id, c.in.nonce
+	}
+	codes, err := e.runScript(ctx, ackManyScript, keys, args...).Int64Slice()
+	if err == nil && len(codes) != len(batch) {
+		err = fmt.Errorf("ack: %d results for %d jobs", len(codes), len(batch))
+	}
+	for i, c := range batch {
+		if err != nil {
+			c.err = err
+			continue
+		}
+		c.in.code, c.err = codes[i], nil
+	}
 }
 
 // Release implements engine.Extended.

@@ -432,6 +432,44 @@ redis.call('ZREM', KEYS[2], ARGV[1])
 return redis.call('DEL', KEYS[1])
 `)
 
+// ackManyScript is ackScript for several jobs of one queue (coalesced
+// ACKs): each is checked against its receipt alone, and the jobs that pass
+// are deleted with one ZREM and one DEL.
+//
+//	KEYS[1] timer   KEYS[1+i] body key of job i
+//	ARGV[2i-1] id of job i   ARGV[2i] its receipt (8 bytes) or ""
+//
+// Returns one code per job, as ackScript's: 1 deleted (or nothing to
+// delete, without a receipt), -1 no such job, -2 stale receipt.
+var ackManyScript = redis.NewScript(`
+local out, ids, jks, gone = {}, {}, {}, {}
+for i = 1, #KEYS - 1 do
+  local jk, nonce = KEYS[i + 1], ARGV[2 * i]
+  local code = 1
+  if nonce ~= '' then
+    local h = ''
+    -- A job ACKed earlier in this batch is gone, as in sequential calls.
+    if not gone[jk] then h = redis.call('GETRANGE', jk, 0, 21) end
+    if #h < 22 then
+      code = -1
+    elseif string.sub(h, 2, 2) ~= 'f' or string.sub(h, 15, 22) ~= nonce then
+      code = -2
+    end
+  end
+  if code == 1 and not gone[jk] then
+    gone[jk] = true
+    ids[#ids + 1] = ARGV[2 * i - 1]
+    jks[#jks + 1] = jk
+  end
+  out[i] = code
+end
+if #ids > 0 then
+  redis.call('ZREM', KEYS[1], unpack(ids))
+  redis.call('DEL', unpack(jks))
+end
+return out
+`)
+
 // releaseScript hands an in-flight job back (nack): ready now, or delayed
 // by ARGV[4] ms or by the queue's backoff; with no try left it goes to the
 // dead letter.
@@ -641,7 +679,7 @@ return id
 // allScripts are loaded by New so that a broken script fails at start and
 // pipelined calls never meet NOSCRIPT.
 var allScripts = []*redis.Script{
-	publishScript, consumeScript, pumpScript, peekQueueScript, peekJobScript, ackScript,
+	publishScript, consumeScript, pumpScript, peekQueueScript, peekJobScript, ackScript, ackManyScript,
 	releaseScript, touchScript, respawnScript, respawnOneScript, deleteDeadScript,
 	deleteDeadOneScript, listDeadScript, destroyScript, cancelKeyScript,
 }

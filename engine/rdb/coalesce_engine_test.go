@@ -1,0 +1,337 @@
+package rdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kairos-dev/kairos/engine"
+)
+
+// coalesceTiers are the servers the engine-level coalescing tests run on.
+var coalesceTiers = []struct {
+	name   string
+	client func(t *testing.T) redis.UniversalClient
+}{
+	{"miniredis", func(t *testing.T) redis.UniversalClient {
+		m := miniredis.RunT(t)
+		client := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = client.Close() })
+		return client
+	}},
+	{"redis", func(t *testing.T) redis.UniversalClient { return realClient(t) }},
+}
+
+// startEngineOpts runs an engine with opts on client until the test ends.
+func startEngineOpts(t *testing.T, client redis.UniversalClient, opts Options) *Engine {
+	t.Helper()
+	e, err := New(context.Background(), client, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = e.Run(ctx) }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return e
+}
+
+func TestCoalesceEngine(t *testing.T) {
+	for _, tier := range coalesceTiers {
+		t.Run(tier.name, func(t *testing.T) {
+			client := tier.client(t)
+			t.Run("roundtrip", func(t *testing.T) {
+				e := startEngine(t, client, newTestClock())
+				if e.pubs == nil || e.acks == nil || e.cons == nil {
+					t.Fatal("coalescers off by default")
+				}
+				pubs, cons, acks := recordBatches(e.pubs), recordBatches(e.cons), recordBatches(e.acks)
+				coalesceRoundTrip(t, e, client, "co", "q", 64, 50)
+				for _, r := range []struct {
+					name string
+					rec  *batchRecorder
+				}{{"publish", pubs}, {"consume", cons}, {"ack", acks}} {
+					r.rec.mu.Lock()
+					calls, batches, largest := r.rec.calls, r.rec.batches, r.rec.largest
+					r.rec.mu.Unlock()
+					t.Logf("%s: %d calls in %d batches, largest %d", r.name, calls, batches, largest)
+					if largest < 2 || largest > coalesceMax {
+						t.Errorf("%s: largest batch %d, want 2..%d (64 concurrent callers)", r.name, largest, coalesceMax)
+					}
+				}
+			})
+			t.Run("ackManyScript", func(t *testing.T) {
+				testAckManyScript(t, startEngine(t, client, newTestClock()), client)
+			})
+			t.Run("noAutoPipeline", func(t *testing.T) {
+				e := startEngineOpts(t, client, Options{Now: newTestClock().Now, NoAutoPipeline: true})
+				if e.pubs != nil || e.acks != nil || e.cons != nil {
+					t.Fatal("coalescers on with NoAutoPipeline")
+				}
+				coalesceRoundTrip(t, e, client, "nap", "q", 16, 20)
+			})
+		})
+	}
+}
+
+// batchRecorder counts the batches a coalescer runs.
+type batchRecorder struct {
+	mu                      sync.Mutex
+	calls, batches, largest int
+}
+
+// recordBatches wraps c's run function; call it before c is used.
+func recordBatches[T any](c *coalescer[T]) *batchRecorder {
+	r := &batchRecorder{}
+	run := c.run
+	c.run = func(ctx context.Context, batch []*batchCall[T]) {
+		r.mu.Lock()
+		r.calls += len(batch)
+		r.batches++
+		r.largest = max(r.largest, len(batch))
+		r.mu.Unlock()
+		run(ctx, batch)
+	}
+	return r
+}
+
+// coalesceRoundTrip publishes workers×per plain jobs to ns/q concurrently,
+// consumes them one by one with workers consumers, and ACKs them all
+// concurrently, checking every step.
+func coalesceRoundTrip(t *testing.T, e *Engine, client redis.UniversalClient, ns, q string, workers, per int) {
+	ctx := context.Background()
+	total := workers * per
+
+	// Publish.
+	ids := make([][]string, workers)
+	var wg sync.WaitGroup
+	for g := 0; g < workers; g++ {
+		ids[g] = make([]string, per)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				id, err := e.Publish(ctx, &engine.PublishRequest{Namespace: ns, Queue: q, Tries: 1, Body: []byte(fmt.Sprintf("job-%d-%d", g, i))})
+				if err != nil {
+					t.Errorf("publish job-%d-%d: %v", g, i, err)
+					return
+				}
+				ids[g][i] = id
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	bodyOf := make(map[string]string, total) // published ID → body
+	for g := range ids {
+		for i, id := range ids[g] {
+			body := fmt.Sprintf("job-%d-%d", g, i)
+			if id == "" {
+				t.Fatalf("%s: empty ID", body)
+			}
+			if prev, dup := bodyOf[id]; dup {
+				t.Fatalf("ID %s given to %s and %s", id, prev, body)
+			}
+			bodyOf[id] = body
+		}
+	}
+	if n, err := e.Size(ctx, ns, q); err != nil || n != int64(total) {
+		t.Fatalf("size after publish = %d, %v; want %d", n, err, total)
+	}
+
+	// Consume, one job per call, until the queue is empty.
+	got := make([][]*engine.Job, workers)
+	for g := 0; g < workers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				jobs, err := e.Consume(ctx, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, Count: 1, TTR: 30 * time.Second})
+				if err != nil {
+					t.Errorf("consumer %d: %v", g, err)
+					return
+				}
+				if len(jobs) == 0 {
+					return
+				}
+				if len(jobs) > 1 {
+					t.Errorf("consumer %d: %d jobs for Count 1", g, len(jobs))
+				}
+				got[g] = append(got[g], jobs...)
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	var all []*engine.Job
+	seen := make(map[string]bool, total)
+	receipts := make(map[string]string, total)
+	for _, jobs := range got {
+		for _, j := range jobs {
+			all = append(all, j)
+			want, ok := bodyOf[j.ID]
+			switch {
+			case !ok:
+				t.Errorf("delivered unknown job %s (%q)", j.ID, j.Body)
+			case seen[j.ID]:
+				t.Errorf("job %s (%s) delivered twice", j.ID, want)
+			case string(j.Body) != want:
+				t.Errorf("job %s: body %q, want %q", j.ID, j.Body, want)
+			}
+			seen[j.ID] = true
+			if j.Receipt == "" {
+				t.Errorf("job %s: no receipt", j.ID)
+			} else if other, dup := receipts[j.Receipt]; dup {
+				t.Errorf("jobs %s and %s share receipt %s", other, j.ID, j.Receipt)
+			}
+			receipts[j.Receipt] = j.ID
+		}
+	}
+	if len(seen) != total {
+		missing := 0
+		for id := range bodyOf {
+			if !seen[id] {
+				missing++
+			}
+		}
+		t.Errorf("%d distinct jobs delivered, %d missing; want %d", len(seen), missing, total)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	if n, err := e.Size(ctx, ns, q); err != nil || n != 0 {
+		t.Fatalf("size after consume = %d, %v; want 0", n, err)
+	}
+	if n, err := client.ZCard(ctx, timerKey(ns, q)).Result(); err != nil || n != int64(total) {
+		t.Fatalf("in-flight timer entries = %d, %v; want %d", n, err, total)
+	}
+
+	// ACK every job with its receipt, concurrently; then again.
+	ackAll := func(check func(j *engine.Job, err error)) {
+		for g := 0; g < workers; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := g; k < len(all); k += workers {
+					check(all[k], e.Ack(ctx, ns, q, all[k].ID, all[k].Receipt))
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	ackAll(func(j *engine.Job, err error) {
+		if err != nil {
+			t.Errorf("ack %s (%s): %v", j.ID, j.Body, err)
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	if n, err := e.Size(ctx, ns, q); err != nil || n != 0 {
+		t.Errorf("size after ack = %d, %v; want 0", n, err)
+	}
+	if n, err := client.ZCard(ctx, timerKey(ns, q)).Result(); err != nil || n != 0 {
+		t.Errorf("timer entries after ack = %d, %v; want 0", n, err)
+	}
+	if keys, err := client.Keys(ctx, jobKeyPrefix(ns, q)+"*").Result(); err != nil || len(keys) != 0 {
+		t.Errorf("job bodies after ack: %d (%v), want none", len(keys), err)
+	}
+	ackAll(func(j *engine.Job, err error) {
+		if !errors.Is(err, engine.ErrJobNotFound) {
+			t.Errorf("second ack of %s: %v, want ErrJobNotFound", j.ID, err)
+		}
+	})
+	// lmstfy's ACK (no receipt) of an unknown job is not an error.
+	if err := e.Ack(ctx, ns, q, "01M7YVBFN8AAS205RQ04000000", ""); err != nil {
+		t.Errorf("ack without receipt of an unknown job: %v, want nil", err)
+	}
+	if err := e.Ack(ctx, ns, q, all[0].ID, ""); err != nil {
+		t.Errorf("ack without receipt of an ACKed job: %v, want nil", err)
+	}
+}
+
+// testAckManyScript calls ackManyScript directly on in-flight jobs.
+func testAckManyScript(t *testing.T, e *Engine, client redis.UniversalClient) {
+	ctx := context.Background()
+	const ns, q = "ackmany", "q"
+	for i := 0; i < 3; i++ {
+		if _, err := e.Publish(ctx, &engine.PublishRequest{Namespace: ns, Queue: q, Tries: 1, Body: []byte(fmt.Sprint("b", i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jobs, err := e.Consume(ctx, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, Count: 3, TTR: 30 * time.Second})
+	if err != nil || len(jobs) != 3 {
+		t.Fatalf("consume: %d jobs, %v", len(jobs), err)
+	}
+	a, b, c := jobs[0], jobs[1], jobs[2]
+	nonce := func(j *engine.Job) string {
+		n, err := decodeReceipt(j.Receipt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	wrong := []byte(nonce(a))
+	wrong[7] ^= 0xff
+	// ack runs the script on (id, nonce) pairs.
+	ack := func(pairs ...string) []int64 {
+		t.Helper()
+		keys := []string{timerKey(ns, q)}
+		var args []interface{}
+		for i := 0; i < len(pairs); i += 2 {
+			keys = append(keys, jobKey(ns, q, pairs[i]))
+			args = append(args, pairs[i], pairs[i+1])
+		}
+		codes, err := ackManyScript.Run(ctx, client, keys, args...).Int64Slice()
+		if err != nil {
+			t.Fatalf("ackManyScript %q: %v", pairs, err)
+		}
+		return codes
+	}
+	// present reports whether job j has its body and its timer entry.
+	present := func(j *engine.Job) (body, timer bool) {
+		n, err := client.Exists(ctx, jobKey(ns, q, j.ID)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = client.ZScore(ctx, timerKey(ns, q), j.ID).Err()
+		if err != nil && err != redis.Nil {
+			t.Fatal(err)
+		}
+		return n == 1, err == nil
+	}
+	check := func(what string, got []int64, want ...int64) {
+		t.Helper()
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: codes %v, want %v", what, got, want)
+		}
+	}
+
+	check("wrong receipt", ack(a.ID, string(wrong)), -2)
+	if body, timer := present(a); !body || !timer {
+		t.Errorf("after a wrong receipt: body %v, timer entry %v; want both kept", body, timer)
+	}
+	check("wrong receipt then the right one twice", ack(a.ID, string(wrong), a.ID, nonce(a), a.ID, nonce(a)), -2, 1, -1)
+	if body, timer := present(a); body || timer {
+		t.Errorf("after ACK: body %v, timer entry %v; want both gone", body, timer)
+	}
+	check("same job twice without receipt", ack(b.ID, "", b.ID, ""), 1, 1)
+	if body, timer := present(b); body || timer {
+		t.Errorf("after ACK without receipt: body %v, timer entry %v; want both gone", body, timer)
+	}
+	check("valid receipt, then an ACKed job with its receipt, then an unknown job without", ack(c.ID, nonce(c), a.ID, nonce(a), "nosuchjob", ""), 1, -1, 1)
+	if body, timer := present(c); body || timer {
+		t.Errorf("after ACK: body %v, timer entry %v; want both gone", body, timer)
+	}
+}
