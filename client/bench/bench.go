@@ -596,7 +596,10 @@ func Latency(ctx context.Context, cfg Config) (Result, error) {
 	var pwg sync.WaitGroup
 	published := atomic.Int64{}
 	path, query := escQueue(queue), publishQuery(0)
-	// Publishers share the rate: each of P publishers sends every P intervals.
+	// Publishers share the rate: publisher p sends at start + (p + k·P)
+	// intervals, so that the P publishers take turns and the load is even
+	// (P tickers started together would send in bursts of P). A publisher
+	// that falls behind skips the slots already past, as a ticker does.
 	const pubs = 32
 	for p := 0; p < pubs; p++ {
 		pwg.Add(1)
@@ -604,14 +607,21 @@ func Latency(ctx context.Context, cfg Config) (Result, error) {
 			defer pwg.Done()
 			cn := c.conn()
 			defer cn.close()
-			tick := time.NewTicker(interval * pubs)
-			defer tick.Stop()
+			period := interval * pubs
+			next := start.Add(time.Duration(p) * interval)
+			timer := time.NewTimer(time.Until(next))
+			defer timer.Stop()
 			for {
 				select {
 				case <-pctx.Done():
 					return
-				case <-tick.C:
+				case <-timer.C:
 				}
+				next = next.Add(period)
+				if late := time.Since(next); late > 0 {
+					next = next.Add((late/period + 1) * period)
+				}
+				timer.Reset(time.Until(next))
 				cn.scratch = c.appendBody(cn.scratch[:0], time.Now().UnixNano())
 				if err := cn.publish(pctx, path, query, cn.scratch); err != nil {
 					if pctx.Err() == nil {
