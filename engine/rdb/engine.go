@@ -447,6 +447,12 @@ func (e *Engine) Consume(ctx context.Context, req *engine.ConsumeRequest) ([]*en
 			return nil, fmt.Errorf("consume: %w", err)
 		}
 	}
+	if req.Timeout > 0 && e.waiters.listening(req.Namespace, req.Queues) {
+		// wait registers the waiter and then runs the consume script: one
+		// call, no race, where a call before it would find an empty queue
+		// just as often as a job.
+		return e.waiters.wait(ctx, req)
+	}
 	jobs, err := e.consumeNow(ctx, req)
 	if err != nil || len(jobs) > 0 || req.Timeout <= 0 {
 		return jobs, err

@@ -146,6 +146,24 @@ func (w *waiters) detach(wt *waiter) {
 	wt.elems = nil
 }
 
+// listening reports whether this server receives the ready messages of all
+// of queues already (subscribed and confirmed), so that a waiter registered
+// now would miss none.
+func (w *waiters) listening(ns string, queues []string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ps == nil {
+		return false
+	}
+	for _, q := range queues {
+		st := w.chans[readyChannel(ns, q)]
+		if st == nil || !st.subscribed || !st.closed {
+			return false
+		}
+	}
+	return true
+}
+
 // add registers a waiter under channels, subscribing to the ones this
 // server does not listen to yet and waiting (bounded) for confirmation.
 func (w *waiters) add(ctx context.Context, ns string, queues []string, deadline <-chan time.Time) *waiter {
