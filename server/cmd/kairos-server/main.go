@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"syscall"
 
@@ -28,7 +29,16 @@ var (
 	buildDate   = "unknown"
 )
 
+// defaultGCPercent is the garbage collector's target when GOGC is not set:
+// the server's live heap is small and every request allocates, so a
+// collection every 4x growth instead of 2x costs ~10 % less CPU per job
+// (doc/performance.md). GOGC and GOMEMLIMIT in the environment win.
+const defaultGCPercent = 400
+
 func main() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 	if err := run(os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "kairos-server:", err)
 		os.Exit(1)
