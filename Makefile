@@ -9,7 +9,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.buildCommit=$(COMMIT) -X main.buil
 # The CLI is built only once its package has Go files.
 CLIENT_CMD := $(wildcard client/cmd/kairos/*.go)
 
-.PHONY: bench-check build run test test-short lint cover bench chaos clean help
+.PHONY: bench-check bench-lmstfy build run test test-short lint cover bench chaos clean help
 
 ## build: bin/kairos-server (and bin/kairos, the CLI, when it exists)
 build:
@@ -57,6 +57,10 @@ chaos:
 ## bench-check: load-test a fresh server and fail on a throughput regression (not part of test)
 bench-check:
 	scripts/bench-check.sh
+
+## bench-lmstfy: lmstfy (built from the Go module proxy) and Kairos side by side, each on a fresh Redis; ARGS= passes kairos bench arguments
+bench-lmstfy:
+	scripts/lmstfy-bench.sh $(ARGS)
 
 ## clean: remove build and coverage output
 clean:
