@@ -720,15 +720,21 @@ func Burst(ctx context.Context, cfg Config) (Result, error) {
 	}
 	queue := runQueue(cfg.Queue, "burst")
 	c.drain(ctx, queue)
-	// Align to a second boundary so every job falls due together.
-	const delay = 3
+	// Start just after a second boundary, so that every job falls due in
+	// the second `due`: at once on a server with whole-second timers
+	// (lmstfy), and spread over the time the publishing took on one with
+	// millisecond timers (Kairos), whose last job falls due `lastDue`.
+	// The delay leaves a server that publishes at 20k jobs/s time to
+	// publish them all first.
+	delay := 3 + cfg.Jobs/20000
 	now := time.Now()
 	time.Sleep(now.Truncate(time.Second).Add(time.Second + 50*time.Millisecond).Sub(now))
-	due := time.Now().Truncate(time.Second).Add(delay * time.Second)
+	due := time.Now().Truncate(time.Second).Add(time.Duration(delay) * time.Second)
 	mark := cfg.cpuMark(ctx)
 	if err := fill(ctx, c, queue, cfg.Jobs, delay); err != nil {
 		return Result{}, err
 	}
+	lastDue := time.Now().Add(time.Duration(delay) * time.Second)
 	if time.Now().After(due) {
 		return Result{}, errors.New("burst: publishing took longer than the delay; lower -jobs")
 	}
@@ -750,9 +756,12 @@ func Burst(ctx context.Context, cfg Config) (Result, error) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	took := time.Since(due)
+	ready := time.Now()
+	took := ready.Sub(due)
 	r := Result{Scenario: "burst_due", Ops: size, Seconds: took.Seconds(), MaxMS: float64(took.Microseconds()) / 1000,
-		Note: fmt.Sprintf("%d jobs due in the same second; max_ms = until all ready; CPU includes publishing them", cfg.Jobs)}
+		Note: fmt.Sprintf("%d jobs due in the same second; max_ms = from that second until all ready; "+
+			"the last job fell due %.0f ms into it (publishing time; 0 with whole-second timers) and all were ready %.0f ms after it; CPU includes publishing them",
+			cfg.Jobs, float64(lastDue.Sub(due).Microseconds())/1000, float64(ready.Sub(lastDue).Microseconds())/1000)}
 	r.PerSec = float64(size) / took.Seconds()
 	r.setCPU(ctx, &cfg, mark)
 	c.drain(context.WithoutCancel(ctx), queue)
