@@ -768,6 +768,10 @@ func Burst(ctx context.Context, cfg Config) (Result, error) {
 	return r, nil
 }
 
+// idleSettle is how long Idle lets the server accept and park its
+// consumers before it meters the CPU of waiting.
+const idleSettle = 2 * time.Second
+
 // Idle holds Concurrency long-polling consumers (a connection each) on
 // Concurrency/100 queues for Duration, then publishes one job per queue and
 // measures how fast each reaches its consumer. The note gives each metered
@@ -784,8 +788,9 @@ func Idle(ctx context.Context, cfg Config) (Result, error) {
 	cctx, ccancel := context.WithCancel(ctx)
 	defer ccancel()
 	var cwg sync.WaitGroup
-	timeout := int(cfg.Duration/time.Second) + 10
+	timeout := int(cfg.Duration/time.Second) + 10 + int(idleSettle/time.Second)
 	query := consumeQuery(timeout)
+	var started atomic.Int64
 	for w := 0; w < cfg.Concurrency; w++ {
 		cwg.Add(1)
 		path := escQueue(fmt.Sprintf("%s-idle-%d", cfg.Queue, w%nq))
@@ -793,6 +798,7 @@ func Idle(ctx context.Context, cfg Config) (Result, error) {
 			defer cwg.Done()
 			cn := c.conn()
 			defer cn.close()
+			started.Add(1)
 			id, data, found, err := cn.consume(cctx, path, query, timeout, true)
 			if err != nil || !found {
 				return
@@ -803,6 +809,15 @@ func Idle(ctx context.Context, cfg Config) (Result, error) {
 			ops.Add(1)
 			_ = cn.ack(context.Background(), path+"/job/", id)
 		}()
+	}
+	// Measure the waiting, not the arrival: every consumer has started its
+	// request, and the server has had idleSettle to accept and park them.
+	for started.Load() < int64(cfg.Concurrency) && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case <-time.After(idleSettle):
+	case <-ctx.Done():
 	}
 	hold := cfg.cpuMark(ctx)
 	holdStart := time.Now()
