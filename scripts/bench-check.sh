@@ -9,8 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Recorded medians (jobs/s), doc/performance.md, 2026-11-21.
-declare -A BASE=([publish]=${BASE_PUBLISH:-14000} [bulk_publish]=${BASE_BULK:-85000} [consume_ack]=${BASE_CONSUME:-7500})
+# Recorded medians (jobs/s), doc/performance.md, 2026-11-24.
+declare -A BASE=([publish]=${BASE_PUBLISH:-15000} [bulk_publish]=${BASE_BULK:-75000} [consume_ack]=${BASE_CONSUME:-7800})
 MARGIN=${MARGIN:-0.5}
 DURATION=${DURATION:-5s}
 

@@ -28,21 +28,6 @@ var coalesceTiers = []struct {
 	{"redis", func(t *testing.T) redis.UniversalClient { return realClient(t) }},
 }
 
-// startEngineOpts runs an engine with opts on client until the test ends.
-func startEngineOpts(t *testing.T, client redis.UniversalClient, opts Options) *Engine {
-	t.Helper()
-	e, err := New(context.Background(), client, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = e.Run(ctx) }()
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	return e
-}
-
 func TestCoalesceEngine(t *testing.T) {
 	for _, tier := range coalesceTiers {
 		t.Run(tier.name, func(t *testing.T) {

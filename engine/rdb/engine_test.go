@@ -27,7 +27,13 @@ func (c *testClock) since(t time.Time) int64 { return c.Now().Sub(t).Millisecond
 // startEngine runs an engine on client until the test ends.
 func startEngine(t testing.TB, client redis.UniversalClient, clock *testClock) *Engine {
 	t.Helper()
-	e, err := New(context.Background(), client, Options{Now: clock.Now})
+	return startEngineOpts(t, client, Options{Now: clock.Now})
+}
+
+// startEngineOpts runs an engine with opts on client until the test ends.
+func startEngineOpts(t testing.TB, client redis.UniversalClient, opts Options) *Engine {
+	t.Helper()
+	e, err := New(context.Background(), client, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
