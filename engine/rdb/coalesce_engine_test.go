@@ -320,3 +320,152 @@ func testAckManyScript(t *testing.T, e *Engine, client redis.UniversalClient) {
 		t.Errorf("after ACK: body %v, timer entry %v; want both gone", body, timer)
 	}
 }
+
+// TestCoalescePublishAcrossQueues publishes concurrently to many queues, so
+// that batches mix queues (publishManyScript), with delayed, priority and
+// plain jobs, and checks every queue's ready jobs, timer, registries and
+// due index entry; then that a batch is all or nothing.
+func TestCoalescePublishAcrossQueues(t *testing.T) {
+	for _, tier := range coalesceTiers {
+		t.Run(tier.name, func(t *testing.T) {
+			ctx := context.Background()
+			client := tier.client(t)
+			clock := newTestClock()
+			e := startEngine(t, client, clock)
+			var mixed sync.Mutex
+			mostQueues := 0 // most distinct queues in one publish batch
+			run := e.pubs.run
+			e.pubs.run = func(ctx context.Context, batch []*batchCall[pubOp]) {
+				qs := map[string]bool{}
+				for _, c := range batch {
+					qs[c.in.req.Queue] = true
+				}
+				mixed.Lock()
+				mostQueues = max(mostQueues, len(qs))
+				mixed.Unlock()
+				run(ctx, batch)
+			}
+			const ns, queues, workers, per = "mq", 50, 32, 40
+			type want struct{ ready, delayed int }
+			var mu sync.Mutex
+			wants := make(map[string]*want)
+			bodies := make(map[string]string) // id → body
+			var wg sync.WaitGroup
+			errs := make(chan error, workers*per)
+			for w := 0; w < workers; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < per; i++ {
+						n := w*per + i
+						q := fmt.Sprintf("q%d", n%queues)
+						req := &engine.PublishRequest{Namespace: ns, Queue: q, Tries: 2, TTL: time.Hour, Body: []byte(fmt.Sprintf("job-%d", n))}
+						switch {
+						case n%5 == 0:
+							req.Delay = time.Hour + time.Duration(n)*time.Millisecond
+						case n%7 == 0:
+							req.Priority = 5
+						}
+						id, err := e.Publish(ctx, req)
+						if err != nil {
+							errs <- err
+							return
+						}
+						mu.Lock()
+						if _, dup := bodies[id]; dup {
+							errs <- fmt.Errorf("id %s given twice", id)
+						}
+						bodies[id] = string(req.Body)
+						wq := wants[q]
+						if wq == nil {
+							wq = &want{}
+							wants[q] = wq
+						}
+						if req.Delay > 0 {
+							wq.delayed++
+						} else {
+							wq.ready++
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			if mostQueues < 2 {
+				t.Errorf("no publish batch mixed queues (most %d)", mostQueues)
+			}
+			for q, w := range wants {
+				size, err := e.Size(ctx, ns, q)
+				if err != nil || size != int64(w.ready) {
+					t.Errorf("%s: size %d (%v), want %d", q, size, err, w.ready)
+				}
+				if n := client.ZCard(ctx, timerKey(ns, q)).Val(); n != int64(w.delayed) {
+					t.Errorf("%s: %d timer entries, want %d", q, n, w.delayed)
+				}
+				if w.delayed > 0 {
+					first := client.ZRangeWithScores(ctx, timerKey(ns, q), 0, 0).Val()
+					idx, err := client.ZScore(ctx, timerIndexKey, queueMember(ns, q)).Result()
+					if err != nil || len(first) != 1 || idx != first[0].Score {
+						t.Errorf("%s: index score %v (%v), earliest timer entry %v", q, idx, err, first)
+					}
+				}
+				if !client.HExists(ctx, metaQueuesKey(ns), q).Val() {
+					t.Errorf("%s: not in the queue registry", q)
+				}
+			}
+			if !client.HExists(ctx, metaNamespacesKey, ns).Val() {
+				t.Error("namespace not in the registry")
+			}
+			// Every ready job is consumable once, with its body, priority
+			// jobs of a queue before its plain ones.
+			for q, w := range wants {
+				seenPlain := false
+				for i := 0; i < w.ready; i++ {
+					jobs, err := e.Consume(ctx, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, Count: 1, TTR: time.Minute})
+					if err != nil || len(jobs) != 1 {
+						t.Fatalf("%s: consume %d of %d: %v %v", q, i+1, w.ready, jobs, err)
+					}
+					j := jobs[0]
+					if bodies[j.ID] != string(j.Body) {
+						t.Fatalf("%s: job %s body %q, published %q", q, j.ID, j.Body, bodies[j.ID])
+					}
+					if j.Priority == 0 {
+						seenPlain = true
+					} else if seenPlain {
+						t.Fatalf("%s: priority job %s after a plain one", q, j.ID)
+					}
+				}
+			}
+
+			// All or nothing: job 2's body key exists, so job 1 (another
+			// queue) is not written either.
+			taken := engine.NewJobID(clock.Now(), 0, false)
+			if err := client.Set(ctx, jobKey(ns, "b", taken), "x", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			fresh := engine.NewJobID(clock.Now(), 0, false)
+			now := clock.Now().UnixMilli()
+			keys := []string{timerIndexKey, metaNamespacesKey,
+				readyKey(ns, "a"), timerKey(ns, "a"), prioKey(ns, "a"), configKey(ns, "a"), metaQueuesKey(ns),
+				readyKey(ns, "b"), timerKey(ns, "b"), prioKey(ns, "b"), configKey(ns, "b"), metaQueuesKey(ns),
+				jobKey(ns, "a", fresh), jobKey(ns, "b", taken)}
+			args := []interface{}{now, timerChannel, 2,
+				queueMember(ns, "a"), readyChannel(ns, "a"), "1", ns, "a",
+				queueMember(ns, "b"), readyChannel(ns, "b"), "1", ns, "b",
+				1, fresh, newValue(true, 1, 0, now, []byte("a")), 0, now, 1, 0,
+				2, taken, newValue(true, 1, 0, now, []byte("b")), 0, now, 1, 0}
+			res, err := publishManyScript.Run(ctx, client, keys, args...).Int64Slice()
+			if err != nil || len(res) != 1 || res[0] != 2 {
+				t.Fatalf("publishManyScript with a taken key = %v, %v; want [2]", res, err)
+			}
+			if client.Exists(ctx, jobKey(ns, "a", fresh)).Val() != 0 || client.LLen(ctx, readyKey(ns, "a")).Val() != 0 ||
+				client.HExists(ctx, metaQueuesKey(ns), "a").Val() {
+				t.Fatal("a batch with a taken key wrote part of itself")
+			}
+		})
+	}
+}

@@ -230,7 +230,7 @@ func (e *Engine) Publish(ctx context.Context, req *engine.PublishRequest) (strin
 		if err := checkPublish(req.Namespace, req.Queue, req); err != nil {
 			return "", err
 		}
-		op, err := e.pubs.do(ctx, req.Namespace+"/"+req.Queue, pubOp{req: req})
+		op, err := e.pubs.do(ctx, publishLane(req.Namespace, req.Queue), pubOp{req: req})
 		return op.id, err
 	}
 	ids, err := e.PublishBatch(ctx, []*engine.PublishRequest{req})
@@ -247,19 +247,138 @@ type pubOp struct {
 	id  string
 }
 
-// publishCoalesced runs coalesced publishes of one queue as one batch:
-// they are all published or none is, and share the outcome.
-func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]) {
-	reqs := make([]*engine.PublishRequest, len(batch))
-	for i, c := range batch {
-		reqs[i] = c.in.req
-	}
-	ids, err := e.publishValid(ctx, reqs)
-	for i, c := range batch {
-		if i < len(ids) {
-			c.in.id = ids[i]
+// publishLanes is how many publish batches of a pool may be in flight at
+// once: publishes are coalesced across queues within a lane, and a queue
+// always uses the same lane.
+const publishLanes = 4
+
+var laneKeys = [publishLanes]string{"0", "1", "2", "3"}
+
+// publishLane returns the coalescing key of publishes to ns/q (FNV-1a).
+func publishLane(ns, q string) string {
+	h := uint32(2166136261)
+	for _, s := range [2]string{ns, q} {
+		for i := 0; i < len(s); i++ {
+			h = (h ^ uint32(s[i])) * 16777619
 		}
-		c.err = err
+	}
+	return laneKeys[h%publishLanes]
+}
+
+// publishCoalesced runs coalesced publishes, of one or several queues, as
+// one publishManyScript call: they are all published or none is, and share
+// the outcome.
+func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]) {
+	now := e.now()
+	nowMS := ceilMS(now)
+	type queue struct {
+		ns, q  string
+		record bool
+		jobs   int
+	}
+	var queues []queue
+	index := make(map[string]int, 4) // ns/q → position in queues
+	group := make([]int, len(batch))
+	for i, c := range batch {
+		r := c.in.req
+		member := queueMember(r.Namespace, r.Queue)
+		g, ok := index[member]
+		if !ok {
+			g = len(queues)
+			index[member] = g
+			queues = append(queues, queue{ns: r.Namespace, q: r.Queue, record: e.newQueue(r.Namespace, r.Queue)})
+		}
+		queues[g].jobs++
+		group[i] = g
+	}
+	m := len(queues)
+	keys := make([]string, 2+5*m+len(batch))
+	args := make([]interface{}, 3+5*m+7*len(batch))
+	keys[0], keys[1] = timerIndexKey, metaNamespacesKey
+	args[0], args[1], args[2] = nowMS, timerChannel, m
+	for g, qu := range queues {
+		k, a := 2+5*g, 3+5*g
+		keys[k], keys[k+1], keys[k+2], keys[k+3], keys[k+4] =
+			readyKey(qu.ns, qu.q), timerKey(qu.ns, qu.q), prioKey(qu.ns, qu.q), configKey(qu.ns, qu.q), metaQueuesKey(qu.ns)
+		record := "0"
+		if qu.record {
+			record = "1"
+		}
+		args[a], args[a+1], args[a+2], args[a+3], args[a+4] = queueMember(qu.ns, qu.q), readyChannel(qu.ns, qu.q), record, qu.ns, qu.q
+	}
+	k0, a0 := 2+5*m, 3+5*m
+	fail := func(err error) {
+		for _, c := range batch {
+			c.err = err
+		}
+	}
+	for i, c := range batch {
+		r := c.in.req
+		version := 0
+		if r.Versioned {
+			version = 1
+		}
+		payload, err := encodePayload(version, r.Body, r.Attributes)
+		if err != nil {
+			// Cannot happen for a request checkPublish passed; fail the
+			// batch rather than publish some of it.
+			fail(fmt.Errorf("publish %s/%s: %w", r.Namespace, r.Queue, err))
+			return
+		}
+		c.in.id = engine.NewJobID(now, r.Delay, r.Versioned)
+		due := nowMS + durMS(r.Delay)
+		keys[k0+i] = jobKey(r.Namespace, r.Queue, c.in.id)
+		b := a0 + 7*i
+		args[b], args[b+1] = group[i]+1, c.in.id
+		args[b+2] = newValue(due <= nowMS, r.Tries, r.Priority, due, payload)
+		args[b+3], args[b+4], args[b+5], args[b+6] = durMS(r.TTL), due, int(r.Tries), r.Priority
+	}
+	for attempt := 0; ; attempt++ {
+		var res []interface{}
+		var err error
+		var replicas int64 = -1
+		if e.waitReplicas > 0 {
+			res, replicas, err = e.runAndWait(ctx, publishManyScript, keys, args)
+		} else {
+			res, err = e.runScript(ctx, publishManyScript, keys, args...).Slice()
+		}
+		if err != nil {
+			fail(fmt.Errorf("publish: %w", err))
+			return
+		}
+		code, _ := res[0].(int64)
+		if code == 0 && len(res) == 3 {
+			if earliest, _ := res[2].(int64); earliest > 0 {
+				e.wakePump()
+			}
+			for _, qu := range queues {
+				if qu.record {
+					e.markQueue(qu.ns, qu.q)
+				}
+				e.metrics.published(e.pool, qu.ns, qu.q, qu.jobs)
+			}
+			var result error
+			if replicas >= 0 && replicas < int64(e.waitReplicas) {
+				result = fmt.Errorf("publish: %d of %d replicas within %v: %w", replicas, e.waitReplicas, e.waitTimeout, engine.ErrNotReplicated)
+			}
+			fail(result)
+			return
+		}
+		k := int(code) - 1
+		if k < 0 || k >= len(batch) {
+			fail(fmt.Errorf("publish: unexpected reply %v", res))
+			return
+		}
+		r := batch[k].in.req
+		if attempt >= maxPublishRetries {
+			fail(fmt.Errorf("publish %s/%s job %s: %w", r.Namespace, r.Queue, batch[k].in.id, engine.ErrJobExists))
+			return
+		}
+		// A generated ID collided (48 random bits per millisecond): retry
+		// with a fresh one for that job.
+		batch[k].in.id = engine.NewJobID(now, r.Delay, r.Versioned)
+		keys[k0+k] = jobKey(r.Namespace, r.Queue, batch[k].in.id)
+		args[a0+7*k+1] = batch[k].in.id
 	}
 }
 
@@ -363,7 +482,7 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 		var err error
 		var replicas int64 = -1
 		if e.waitReplicas > 0 {
-			res, replicas, err = e.publishAndWait(ctx, keys, args)
+			res, replicas, err = e.runAndWait(ctx, publishScript, keys, args)
 		} else {
 			res, err = e.runScript(ctx, publishScript, keys, args...).Slice()
 		}
@@ -404,16 +523,16 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 	}
 }
 
-// publishAndWait runs the publish script and WAIT in one pipeline, so that
-// both go over the same connection (WAIT counts that connection's writes).
-func (e *Engine) publishAndWait(ctx context.Context, keys []string, args []interface{}) ([]interface{}, int64, error) {
+// runAndWait runs a publish script and WAIT in one pipeline, so that both
+// go over the same connection (WAIT counts that connection's writes).
+func (e *Engine) runAndWait(ctx context.Context, script *redis.Script, keys []string, args []interface{}) ([]interface{}, int64, error) {
 	run := func(eval bool) (*redis.Cmd, *redis.Cmd, error) {
 		pipe := e.rdb.Pipeline()
 		var cmd *redis.Cmd
 		if eval {
-			cmd = publishScript.Eval(ctx, pipe, keys, args...)
+			cmd = script.Eval(ctx, pipe, keys, args...)
 		} else {
-			cmd = publishScript.EvalSha(ctx, pipe, keys, args...)
+			cmd = script.EvalSha(ctx, pipe, keys, args...)
 		}
 		wait := pipe.Do(ctx, "WAIT", e.waitReplicas, e.waitTimeout.Milliseconds())
 		_, err := pipe.Exec(ctx)

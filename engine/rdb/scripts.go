@@ -196,6 +196,79 @@ if mindue then earliest = lower_index(KEYS[3], ARGV[2], mindue, ARGV[4]) end
 return {0, #ready, earliest}
 `)
 
+// publishManyScript stores plain jobs (server-made IDs, no replaced job, no
+// idempotency key) of several queues of the pool and makes each ready or
+// schedules it, in one step: either every job is written or none is. It is
+// publishScript for coalesced publishes across queues (coalesce.go); on a
+// future Redis Cluster pool its batches would be grouped by hash slot.
+//
+//	KEYS[1]  timer index   KEYS[2]  namespace registry m/ns
+//	per queue g (1..m), KEYS[2+5(g-1)+1..5]: ready list q/{ns/q}, timer t/{ns/q},
+//	         priority set p/{ns/q}, queue config c/{ns/q}, queue registry m/ns/NS
+//	KEYS[3+5m…] body keys j/{ns/q}/ID, one per job
+//	ARGV[1]  now (ms)   ARGV[2] timer channel   ARGV[3] m, the number of queues
+//	per queue g, ARGV[3+5(g-1)+1..5]: index member ns/q, ready channel n/ns/q,
+//	         "1" to record the queue in lmstfy's registries (else "0"), ns, q
+//	per job i, ARGV[3+5m+7(i-1)+1..7]: queue g, id, value (header + payload),
+//	         ttl (ms, 0 = forever), due (ms), tries, priority
+//
+// Returns {0, made ready, new earliest due of the pool or 0}, or {i} when
+// job i's body key exists (nothing written).
+var publishManyScript = script(`
+local now, m = tonumber(ARGV[1]), tonumber(ARGV[3])
+local k0, a0 = 2 + 5 * m, 3 + 5 * m
+local n = #KEYS - k0
+for i = 1, n do
+  local b = a0 + (i - 1) * 7
+  local ok
+  if ARGV[b + 4] ~= '0' then
+    ok = redis.call('SET', KEYS[k0 + i], ARGV[b + 3], 'NX', 'PX', ARGV[b + 4])
+  else
+    ok = redis.call('SET', KEYS[k0 + i], ARGV[b + 3], 'NX')
+  end
+  if not ok then
+    for k = 1, i - 1 do redis.call('DEL', KEYS[k0 + k]) end
+    return {i}
+  end
+end
+local ready, made, mindue = {}, {}, {}
+local total = 0
+for i = 1, n do
+  local b = a0 + (i - 1) * 7
+  local g, id = tonumber(ARGV[b + 1]), ARGV[b + 2]
+  local due, tries, prio = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7])
+  local k = 2 + 5 * (g - 1)
+  if due > now then
+    redis.call('ZADD', KEYS[k + 2], ARGV[b + 5], id)
+    if not mindue[g] or due < mindue[g] then mindue[g] = due end
+  else
+    if prio > 0 then
+      push_ready(KEYS[k + 1], KEYS[k + 3], KEYS[k + 4], prio, tries, id)
+    else
+      ready[g] = ready[g] or {}
+      ready[g][#ready[g] + 1] = entry(tries, id)
+    end
+    made[g] = (made[g] or 0) + 1
+    total = total + 1
+  end
+end
+local earliest = 0
+for g = 1, m do
+  local k, a = 2 + 5 * (g - 1), 3 + 5 * (g - 1)
+  if ARGV[a + 3] == '1' then
+    redis.call('HSET', KEYS[2], ARGV[a + 4], 1)
+    redis.call('HSET', KEYS[k + 5], ARGV[a + 5], 1)
+  end
+  if ready[g] then redis.call('LPUSH', KEYS[k + 1], unpack(ready[g])) end
+  if made[g] then redis.call('PUBLISH', ARGV[a + 2], made[g]) end
+  if mindue[g] then
+    local e = lower_index(KEYS[1], ARGV[a + 1], mindue[g], ARGV[2])
+    if e > 0 and (earliest == 0 or e < earliest) then earliest = e end
+  end
+end
+return {0, total, earliest}
+`)
+
 // consumeScript takes up to count live jobs from the queues in priority
 // order (per queue: its priority set, then its ready list), skipping (and
 // dropping) stale entries, and makes each in flight until due with one try
@@ -679,7 +752,7 @@ return id
 // allScripts are loaded by New so that a broken script fails at start and
 // pipelined calls never meet NOSCRIPT.
 var allScripts = []*redis.Script{
-	publishScript, consumeScript, pumpScript, peekQueueScript, peekJobScript, ackScript, ackManyScript,
+	publishScript, publishManyScript, consumeScript, pumpScript, peekQueueScript, peekJobScript, ackScript, ackManyScript,
 	releaseScript, touchScript, respawnScript, respawnOneScript, deleteDeadScript,
 	deleteDeadOneScript, listDeadScript, destroyScript, cancelKeyScript,
 }
