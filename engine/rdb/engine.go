@@ -314,11 +314,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 	}
 	for i, c := range batch {
 		r := c.in.req
-		version := 0
-		if r.Versioned {
-			version = 1
-		}
-		payload, err := encodePayload(version, r.Body, r.Attributes)
+		value, due, err := jobValue(r, nowMS)
 		if err != nil {
 			// Cannot happen for a request checkPublish passed; fail the
 			// batch rather than publish some of it.
@@ -326,22 +322,13 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 			return
 		}
 		c.in.id = engine.NewJobID(now, r.Delay, r.Versioned)
-		due := nowMS + durMS(r.Delay)
 		keys[k0+i] = jobKey(r.Namespace, r.Queue, c.in.id)
 		b := a0 + 7*i
-		args[b], args[b+1] = group[i]+1, c.in.id
-		args[b+2] = newValue(due <= nowMS, r.Tries, r.Priority, due, payload)
+		args[b], args[b+1], args[b+2] = group[i]+1, c.in.id, value
 		args[b+3], args[b+4], args[b+5], args[b+6] = durMS(r.TTL), due, int(r.Tries), r.Priority
 	}
 	for attempt := 0; ; attempt++ {
-		var res []interface{}
-		var err error
-		var replicas int64 = -1
-		if e.waitReplicas > 0 {
-			res, replicas, err = e.runAndWait(ctx, publishManyScript, keys, args)
-		} else {
-			res, err = e.runScript(ctx, publishManyScript, keys, args...).Slice()
-		}
+		res, replicas, err := e.runPublish(ctx, publishManyScript, keys, args)
 		if err != nil {
 			fail(fmt.Errorf("publish: %w", err))
 			return
@@ -357,11 +344,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 				}
 				e.metrics.published(e.pool, qu.ns, qu.q, qu.jobs)
 			}
-			var result error
-			if replicas >= 0 && replicas < int64(e.waitReplicas) {
-				result = fmt.Errorf("publish: %d of %d replicas within %v: %w", replicas, e.waitReplicas, e.waitTimeout, engine.ErrNotReplicated)
-			}
-			fail(result)
+			fail(e.replicaShortfall("publish", replicas))
 			return
 		}
 		k := int(code) - 1
@@ -454,19 +437,14 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 			generated[i] = true
 		}
 		ids[i] = id
-		version := 0
-		if r.Versioned {
-			version = 1
-		}
-		payload, err := encodePayload(version, r.Body, r.Attributes)
+		value, due, err := jobValue(r, nowMS)
 		if err != nil {
 			return nil, fmt.Errorf("publish %s/%s: %w", ns, q, err)
 		}
 		keys[7+i] = jobKey(ns, q, id)
 		b := 6 + 6*i
-		due := nowMS + durMS(r.Delay)
 		args[b] = id
-		args[b+1] = newValue(due <= nowMS, r.Tries, r.Priority, due, payload)
+		args[b+1] = value
 		args[b+2] = durMS(r.TTL)
 		args[b+3] = due
 		args[b+4] = int(r.Tries)
@@ -478,14 +456,7 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 		args = append(args, ns, q)
 	}
 	for attempt := 0; ; attempt++ {
-		var res []interface{}
-		var err error
-		var replicas int64 = -1
-		if e.waitReplicas > 0 {
-			res, replicas, err = e.runAndWait(ctx, publishScript, keys, args)
-		} else {
-			res, err = e.runScript(ctx, publishScript, keys, args...).Slice()
-		}
+		res, replicas, err := e.runPublish(ctx, publishScript, keys, args)
 		if err != nil {
 			return nil, fmt.Errorf("publish %s/%s: %w", ns, q, err)
 		}
@@ -498,8 +469,8 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 			if record {
 				e.markQueue(ns, q)
 			}
-			if replicas >= 0 && replicas < int64(e.waitReplicas) {
-				return ids, fmt.Errorf("publish %s/%s: %d of %d replicas within %v: %w", ns, q, replicas, e.waitReplicas, e.waitTimeout, engine.ErrNotReplicated)
+			if err := e.replicaShortfall("publish "+ns+"/"+q, replicas); err != nil {
+				return ids, err
 			}
 			e.metrics.published(e.pool, ns, q, len(reqs))
 			return ids, nil
@@ -521,6 +492,40 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 		keys[7+k] = jobKey(ns, q, ids[k])
 		args[6+6*k] = ids[k]
 	}
+}
+
+// jobValue returns the value stored for job r published at nowMS (header +
+// payload) and its due time (ms).
+func jobValue(r *engine.PublishRequest, nowMS int64) ([]byte, int64, error) {
+	version := 0
+	if r.Versioned {
+		version = 1
+	}
+	payload, err := encodePayload(version, r.Body, r.Attributes)
+	if err != nil {
+		return nil, 0, err
+	}
+	due := nowMS + durMS(r.Delay)
+	return newValue(due <= nowMS, r.Tries, r.Priority, due, payload), due, nil
+}
+
+// runPublish runs a publish script and, with WaitReplicas, WAIT after it
+// (runAndWait); replicas is -1 when it did not wait.
+func (e *Engine) runPublish(ctx context.Context, script *redis.Script, keys []string, args []interface{}) (res []interface{}, replicas int64, err error) {
+	if e.waitReplicas > 0 {
+		return e.runAndWait(ctx, script, keys, args)
+	}
+	res, err = e.runScript(ctx, script, keys, args...).Slice()
+	return res, -1, err
+}
+
+// replicaShortfall is the error of a publish that fewer than WaitReplicas
+// replicas acknowledged in time, or nil (also when replicas is -1).
+func (e *Engine) replicaShortfall(what string, replicas int64) error {
+	if replicas < 0 || replicas >= int64(e.waitReplicas) {
+		return nil
+	}
+	return fmt.Errorf("%s: %d of %d replicas within %v: %w", what, replicas, e.waitReplicas, e.waitTimeout, engine.ErrNotReplicated)
 }
 
 // runAndWait runs a publish script and WAIT in one pipeline, so that both

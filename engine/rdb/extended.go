@@ -53,19 +53,20 @@ func (e *Engine) Ack(ctx context.Context, ns, q, id, receipt string) error {
 			return fmt.Errorf("ack: %w", err)
 		}
 	}
-	var code int64
+	op := ackOp{ns: ns, q: q, id: id, nonce: nonce}
 	var err error
 	if e.acks != nil {
-		var op ackOp
-		op, err = e.acks.do(ctx, timerKey(ns, q), ackOp{ns: ns, q: q, id: id, nonce: nonce})
-		code = op.code
+		op, err = e.acks.do(ctx, timerKey(ns, q), op)
 	} else {
-		code, err = e.runScript(ctx, ackScript, []string{jobKey(ns, q, id), timerKey(ns, q)}, id, nonce).Int64()
+		// Not coalescing: the same script, for this job alone.
+		call := &batchCall[ackOp]{in: op}
+		e.ackCoalesced(ctx, []*batchCall[ackOp]{call})
+		op, err = call.in, call.err
 	}
 	if err != nil {
 		return fmt.Errorf("ack %s/%s/%s: %w", ns, q, id, err)
 	}
-	return receiptResult("ack", ns, q, id, code)
+	return receiptResult("ack", ns, q, id, op.code)
 }
 
 // ackOp is one coalesced ACK: the job, its receipt nonce ("" for lmstfy's
@@ -75,7 +76,8 @@ type ackOp struct {
 	code             int64
 }
 
-// ackCoalesced runs coalesced ACKs of one queue in one ackManyScript call.
+// ackCoalesced runs ACKs of one queue (coalesced, or one alone) in one
+// ackManyScript call.
 func (e *Engine) ackCoalesced(ctx context.Context, batch []*batchCall[ackOp]) {
 	ns, q := batch[0].in.ns, batch[0].in.q
 	keys := make([]string, 1+len(batch))

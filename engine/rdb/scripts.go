@@ -487,33 +487,17 @@ if not v then return false end
 return {v, redis.call('PTTL', KEYS[1])}
 `)
 
-// ackScript deletes a job and its timer entry (lmstfy's ACK); with a
-// receipt, only when it matches the current delivery.
-//
-//	KEYS[1] body key   KEYS[2] timer
-//	ARGV[1] id   ARGV[2] receipt (8 bytes) or ""
-//
-// Returns 1 deleted, 0 no such job (no receipt given), -1 no such job,
-// -2 stale receipt.
-var ackScript = script(`
-if ARGV[2] ~= '' then
-  local h = redis.call('GETRANGE', KEYS[1], 0, 21)
-  if #h < 22 then return -1 end
-  if string.sub(h, 2, 2) ~= 'f' or string.sub(h, 15, 22) ~= ARGV[2] then return -2 end
-end
-redis.call('ZREM', KEYS[2], ARGV[1])
-return redis.call('DEL', KEYS[1])
-`)
-
-// ackManyScript is ackScript for several jobs of one queue (coalesced
-// ACKs): each is checked against its receipt alone, and the jobs that pass
-// are deleted with one ZREM and one DEL.
+// ackManyScript deletes jobs of one queue and their timer entries
+// (lmstfy's ACK; coalesced ACKs, or one alone); with a receipt, a job only
+// when it matches the current delivery. Each job is checked alone, as in
+// sequential calls (a job ACKed twice in one call is gone the second time),
+// and the jobs that pass are deleted with one ZREM and one DEL.
 //
 //	KEYS[1] timer   KEYS[1+i] body key of job i
 //	ARGV[2i-1] id of job i   ARGV[2i] its receipt (8 bytes) or ""
 //
-// Returns one code per job, as ackScript's: 1 deleted (or nothing to
-// delete, without a receipt), -1 no such job, -2 stale receipt.
+// Returns one code per job: 1 deleted (or nothing to delete, without a
+// receipt), -1 no such job, -2 stale receipt.
 var ackManyScript = redis.NewScript(`
 local out, ids, jks, gone = {}, {}, {}, {}
 for i = 1, #KEYS - 1 do
@@ -752,7 +736,7 @@ return id
 // allScripts are loaded by New so that a broken script fails at start and
 // pipelined calls never meet NOSCRIPT.
 var allScripts = []*redis.Script{
-	publishScript, publishManyScript, consumeScript, pumpScript, peekQueueScript, peekJobScript, ackScript, ackManyScript,
+	publishScript, publishManyScript, consumeScript, pumpScript, peekQueueScript, peekJobScript, ackManyScript,
 	releaseScript, touchScript, respawnScript, respawnOneScript, deleteDeadScript,
 	deleteDeadOneScript, listDeadScript, destroyScript, cancelKeyScript,
 }
