@@ -6,8 +6,9 @@ import (
 	"sync"
 )
 
-// Coalescing (group commit): concurrent operations of one kind on one queue
-// run as one script call. Redis 7 spends about 10 µs setting up every script
+// Coalescing (group commit): concurrent operations of one kind on one key —
+// a queue (ACKs), a queue list and TTR (consumes), or one of a pool's
+// publish lanes (publishes, across queues) — run as one script call. Redis 7 spends about 10 µs setting up every script
 // call whatever it does (doc/performance.md), more than the few commands a
 // publish or an ACK makes; one call for many jobs pays that once, and the
 // server builds and decodes one command instead of many.

@@ -42,8 +42,8 @@ type Options struct {
 	Metrics *Metrics
 	// NoAutoPipeline sends every publish, consume and ACK in its own round
 	// trip and script call, instead of batching concurrent ones into
-	// pipelines and coalescing concurrent publishes, single-job consumes
-	// and ACKs of a queue into one script call.
+	// pipelines and coalescing concurrent publishes (of a publish lane),
+	// single-job consumes and ACKs (of a queue) into one script call.
 	NoAutoPipeline bool
 	// WaitReplicas, when > 0, makes every publish wait (Redis WAIT, on the
 	// same connection, in the same round trip) until that many replicas
@@ -69,9 +69,9 @@ type Engine struct {
 	// with NoAutoPipeline): see pipeline.go.
 	pipe     atomic.Pointer[autoPipeline]
 	autoPipe bool
-	// pubs, acks and cons coalesce concurrent plain publishes, ACKs and
-	// single-job consumes of a queue into one script call (nil with
-	// NoAutoPipeline): coalesce.go.
+	// pubs, acks and cons coalesce concurrent plain publishes (per publish
+	// lane, across queues), ACKs and single-job consumes (per queue) into
+	// one script call (nil with NoAutoPipeline): coalesce.go.
 	pubs *coalescer[pubOp]
 	acks *coalescer[ackOp]
 	cons *coalescer[consumeOp]
@@ -223,8 +223,9 @@ func checkNames(ns, q string) error {
 }
 
 // Publish implements engine.Engine. A plain publish (server-made ID, no
-// job it replaces, no idempotency key) is coalesced with concurrent ones to
-// the same queue into one script call (coalesce.go).
+// job it replaces, no idempotency key) is coalesced with concurrent ones of
+// its publish lane, whatever their queues, into one script call
+// (publishCoalesced).
 func (e *Engine) Publish(ctx context.Context, req *engine.PublishRequest) (string, error) {
 	if e.pubs != nil && req != nil && req.ID == "" && req.Replaces == "" && req.Key == "" {
 		if err := checkPublish(req.Namespace, req.Queue, req); err != nil {
