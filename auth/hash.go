@@ -33,7 +33,10 @@ const hashDigits = 2 * sha256.Size
 // "sha256-" + hex(SHA-256(secret)).
 func HashToken(secret string) string {
 	sum := sha256.Sum256([]byte(secret))
-	return HashedPrefix + hex.EncodeToString(sum[:])
+	var b [len(HashedPrefix) + hashDigits]byte
+	copy(b[:], HashedPrefix)
+	hex.Encode(b[len(HashedPrefix):], sum[:])
+	return string(b[:])
 }
 
 // Fingerprint returns the fingerprint of a token, "sha256-" + the first 12

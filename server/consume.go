@@ -82,7 +82,7 @@ func (s *Server) consume(c *gin.Context) {
 		return
 	}
 	count := uint64(1)
-	if v, ok := c.GetQuery("count"); ok {
+	if v, ok := getQuery(c, "count"); ok {
 		count, err = strconv.ParseUint(v, 10, 32)
 		if err != nil || count == 0 || count > engine.MaxBatchConsume {
 			s.failAPI(c, errInvalidCount)

@@ -82,7 +82,7 @@ func extended(c *gin.Context) (engine.Extended, error) {
 // queryMS parses an optional millisecond parameter (unsigned decimal, at
 // most maxParamMS) and reports whether it was given.
 func queryMS(c *gin.Context, name string, bad *apiError) (time.Duration, bool, error) {
-	v, ok := c.GetQuery(name)
+	v, ok := getQuery(c, name)
 	if !ok {
 		return 0, false, nil
 	}
@@ -110,7 +110,7 @@ func (x *publishExt) apply(req *engine.PublishRequest) {
 // Millisecond forms win over the second forms.
 func (s *Server) parsePublishExt(c *gin.Context, p *publishParams) (publishExt, error) {
 	x := publishExt{delay: secs(p.delay), ttl: secs(p.ttl)}
-	_, explicitDelay := c.GetQuery("delay")
+	_, explicitDelay := getQuery(c, "delay")
 	d, ok, err := queryMS(c, "delay_ms", errInvalidDelayMS)
 	if err != nil {
 		return x, err
@@ -123,7 +123,7 @@ func (s *Server) parsePublishExt(c *gin.Context, p *publishParams) (publishExt, 
 	} else if ok {
 		x.ttl = t
 	}
-	if v, ok := c.GetQuery("due_at"); ok {
+	if v, ok := getQuery(c, "due_at"); ok {
 		if explicitDelay {
 			return x, errDueAtConflict
 		}
@@ -144,7 +144,7 @@ func (s *Server) parsePublishExt(c *gin.Context, p *publishParams) (publishExt, 
 		return x, err
 	}
 	x.priority = int(prio)
-	qk, hasQK := c.GetQuery("job_key")
+	qk, hasQK := getQuery(c, "job_key")
 	hk := c.GetHeader("Idempotency-Key")
 	switch {
 	case hasQK && (qk == "" || len(qk) > maxJobKey), len(hk) > maxJobKey:
@@ -197,7 +197,7 @@ func (s *Server) consumeTimes(c *gin.Context, ttr, timeout uint64) (time.Duratio
 	}
 	maxWait := secs(s.def.maxTimeout)
 	wait := secs(min(timeout, s.def.maxTimeout))
-	if v, ok := c.GetQuery("timeout_ms"); ok {
+	if v, ok := getQuery(c, "timeout_ms"); ok {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
 			return 0, 0, errInvalidTimeoutMS
@@ -260,7 +260,7 @@ func unixMS(t time.Time) int64 {
 
 // parseReceipt reads the receipt parameter: 16 hex digits.
 func parseReceipt(c *gin.Context) (string, error) {
-	r := c.Query("receipt")
+	r := queryString(c, "receipt")
 	if r == "" {
 		return "", errMissingReceipt
 	}
@@ -315,7 +315,7 @@ func (s *Server) release(c *gin.Context) {
 		s.failAPI(c, err)
 		return
 	}
-	_, okS := c.GetQuery("delay")
+	_, okS := getQuery(c, "delay")
 	delayS, err := queryUint(c, "delay", 32, 0, errInvalidDelay)
 	if err != nil {
 		s.failAPI(c, err)
@@ -329,7 +329,7 @@ func (s *Server) release(c *gin.Context) {
 	default:
 		req.UsePolicy = true
 	}
-	if v, ok := c.GetQuery("keep_try"); ok {
+	if v, ok := getQuery(c, "keep_try"); ok {
 		if req.KeepTry, err = strconv.ParseBool(v); err != nil {
 			s.failAPI(c, errInvalidKeepTry)
 			return
@@ -531,7 +531,7 @@ func (s *Server) deleteDeadJob(c *gin.Context) {
 // deadLetterLimit reads the limit of lmstfy's respawn and delete: an int64
 // ≥ 1, or "all" (Kairos).
 func deadLetterLimit(c *gin.Context) (int64, error) {
-	if v, ok := c.GetQuery("limit"); ok && v == "all" {
+	if v, ok := getQuery(c, "limit"); ok && v == "all" {
 		return math.MaxInt64, nil
 	}
 	return queryInt64(c, "limit", 1, 1, errInvalidLimit)

@@ -425,3 +425,38 @@ func validMethod(m string) bool {
 	}
 	return true
 }
+
+// FuzzQueryParam checks getQuery's in-place scan against url.ParseQuery,
+// which gin's c.GetQuery uses: for every query it calls plain, the first
+// value of every name in it (and of a name not in it) is the same.
+func FuzzQueryParam(f *testing.F) {
+	for _, s := range []string{
+		"ttl=3600&tries=3&delay=0", "a=1&a=2", "a&a=1", "=x&a", "&&a=&", "a=b=c",
+		"token=x%20y", "a=1;b=2", "a+b=1", "delay=1&delay=x", "",
+	} {
+		f.Add(s, "a")
+	}
+	f.Fuzz(func(t *testing.T, raw, name string) {
+		if _, _, plain := plainQuery(raw, name); !plain {
+			if len(raw) <= maxPlainQuery && !strings.ContainsAny(raw, "%+;") {
+				t.Fatalf("plainQuery refused the plain query %q", raw)
+			}
+			return
+		}
+		want, err := url.ParseQuery(raw)
+		if err != nil {
+			t.Fatalf("plain query %q: url.ParseQuery: %v", raw, err)
+		}
+		names := []string{name}
+		for k := range want {
+			names = append(names, k)
+		}
+		for _, n := range names {
+			v, found, _ := plainQuery(raw, n)
+			wv, wok := want[n]
+			if found != wok || (wok && v != wv[0]) {
+				t.Fatalf("query %q, %q: got %q %v, url.ParseQuery %q", raw, n, v, found, wv)
+			}
+		}
+	})
+}

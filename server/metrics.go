@@ -3,6 +3,8 @@ package server
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -14,6 +16,42 @@ type metrics struct {
 	latency   *prometheus.HistogramVec
 	codes     *prometheus.CounterVec
 	rateLimit *prometheus.CounterVec
+
+	// routes caches the latency and code series of each label set, so
+	// that a request does not hash its labels twice in the vectors. It
+	// grows as the vectors do: namespaces are labelled only once
+	// authenticated, and no series is ever deleted.
+	mu     sync.RWMutex
+	routes map[routeLabels]routeSeries
+}
+
+// routeLabels are the labels of a response's series.
+type routeLabels struct {
+	pool, namespace, api, method string
+	code                         int
+}
+
+type routeSeries struct {
+	latency prometheus.Observer // nil for codes ≥ 300, which have none
+	code    prometheus.Counter
+}
+
+// route returns the series of l, creating them at their first use.
+func (m *metrics) route(l routeLabels) routeSeries {
+	m.mu.RLock()
+	r, ok := m.routes[l]
+	m.mu.RUnlock()
+	if ok {
+		return r
+	}
+	r = routeSeries{code: m.codes.WithLabelValues(l.pool, l.namespace, l.api, l.method, strconv.Itoa(l.code))}
+	if l.code < 300 {
+		r.latency = m.latency.WithLabelValues(l.pool, l.namespace, l.api, l.method)
+	}
+	m.mu.Lock()
+	m.routes[l] = r
+	m.mu.Unlock()
+	return r
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -37,7 +75,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Help:      "Requests refused by a token's rate limit (action consume or produce).",
 	}, []string{"pool", "namespace", "token", "action"})
 
-	m := &metrics{}
+	m := &metrics{routes: make(map[routeLabels]routeSeries)}
 	var err error
 	if m.latency, err = register(reg, latency); err != nil {
 		return nil, err

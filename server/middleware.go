@@ -1,12 +1,13 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"time"
 
@@ -19,8 +20,9 @@ import (
 )
 
 const (
-	requestIDHeader = "X-Request-ID"
-	stateKey        = "kairos.request"
+	// requestIDHeader is in canonical form, so that setting it needs no
+	// canonicalisation.
+	requestIDHeader = "X-Request-Id"
 )
 
 // reqState is what the middleware learns about one request.
@@ -36,46 +38,91 @@ type reqState struct {
 	eng     engine.Engine
 	// queues are the consume route's queues, split on ','.
 	queues []string
+	// start is when the request reached the handler chain.
+	start time.Time
+}
+
+// stateWriter is the ResponseWriter withRequestID gives the router: it
+// carries the request's state, so that the hot routes need no per-request
+// map (gin's Context.Set) to find it.
+type stateWriter struct {
+	http.ResponseWriter
+	st reqState
+}
+
+// Unwrap lets http.ResponseController and gin reach the connection's
+// writer.
+func (w *stateWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Flush flushes the underlying writer when it can.
+func (w *stateWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Hijack hands over the connection when the underlying writer allows it.
+func (w *stateWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if h, ok := w.ResponseWriter.(http.Hijacker); ok {
+		return h.Hijack()
+	}
+	return nil, nil, http.ErrNotSupported
 }
 
 // withRequestID gives every response, redirects and gin's own 404s
 // included, a fresh X-Request-ID (an incoming one is ignored, as lmstfy
-// does).
+// does), and creates the request's state.
 func withRequestID(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set(requestIDHeader, ulid.Make().String())
-		h.ServeHTTP(w, r)
+		id := ulid.Make().String()
+		w.Header()[requestIDHeader] = []string{id}
+		h.ServeHTTP(&stateWriter{ResponseWriter: w, st: reqState{reqID: id, start: time.Now()}}, r)
 	})
 }
 
-// requestState is the first gin middleware: it creates the request's state.
-func requestState(c *gin.Context) {
-	id := c.Writer.Header().Get(requestIDHeader)
-	if id == "" { // handler used without withRequestID
-		id = ulid.Make().String()
-		c.Header(requestIDHeader, id)
-	}
-	c.Set(stateKey, &reqState{reqID: id})
-}
-
-// state returns the request's state (created on demand).
+// state returns the request's state: the one withRequestID made, else one
+// kept in the gin context (created on demand; for handlers used without
+// withRequestID, as some tests do).
 func state(c *gin.Context) *reqState {
+	w := http.ResponseWriter(c.Writer)
+	for {
+		if sw, ok := w.(*stateWriter); ok {
+			return &sw.st
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			break
+		}
+		w = u.Unwrap()
+	}
 	if v, ok := c.Get(stateKey); ok {
 		if st, ok := v.(*reqState); ok {
 			return st
 		}
 	}
-	st := &reqState{reqID: c.Writer.Header().Get(requestIDHeader)}
+	id := c.Writer.Header().Get(requestIDHeader)
+	if id == "" {
+		id = ulid.Make().String()
+		c.Header(requestIDHeader, id)
+	}
+	st := &reqState{reqID: id, start: time.Now()}
 	c.Set(stateKey, st)
 	return st
 }
+
+// stateKey keeps the state of a request that did not come through
+// withRequestID.
+const stateKey = "kairos.request"
+
+// requestState is the first gin middleware: it makes sure the request has
+// its state (and so its X-Request-ID) before anything else runs.
+func requestState(c *gin.Context) { state(c) }
 
 // accessLogger logs one line per request while the access log is enabled
 // (lmstfy's fields; a token in the query string is redacted). redactPath
 // replaces the path by the route template when the path holds a token.
 func (s *Server) accessLogger(redactPath bool) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		start := time.Now()
 		c.Next()
 		if !s.accessLog.Load() {
 			return
@@ -90,7 +137,7 @@ func (s *Server) accessLogger(redactPath bool) gin.HandlerFunc {
 			"pool":    st.pool,
 			"path":    path,
 			"query":   redactQuery(c.Request.URL.RawQuery),
-			"latency": time.Since(start),
+			"latency": time.Since(st.start),
 			"ip":      c.ClientIP(),
 			"method":  c.Request.Method,
 			"code":    code,
@@ -138,16 +185,14 @@ func redactQuery(raw string) string {
 
 // collectMetrics records lmstfy's HTTP metrics for every response.
 func (s *Server) collectMetrics(c *gin.Context) {
-	start := time.Now()
 	c.Next()
 	st := state(c)
-	api := c.FullPath()
 	code := c.Writer.Status()
-	if code < 300 {
-		s.metrics.latency.WithLabelValues(st.pool, st.nsLabel, api, c.Request.Method).
-			Observe(float64(time.Since(start)) / float64(time.Millisecond))
+	r := s.metrics.route(routeLabels{st.pool, st.nsLabel, c.FullPath(), c.Request.Method, code})
+	if r.latency != nil {
+		r.latency.Observe(float64(time.Since(st.start)) / float64(time.Millisecond))
 	}
-	s.metrics.codes.WithLabelValues(st.pool, st.nsLabel, api, c.Request.Method, strconv.Itoa(code)).Inc()
+	r.code.Inc()
 }
 
 // recovery turns a panic into a logged 500 {"error":"internal error"}.
@@ -222,7 +267,7 @@ func (s *Server) guard(o routeOpts) gin.HandlerFunc {
 
 		raw := c.GetHeader("X-Token")
 		if raw == "" {
-			raw = c.Query("token")
+			raw = queryString(c, "token")
 		}
 		pool, token := auth.ParseToken(raw)
 		eng, ok := s.engines[pool]

@@ -21,7 +21,7 @@ import (
 
 // queryUint parses an optional unsigned parameter of the given bit size.
 func queryUint(c *gin.Context, name string, bits int, def uint64, bad *apiError) (uint64, error) {
-	v, ok := c.GetQuery(name)
+	v, ok := getQuery(c, name)
 	if !ok {
 		return def, nil
 	}
@@ -35,7 +35,7 @@ func queryUint(c *gin.Context, name string, bits int, def uint64, bad *apiError)
 // queryInt64 parses an optional signed 64-bit parameter that must be at
 // least min (the dead letter's limit and ttl).
 func queryInt64(c *gin.Context, name string, def, min int64, bad *apiError) (int64, error) {
-	v, ok := c.GetQuery(name)
+	v, ok := getQuery(c, name)
 	if !ok {
 		return def, nil
 	}
@@ -185,3 +185,48 @@ func readBody(c *gin.Context, limit int64, errTooLarge *apiError) ([]byte, error
 // maxBulkBody caps a bulk publish body: 64 jobs of 1 MiB plus room for
 // the commas, brackets and whitespace between them.
 const maxBulkBody = engine.MaxBulkPublish*engine.MaxBodySize + 64<<10
+
+// getQuery is gin's c.GetQuery (the first value of a query parameter)
+// without building the url.Values map that gin caches per request: a
+// query of plain name=value pairs (no '%', '+' or ';', so that unescaping
+// changes nothing and no pair is refused) is scanned in place; any other
+// query goes to gin, which parses it with url.ParseQuery. Both answer the
+// same (FuzzQueryParam); the hot routes' queries are all plain.
+func getQuery(c *gin.Context, name string) (string, bool) {
+	raw := c.Request.URL.RawQuery
+	if v, ok, plain := plainQuery(raw, name); plain {
+		return v, ok
+	}
+	return c.GetQuery(name)
+}
+
+// queryString is getQuery's value alone ("" when absent), as c.Query.
+func queryString(c *gin.Context, name string) string {
+	v, _ := getQuery(c, name)
+	return v
+}
+
+// maxPlainQuery bounds the queries plainQuery scans: far fewer pairs than
+// url.ParseQuery's limit on parameters (GODEBUG urlmaxqueryparams, 10,000
+// by default), beyond which it refuses the whole query.
+const maxPlainQuery = 2048
+
+// plainQuery finds name's first value in raw when raw is plain (see
+// getQuery); plain is false, and the other results meaningless, otherwise.
+func plainQuery(raw, name string) (value string, found, plain bool) {
+	if len(raw) > maxPlainQuery || strings.ContainsAny(raw, "%+;") {
+		return "", false, false
+	}
+	for raw != "" {
+		var pair string
+		pair, raw, _ = strings.Cut(raw, "&")
+		if pair == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(pair, "=")
+		if k == name && !found {
+			value, found = v, true
+		}
+	}
+	return value, found, true
+}

@@ -56,7 +56,7 @@ func (s *Server) peekJob(c *gin.Context) {
 // ack serves DELETE /api/:namespace/:queue/job/:job_id: 204 whether or not
 // the job existed. With a receipt (Kairos) it is the ACK of one delivery.
 func (s *Server) ack(c *gin.Context) {
-	if _, ok := c.GetQuery("receipt"); ok {
+	if _, ok := getQuery(c, "receipt"); ok {
 		s.ackReceipt(c)
 		return
 	}
