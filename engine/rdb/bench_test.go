@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -201,18 +202,30 @@ func runCallers(b *testing.B, f func()) {
 	})
 }
 
+// BenchmarkConcurrentPublish publishes to one queue, then spread over
+// 10,000 queues (round robin): the two should cost about the same.
 func BenchmarkConcurrentPublish(b *testing.B) {
-	e := benchEngine(b)
-	body := make([]byte, 100)
-	m := &cpuMeter{e: e}
-	b.ReportAllocs()
-	m.start(b)
-	runCallers(b, func() {
-		if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "q", Body: body, Tries: 1, TTL: time.Hour}); err != nil {
-			b.Error(err)
-		}
-	})
-	m.stop(b)
+	for _, queues := range []int{1, 10000} {
+		b.Run(fmt.Sprintf("queues=%d", queues), func(b *testing.B) {
+			e := benchEngine(b)
+			body := make([]byte, 100)
+			names := make([]string, queues)
+			for i := range names {
+				names[i] = fmt.Sprintf("q%d", i)
+			}
+			var next atomic.Uint64
+			m := &cpuMeter{e: e}
+			b.ReportAllocs()
+			m.start(b)
+			runCallers(b, func() {
+				q := names[next.Add(1)%uint64(queues)]
+				if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: q, Body: body, Tries: 1, TTL: time.Hour}); err != nil {
+					b.Error(err)
+				}
+			})
+			m.stop(b)
+		})
+	}
 }
 
 // BenchmarkConcurrentConsumeAck: one op = one Consume of one job and its

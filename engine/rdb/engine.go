@@ -79,6 +79,7 @@ type Engine struct {
 	waitReplicas int
 	waitTimeout  time.Duration
 
+	names  nameCache
 	metaMu sync.Mutex
 	meta   map[string]struct{} // ns/q already recorded in m/ns by this instance
 }
@@ -202,10 +203,13 @@ func durMS(d time.Duration) int64 {
 // newQueue reports whether ns/q is not yet known to be in lmstfy's
 // metadata registries (m/ns, m/ns/NS); the publish script then records it
 // in the same round trip, and markQueue remembers it once that succeeded.
-func (e *Engine) newQueue(ns, q string) bool {
+func (e *Engine) newQueue(ns, q string) bool { return e.newQueueMember(queueMember(ns, q)) }
+
+// newQueueMember is newQueue for the queue's index member ns/q.
+func (e *Engine) newQueueMember(member string) bool {
 	e.metaMu.Lock()
 	defer e.metaMu.Unlock()
-	_, ok := e.meta[queueMember(ns, q)]
+	_, ok := e.meta[member]
 	return !ok
 }
 
@@ -274,20 +278,21 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 	nowMS := ceilMS(now)
 	type queue struct {
 		ns, q  string
+		names  *queueNames
 		record bool
 		jobs   int
 	}
 	var queues []queue
-	index := make(map[string]int, 4) // ns/q → position in queues
+	index := make(map[[2]string]int, 4) // {ns, q} → position in queues
 	group := make([]int, len(batch))
 	for i, c := range batch {
 		r := c.in.req
-		member := queueMember(r.Namespace, r.Queue)
-		g, ok := index[member]
+		g, ok := index[[2]string{r.Namespace, r.Queue}]
 		if !ok {
 			g = len(queues)
-			index[member] = g
-			queues = append(queues, queue{ns: r.Namespace, q: r.Queue, record: e.newQueue(r.Namespace, r.Queue)})
+			index[[2]string{r.Namespace, r.Queue}] = g
+			qn := e.names.get(r.Namespace, r.Queue)
+			queues = append(queues, queue{ns: r.Namespace, q: r.Queue, names: qn, record: e.newQueueMember(qn.member)})
 		}
 		queues[g].jobs++
 		group[i] = g
@@ -299,13 +304,13 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 	args[0], args[1], args[2] = nowMS, timerChannel, m
 	for g, qu := range queues {
 		k, a := 2+5*g, 3+5*g
-		keys[k], keys[k+1], keys[k+2], keys[k+3], keys[k+4] =
-			readyKey(qu.ns, qu.q), timerKey(qu.ns, qu.q), prioKey(qu.ns, qu.q), configKey(qu.ns, qu.q), metaQueuesKey(qu.ns)
+		qn := qu.names
+		keys[k], keys[k+1], keys[k+2], keys[k+3], keys[k+4] = qn.ready, qn.timer, qn.prio, qn.config, qn.metaQueues
 		record := "0"
 		if qu.record {
 			record = "1"
 		}
-		args[a], args[a+1], args[a+2], args[a+3], args[a+4] = queueMember(qu.ns, qu.q), readyChannel(qu.ns, qu.q), record, qu.ns, qu.q
+		args[a], args[a+1], args[a+2], args[a+3], args[a+4] = qn.member, qn.channel, record, qu.ns, qu.q
 	}
 	k0, a0 := 2+5*m, 3+5*m
 	fail := func(err error) {
@@ -323,7 +328,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 			return
 		}
 		c.in.id = engine.NewJobID(now, r.Delay, r.Versioned)
-		keys[k0+i] = jobKey(r.Namespace, r.Queue, c.in.id)
+		keys[k0+i] = queues[group[i]].names.jobPrefix + c.in.id
 		b := a0 + 7*i
 		args[b], args[b+1], args[b+2] = group[i]+1, c.in.id, value
 		args[b+3], args[b+4], args[b+5], args[b+6] = durMS(r.TTL), due, int(r.Tries), r.Priority
@@ -639,12 +644,9 @@ func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, wan
 	keys := make([]string, 4*n+1)
 	args := make([]interface{}, 5+2*n)
 	for i, q := range req.Queues {
-		keys[i] = readyKey(req.Namespace, q)
-		keys[n+i] = timerKey(req.Namespace, q)
-		keys[2*n+i] = prioKey(req.Namespace, q)
-		keys[3*n+i] = configKey(req.Namespace, q)
-		args[5+i] = jobKeyPrefix(req.Namespace, q)
-		args[5+n+i] = queueMember(req.Namespace, q)
+		qn := e.names.get(req.Namespace, q)
+		keys[i], keys[n+i], keys[2*n+i], keys[3*n+i] = qn.ready, qn.timer, qn.prio, qn.config
+		args[5+i], args[5+n+i] = qn.jobPrefix, qn.member
 	}
 	keys[4*n] = timerIndexKey
 	args[2] = consumeScanBudget

@@ -82,9 +82,10 @@ func (e *Engine) ackCoalesced(ctx context.Context, batch []*batchCall[ackOp]) {
 	ns, q := batch[0].in.ns, batch[0].in.q
 	keys := make([]string, 1+len(batch))
 	args := make([]interface{}, 2*len(batch))
-	keys[0] = timerKey(ns, q)
+	qn := e.names.get(ns, q)
+	keys[0] = qn.timer
 	for i, c := range batch {
-		keys[1+i] = jobKey(ns, q, c.in.id)
+		keys[1+i] = qn.jobPrefix + c.in.id
 		args[2*i], args[2*i+1] = c.in.id, c.in.nonce
 	}
 	codes, err := e.runScript(ctx, ackManyScript, keys, args...).Int64Slice()
