@@ -220,13 +220,9 @@ func plainQuery(raw, name string) (value string, found, plain bool) {
 	for raw != "" {
 		var pair string
 		pair, raw, _ = strings.Cut(raw, "&")
-		if pair == "" {
-			continue
-		}
-		k, v, _ := strings.Cut(pair, "=")
-		if k == name && !found {
-			value, found = v, true
+		if k, v, _ := strings.Cut(pair, "="); k == name && pair != "" {
+			return v, true, true
 		}
 	}
-	return value, found, true
+	return "", false, true
 }

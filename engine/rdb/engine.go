@@ -79,7 +79,7 @@ type Engine struct {
 	waitReplicas int
 	waitTimeout  time.Duration
 
-	names  nameCache
+	names  *memo[*queueNames] // {ns, q, ""} → the queue's key names
 	metaMu sync.Mutex
 	meta   map[string]struct{} // ns/q already recorded in m/ns by this instance
 }
@@ -128,6 +128,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 		metrics:  opts.Metrics,
 		pumpWake: make(chan struct{}, 1),
 		meta:     make(map[string]struct{}),
+		names:    newMemo(func(k [3]string) *queueNames { return newQueueNames(k[0], k[1]) }),
 	}
 	for _, s := range allScripts {
 		if err := s.Load(ctx, client).Err(); err != nil {
@@ -200,22 +201,20 @@ func durMS(d time.Duration) int64 {
 	return m
 }
 
-// newQueue reports whether ns/q is not yet known to be in lmstfy's
-// metadata registries (m/ns, m/ns/NS); the publish script then records it
-// in the same round trip, and markQueue remembers it once that succeeded.
-func (e *Engine) newQueue(ns, q string) bool { return e.newQueueMember(queueMember(ns, q)) }
-
-// newQueueMember is newQueue for the queue's index member ns/q.
-func (e *Engine) newQueueMember(member string) bool {
+// newQueue reports whether the queue with index member ns/q is not yet
+// known to be in lmstfy's metadata registries (m/ns, m/ns/NS); the publish
+// script then records it in the same round trip, and markQueue remembers it
+// once that succeeded.
+func (e *Engine) newQueue(member string) bool {
 	e.metaMu.Lock()
 	defer e.metaMu.Unlock()
 	_, ok := e.meta[member]
 	return !ok
 }
 
-func (e *Engine) markQueue(ns, q string) {
+func (e *Engine) markQueue(member string) {
 	e.metaMu.Lock()
-	e.meta[queueMember(ns, q)] = struct{}{}
+	e.meta[member] = struct{}{}
 	e.metaMu.Unlock()
 }
 
@@ -291,8 +290,8 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		if !ok {
 			g = len(queues)
 			index[[2]string{r.Namespace, r.Queue}] = g
-			qn := e.names.get(r.Namespace, r.Queue)
-			queues = append(queues, queue{ns: r.Namespace, q: r.Queue, names: qn, record: e.newQueueMember(qn.member)})
+			qn := e.names.get([3]string{r.Namespace, r.Queue})
+			queues = append(queues, queue{ns: r.Namespace, q: r.Queue, names: qn, record: e.newQueue(qn.member)})
 		}
 		queues[g].jobs++
 		group[i] = g
@@ -346,7 +345,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 			}
 			for _, qu := range queues {
 				if qu.record {
-					e.markQueue(qu.ns, qu.q)
+					e.markQueue(qu.names.member)
 				}
 				e.metrics.published(e.pool, qu.ns, qu.q, qu.jobs)
 			}
@@ -456,7 +455,7 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 		args[b+4] = int(r.Tries)
 		args[b+5] = r.Priority
 	}
-	record := e.newQueue(ns, q)
+	record := e.newQueue(queueMember(ns, q))
 	if record {
 		keys = append(keys, metaNamespacesKey, metaQueuesKey(ns))
 		args = append(args, ns, q)
@@ -473,7 +472,7 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 				e.wakePump()
 			}
 			if record {
-				e.markQueue(ns, q)
+				e.markQueue(queueMember(ns, q))
 			}
 			if err := e.replicaShortfall("publish "+ns+"/"+q, replicas); err != nil {
 				return ids, err
@@ -644,7 +643,7 @@ func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, wan
 	keys := make([]string, 4*n+1)
 	args := make([]interface{}, 5+2*n)
 	for i, q := range req.Queues {
-		qn := e.names.get(req.Namespace, q)
+		qn := e.names.get([3]string{req.Namespace, q})
 		keys[i], keys[n+i], keys[2*n+i], keys[3*n+i] = qn.ready, qn.timer, qn.prio, qn.config
 		args[5+i], args[5+n+i] = qn.jobPrefix, qn.member
 	}

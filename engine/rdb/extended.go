@@ -82,7 +82,7 @@ func (e *Engine) ackCoalesced(ctx context.Context, batch []*batchCall[ackOp]) {
 	ns, q := batch[0].in.ns, batch[0].in.q
 	keys := make([]string, 1+len(batch))
 	args := make([]interface{}, 2*len(batch))
-	qn := e.names.get(ns, q)
+	qn := e.names.get([3]string{ns, q})
 	keys[0] = qn.timer
 	for i, c := range batch {
 		keys[1+i] = qn.jobPrefix + c.in.id

@@ -1,10 +1,5 @@
 package rdb
 
-import (
-	"strings"
-	"sync"
-)
-
 // Every Redis key and channel Kairos uses is built here. Keys of one queue
 // share the hash tag {ns/q}, so that on Redis Cluster every per-queue script
 // touches one slot (doc/keys.md).
@@ -47,7 +42,8 @@ func readyChannel(ns, q string) string { return "n/" + ns + "/" + q }
 func metaQueuesKey(ns string) string { return "m/ns/" + ns }
 
 // queueNames are the names a queue's hot-path scripts use, built once per
-// queue (Engine.names) rather than concatenated for every call.
+// queue (Engine.names, keyed {ns, q, ""}) rather than concatenated for
+// every call.
 type queueNames struct {
 	member, ready, timer, prio, config, channel, jobPrefix, metaQueues string
 }
@@ -63,33 +59,4 @@ func newQueueNames(ns, q string) *queueNames {
 		jobPrefix:  jobKeyPrefix(ns, q),
 		metaQueues: metaQueuesKey(ns),
 	}
-}
-
-// maxCachedNames bounds the engine's cache of queue names; reaching it
-// empties the cache, whose entries are then built again as queues are used.
-const maxCachedNames = 1 << 16
-
-// nameCache maps ns/q to its queueNames.
-type nameCache struct {
-	mu sync.RWMutex
-	m  map[[2]string]*queueNames
-}
-
-func (c *nameCache) get(ns, q string) *queueNames {
-	k := [2]string{ns, q}
-	c.mu.RLock()
-	n, ok := c.m[k]
-	c.mu.RUnlock()
-	if ok {
-		return n
-	}
-	n = newQueueNames(ns, q)
-	k = [2]string{strings.Clone(ns), strings.Clone(q)}
-	c.mu.Lock()
-	if c.m == nil || len(c.m) >= maxCachedNames {
-		c.m = make(map[[2]string]*queueNames)
-	}
-	c.m[k] = n
-	c.mu.Unlock()
-	return n
 }

@@ -2,8 +2,6 @@ package rdb
 
 import (
 	"context"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,42 +21,11 @@ type Metrics struct {
 	fullBatches  *prometheus.CounterVec
 	elapsed      *prometheus.HistogramVec
 
-	// Series of the per-queue vectors, looked up once per label set.
-	publishSeries, consumeSeries seriesCache[prometheus.Counter]
-	elapsedSeries                seriesCache[prometheus.Observer]
-}
-
-// maxCachedSeries bounds each seriesCache; reaching it empties the cache
-// (the vectors keep their series; the next use looks them up again).
-const maxCachedSeries = 1 << 16
-
-// seriesCache remembers the series of a vector with pool, namespace and
-// queue labels, so that the hot paths do not hash their labels in the
-// vector for every job: with many queues that lookup was a visible part of
-// a publish's CPU.
-type seriesCache[T any] struct {
-	mu   sync.RWMutex
-	m    map[[3]string]T
-	with func(...string) T
-}
-
-func (c *seriesCache[T]) get(pool, ns, q string) T {
-	k := [3]string{pool, ns, q}
-	c.mu.RLock()
-	s, ok := c.m[k]
-	c.mu.RUnlock()
-	if ok {
-		return s
-	}
-	s = c.with(pool, ns, q)
-	k = [3]string{strings.Clone(pool), strings.Clone(ns), strings.Clone(q)}
-	c.mu.Lock()
-	if c.m == nil || len(c.m) >= maxCachedSeries {
-		c.m = make(map[[3]string]T)
-	}
-	c.m[k] = s
-	c.mu.Unlock()
-	return s
+	// Series of the per-queue vectors, looked up once per {pool, ns, q}:
+	// with many queues the vectors' own label hashing was a visible part of
+	// a publish's CPU.
+	publishSeries, consumeSeries *memo[prometheus.Counter]
+	elapsedSeries                *memo[prometheus.Observer]
 }
 
 // NewMetrics creates the engine metrics and registers them with reg.
@@ -81,9 +48,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Milliseconds from publish to delivery (delay included).",
 			Buckets: prometheus.ExponentialBuckets(1, 4, 14)}, []string{"pool", "namespace", "queue"}),
 	}
-	m.publishSeries.with = func(l ...string) prometheus.Counter { return m.publishQueue.WithLabelValues(l...) }
-	m.consumeSeries.with = func(l ...string) prometheus.Counter { return m.consumeQueue.WithLabelValues(l...) }
-	m.elapsedSeries.with = func(l ...string) prometheus.Observer { return m.elapsed.WithLabelValues(l...) }
+	m.publishSeries = newMemo(func(k [3]string) prometheus.Counter { return m.publishQueue.WithLabelValues(k[:]...) })
+	m.consumeSeries = newMemo(func(k [3]string) prometheus.Counter { return m.consumeQueue.WithLabelValues(k[:]...) })
+	m.elapsedSeries = newMemo(func(k [3]string) prometheus.Observer { return m.elapsed.WithLabelValues(k[:]...) })
 	for _, c := range []prometheus.Collector{m.publish, m.publishQueue, m.consume, m.consumeQueue, m.timerDue, m.fullBatches, m.elapsed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -97,7 +64,7 @@ func (m *Metrics) published(pool, ns, q string, n int) {
 		return
 	}
 	m.publish.WithLabelValues(pool).Add(float64(n))
-	m.publishSeries.get(pool, ns, q).Add(float64(n))
+	m.publishSeries.get([3]string{pool, ns, q}).Add(float64(n))
 }
 
 func (m *Metrics) consumed(pool, ns string, jobs []*engine.Job, now time.Time) {
@@ -106,8 +73,8 @@ func (m *Metrics) consumed(pool, ns string, jobs []*engine.Job, now time.Time) {
 	}
 	m.consume.WithLabelValues(pool).Add(float64(len(jobs)))
 	for _, j := range jobs {
-		m.consumeSeries.get(pool, ns, j.Queue).Inc()
-		m.elapsedSeries.get(pool, ns, j.Queue).Observe(float64(engine.ElapsedMS(j.ID, now)))
+		m.consumeSeries.get([3]string{pool, ns, j.Queue}).Inc()
+		m.elapsedSeries.get([3]string{pool, ns, j.Queue}).Observe(float64(engine.ElapsedMS(j.ID, now)))
 	}
 }
 
