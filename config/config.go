@@ -118,6 +118,11 @@ type Kairos struct {
 	// AuthenticateSize makes the two public size routes require a token
 	// like every other route (lmstfy leaves them open, the default).
 	AuthenticateSize bool `toml:"AuthenticateSize"`
+	// EventLoops is how many event loops serve the public listener's
+	// plain publishes (Linux; doc/performance.md): 0 means one per CPU the
+	// Go runtime uses (GOMAXPROCS), a negative value none, every request
+	// then going to net/http.
+	EventLoops int `toml:"EventLoops"`
 }
 
 // AdminEndpointsProtected reports whether /metrics, /info and /debug/pprof

@@ -223,6 +223,16 @@ type QueueConfig struct {
 	Paused bool `json:"paused"`
 }
 
+// EachPublisher is an optional Engine capability that the server's event
+// loop uses: it publishes independent jobs, of any queues, in as few
+// storage round trips as it can. Unlike PublishBatch the jobs do not share
+// a fate by contract: each gets its own ID and error.
+type EachPublisher interface {
+	// PublishEach publishes reqs[i] and sets ids[i] and errs[i] (both
+	// slices are as long as reqs).
+	PublishEach(ctx context.Context, reqs []*PublishRequest, ids []string, errs []error)
+}
+
 // Extended is what the Redis engine offers beyond lmstfy's operations. The
 // server type-asserts it, so other engines may implement only Engine.
 type Extended interface {

@@ -18,6 +18,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -149,6 +150,10 @@ type Server struct {
 	apiLn    net.Listener
 	adminLn  net.Listener
 	serving  bool
+	// loops serve the public listener's plain publishes (loop_linux.go);
+	// nil when Kairos.EventLoops is negative or the platform has none.
+	loops   *loopGroup
+	closing bool // Close has begun
 
 	closeOnce       sync.Once
 	closeErr        error
@@ -259,6 +264,19 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 	s.apiSrv = s.httpServer(s.api, readHeader, read, write, idle)
 	s.adminSrv = s.httpServer(s.admin, readHeader, read, write, idle)
 	return s, nil
+}
+
+// eventLoops is how many event loops serve the public listener: none
+// where the platform has none or Kairos.EventLoops is negative.
+func (s *Server) eventLoops() int {
+	n := s.cfg.Kairos.EventLoops
+	switch {
+	case !loopsSupported || n < 0:
+		return 0
+	case n == 0:
+		return runtime.GOMAXPROCS(0)
+	}
+	return n
 }
 
 // seconds converts a config value, falling back to def when it is not > 0.
@@ -409,7 +427,24 @@ func (s *Server) Serve(ctx context.Context) error {
 		}
 		errc <- err
 	}
-	go serve(s.apiSrv, apiLn)
+	apiServed := apiLn
+	if n := s.eventLoops(); n > 0 {
+		g, err := s.startLoops(apiLn, n)
+		if err != nil {
+			s.log.WithError(err).Warn("event loops unavailable; net/http serves every request")
+		} else {
+			s.mu.Lock()
+			closing := s.closing
+			s.loops = g
+			s.mu.Unlock()
+			if closing {
+				// Close ran meanwhile and did not see the loops.
+				g.shutdown()
+			}
+			apiServed = g.handoff
+		}
+	}
+	go serve(s.apiSrv, apiServed)
 	go serve(s.adminSrv, adminLn)
 
 	var serveErr error
@@ -438,6 +473,15 @@ func (s *Server) Serve(ctx context.Context) error {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.cancelPolls()
+		s.mu.Lock()
+		s.closing = true
+		loops := s.loops
+		s.mu.Unlock()
+		if loops != nil {
+			// The loops answer what they have read and close their
+			// connections; net/http then shuts down those it was given.
+			loops.shutdown()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.shutdownTimeout)
 		defer cancel()
 		var errs []error

@@ -469,3 +469,70 @@ func TestCoalescePublishAcrossQueues(t *testing.T) {
 		})
 	}
 }
+
+// TestPublishEach: independent publishes of several queues in one call
+// (the server's event loops) each get their own ID or error: 300 jobs
+// (more than one batch) with delayed and plain ones, an invalid one and a
+// job-keyed one among them; then every ready job is consumed with its body.
+func TestPublishEach(t *testing.T) {
+	for _, tier := range coalesceTiers {
+		t.Run(tier.name, func(t *testing.T) {
+			ctx := context.Background()
+			client := tier.client(t)
+			e := startEngine(t, client, newTestClock())
+			const n = 300
+			reqs := make([]*engine.PublishRequest, n)
+			for i := range reqs {
+				reqs[i] = &engine.PublishRequest{Namespace: "each", Queue: fmt.Sprintf("q%d", i%3), Tries: 1, TTL: time.Hour, Body: []byte(fmt.Sprintf("job-%d", i))}
+				if i%10 == 0 {
+					reqs[i].Delay = time.Hour
+				}
+			}
+			reqs[7].Tries = 0            // invalid: fails alone
+			reqs[8].Key = "idempotent-8" // not a plain publish: one by one
+			ids, errs := make([]string, n), make([]error, n)
+			e.PublishEach(ctx, reqs, ids, errs)
+			seen := map[string]bool{}
+			ready := map[string]map[string]string{} // queue → id → body
+			for i := range reqs {
+				if i == 7 {
+					if !errors.Is(errs[i], engine.ErrInvalid) || ids[i] != "" {
+						t.Errorf("invalid job: %q, %v", ids[i], errs[i])
+					}
+					continue
+				}
+				if errs[i] != nil || ids[i] == "" || seen[ids[i]] {
+					t.Fatalf("job %d: %q, %v", i, ids[i], errs[i])
+				}
+				seen[ids[i]] = true
+				if i%10 != 0 {
+					q := reqs[i].Queue
+					if ready[q] == nil {
+						ready[q] = map[string]string{}
+					}
+					ready[q][ids[i]] = string(reqs[i].Body)
+				}
+			}
+			for q, want := range ready {
+				jobs, err := e.Consume(ctx, &engine.ConsumeRequest{Namespace: "each", Queues: []string{q}, TTR: time.Minute, Count: engine.MaxBatchConsume})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for len(jobs) > 0 {
+					for _, j := range jobs {
+						if want[j.ID] != string(j.Body) {
+							t.Errorf("%s: job %s body %q, want %q", q, j.ID, j.Body, want[j.ID])
+						}
+						delete(want, j.ID)
+					}
+					if jobs, err = e.Consume(ctx, &engine.ConsumeRequest{Namespace: "each", Queues: []string{q}, TTR: time.Minute, Count: engine.MaxBatchConsume}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if len(want) != 0 {
+					t.Errorf("%s: %d published jobs not ready", q, len(want))
+				}
+			}
+		})
+	}
+}

@@ -23,7 +23,10 @@ import (
 	"github.com/kairos-dev/kairos/engine"
 )
 
-var _ engine.Engine = (*Engine)(nil)
+var (
+	_ engine.Engine        = (*Engine)(nil)
+	_ engine.EachPublisher = (*Engine)(nil)
+)
 
 // Options tune an Engine. The zero value is usable.
 type Options struct {
@@ -243,6 +246,36 @@ func (e *Engine) Publish(ctx context.Context, req *engine.PublishRequest) (strin
 	}
 	// With ErrKeyExists, ids[0] is the first job's ID.
 	return ids[0], err
+}
+
+// PublishEach implements engine.EachPublisher: the plain publishes among
+// reqs run as coalesced batches of up to coalesceMax jobs (one script call
+// each, whatever their queues), the others one by one through Publish.
+func (e *Engine) PublishEach(ctx context.Context, reqs []*engine.PublishRequest, ids []string, errs []error) {
+	var calls []*batchCall[pubOp]
+	var at []int // calls[k] is reqs[at[k]]
+	for i, r := range reqs {
+		if e.pubs == nil || r == nil || r.ID != "" || r.Replaces != "" || r.Key != "" {
+			ids[i], errs[i] = e.Publish(ctx, r)
+			continue
+		}
+		if err := checkPublish(r.Namespace, r.Queue, r); err != nil {
+			ids[i], errs[i] = "", err
+			continue
+		}
+		calls = append(calls, &batchCall[pubOp]{in: pubOp{req: r}})
+		at = append(at, i)
+	}
+	for len(calls) > 0 {
+		n := min(len(calls), coalesceMax)
+		e.pubs.runBatch(ctx, calls[:n])
+		for k, c := range calls[:n] {
+			if ids[at[k]], errs[at[k]] = c.in.id, c.err; c.err != nil {
+				ids[at[k]] = ""
+			}
+		}
+		calls, at = calls[n:], at[n:]
+	}
 }
 
 // pubOp is one coalesced publish: the request and the ID it got.

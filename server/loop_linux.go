@@ -1,0 +1,717 @@
+//go:build linux
+
+package server
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// Event loops (Linux). Each loop owns an epoll set of client connections
+// and serves the fast path's publishes (fastpath.go) itself: it reads what
+// every ready connection sent, publishes all the fast requests it found in
+// one engine call, and writes the answers, with no goroutine per
+// connection or per request. The loop waits in the Go runtime's poller, on
+// its own epoll descriptor (epoll nests), so it parks like any goroutine.
+//
+// A connection stays with its loop while it sends fast requests. At its
+// first other request (after the loop has answered the earlier ones), the
+// loop hands the connection, and the bytes it has read, to net/http, which
+// serves it from then on exactly as it serves connections without loops.
+//
+// Loops apply net/http's limits of the [Kairos] table: ReadHeaderTimeout
+// and ReadTimeout for a request that is being received, WriteTimeout for an
+// answer the client does not take, IdleTimeout between requests. Timed-out
+// connections are closed, as net/http closes them.
+
+// loopsSupported is whether this platform has event loops.
+const loopsSupported = true
+
+// loopGroup is the server's event loops, the goroutine that accepts their
+// connections and the listener through which they hand connections over.
+type loopGroup struct {
+	loops   []*eventLoop
+	ln      net.Listener // the public listener, accepted by acceptLoop
+	handoff *handoffListener
+	stop    chan struct{}
+	wg      sync.WaitGroup // loops and tick
+	acc     sync.WaitGroup // accept
+	log     logrus.FieldLogger
+}
+
+// startLoops starts n event loops serving ln's connections and returns
+// them; net/http must serve g.handoff.
+func (s *Server) startLoops(ln net.Listener, n int) (*loopGroup, error) {
+	g := &loopGroup{
+		ln:      ln,
+		handoff: newHandoffListener(ln.Addr()),
+		stop:    make(chan struct{}),
+		log:     s.log,
+	}
+	t := loopTimeouts{
+		readHeader: s.apiSrv.ReadHeaderTimeout,
+		read:       s.apiSrv.ReadTimeout,
+		write:      s.apiSrv.WriteTimeout,
+		idle:       s.apiSrv.IdleTimeout,
+	}
+	for range n {
+		l, err := newEventLoop(s, g.handoff, t)
+		if err != nil {
+			for _, l := range g.loops {
+				l.release()
+			}
+			return nil, err
+		}
+		g.loops = append(g.loops, l)
+	}
+	for _, l := range g.loops {
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			l.run()
+		}()
+	}
+	g.acc.Add(1)
+	go func() {
+		defer g.acc.Done()
+		g.accept()
+	}()
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		g.tick()
+	}()
+	return g, nil
+}
+
+// shutdown stops accepting, lets every loop finish its pass (answers
+// written), closes the loops' connections and waits for the loops. Handed
+// over connections are net/http's to shut down.
+func (g *loopGroup) shutdown() {
+	select {
+	case <-g.stop:
+		return
+	default:
+	}
+	close(g.stop)
+	_ = g.ln.Close()
+	g.acc.Wait()
+	for _, l := range g.loops {
+		l.stopping.Store(true)
+		l.wake()
+	}
+	g.wg.Wait()
+}
+
+// accept gives each new connection to the next loop, as a descriptor of
+// its own: the net.Conn that Accept made is closed once duplicated.
+func (g *loopGroup) accept() {
+	next := 0
+	var delay time.Duration
+	for {
+		nc, err := g.ln.Accept()
+		if err != nil {
+			select {
+			case <-g.stop:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of descriptors and the like: back off as net/http does.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			g.log.WithError(err).Warn("accept failed; retrying")
+			select {
+			case <-time.After(delay):
+			case <-g.stop:
+				return
+			}
+			continue
+		}
+		delay = 0
+		fd, ip, err := detach(nc)
+		if err != nil {
+			g.log.WithError(err).Warn("event loop: cannot take a connection")
+			continue
+		}
+		g.loops[next%len(g.loops)].add(fd, ip)
+		next++
+	}
+}
+
+// tick wakes every loop twice a second, to close timed-out connections.
+func (g *loopGroup) tick() {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-t.C:
+			for _, l := range g.loops {
+				l.wake()
+			}
+		}
+	}
+}
+
+// detach returns a close-on-exec duplicate of nc's descriptor (sharing its
+// non-blocking mode) and the client's IP as gin's ClientIP gives it, and
+// closes nc.
+func detach(nc net.Conn) (int, string, error) {
+	defer nc.Close()
+	ip, _, err := net.SplitHostPort(nc.RemoteAddr().String())
+	if err != nil {
+		return -1, "", err
+	}
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return -1, "", errors.New("not a socket")
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return -1, "", err
+	}
+	fd := -1
+	var dupErr error
+	if err := raw.Control(func(s uintptr) {
+		r, _, errno := syscall.Syscall(syscall.SYS_FCNTL, s, syscall.F_DUPFD_CLOEXEC, 0)
+		if errno != 0 {
+			dupErr = errno
+			return
+		}
+		fd = int(r)
+	}); err != nil {
+		return -1, "", err
+	}
+	if dupErr != nil {
+		return -1, "", dupErr
+	}
+	return fd, ip, nil
+}
+
+// maxIdleBuffer is the largest input or output buffer a connection keeps
+// between requests.
+const maxIdleBuffer = 64 << 10
+
+// loopTimeouts are net/http's limits, applied by the loops.
+type loopTimeouts struct {
+	readHeader, read, write, idle time.Duration
+}
+
+// eventLoop serves its connections' fast requests.
+type eventLoop struct {
+	s        *Server
+	ep       int      // the loop's epoll set
+	epFile   *os.File // ep in the Go poller
+	epRaw    syscall.RawConn
+	wakeR    int // pipe: a byte wakes the loop
+	wakeW    int
+	handoff  *handoffListener
+	timeouts loopTimeouts
+	stopping atomic.Bool
+
+	mu       sync.Mutex
+	incoming []*loopConn // added by accept, adopted by the loop
+
+	conns     map[int]*loopConn
+	events    []syscall.EpollEvent
+	rbuf      []byte
+	req       fastRequest
+	items     []*fastPublish
+	touched   []*loopConn
+	again     []*loopConn // connections with input to parse without a new event
+	pass      uint64
+	lastSweep time.Time
+	dateSec   int64
+	date      []byte
+}
+
+// loopConn is one client connection of a loop.
+type loopConn struct {
+	fd       int
+	ip       string
+	in       []byte // received, not yet served
+	out      []byte // answers not yet written, from outOff
+	outOff   int
+	since    time.Time // when the request in `in` began, or when `out` blocked
+	last     time.Time // last activity, for IdleTimeout
+	pass     uint64    // the last pass that touched it
+	blocked  bool      // waiting for EPOLLOUT; reads are paused
+	handoff  bool      // the next request is net/http's
+	eof      bool      // the client sent EOF: close once answered
+	dead     bool      // failed: close without answering
+	released bool
+}
+
+func newEventLoop(s *Server, h *handoffListener, t loopTimeouts) (*eventLoop, error) {
+	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	var p [2]int
+	if err := syscall.Pipe2(p[:], syscall.O_NONBLOCK|syscall.O_CLOEXEC); err != nil {
+		_ = syscall.Close(ep)
+		return nil, err
+	}
+	l := &eventLoop{
+		s: s, ep: ep, wakeR: p[0], wakeW: p[1], handoff: h, timeouts: t,
+		conns:  make(map[int]*loopConn),
+		events: make([]syscall.EpollEvent, 256),
+		rbuf:   make([]byte, 64<<10),
+	}
+	if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, l.wakeR, &syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(l.wakeR)}); err != nil {
+		l.release()
+		return nil, err
+	}
+	if err := syscall.SetNonblock(ep, true); err != nil {
+		l.release()
+		return nil, err
+	}
+	l.epFile = os.NewFile(uintptr(ep), "kairos-event-loop")
+	if l.epRaw, err = l.epFile.SyscallConn(); err != nil {
+		l.release()
+		return nil, err
+	}
+	return l, nil
+}
+
+// release closes the loop's own descriptors.
+func (l *eventLoop) release() {
+	if l.epFile != nil {
+		_ = l.epFile.Close()
+	} else {
+		_ = syscall.Close(l.ep)
+	}
+	_ = syscall.Close(l.wakeR)
+	_ = syscall.Close(l.wakeW)
+}
+
+// wake makes the loop run a pass soon.
+func (l *eventLoop) wake() { _, _ = syscall.Write(l.wakeW, []byte{0}) }
+
+// add gives the loop a new connection (from the accept goroutine).
+func (l *eventLoop) add(fd int, ip string) {
+	c := &loopConn{fd: fd, ip: ip, last: time.Now()}
+	l.mu.Lock()
+	l.incoming = append(l.incoming, c)
+	l.mu.Unlock()
+	if err := syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_ADD, fd, &syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP, Fd: int32(fd)}); err != nil {
+		// The loop will adopt it and see nothing; close it now instead.
+		l.mu.Lock()
+		for i, o := range l.incoming {
+			if o == c {
+				l.incoming = append(l.incoming[:i], l.incoming[i+1:]...)
+				break
+			}
+		}
+		l.mu.Unlock()
+		_ = syscall.Close(fd)
+	}
+}
+
+// wait returns the ready events, parking in the Go poller until there are
+// some unless block is false.
+func (l *eventLoop) wait(block bool) (int, error) {
+	var n int
+	var werr error
+	poll := func(uintptr) bool {
+		n, werr = syscall.EpollWait(l.ep, l.events, 0)
+		if werr == syscall.EINTR {
+			n, werr = 0, nil
+		}
+		return n > 0 || werr != nil
+	}
+	if !block {
+		poll(0)
+		return n, werr
+	}
+	if err := l.epRaw.Read(poll); err != nil {
+		return 0, err
+	}
+	return n, werr
+}
+
+// run is the loop: wait, read, parse, publish the batch, write, hand over.
+func (l *eventLoop) run() {
+	defer l.closeAll()
+	for !l.stopping.Load() {
+		n, err := l.wait(len(l.again) == 0)
+		if err != nil {
+			l.s.log.WithError(err).Error("event loop stopped; its connections are closed")
+			return
+		}
+		l.pass++
+		now := time.Now()
+		l.adopt()
+		for _, ev := range l.events[:n] {
+			fd := int(ev.Fd)
+			if fd == l.wakeR {
+				var b [64]byte
+				_, _ = syscall.Read(l.wakeR, b[:])
+				continue
+			}
+			c := l.conns[fd]
+			if c == nil {
+				continue
+			}
+			l.touch(c)
+			if c.blocked && ev.Events&syscall.EPOLLOUT != 0 {
+				l.flush(c, now)
+			}
+			if !c.blocked && ev.Events&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+				l.read(c, now)
+			}
+		}
+		again := l.again
+		l.again = nil
+		for _, c := range again {
+			l.touch(c)
+			l.parse(c, now)
+		}
+		if len(l.items) > 0 {
+			l.s.runFast(l.items, l.httpDate(now))
+			clear(l.items)
+			l.items = l.items[:0]
+		}
+		for _, c := range l.touched {
+			l.finish(c, now)
+		}
+		clear(l.touched)
+		l.touched = l.touched[:0]
+		if now.Sub(l.lastSweep) >= 500*time.Millisecond {
+			l.sweep(now)
+			l.lastSweep = now
+		}
+	}
+}
+
+// adopt takes the connections accept added.
+func (l *eventLoop) adopt() {
+	l.mu.Lock()
+	incoming := l.incoming
+	l.incoming = nil
+	l.mu.Unlock()
+	for _, c := range incoming {
+		l.conns[c.fd] = c
+	}
+}
+
+func (l *eventLoop) touch(c *loopConn) {
+	if c.pass != l.pass {
+		c.pass = l.pass
+		l.touched = append(l.touched, c)
+	}
+}
+
+// read takes what the client sent and parses it.
+func (l *eventLoop) read(c *loopConn, now time.Time) {
+	if c.dead || c.eof || c.handoff {
+		// A connection waiting to be handed over keeps its bytes in the
+		// socket for net/http.
+		return
+	}
+	m, err := syscall.Read(c.fd, l.rbuf)
+	if err == syscall.EAGAIN || err == syscall.EINTR {
+		return
+	}
+	if err != nil {
+		c.dead = true
+		return
+	}
+	if m == 0 {
+		// The client is done sending; answer what it sent, then close.
+		c.eof = true
+		return
+	}
+	if len(c.in) == 0 {
+		c.since = now
+	}
+	c.in = append(c.in, l.rbuf[:m]...)
+	c.last = now
+	l.parse(c, now)
+}
+
+// parse takes the fast requests at the head of c's input into the batch,
+// up to the first request that is net/http's.
+func (l *eventLoop) parse(c *loopConn, now time.Time) {
+	if c.dead || c.handoff || c.blocked {
+		return
+	}
+	used := 0
+	for used < len(c.in) {
+		res := parseFast(c.in[used:], &l.req)
+		if res == parseMore {
+			break
+		}
+		if res == parseOther {
+			c.handoff = true
+			break
+		}
+		it, ok := l.s.takeFast(context.Background(), &l.req, c.ip, &c.out, now)
+		if !ok {
+			c.handoff = true
+			break
+		}
+		l.items = append(l.items, it)
+		used += l.req.size
+	}
+	if used > 0 {
+		c.in = c.in[:copy(c.in, c.in[used:])]
+		c.since = now
+		if len(c.in) == 0 && cap(c.in) > maxIdleBuffer {
+			c.in = nil // a large body's buffer is not kept
+		}
+	}
+}
+
+// finish writes c's answers and, once they are out, hands c over or
+// closes it as it asked.
+func (l *eventLoop) finish(c *loopConn, now time.Time) {
+	if c.released {
+		return
+	}
+	if !c.dead && len(c.out) > c.outOff {
+		l.flush(c, now)
+	}
+	switch {
+	case c.dead:
+		l.drop(c)
+	case c.handoff && !c.blocked:
+		l.handOver(c, time.Time{}, 0)
+	case c.eof && !c.blocked:
+		l.drop(c)
+	}
+}
+
+// flush writes as much of c's output as the socket takes; the rest waits
+// for EPOLLOUT, and reads pause meanwhile.
+func (l *eventLoop) flush(c *loopConn, now time.Time) {
+	for c.outOff < len(c.out) {
+		m, err := syscall.Write(c.fd, c.out[c.outOff:])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err == syscall.EAGAIN {
+			if !c.blocked {
+				c.blocked, c.since = true, now
+				l.interest(c, syscall.EPOLLOUT)
+			}
+			return
+		}
+		if err != nil {
+			c.dead = true
+			return
+		}
+		c.outOff += m
+	}
+	c.out, c.outOff = c.out[:0], 0
+	if cap(c.out) > maxIdleBuffer {
+		c.out = nil
+	}
+	c.last = now
+	if c.blocked {
+		c.blocked, c.since = false, now
+		l.interest(c, syscall.EPOLLIN|syscall.EPOLLRDHUP)
+		if len(c.in) > 0 {
+			l.again = append(l.again, c)
+		}
+	}
+}
+
+func (l *eventLoop) interest(c *loopConn, events uint32) {
+	if err := syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_MOD, c.fd, &syscall.EpollEvent{Events: events, Fd: int32(c.fd)}); err != nil {
+		c.dead = true
+	}
+}
+
+// handOver gives c, with the bytes read and not served, to net/http. A
+// non-zero notAfter caps the read deadlines net/http sets until it has read
+// the first `need` bytes: the request began in the loop, and its
+// ReadTimeout runs from then.
+func (l *eventLoop) handOver(c *loopConn, notAfter time.Time, need int) {
+	l.forget(c)
+	f := os.NewFile(uintptr(c.fd), "")
+	nc, err := net.FileConn(f)
+	_ = f.Close()
+	if err != nil {
+		l.s.log.WithError(err).Warn("event loop: cannot hand a connection to net/http")
+		return
+	}
+	l.handoff.give(&prefixConn{Conn: nc, pre: c.in, notAfter: notAfter, need: need})
+}
+
+// drop closes c.
+func (l *eventLoop) drop(c *loopConn) {
+	l.forget(c)
+	_ = syscall.Close(c.fd)
+}
+
+// forget removes c from the loop without closing its descriptor.
+func (l *eventLoop) forget(c *loopConn) {
+	_ = syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_DEL, c.fd, nil)
+	delete(l.conns, c.fd)
+	c.released = true
+}
+
+// sweep closes the connections that exceeded a timeout.
+func (l *eventLoop) sweep(now time.Time) {
+	t := l.timeouts
+	for _, c := range l.conns {
+		var limit time.Duration
+		from := c.since
+		switch {
+		case c.blocked:
+			limit = t.write
+		case len(c.in) > 0:
+			limit = t.read
+			if parseFast(c.in, &l.req) == parseMore && l.req.size > 0 {
+				// A fast publish whose body is late: net/http answers it
+				// (400 "failed to read body") as it would have, its read
+				// deadline already past.
+				if limit > 0 && now.Sub(from) > limit {
+					l.handOver(c, from.Add(limit), l.req.size)
+				}
+				continue
+			}
+			if !headComplete(c.in) {
+				limit = t.readHeader
+			}
+		default:
+			limit, from = t.idle, c.last
+		}
+		if limit > 0 && now.Sub(from) > limit {
+			l.drop(c)
+		}
+	}
+}
+
+// headComplete reports whether b holds a whole request head.
+func headComplete(b []byte) bool {
+	for i := 0; i+3 < len(b); i++ {
+		if b[i] == '\r' && b[i+1] == '\n' && b[i+2] == '\r' && b[i+3] == '\n' {
+			return true
+		}
+	}
+	return false
+}
+
+// closeAll closes every connection and the loop's descriptors.
+func (l *eventLoop) closeAll() {
+	l.adopt()
+	for _, c := range l.conns {
+		if c.blocked || len(c.out) > c.outOff {
+			// One last try for answers already made.
+			_, _ = syscall.Write(c.fd, c.out[c.outOff:])
+		}
+		l.drop(c)
+	}
+	l.release()
+}
+
+// httpDate returns the Date header's value for now, made once a second.
+func (l *eventLoop) httpDate(now time.Time) []byte {
+	if sec := now.Unix(); sec != l.dateSec || l.date == nil {
+		l.dateSec = sec
+		l.date = now.UTC().AppendFormat(l.date[:0], http.TimeFormat)
+	}
+	return l.date
+}
+
+// handoffListener is the listener net/http serves when loops run: Accept
+// returns the connections the loops hand over.
+type handoffListener struct {
+	addr   net.Addr
+	conns  chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newHandoffListener(addr net.Addr) *handoffListener {
+	return &handoffListener{addr: addr, conns: make(chan net.Conn, 64), closed: make(chan struct{})}
+}
+
+// give passes nc to net/http, or closes it once the listener is closed.
+func (h *handoffListener) give(nc net.Conn) {
+	select {
+	case h.conns <- nc:
+	case <-h.closed:
+		_ = nc.Close()
+	}
+}
+
+// Accept implements net.Listener.
+func (h *handoffListener) Accept() (net.Conn, error) {
+	select {
+	case nc := <-h.conns:
+		return nc, nil
+	case <-h.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close implements net.Listener.
+func (h *handoffListener) Close() error {
+	h.once.Do(func() { close(h.closed) })
+	return nil
+}
+
+// Addr implements net.Listener: the public listener's address.
+func (h *handoffListener) Addr() net.Addr { return h.addr }
+
+// prefixConn is a handed-over connection: its reads return first the bytes
+// the loop had read.
+type prefixConn struct {
+	net.Conn
+	pre []byte
+	// notAfter, while need > 0, caps the read deadline: need is how many
+	// more bytes the request that began in the loop has.
+	mu       sync.Mutex
+	notAfter time.Time
+	need     int
+}
+
+func (c *prefixConn) Read(p []byte) (int, error) {
+	var n int
+	var err error
+	if len(c.pre) > 0 {
+		n = copy(p, c.pre)
+		c.pre = c.pre[n:]
+	} else {
+		n, err = c.Conn.Read(p)
+	}
+	c.mu.Lock()
+	if c.need > 0 {
+		if c.need -= n; c.need <= 0 {
+			c.notAfter = time.Time{}
+		}
+	}
+	c.mu.Unlock()
+	return n, err
+}
+
+func (c *prefixConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	if !c.notAfter.IsZero() && (t.IsZero() || t.After(c.notAfter)) {
+		t = c.notAfter
+	}
+	c.mu.Unlock()
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *prefixConn) SetDeadline(t time.Time) error {
+	if err := c.Conn.SetWriteDeadline(t); err != nil {
+		return err
+	}
+	return c.SetReadDeadline(t)
+}

@@ -1,0 +1,483 @@
+//go:build linux
+
+package server
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kairos-dev/kairos/auth"
+	"github.com/kairos-dev/kairos/config"
+	"github.com/kairos-dev/kairos/engine"
+)
+
+// eachFake is a fake engine that publishes in batches, as the event loops
+// need: it records each batch's bodies and numbers the jobs.
+type eachFake struct {
+	*fakeEngine
+	mu      sync.Mutex
+	batches [][]string
+	next    int
+	fail    error // every publish fails with it when set
+}
+
+func (f *eachFake) PublishEach(_ context.Context, reqs []*engine.PublishRequest, ids []string, errs []error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var bodies []string
+	for i, r := range reqs {
+		bodies = append(bodies, string(r.Body))
+		if f.fail != nil {
+			errs[i] = f.fail
+			continue
+		}
+		f.next++
+		ids[i] = fmt.Sprintf("job-%06d", f.next)
+	}
+	f.batches = append(f.batches, bodies)
+}
+
+// published returns every body published so far, in order.
+func (f *eachFake) published() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var all []string
+	for _, b := range f.batches {
+		all = append(all, b...)
+	}
+	return all
+}
+
+// serveLoops serves env's server with event loops on 127.0.0.1 and
+// returns the public address; the server stops when the test ends.
+func serveLoops(t *testing.T, opts ...envOption) (*testEnv, *eachFake, string) {
+	t.Helper()
+	fake := &eachFake{fakeEngine: &fakeEngine{}}
+	opts = append([]envOption{func(c *config.Config, d *Deps) {
+		c.Kairos.EventLoops = 2
+		d.Engines["default"] = fake
+	}}, opts...)
+	env := newEnv(t, opts...)
+	if err := env.srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- env.srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	// Serve starts the loops: wait until they answer.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		env.srv.mu.Lock()
+		started := env.srv.loops != nil
+		env.srv.mu.Unlock()
+		if started {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the event loops did not start")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return env, fake, env.srv.Addr()
+}
+
+// fastPut is a publish of the fast subset.
+func fastPut(body string) string {
+	return fmt.Sprintf("PUT /api/ns/q?delay=0&ttl=60 HTTP/1.1\r\nHost: kairos\r\nX-Token: %s\r\nContent-Length: %d\r\n\r\n%s", goodToken, len(body), body)
+}
+
+// readAnswers reads n responses from br.
+func readAnswers(t *testing.T, br *bufio.Reader, n int) []liveResponse {
+	t.Helper()
+	var out []liveResponse
+	for i := 0; i < n; i++ {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		out = append(out, liveResponse{status: resp.StatusCode, body: string(b), header: resp.Header})
+	}
+	return out
+}
+
+// TestLoopPublish: a publish through the loops is answered as gin answers
+// it, and recorded in the metrics and logs the same way.
+func TestLoopPublish(t *testing.T) {
+	env, fake, addr := serveLoops(t)
+	env.srv.accessLog.Store(true)
+	r := liveDo(t, "PUT", "http://"+addr+"/api/ns/q?tries=2", strings.NewReader("hello"), tok(goodToken))
+	if r.status != 201 || r.body != `{"job_id":"job-000001","msg":"published"}` {
+		t.Fatalf("publish: %d %s", r.status, r.body)
+	}
+	if r.header.Get("Content-Type") != jsonContentType || len(r.header.Get("X-Request-Id")) != 26 || r.header.Get("Date") == "" {
+		t.Errorf("headers: %v", r.header)
+	}
+	if got := fake.published(); len(got) != 1 || got[0] != "hello" {
+		t.Errorf("published %q", got)
+	}
+	if calls := fake.Calls(); len(calls) != 0 {
+		t.Errorf("the one-by-one engine calls were used: %v", calls)
+	}
+	n := counterValue(t, env.srv.metrics.codes.WithLabelValues("default", "ns", "/api/:namespace/:queue", "PUT", "201"))
+	if n != 1 {
+		t.Errorf("code metric %v, want 1", n)
+	}
+	var logged bool
+	for _, e := range env.logs.AllEntries() {
+		if e.Message == "access" && e.Data["code"] == 201 && e.Data["path"] == "/api/ns/q" &&
+			e.Data["query"] == "tries=2" && e.Data["ip"] == "127.0.0.1" && e.Data["req_id"] == r.header.Get("X-Request-Id") {
+			logged = true
+		}
+	}
+	if !logged {
+		t.Errorf("no access log line for the publish: %v", env.logs.AllEntries())
+	}
+	// The throttle was asked once, for a write.
+	if c := env.throttler.Calls(); len(c) != 1 || c[0] != (throttleCall{"allow", "default", "ns", goodToken, true}) {
+		t.Errorf("throttle calls %v", c)
+	}
+}
+
+// TestLoopHandsOver: on one connection, fast publishes are answered by the
+// loop and the first other request, and all after it, by net/http, in
+// order; what the loop had read is not lost.
+func TestLoopHandsOver(t *testing.T) {
+	_, fake, addr := serveLoops(t)
+	fake.size = func(context.Context, string, string) (int64, error) { return 42, nil }
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	// Unused by the fast path: net/http publishes it through Publish.
+	fake.publish = func(context.Context, *engine.PublishRequest) (string, error) { return "slow-1", nil }
+	raw := fastPut("a") + fastPut("b") + "GET /api/ns/q/size HTTP/1.1\r\nHost: kairos\r\n\r\n" + fastPut("c")
+	// Split mid-request, so that the loop has read part of the hand-over.
+	cut := len(raw) - 20
+	if _, err := io.WriteString(conn, raw[:cut]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if _, err := io.WriteString(conn, raw[cut:]); err != nil {
+		t.Fatal(err)
+	}
+	got := readAnswers(t, bufio.NewReader(conn), 4)
+	want := []string{
+		`201 {"job_id":"job-000001","msg":"published"}`,
+		`201 {"job_id":"job-000002","msg":"published"}`,
+		`200 {"namespace":"ns","queue":"q","size":42}`,
+		`201 {"job_id":"slow-1","msg":"published"}`,
+	}
+	for i, w := range want {
+		if g := fmt.Sprintf("%d %s", got[i].status, got[i].body); g != w {
+			t.Errorf("answer %d: %s, want %s", i, g, w)
+		}
+	}
+	if p := fake.published(); strings.Join(p, "") != "ab" {
+		t.Errorf("the loop published %q", p)
+	}
+}
+
+// TestLoopRefusesToNetHTTP: requests that fail a check before the engine
+// get net/http's and gin's answers, byte for byte the same as without
+// loops; nothing is published.
+func TestLoopRefusesToNetHTTP(t *testing.T) {
+	env, fake, addr := serveLoops(t)
+	env.throttler.budget["limited-token"] = 0
+	env.tokens.tokens["default/ns/limited-token"] = auth.Scope{}
+	cases := []string{
+		"PUT /api/ns/q?delay=x HTTP/1.1\r\nHost: k\r\nX-Token: " + goodToken + "\r\nContent-Length: 1\r\n\r\nx",
+		"PUT /api/ns/q?delay=10&ttl=5 HTTP/1.1\r\nHost: k\r\nX-Token: " + goodToken + "\r\nContent-Length: 1\r\n\r\nx",
+		"PUT /api/ns/q?tries=0 HTTP/1.1\r\nHost: k\r\nX-Token: " + goodToken + "\r\nContent-Length: 1\r\n\r\nx",
+		"PUT /api/ns/q?tries=65536 HTTP/1.1\r\nHost: k\r\nX-Token: " + goodToken + "\r\nContent-Length: 1\r\n\r\nx",
+		"PUT /api/ns/q HTTP/1.1\r\nHost: k\r\nContent-Length: 1\r\n\r\nx",
+		"PUT /api/ns/q HTTP/1.1\r\nHost: k\r\nX-Token: wrong\r\nContent-Length: 1\r\n\r\nx",
+		"PUT /api/ns/q HTTP/1.1\r\nHost: k\r\nX-Token: nopool:" + goodToken + "\r\nContent-Length: 1\r\n\r\nx",
+		"PUT /api/ns/q HTTP/1.1\r\nHost: k\r\nX-Token: " + scopedToken + "\r\nContent-Length: 1\r\n\r\nx",
+		"PUT /api/ns/q HTTP/1.1\r\nHost: k\r\nX-Token: limited-token\r\nContent-Length: 1\r\n\r\nx",
+		"PUT /api/ns/q HTTP/1.1\r\nHost: k\r\nX-Token: " + goodToken + "\r\nContent-Length: 1048577\r\n\r\nx",
+		"PUT /api/ns/q HTTP/1.1\r\nHost: k\r\nX-Token: " + goodToken + "\r\nContent-Length: 1\r\nConnection: close\r\n\r\nx",
+		"PUT /api/ns/_q HTTP/1.1\r\nHost: k\r\nX-Token: " + goodToken + "\r\nContent-Length: 1\r\n\r\nx",
+		"PUT /api/ns/q/ HTTP/1.1\r\nHost: k\r\nX-Token: " + goodToken + "\r\nContent-Length: 1\r\n\r\nx",
+	}
+	// The reference: the same server's handler without loops.
+	plain := newEnv(t)
+	plain.throttler.budget["limited-token"] = 0
+	plain.tokens.tokens["default/ns/limited-token"] = auth.Scope{}
+	for _, raw := range cases {
+		res := rawExchange(addr, []byte(raw), 5*time.Second)
+		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.RemoteAddr = "127.0.0.1:1"
+		w := &recorder{header: http.Header{}}
+		plain.srv.Handler().ServeHTTP(w, req)
+		if res.status != w.status || res.body != w.body.String() {
+			t.Errorf("%q:\n loops: %d %s\n gin:   %d %s", raw, res.status, res.body, w.status, w.body.String())
+		}
+	}
+	if p := fake.published(); len(p) != 0 {
+		t.Errorf("published %q", p)
+	}
+}
+
+// recorder is a minimal ResponseWriter.
+type recorder struct {
+	header http.Header
+	status int
+	body   strings.Builder
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+}
+func (r *recorder) Write(b []byte) (int, error) {
+	r.WriteHeader(200)
+	return r.body.Write(b)
+}
+
+// TestLoopEngineErrors: the engine's errors are rendered as failAPI
+// renders them, and a failed publish gives its throttle token back.
+func TestLoopEngineErrors(t *testing.T) {
+	env, fake, addr := serveLoops(t)
+	for _, tc := range []struct {
+		err    error
+		status int
+		body   string
+	}{
+		{engine.ErrClosed, 503, `{"error":"server is shutting down"}`},
+		{errors.New("redis: boom"), 500, `{"error":"internal error"}`},
+		{fmt.Errorf("publish: %w", engine.ErrInvalid), 400, `{"error":"invalid request"}`},
+	} {
+		fake.mu.Lock()
+		fake.fail = tc.err
+		fake.mu.Unlock()
+		r := liveDo(t, "PUT", "http://"+addr+"/api/ns/q", strings.NewReader("x"), tok(goodToken))
+		if r.status != tc.status || r.body != tc.body {
+			t.Errorf("%v: %d %s, want %d %s", tc.err, r.status, r.body, tc.status, tc.body)
+		}
+	}
+	var refunds int
+	for _, c := range env.throttler.Calls() {
+		if c.op == "refund" {
+			refunds++
+		}
+	}
+	if refunds != 3 {
+		t.Errorf("%d refunds, want 3", refunds)
+	}
+	var logged bool
+	for _, e := range env.logs.AllEntries() {
+		if e.Message == "request failed" && e.Data["queue"] == "q" && e.Data["error"] != nil {
+			logged = true
+		}
+	}
+	if !logged {
+		t.Error("the 500 was not logged")
+	}
+}
+
+// TestLoopBackpressure: a client that sends thousands of pipelined
+// publishes and reads the answers late gets every answer, in order; the
+// loop waits for the socket instead of dropping or reordering.
+func TestLoopBackpressure(t *testing.T) {
+	_, fake, addr := serveLoops(t)
+	const n = 20000
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
+	go func() {
+		w := bufio.NewWriterSize(conn, 64<<10)
+		for i := 0; i < n; i++ {
+			_, _ = io.WriteString(w, fastPut(fmt.Sprintf("%06d", i)))
+		}
+		_ = w.Flush()
+	}()
+	time.Sleep(300 * time.Millisecond) // let the answers pile up
+	br := bufio.NewReader(conn)
+	re := regexp.MustCompile(`"job_id":"job-(\d+)"`)
+	for i := 1; i <= n; i++ {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		m := re.FindStringSubmatch(string(b))
+		if resp.StatusCode != 201 || m == nil || m[1] != fmt.Sprintf("%06d", i) {
+			t.Fatalf("answer %d: %d %s", i, resp.StatusCode, b)
+		}
+	}
+	p := fake.published()
+	for i, body := range p {
+		if body != fmt.Sprintf("%06d", i) {
+			t.Fatalf("job %d has body %q", i, body)
+		}
+	}
+	if len(p) != n || len(fake.batches) >= n {
+		t.Errorf("%d jobs in %d batches", len(p), len(fake.batches))
+	}
+}
+
+// TestLoopLargeBodyAndHalfClose: a 1 MiB body arriving in many reads is
+// published whole, and a client that shuts its side down after sending
+// still gets its answer.
+func TestLoopLargeBodyAndHalfClose(t *testing.T) {
+	_, fake, addr := serveLoops(t)
+	big := strings.Repeat("b", engine.MaxBodySize)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(conn, fastPut(big)+fastPut("small")); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	got := readAnswers(t, br, 2)
+	if got[0].status != 201 || got[1].status != 201 {
+		t.Fatalf("answers %v", got)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Errorf("after the answers: %v, want EOF", err)
+	}
+	p := fake.published()
+	if len(p) != 2 || p[0] != big || p[1] != "small" {
+		t.Errorf("published %d jobs", len(p))
+	}
+}
+
+// TestLoopTimeouts: the loops apply net/http's limits: an idle connection
+// is closed after IdleTimeout, a head trickling in after
+// ReadHeaderTimeout (no answer), and a late body gets net/http's 400 after
+// ReadTimeout.
+func TestLoopTimeouts(t *testing.T) {
+	_, fake, addr := serveLoops(t, withConfig(func(c *config.Config) {
+		c.Kairos.IdleTimeoutSecond, c.Kairos.ReadHeaderTimeoutSecond, c.Kairos.ReadTimeoutSecond = 1, 1, 2
+	}))
+	t.Run("idle", func(t *testing.T) {
+		t.Parallel()
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_, _ = io.WriteString(conn, fastPut("x"))
+		readAnswers(t, bufio.NewReader(conn), 1)
+		if d := closedWithin(t, conn, 5*time.Second); d < 800*time.Millisecond || d > 2500*time.Millisecond {
+			t.Errorf("idle connection closed after %v, want about 1 s", d)
+		}
+	})
+	t.Run("head", func(t *testing.T) {
+		t.Parallel()
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_, _ = io.WriteString(conn, "PUT /api/ns/q HTTP/1.1\r\nHost: k\r\n")
+		if d := closedWithin(t, conn, 5*time.Second); d < 800*time.Millisecond || d > 2500*time.Millisecond {
+			t.Errorf("incomplete head cut off after %v, want about 1 s", d)
+		}
+	})
+	t.Run("body", func(t *testing.T) {
+		t.Parallel()
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		start := time.Now()
+		raw := fastPut("0123456789")
+		_, _ = io.WriteString(conn, raw[:len(raw)-4])
+		_ = conn.SetReadDeadline(start.Add(6 * time.Second))
+		got := readAnswers(t, bufio.NewReader(conn), 1)
+		d := time.Since(start)
+		if got[0].status != 400 || got[0].body != `{"error":"failed to read body"}` || d < 1800*time.Millisecond || d > 3500*time.Millisecond {
+			t.Errorf("late body: %d %s after %v, want 400 after about 2 s", got[0].status, got[0].body, d)
+		}
+	})
+	t.Cleanup(func() {
+		if p := fake.published(); len(p) != 1 {
+			t.Errorf("published %q, want the idle test's job only", p)
+		}
+	})
+}
+
+// TestLoopShutdown: stopping the server closes the loops' idle
+// connections, and Serve returns.
+func TestLoopShutdown(t *testing.T) {
+	fake := &eachFake{fakeEngine: &fakeEngine{}}
+	env := newEnv(t, func(c *config.Config, d *Deps) {
+		c.Kairos.EventLoops = 1
+		d.Engines["default"] = fake
+	})
+	if err := env.srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- env.srv.Serve(ctx) }()
+	var conn net.Conn
+	var err error
+	for i := 0; i < 100; i++ {
+		if conn, err = net.Dial("tcp", env.srv.Addr()); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _ = io.WriteString(conn, fastPut("x"))
+	if got := readAnswers(t, bufio.NewReader(conn), 1); got[0].status != 201 {
+		t.Fatalf("publish: %v", got)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+	if d := closedWithin(t, conn, 2*time.Second); d > time.Second {
+		t.Errorf("connection closed %v after Serve returned", d)
+	}
+}
