@@ -223,14 +223,25 @@ type QueueConfig struct {
 	Paused bool `json:"paused"`
 }
 
-// EachPublisher is an optional Engine capability that the server's event
-// loop uses: it publishes independent jobs, of any queues, in as few
-// storage round trips as it can. Unlike PublishBatch the jobs do not share
-// a fate by contract: each gets its own ID and error.
-type EachPublisher interface {
+// Batcher is an optional Engine capability that the server's event loops
+// use: the hot operations of many independent requests, of any queues, in
+// as few storage round trips as it can. Unlike PublishBatch the operations
+// do not share a fate by contract: each gets its own result.
+type Batcher interface {
 	// PublishEach publishes reqs[i] and sets ids[i] and errs[i] (both
 	// slices are as long as reqs).
 	PublishEach(ctx context.Context, reqs []*PublishRequest, ids []string, errs []error)
+	// ConsumeEach takes for reqs[i] the jobs ready now, without waiting
+	// whatever its Timeout, and sets jobs[i] and errs[i].
+	ConsumeEach(ctx context.Context, reqs []*ConsumeRequest, jobs [][]*Job, errs []error)
+	// DeleteEach acknowledges (deletes) refs[i] as Delete does and sets
+	// errs[i].
+	DeleteEach(ctx context.Context, refs []JobRef, errs []error)
+}
+
+// JobRef names one job.
+type JobRef struct {
+	Namespace, Queue, ID string
 }
 
 // Extended is what the Redis engine offers beyond lmstfy's operations. The

@@ -3,6 +3,8 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"sync"
@@ -15,16 +17,23 @@ import (
 	"github.com/kairos-dev/kairos/engine"
 )
 
-// The fast path serves the plainest publish — PUT /api/:namespace/:queue
-// with at most delay, ttl, tries and token in the query, a body announced
-// by Content-Length, no extension header — straight from the event loops
-// (loop_linux.go), in batches: one engine call for every publish a loop
-// read in one pass, and no goroutine per request. It answers only requests
-// that will succeed up to the engine call; every other request (another
-// route, an unusual header, a parameter out of range, a bad token, a rate
-// limit reached) goes with its connection to net/http and gin, which answer
-// it exactly as before. So the fast path renders one success and the
-// engine's errors, and nothing else.
+// The fast path serves the three hot requests in their plainest form
+// straight from the event loops (loop_linux.go), in batches: one engine
+// call per kind for everything a loop read in one pass, and no goroutine
+// per request:
+//
+//   - publish, PUT /api/:namespace/:queue with at most delay, ttl, tries
+//     and token in the query, a body announced by Content-Length;
+//   - consume, GET /api/:namespace/:queue (one queue) with at most ttr,
+//     timeout, count and token;
+//   - ACK, DELETE /api/:namespace/:queue/job/:job_id with at most token;
+//
+// with no extension header. It answers only requests that will succeed up
+// to the engine call; every other request (another route, an unusual
+// header, a parameter out of range, a bad token, a rate limit reached, a
+// consume that finds no job and must wait) goes with its connection to
+// net/http and gin, which answer it exactly as before. So the fast path
+// renders the successes and the engine's errors, and nothing else.
 
 // fastMaxHead is the largest request head (request line and headers) the
 // fast path parses; a longer one goes to net/http.
@@ -39,25 +48,57 @@ const (
 	parseOther                    // net/http must serve what follows
 )
 
-// fastRequest is a publish of the fast subset: slices of the connection's
+// fastKind is the route of a fast request.
+type fastKind uint8
+
+const (
+	kindPublish fastKind = iota
+	kindConsume
+	kindAck
+)
+
+// Query parameters of the fast subset.
+const (
+	pDelay = iota
+	pTTL
+	pTries
+	pTTR
+	pTimeout
+	pCount
+	pToken
+	nParams
+)
+
+var paramNames = [nParams]string{"delay", "ttl", "tries", "ttr", "timeout", "count", "token"}
+
+// kindParams are the parameters each route takes in the fast subset.
+var kindParams = [3]uint16{
+	kindPublish: 1<<pDelay | 1<<pTTL | 1<<pTries | 1<<pToken,
+	kindConsume: 1<<pTTR | 1<<pTimeout | 1<<pCount | 1<<pToken,
+	kindAck:     1 << pToken,
+}
+
+// maxFastJobID bounds an ACK's job ID in the fast subset.
+const maxFastJobID = 64
+
+// fastRequest is a request of the fast subset: slices of the connection's
 // buffer, valid until the buffer is reused.
 type fastRequest struct {
+	kind      fastKind
 	size      int    // bytes of the request, head and body
 	namespace []byte // path segments
 	queue     []byte
+	jobID     []byte // ACK
 	query     []byte // raw query, without '?'
-	delay     []byte // query values; has* says whether present
-	ttl       []byte
-	tries     []byte
+	params    [nParams][]byte
+	has       uint16 // bit i: params[i] was given
 	token     []byte // X-Token, else the token query parameter
-	hasDelay  bool
-	hasTTL    bool
-	hasTries  bool
-	hasToken  bool
 	body      []byte
 	length    int       // Content-Length
 	seen      headFlags // headers met so far
 }
+
+func (r *fastRequest) param(i int) ([]byte, bool) { return r.params[i], r.has&(1<<i) != 0 }
 
 // parseFast reads the request at the start of buf. It is strict: anything
 // outside the subset described above, or that net/http might read
@@ -75,8 +116,12 @@ func parseFast(buf []byte, r *fastRequest) parseResult {
 			if len(buf) >= fastMaxHead {
 				return parseOther
 			}
-			// Everything so far must still look like the subset.
+			// Everything so far must still look like the subset, and a
+			// CR can only be the end of the line.
 			if p == 0 && !maybeFastLine(head) {
+				return parseOther
+			}
+			if i := bytes.IndexByte(head[p:], '\r'); i >= 0 && p+i != len(head)-1 {
 				return parseOther
 			}
 			return parseMore
@@ -98,11 +143,22 @@ func parseFast(buf []byte, r *fastRequest) parseResult {
 		}
 		p = j + 1
 	}
-	if r.seen&seenHost == 0 || r.seen&seenLength == 0 {
+	if r.seen&seenHost == 0 {
 		return parseOther
 	}
+	if v, ok := r.param(pToken); ok && r.seen&seenXTokenValue == 0 {
+		r.token = v
+	}
 	n := r.length
-	if n < 1 || n > engine.MaxBodySize {
+	switch {
+	case r.kind != kindPublish:
+		// No body: none announced, or an empty one.
+		if n != 0 {
+			return parseOther
+		}
+		r.size = end
+		return parseDone
+	case r.seen&seenLength == 0 || n < 1 || n > engine.MaxBodySize:
 		return parseOther
 	}
 	if len(buf)-end < n {
@@ -122,32 +178,67 @@ const (
 	seenLength
 	seenConnection
 	seenXToken
+	seenXTokenValue
 )
+
+// fastMethods are the request-line prefixes of the fast subset.
+var fastMethods = [...]struct {
+	prefix string
+	kind   fastKind
+}{{"PUT /api/", kindPublish}, {"GET /api/", kindConsume}, {"DELETE /api/", kindAck}}
 
 // maybeFastLine reports whether an incomplete first line may still become
 // a fast request line.
 func maybeFastLine(b []byte) bool {
-	const prefix = "PUT /api/"
-	if len(b) < len(prefix) {
-		return string(b) == prefix[:len(b)]
+	for _, m := range fastMethods {
+		n := min(len(b), len(m.prefix))
+		if string(b[:n]) == m.prefix[:n] {
+			return true
+		}
 	}
-	return string(b[:len(prefix)]) == prefix
+	return false
 }
 
-// parseRequestLine accepts "PUT /api/<ns>/<q>[?query] HTTP/1.1".
+// parseRequestLine accepts "PUT|GET /api/<ns>/<q>[?query] HTTP/1.1" and
+// "DELETE /api/<ns>/<q>/job/<id>[?query] HTTP/1.1".
 func parseRequestLine(line []byte, r *fastRequest) bool {
-	const prefix, suffix = "PUT /api/", " HTTP/1.1"
-	if len(line) < len(prefix)+len(suffix) || string(line[:len(prefix)]) != prefix ||
-		string(line[len(line)-len(suffix):]) != suffix {
+	const suffix = " HTTP/1.1"
+	if len(line) < len(suffix) || string(line[len(line)-len(suffix):]) != suffix {
 		return false
 	}
-	target := line[len(prefix) : len(line)-len(suffix)]
+	line = line[:len(line)-len(suffix)]
+	var target []byte
+	for _, m := range fastMethods {
+		if len(line) > len(m.prefix) && string(line[:len(m.prefix)]) == m.prefix {
+			r.kind, target = m.kind, line[len(m.prefix):]
+			break
+		}
+	}
+	if target == nil {
+		return false
+	}
 	path, query, _ := bytes.Cut(target, []byte("?"))
 	ns, q, ok := bytes.Cut(path, []byte("/"))
-	if !ok || !engine.ValidName(string(ns)) || !engine.ValidQueueName(string(q)) {
+	if !ok {
+		return false
+	}
+	if r.kind == kindAck {
+		var rest []byte
+		if q, rest, ok = bytes.Cut(q, []byte("/job/")); !ok || len(rest) == 0 || len(rest) > maxFastJobID {
+			return false
+		}
+		for _, c := range rest {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+				return false
+			}
+		}
+		r.jobID = rest
+	}
+	if !engine.ValidName(string(ns)) || !engine.ValidQueueName(string(q)) {
 		return false
 	}
 	r.namespace, r.queue, r.query = ns, q, query
+	allowed := kindParams[r.kind]
 	for more := len(query) > 0; more; {
 		var pair []byte
 		pair, query, more = bytes.Cut(query, []byte("&"))
@@ -155,24 +246,14 @@ func parseRequestLine(line []byte, r *fastRequest) bool {
 		if !ok || !plainValue(v) {
 			return false
 		}
-		var dst *[]byte
-		var seen *bool
-		switch string(k) {
-		case "delay":
-			dst, seen = &r.delay, &r.hasDelay
-		case "ttl":
-			dst, seen = &r.ttl, &r.hasTTL
-		case "tries":
-			dst, seen = &r.tries, &r.hasTries
-		case "token":
-			dst, seen = &r.token, &r.hasToken
-		default:
+		i := 0
+		for i < nParams && paramNames[i] != string(k) {
+			i++
+		}
+		if i == nParams || allowed&(1<<i) == 0 || r.has&(1<<i) != 0 {
 			return false
 		}
-		if *seen {
-			return false
-		}
-		*dst, *seen = v, true
+		r.params[i], r.has = v, r.has|1<<i
 	}
 	return true
 }
@@ -238,11 +319,12 @@ func parseHeader(line []byte, r *fastRequest) bool {
 		*f |= seenXToken
 		if len(value) > 0 {
 			// X-Token wins over the query parameter, as in guard.
-			r.token, r.hasToken = value, true
+			*f |= seenXTokenValue
+			r.token = value
 		}
 	case asciiEqualFold(name, "transfer-encoding"), asciiEqualFold(name, "expect"),
 		asciiEqualFold(name, "upgrade"), asciiEqualFold(name, "idempotency-key"),
-		asciiEqualFold(name, "enable-job-version"),
+		asciiEqualFold(name, "enable-job-version"), asciiEqualFold(name, "x-kairos-extensions"),
 		len(name) >= len(attributePrefix) && asciiEqualFold(name[:len(attributePrefix)], attributePrefix):
 		return false
 	}
@@ -292,90 +374,141 @@ func asciiEqualFold(b []byte, s string) bool {
 	return true
 }
 
-// fastPublish is one publish the fast path took: what the engine needs and
-// what the answer, the metrics and the logs need.
-type fastPublish struct {
-	req       engine.PublishRequest
-	eng       engine.EachPublisher
-	pool      string
-	token     string
-	throttled bool // a throttle token was taken: refund it if the publish fails
-	start     time.Time
-	ip        string
-	query     string  // raw query, kept only for the access log
-	out       *[]byte // the connection's output buffer
-	id        string
-	err       error
+// fastConn is the connection a fast request came on (an event loop's).
+type fastConn interface {
+	// output is where the request's answer goes.
+	output() *[]byte
+	// retreat puts raw, the request, back at the head of the
+	// connection's input and hands the connection to net/http.
+	retreat(raw []byte)
 }
 
-// fastPool recycles fastPublish values between batches.
-var fastPool = sync.Pool{New: func() any { return new(fastPublish) }}
+// fastItem is one request the fast path took: what the engine needs and
+// what the answer, the metrics and the logs need.
+type fastItem struct {
+	kind      fastKind
+	eng       engine.Batcher
+	pool      string
+	ns, q     string
+	token     string
+	throttled bool // a throttle token was taken: refund it if this fails
+	start     time.Time
+	ip        string
+	query     string // raw query, kept only for the access log
+	conn      fastConn
+	ran       bool // the engine call is done
 
-// fastRoute is the route template of the fast path, for the metrics.
-const fastRoute = "/api/:namespace/:queue"
+	pub   engine.PublishRequest
+	con   engine.ConsumeRequest
+	raw   []byte // a consume that may wait: the request, for net/http
+	jobID string // ACK
 
-// takeFast checks a parsed publish as guard and publish would (names,
-// pool, token, scope, throttle, parameters) and returns it ready for the
-// engine, or false when net/http must answer it (any of those checks
-// fails, or the pool's engine cannot publish in batches). Nothing has
-// happened when it returns false.
-func (s *Server) takeFast(ctx context.Context, r *fastRequest, ip string, out *[]byte, now time.Time) (*fastPublish, bool) {
-	delay, ok := decimalParam(r.delay, r.hasDelay, 32, s.def.delay)
-	if !ok {
-		return nil, false
-	}
-	ttl, ok := decimalParam(r.ttl, r.hasTTL, 32, s.def.ttl)
-	if !ok || ttl > 0 && ttl < delay {
-		return nil, false
-	}
-	tries, ok := decimalParam(r.tries, r.hasTries, 16, s.def.tries)
-	if !ok || tries == 0 {
-		return nil, false
-	}
+	id   string        // publish
+	jobs []*engine.Job // consume
+	err  error
+}
+
+// fastPool recycles fastItems between batches.
+var fastPool = sync.Pool{New: func() any { return new(fastItem) }}
+
+// Route templates of the fast requests, for the metrics.
+const (
+	routeQueue = "/api/:namespace/:queue"
+	routeJob   = "/api/:namespace/:queue/job/:job_id"
+)
+
+// takeFast checks a parsed request as guard and the handler would (names,
+// pool, token, scope, parameters, throttle) and returns it ready for the
+// engine, or false when net/http must answer it (any check fails, or the
+// pool's engine cannot batch). Nothing has happened when it returns false.
+// raw is the request's bytes.
+func (s *Server) takeFast(ctx context.Context, r *fastRequest, raw []byte, ip string, conn fastConn, now time.Time) (*fastItem, bool) {
 	pool, token := auth.ParseToken(string(r.token))
 	eng, ok := s.engines[pool]
 	if !ok {
 		return nil, false
 	}
-	ep, ok := eng.(engine.EachPublisher)
+	b, ok := eng.(engine.Batcher)
 	if !ok {
 		return nil, false
 	}
 	ns, q := string(r.namespace), string(r.queue)
+	it := fastPool.Get().(*fastItem)
+	*it = fastItem{kind: r.kind, eng: b, pool: pool, ns: ns, q: q, token: token, start: now, ip: ip, conn: conn}
+	fail := func() (*fastItem, bool) {
+		*it = fastItem{}
+		fastPool.Put(it)
+		return nil, false
+	}
+	role, throttle := auth.RolePublish, throttleProduce
+	switch r.kind {
+	case kindPublish:
+		v, has := r.param(pDelay)
+		delay, ok := decimalParam(v, has, 32, s.def.delay)
+		if !ok {
+			return fail()
+		}
+		v, has = r.param(pTTL)
+		ttl, ok := decimalParam(v, has, 32, s.def.ttl)
+		if !ok || ttl > 0 && ttl < delay {
+			return fail()
+		}
+		v, has = r.param(pTries)
+		tries, ok := decimalParam(v, has, 16, s.def.tries)
+		if !ok || tries == 0 {
+			return fail()
+		}
+		it.pub = engine.PublishRequest{
+			Namespace: ns, Queue: q, Body: bytes.Clone(r.body),
+			TTL: secs(ttl), Delay: secs(delay), Tries: uint16(tries),
+		}
+	case kindConsume:
+		role, throttle = auth.RoleConsume, throttleConsume
+		v, has := r.param(pTTR)
+		ttr, ok := decimalParam(v, has, 32, s.def.ttr)
+		if !ok {
+			return fail()
+		}
+		v, has = r.param(pTimeout)
+		timeout, ok := decimalParam(v, has, 32, s.def.timeout)
+		if !ok {
+			return fail()
+		}
+		v, has = r.param(pCount)
+		count, ok := decimalParam(v, has, 32, 1)
+		if !ok || count == 0 || count > engine.MaxBatchConsume {
+			return fail()
+		}
+		// The loop only takes what is ready now; a consume that would
+		// wait goes to net/http when it finds nothing.
+		it.con = engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, TTR: secs(ttr), Count: int(count)}
+		if min(timeout, s.def.maxTimeout) > 0 {
+			it.raw = bytes.Clone(raw)
+		}
+	case kindAck:
+		role, throttle = auth.RoleConsume, throttleNone
+		it.jobID = string(r.jobID)
+	}
 	if !s.skipVerify {
 		if token == "" {
-			return nil, false
+			return fail()
 		}
 		scope, err := s.tokens.Verify(ctx, pool, ns, token)
-		if err != nil || !scope.Allows(q, auth.RolePublish) {
-			return nil, false
+		if err != nil || !scope.Allows(q, role) {
+			return fail()
 		}
 	}
-	throttled := false
-	if s.throttler != nil {
-		allowed, err := s.throttler.Allow(ctx, pool, ns, token, true)
+	if throttle != throttleNone && s.throttler != nil {
+		allowed, err := s.throttler.Allow(ctx, pool, ns, token, throttle == throttleProduce)
 		if err != nil || !allowed {
-			return nil, false
+			return fail()
 		}
-		throttled = true
-	}
-	p := fastPool.Get().(*fastPublish)
-	*p = fastPublish{
-		req: engine.PublishRequest{
-			Namespace: ns,
-			Queue:     q,
-			Body:      bytes.Clone(r.body),
-			TTL:       secs(ttl),
-			Delay:     secs(delay),
-			Tries:     uint16(tries),
-		},
-		eng: ep, pool: pool, token: token, throttled: throttled,
-		start: now, ip: ip, out: out,
+		it.throttled = true
 	}
 	if s.accessLog.Load() {
-		p.query = string(r.query)
+		it.query = string(r.query)
 	}
-	return p, true
+	return it, true
 }
 
 // decimalParam parses an optional query parameter as strconv.ParseUint(v,
@@ -403,85 +536,161 @@ func decimalParam(v []byte, present bool, bits int, def uint64) (uint64, bool) {
 	return n, true
 }
 
-// runFast publishes a loop's batch, engine by engine, and appends each
-// answer to its connection's output in the order the requests came.
-func (s *Server) runFast(items []*fastPublish, date []byte) {
+// runFast runs a loop's batch — one engine call per kind and engine: ACKs,
+// then publishes, then consumes — and appends each answer to its
+// connection's output in the order the requests came.
+func (s *Server) runFast(items []*fastItem, date []byte) {
 	ctx := context.Background()
-	var reqs []*engine.PublishRequest
-	var ids []string
-	var errs []error
-	done := 0
-	for done < len(items) {
-		// One engine per pass; nearly always every item shares it.
-		eng := items[done].eng
-		var mine []*fastPublish
-		for _, it := range items[done:] {
-			if it.eng == eng && it.id == "" && it.err == nil {
-				mine = append(mine, it)
-			}
-		}
-		reqs, ids, errs = reqs[:0], ids[:0], errs[:0]
-		for _, it := range mine {
-			reqs = append(reqs, &it.req)
-			ids, errs = append(ids, ""), append(errs, nil)
-		}
-		eng.PublishEach(ctx, reqs, ids, errs)
-		for i, it := range mine {
-			it.id, it.err = ids[i], errs[i]
-			if it.id == "" && it.err == nil {
-				it.err = errInternal // an engine that set neither
-			}
-		}
-		for done < len(items) && (items[done].id != "" || items[done].err != nil) {
-			done++
-		}
+	for _, kind := range [...]fastKind{kindAck, kindPublish, kindConsume} {
+		s.runKind(ctx, items, kind)
 	}
 	for _, it := range items {
 		s.answerFast(ctx, it, date)
-		*it = fastPublish{}
+		*it = fastItem{}
 		fastPool.Put(it)
 	}
 }
 
-// answerFast renders one publish's outcome as publish and failAPI would,
-// and records it as the middleware would (metrics, access log, debug log).
-func (s *Server) answerFast(ctx context.Context, it *fastPublish, date []byte) {
+// runKind makes the engine calls for the items of one kind.
+func (s *Server) runKind(ctx context.Context, items []*fastItem, kind fastKind) {
+	for {
+		var eng engine.Batcher
+		var mine []*fastItem
+		for _, it := range items {
+			if it.kind != kind || it.ran {
+				continue
+			}
+			if eng == nil {
+				eng = it.eng
+			}
+			if it.eng == eng {
+				mine = append(mine, it)
+				it.ran = true
+			}
+		}
+		if eng == nil {
+			return
+		}
+		errs := make([]error, len(mine))
+		switch kind {
+		case kindPublish:
+			reqs, ids := make([]*engine.PublishRequest, len(mine)), make([]string, len(mine))
+			for i, it := range mine {
+				reqs[i] = &it.pub
+			}
+			eng.PublishEach(ctx, reqs, ids, errs)
+			for i, it := range mine {
+				it.id, it.err = ids[i], errs[i]
+				if it.id == "" && it.err == nil {
+					it.err = errInternal // an engine that set neither
+				}
+			}
+		case kindConsume:
+			reqs, jobs := make([]*engine.ConsumeRequest, len(mine)), make([][]*engine.Job, len(mine))
+			for i, it := range mine {
+				reqs[i] = &it.con
+			}
+			eng.ConsumeEach(ctx, reqs, jobs, errs)
+			for i, it := range mine {
+				it.jobs, it.err = jobs[i], errs[i]
+			}
+		case kindAck:
+			refs := make([]engine.JobRef, len(mine))
+			for i, it := range mine {
+				refs[i] = engine.JobRef{Namespace: it.ns, Queue: it.q, ID: it.jobID}
+			}
+			eng.DeleteEach(ctx, refs, errs)
+			for i, it := range mine {
+				it.err = errs[i]
+			}
+		}
+	}
+}
+
+// answerFast renders one request's outcome as its handler and failAPI
+// would, and records it as the middleware would (metrics, access log, debug
+// log). A consume that found nothing and may wait goes back to net/http.
+func (s *Server) answerFast(ctx context.Context, it *fastItem, date []byte) {
 	var reqID [26]byte
 	_ = ulid.Make().MarshalTextTo(reqID[:])
-	code := http.StatusCreated
+	var ae *apiError
 	var body []byte
-	if it.err != nil {
-		ae := mapAPIError(ctx, it.err)
+	var scratch [96]byte
+	code, route, method := 0, routeQueue, http.MethodPut
+	switch it.kind {
+	case kindPublish:
+		if it.err != nil {
+			ae = mapAPIError(ctx, it.err)
+			break
+		}
+		code = http.StatusCreated
+		body = append(append(append(scratch[:0], `{"job_id":"`...), it.id...), `","msg":"published"}`...)
+		if s.debug {
+			s.fastLogger(it, reqID[:]).WithFields(logrus.Fields{
+				"new_job_id": it.id, "delay": uint64(it.pub.Delay / time.Second),
+				"ttl": uint64(it.pub.TTL / time.Second), "tries": it.pub.Tries,
+			}).Debug("job published")
+		}
+	case kindConsume:
+		method = http.MethodGet
+		if len(it.jobs) == 0 {
+			if it.err == nil || errors.Is(it.err, engine.ErrClosed) {
+				if it.raw != nil {
+					// The consumer waits: net/http serves it from here.
+					s.refund(ctx, it, reqID[:])
+					it.conn.retreat(it.raw)
+					return
+				}
+				ae = errNoJob
+			} else {
+				ae = mapAPIError(ctx, it.err)
+			}
+			break
+		}
+		if it.err != nil {
+			s.fastLogger(it, reqID[:]).WithError(it.err).Warn("consume returned jobs and an error")
+		}
+		var err error
+		if body, err = s.renderJobs(it); err != nil {
+			ae, it.err = errInternal, err
+			break
+		}
+		code = http.StatusOK
+	case kindAck:
+		route, method = routeJob, http.MethodDelete
+		if it.err != nil {
+			ae = mapAPIError(ctx, it.err)
+			break
+		}
+		code = http.StatusNoContent
+	}
+	if ae != nil {
 		code, body = ae.status, ae.body
 		if code >= http.StatusInternalServerError {
 			s.fastLogger(it, reqID[:]).WithError(it.err).Error("request failed")
 		}
-		if it.throttled {
-			if err := s.throttler.Refund(ctx, it.pool, it.req.Namespace, it.token, true); err != nil {
-				s.fastLogger(it, reqID[:]).WithError(err).Warn("throttle refund failed")
-			}
-		}
-	} else if s.debug {
-		s.fastLogger(it, reqID[:]).WithFields(logrus.Fields{
-			"new_job_id": it.id, "delay": uint64(it.req.Delay / time.Second),
-			"ttl": uint64(it.req.TTL / time.Second), "tries": it.req.Tries,
-		}).Debug("job published")
+		s.refund(ctx, it, reqID[:])
 	}
-	*it.out = appendFastResponse(*it.out, code, reqID[:], date, body, it.id)
+	out := it.conn.output()
+	*out = appendFastResponse(*out, code, reqID[:], date, body)
 
-	r := s.metrics.route(routeLabels{it.pool, it.req.Namespace, fastRoute, http.MethodPut, code})
+	r := s.metrics.route(routeLabels{it.pool, it.ns, route, method, code})
 	if r.latency != nil {
 		r.latency.Observe(float64(time.Since(it.start)) / float64(time.Millisecond))
 	}
 	r.code.Inc()
 	if s.accessLog.Load() {
+		path := "/api/" + it.ns + "/" + it.q
+		if it.kind == kindAck {
+			path += "/job/" + it.jobID
+		}
 		e := s.log.WithFields(logrus.Fields{
 			"pool":    it.pool,
-			"path":    "/api/" + it.req.Namespace + "/" + it.req.Queue,
+			"path":    path,
 			"query":   redactQuery(it.query),
 			"latency": time.Since(it.start),
 			"ip":      it.ip,
-			"method":  http.MethodPut,
+			"method":  method,
 			"code":    code,
 			"req_id":  string(reqID[:]),
 		})
@@ -496,25 +705,49 @@ func (s *Server) answerFast(ctx context.Context, it *fastPublish, date []byte) {
 	}
 }
 
-// fastLogger is reqLogger for a fast publish.
-func (s *Server) fastLogger(it *fastPublish, reqID []byte) logrus.FieldLogger {
-	return s.log.WithFields(logrus.Fields{
-		"req_id": string(reqID), "namespace": it.req.Namespace, "queue": it.req.Queue,
-	})
+// refund gives back the throttle token of a request that did not deliver.
+func (s *Server) refund(ctx context.Context, it *fastItem, reqID []byte) {
+	if !it.throttled {
+		return
+	}
+	it.throttled = false
+	if err := s.throttler.Refund(ctx, it.pool, it.ns, it.token, it.kind == kindPublish); err != nil {
+		s.fastLogger(it, reqID).WithError(err).Warn("throttle refund failed")
+	}
 }
 
-// appendFastResponse appends a whole HTTP/1.1 response: body, or for a
-// 201 lmstfy's {"job_id":…,"msg":"published"} (what encoding/json makes of
-// publishResponse: a job ID needs no escaping).
-func appendFastResponse(b []byte, code int, reqID, date, body []byte, jobID string) []byte {
-	const (
-		created  = `{"job_id":"`
-		finished = `","msg":"published"}`
-	)
-	n := len(body)
-	if code == http.StatusCreated {
-		n = len(created) + len(jobID) + len(finished)
+// renderJobs is consume's 200 body: one job, or an array when count > 1.
+func (s *Server) renderJobs(it *fastItem) ([]byte, error) {
+	now := s.now()
+	render := func(j *engine.Job) jobResponse {
+		q := j.Queue
+		if q == "" {
+			q = it.q
+		}
+		return newJobResponse(j, it.ns, q, "new job", now)
 	}
+	if it.con.Count == 1 {
+		return json.Marshal(render(it.jobs[0]))
+	}
+	out := make([]jobResponse, len(it.jobs))
+	for i, j := range it.jobs {
+		out[i] = render(j)
+	}
+	return json.Marshal(out)
+}
+
+// fastLogger is reqLogger for a fast request.
+func (s *Server) fastLogger(it *fastItem, reqID []byte) logrus.FieldLogger {
+	f := logrus.Fields{"req_id": string(reqID), "namespace": it.ns, "queue": it.q}
+	if it.kind == kindAck {
+		f["job_id"] = it.jobID
+	}
+	return s.log.WithFields(f)
+}
+
+// appendFastResponse appends a whole HTTP/1.1 response as net/http writes
+// gin's: a JSON body, or none for a 204.
+func appendFastResponse(b []byte, code int, reqID, date, body []byte) []byte {
 	b = append(b, "HTTP/1.1 "...)
 	b = strconv.AppendInt(b, int64(code), 10)
 	b = append(b, ' ')
@@ -524,17 +757,18 @@ func appendFastResponse(b []byte, code int, reqID, date, body []byte, jobID stri
 		b = append(b, "status code "...)
 		b = strconv.AppendInt(b, int64(code), 10)
 	}
-	b = append(b, "\r\nContent-Type: "+jsonContentType+"\r\nX-Request-Id: "...)
+	if code != http.StatusNoContent {
+		b = append(b, "\r\nContent-Type: "+jsonContentType...)
+	}
+	b = append(b, "\r\nX-Request-Id: "...)
 	b = append(b, reqID...)
 	b = append(b, "\r\nDate: "...)
 	b = append(b, date...)
-	b = append(b, "\r\nContent-Length: "...)
-	b = strconv.AppendInt(b, int64(n), 10)
-	b = append(b, "\r\n\r\n"...)
-	if code == http.StatusCreated {
-		b = append(b, created...)
-		b = append(b, jobID...)
-		return append(b, finished...)
+	if code == http.StatusNoContent {
+		return append(b, "\r\n\r\n"...)
 	}
+	b = append(b, "\r\nContent-Length: "...)
+	b = strconv.AppendInt(b, int64(len(body)), 10)
+	b = append(b, "\r\n\r\n"...)
 	return append(b, body...)
 }

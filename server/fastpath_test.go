@@ -30,9 +30,12 @@ func TestParseFast(t *testing.T) {
 		{"body pending", fastHead + "hel", parseMore},
 		{"head pending", fastHead[:40], parseMore},
 		{"line pending", "PUT /ap", parseMore},
+		{"CR pending", "PUT /api/ns/q HTTP/1.1\r", parseMore},
+		{"bare CR pending", "GET /api/ns/q/size HTTP/1.1\rHost: x\r\r", parseOther},
+		{"bare CR in a header pending", "PUT /api/ns/q HTTP/1.1\r\nHost: x\rY", parseOther},
 		{"empty", "", parseMore},
-		{"GET", "GET /api/ns/q HTTP/1.1\r\nHost: h\r\n\r\n", parseOther},
-		{"GET pending", "GET /api/n", parseOther},
+		{"POST", "POST /api/ns/q HTTP/1.1\r\nHost: h\r\n\r\n", parseOther},
+		{"POST pending", "POST /api/n", parseOther},
 		{"bulk route", "PUT /api/ns/q/bulk HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n[]", parseOther},
 		{"republish route", "PUT /api/ns/q/job/abc HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", parseOther},
 		{"trailing slash", "PUT /api/ns/q/ HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", parseOther},
@@ -68,6 +71,23 @@ func TestParseFast(t *testing.T) {
 		{"semicolon", "PUT /api/ns/q?delay=1;ttl=2 HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", parseOther},
 		{"empty pair", "PUT /api/ns/q?delay=1& HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", parseOther},
 		{"key without value", "PUT /api/ns/q?delay HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", parseOther},
+		{"consume", "GET /api/ns/q?ttr=30&timeout=0&count=3&token=t HTTP/1.1\r\nHost: h\r\n\r\n", parseDone},
+		{"consume, empty body", "GET /api/ns/q HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n", parseDone},
+		{"consume with body", "GET /api/ns/q HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", parseOther},
+		{"consume of queues", "GET /api/ns/q1,q2 HTTP/1.1\r\nHost: h\r\n\r\n", parseOther},
+		{"consume, ms timeout", "GET /api/ns/q?timeout_ms=5 HTTP/1.1\r\nHost: h\r\n\r\n", parseOther},
+		{"consume, publish parameter", "GET /api/ns/q?delay=5 HTTP/1.1\r\nHost: h\r\n\r\n", parseOther},
+		{"consume with receipts", "GET /api/ns/q HTTP/1.1\r\nHost: h\r\nX-Kairos-Extensions: 1\r\n\r\n", parseOther},
+		{"peek", "GET /api/ns/q/peek HTTP/1.1\r\nHost: h\r\n\r\n", parseOther},
+		{"size", "GET /api/ns/q/size HTTP/1.1\r\nHost: h\r\n\r\n", parseOther},
+		{"ack", "DELETE /api/ns/q/job/01ARZ3NDEKTSV4RRFFQ69G5FAV HTTP/1.1\r\nHost: h\r\n\r\n", parseDone},
+		{"ack with receipt", "DELETE /api/ns/q/job/abc?receipt=r HTTP/1.1\r\nHost: h\r\n\r\n", parseOther},
+		{"ack, odd job ID", "DELETE /api/ns/q/job/a-b HTTP/1.1\r\nHost: h\r\n\r\n", parseOther},
+		{"ack, no job ID", "DELETE /api/ns/q/job/ HTTP/1.1\r\nHost: h\r\n\r\n", parseOther},
+		{"destroy", "DELETE /api/ns/q HTTP/1.1\r\nHost: h\r\n\r\n", parseOther},
+		{"dead letter", "DELETE /api/ns/q/deadletter HTTP/1.1\r\nHost: h\r\n\r\n", parseOther},
+		{"ack pending", "DELETE /api/n", parseMore},
+		{"empty X-Token, query token", "GET /api/ns/q?token=q HTTP/1.1\r\nHost: h\r\nX-Token:\r\n\r\n", parseDone},
 		{"long head", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nX-Big: " + big + "\r\nContent-Length: 1\r\n\r\nx", parseOther},
 	}
 	for _, tc := range cases {
@@ -80,7 +100,7 @@ func TestParseFast(t *testing.T) {
 	raw := fastHead + "hello" + fastHead
 	if parseFast([]byte(raw), &r) != parseDone || r.size != len(fastHead)+5 ||
 		string(r.namespace) != "ns" || string(r.queue) != "q" || string(r.body) != "hello" ||
-		string(r.delay) != "1" || string(r.ttl) != "60" || string(r.tries) != "3" || string(r.token) != "tok" {
+		string(r.params[pDelay]) != "1" || string(r.params[pTTL]) != "60" || string(r.params[pTries]) != "3" || string(r.token) != "tok" {
 		t.Errorf("fields: %+v", r)
 	}
 	// The header wins over the query parameter, as in guard.
@@ -102,6 +122,8 @@ func FuzzParseFast(f *testing.F) {
 	f.Add([]byte("PUT /api/ns/q?token=p:t&delay=0 HTTP/1.1\r\nHost: [::1]:80\r\nConnection: keep-alive\r\nContent-Length: 3\r\n\r\nabcPUT"))
 	f.Add([]byte("PUT /api/a-b/c_d HTTP/1.1\r\nhost: h\r\ncontent-length: 001\r\nx-token:\t t \r\n\r\nz"))
 	f.Add([]byte("PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nX-A: \x80\xff\r\nContent-Length: 1\r\n\r\nx"))
+	f.Add([]byte("GET /api/ns/q?ttr=30&timeout=0&count=2 HTTP/1.1\r\nHost: h\r\nX-Token: t\r\n\r\nGET"))
+	f.Add([]byte("DELETE /api/ns/q/job/01ARZ3NDEKTSV4RRFFQ69G5FAV?token=t HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		var r fastRequest
 		res := parseFast(raw, &r)
@@ -124,16 +146,13 @@ func FuzzParseFast(f *testing.F) {
 		if consumed := len(raw) - len(rest); consumed != r.size {
 			t.Errorf("net/http read %d bytes, the fast path %d", consumed, r.size)
 		}
-		if req.Method != http.MethodPut || req.ProtoMajor != 1 || req.ProtoMinor != 1 || req.Close {
-			t.Errorf("net/http: %s HTTP/%d.%d close=%v", req.Method, req.ProtoMajor, req.ProtoMinor, req.Close)
-		}
-		if want := "/api/" + string(r.namespace) + "/" + string(r.queue); req.URL.Path != want || req.URL.RawPath != "" {
-			t.Errorf("path %q (raw %q), fast path %q", req.URL.Path, req.URL.RawPath, want)
+		if req.ProtoMajor != 1 || req.ProtoMinor != 1 || req.Close || req.URL.RawPath != "" {
+			t.Errorf("net/http: HTTP/%d.%d close=%v raw path %q", req.ProtoMajor, req.ProtoMinor, req.Close, req.URL.RawPath)
 		}
 		if req.URL.RawQuery != string(r.query) {
 			t.Errorf("query %q, fast path %q", req.URL.RawQuery, r.query)
 		}
-		if !bytes.Equal(body, r.body) || req.ContentLength != int64(len(r.body)) {
+		if !bytes.Equal(body, r.body) || len(body) > 0 && req.ContentLength != int64(len(r.body)) {
 			t.Errorf("body %q (%d), fast path %q", body, req.ContentLength, r.body)
 		}
 		if req.Host == "" || len(req.TransferEncoding) > 0 {
@@ -150,12 +169,25 @@ func FuzzParseFast(f *testing.F) {
 		if token != string(r.token) {
 			t.Errorf("token %q, fast path %q", token, r.token)
 		}
-		for name, v := range map[string][]byte{"delay": r.delay, "ttl": r.ttl, "tries": r.tries} {
-			if got := q.Get(name); got != string(v) {
-				t.Errorf("%s %q, fast path %q", name, got, v)
+		for i, name := range paramNames {
+			v, has := r.param(i)
+			if got, ok := q[name]; ok != has || has && (len(got) != 1 || got[0] != string(v)) {
+				t.Errorf("%s %q, fast path %q (given: %v)", name, got, v, has)
 			}
 		}
-		if req.Header.Get("Enable-Job-Version") != "" || req.Header.Get("Idempotency-Key") != "" {
+		var route string
+		switch r.kind {
+		case kindPublish:
+			route = "PUT /api/" + string(r.namespace) + "/" + string(r.queue)
+		case kindConsume:
+			route = "GET /api/" + string(r.namespace) + "/" + string(r.queue)
+		case kindAck:
+			route = "DELETE /api/" + string(r.namespace) + "/" + string(r.queue) + "/job/" + string(r.jobID)
+		}
+		if got := req.Method + " " + req.URL.Path; got != route {
+			t.Errorf("net/http reads %s, the fast path %s", got, route)
+		}
+		if req.Header.Get("Enable-Job-Version") != "" || req.Header.Get("Idempotency-Key") != "" || req.Header.Get(extHeader) != "" {
 			t.Errorf("extension headers taken: %v", req.Header)
 		}
 	})
@@ -182,25 +214,25 @@ func TestDecimalParam(t *testing.T) {
 func TestAppendFastResponse(t *testing.T) {
 	id := []byte("01ARZ3NDEKTSV4RRFFQ69G5FAV")
 	date := []byte("Tue, 24 Nov 2026 22:38:36 GMT")
-	b := appendFastResponse(nil, 201, id, date, nil, "01M87VC16NZAC9VNKJGM000000")
-	b = appendFastResponse(b, 499, id, date, errClientGone.body, "")
+	created := `{"job_id":"01M87VC16NZAC9VNKJGM000000","msg":"published"}`
+	b := appendFastResponse(nil, 201, id, date, []byte(created))
+	b = appendFastResponse(b, 204, id, date, nil)
+	b = appendFastResponse(b, 499, id, date, errClientGone.body)
 	br := bufio.NewReader(bytes.NewReader(b))
 	for _, want := range []struct {
-		status int
-		line   string
-		body   string
+		line, ctype, body string
 	}{
-		{201, "201 Created", `{"job_id":"01M87VC16NZAC9VNKJGM000000","msg":"published"}`},
-		{499, "499 status code 499", string(errClientGone.body)},
+		{"201 Created", jsonContentType, created},
+		{"204 No Content", "", ""},
+		{"499 status code 499", jsonContentType, string(errClientGone.body)},
 	} {
-		resp, err := http.ReadResponse(br, nil)
+		resp, err := http.ReadResponse(br, &http.Request{Method: "GET"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		body, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != want.status || resp.Status != want.line || string(body) != want.body ||
-			resp.Header.Get("Content-Type") != jsonContentType || resp.Header.Get("X-Request-Id") != string(id) ||
-			resp.Header.Get("Date") != string(date) || resp.Close {
+		if resp.Status != want.line || string(body) != want.body || resp.Header.Get("Content-Type") != want.ctype ||
+			resp.Header.Get("X-Request-Id") != string(id) || resp.Header.Get("Date") != string(date) || resp.Close {
 			t.Errorf("got %s %v %q, want %s %q", resp.Status, resp.Header, body, want.line, want.body)
 		}
 	}

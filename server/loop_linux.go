@@ -228,7 +228,7 @@ type eventLoop struct {
 	events    []syscall.EpollEvent
 	rbuf      []byte
 	req       fastRequest
-	items     []*fastPublish
+	items     []*fastItem
 	touched   []*loopConn
 	again     []*loopConn // connections with input to parse without a new event
 	pass      uint64
@@ -458,13 +458,18 @@ func (l *eventLoop) parse(c *loopConn, now time.Time) {
 			c.handoff = true
 			break
 		}
-		it, ok := l.s.takeFast(context.Background(), &l.req, c.ip, &c.out, now)
+		it, ok := l.s.takeFast(context.Background(), &l.req, c.in[used:used+l.req.size], c.ip, c, now)
 		if !ok {
 			c.handoff = true
 			break
 		}
 		l.items = append(l.items, it)
 		used += l.req.size
+		if it.kind == kindConsume {
+			// Consumes run last in a batch: what follows waits for the
+			// next pass, to keep the connection's order.
+			break
+		}
 	}
 	if used > 0 {
 		c.in = c.in[:copy(c.in, c.in[used:])]
@@ -492,6 +497,16 @@ func (l *eventLoop) finish(c *loopConn, now time.Time) {
 	case c.eof && !c.blocked:
 		l.drop(c)
 	}
+}
+
+// output implements fastConn.
+func (c *loopConn) output() *[]byte { return &c.out }
+
+// retreat implements fastConn: raw goes back before what is left of the
+// input, and the connection to net/http once its answers are out.
+func (c *loopConn) retreat(raw []byte) {
+	c.in = append(raw, c.in...)
+	c.handoff = true
 }
 
 // flush writes as much of c's output as the socket takes; the rest waits

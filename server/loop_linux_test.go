@@ -47,6 +47,32 @@ func (f *eachFake) PublishEach(_ context.Context, reqs []*engine.PublishRequest,
 	f.batches = append(f.batches, bodies)
 }
 
+func (f *eachFake) ConsumeEach(ctx context.Context, reqs []*engine.ConsumeRequest, jobs [][]*engine.Job, errs []error) {
+	for i, r := range reqs {
+		f.record("ConsumeEach")
+		if r.Timeout != 0 {
+			errs[i] = fmt.Errorf("ConsumeEach with timeout %v", r.Timeout)
+			continue
+		}
+		if f.consume == nil {
+			errs[i] = errUnexpected
+			continue
+		}
+		jobs[i], errs[i] = f.consume(ctx, r)
+	}
+}
+
+func (f *eachFake) DeleteEach(ctx context.Context, refs []engine.JobRef, errs []error) {
+	for i, r := range refs {
+		f.record("DeleteEach")
+		if f.del == nil {
+			errs[i] = errUnexpected
+			continue
+		}
+		errs[i] = f.del(ctx, r.Namespace, r.Queue, r.ID)
+	}
+}
+
 // published returns every body published so far, in order.
 func (f *eachFake) published() []string {
 	f.mu.Lock()
@@ -479,5 +505,86 @@ func TestLoopShutdown(t *testing.T) {
 	}
 	if d := closedWithin(t, conn, 2*time.Second); d > time.Second {
 		t.Errorf("connection closed %v after Serve returned", d)
+	}
+}
+
+// TestLoopConsumeAck: consumes and ACKs through the loops are answered as
+// gin answers them; a consume that finds nothing and may wait is handed to
+// net/http, which waits.
+func TestLoopConsumeAck(t *testing.T) {
+	env, fake, addr := serveLoops(t)
+	plain := newEnv(t)
+	id := testJobID(env)
+	job := func(n int) *engine.Job {
+		return &engine.Job{Namespace: "ns", Queue: "q", ID: id, Body: []byte(fmt.Sprintf("body-%d", n)), TTL: time.Minute, Tries: 2}
+	}
+	var mu sync.Mutex
+	var timeouts []time.Duration
+	consume := func(_ context.Context, r *engine.ConsumeRequest) ([]*engine.Job, error) {
+		mu.Lock()
+		timeouts = append(timeouts, r.Timeout)
+		mu.Unlock()
+		switch r.TTR {
+		case 7 * time.Second: // nothing ready
+			return nil, nil
+		case 8 * time.Second:
+			return nil, errors.New("redis: boom")
+		}
+		var jobs []*engine.Job
+		for i := range r.Count {
+			jobs = append(jobs, job(i))
+		}
+		return jobs, nil
+	}
+	fake.consume, plain.eng.consume = consume, consume
+	del := func(_ context.Context, ns, q, id string) error {
+		if id == "BAD" {
+			return errors.New("redis: boom")
+		}
+		return nil
+	}
+	fake.del, plain.eng.del = del, del
+	for _, target := range []string{
+		"/api/ns/q?ttr=30&timeout=0",
+		"/api/ns/q?ttr=30&count=3",
+		"/api/ns/q?ttr=7",
+		"/api/ns/q?ttr=7&timeout=1",
+		"/api/ns/q?ttr=8",
+		"/api/ns/q?ttr=30&count=101",
+	} {
+		got := liveDo(t, "GET", "http://"+addr+target, nil, tok(goodToken))
+		httpClient.CloseIdleConnections() // a fresh connection each: a handed-over one stays with net/http
+		w := plain.api(t, request{method: "GET", target: target, header: tok(goodToken)})
+		if got.status != w.Code || got.body != w.Body.String() {
+			t.Errorf("GET %s:\n loops: %d %s\n gin:   %d %s", target, got.status, got.body, w.Code, w.Body.String())
+		}
+	}
+	for _, jobID := range []string{id, "BAD"} {
+		target := "/api/ns/q/job/" + jobID
+		got := liveDo(t, "DELETE", "http://"+addr+target, nil, tok(goodToken))
+		httpClient.CloseIdleConnections()
+		w := plain.api(t, request{method: "DELETE", target: target, header: tok(goodToken)})
+		if got.status != w.Code || got.body != w.Body.String() {
+			t.Errorf("DELETE %s:\n loops: %d %s\n gin:   %d %s", target, got.status, got.body, w.Code, w.Body.String())
+		}
+		if got.status == 204 && got.header.Get("Content-Type") != "" {
+			t.Errorf("204 with Content-Type %q", got.header.Get("Content-Type"))
+		}
+	}
+	calls := strings.Join(fake.Calls(), " ")
+	// count=101 is refused before any engine call, by gin.
+	if calls != "ConsumeEach ConsumeEach ConsumeEach ConsumeEach Consume ConsumeEach DeleteEach DeleteEach" {
+		t.Errorf("engine calls through the loops: %s", calls)
+	}
+	// The consume that could wait was tried at once by the loop, then
+	// waited by net/http with its timeout.
+	mu.Lock()
+	defer mu.Unlock()
+	var waited bool
+	for _, d := range timeouts {
+		waited = waited || d == time.Second
+	}
+	if !waited {
+		t.Errorf("timeouts seen %v, want net/http's 1 s wait", timeouts)
 	}
 }

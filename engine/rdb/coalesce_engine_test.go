@@ -470,10 +470,12 @@ func TestCoalescePublishAcrossQueues(t *testing.T) {
 	}
 }
 
-// TestPublishEach: independent publishes of several queues in one call
-// (the server's event loops) each get their own ID or error: 300 jobs
-// (more than one batch) with delayed and plain ones, an invalid one and a
-// job-keyed one among them; then every ready job is consumed with its body.
+// TestPublishEach: the engine.Batcher operations of the server's event
+// loops. Independent publishes of several queues in one call each get their
+// own ID or error: 300 jobs (more than one batch) with delayed and plain
+// ones, an invalid one and a job-keyed one among them. ConsumeEach then
+// hands out every ready job once, with its body, to consumers that share
+// calls, and DeleteEach acknowledges them.
 func TestPublishEach(t *testing.T) {
 	for _, tier := range coalesceTiers {
 		t.Run(tier.name, func(t *testing.T) {
@@ -513,25 +515,63 @@ func TestPublishEach(t *testing.T) {
 					ready[q][ids[i]] = string(reqs[i].Body)
 				}
 			}
-			for q, want := range ready {
-				jobs, err := e.Consume(ctx, &engine.ConsumeRequest{Namespace: "each", Queues: []string{q}, TTR: time.Minute, Count: engine.MaxBatchConsume})
-				if err != nil {
-					t.Fatal(err)
+			// Consume everything ready with ConsumeEach: several consumers
+			// per queue (sharing script calls), one asking too much.
+			var got []engine.JobRef
+			for round := 0; ; round++ {
+				var reqs []*engine.ConsumeRequest
+				for q := range ready {
+					for _, count := range []int{1, 7, 100} {
+						reqs = append(reqs, &engine.ConsumeRequest{Namespace: "each", Queues: []string{q}, TTR: time.Minute, Count: count, Timeout: time.Hour})
+					}
 				}
-				for len(jobs) > 0 {
-					for _, j := range jobs {
+				reqs = append(reqs, &engine.ConsumeRequest{Namespace: "each", Queues: []string{"q0"}, Count: engine.MaxBatchConsume + 1})
+				jobs, errs := make([][]*engine.Job, len(reqs)), make([]error, len(reqs))
+				e.ConsumeEach(ctx, reqs, jobs, errs)
+				if last := len(reqs) - 1; !errors.Is(errs[last], engine.ErrInvalid) || jobs[last] != nil {
+					t.Fatalf("count %d: %v, %v", reqs[last].Count, jobs[last], errs[last])
+				}
+				n := 0
+				for i, js := range jobs[:len(reqs)-1] {
+					if errs[i] != nil || len(js) > reqs[i].Count {
+						t.Fatalf("consumer %d: %d jobs, %v", i, len(js), errs[i])
+					}
+					for _, j := range js {
+						want := ready[j.Queue]
 						if want[j.ID] != string(j.Body) {
-							t.Errorf("%s: job %s body %q, want %q", q, j.ID, j.Body, want[j.ID])
+							t.Errorf("%s: job %s body %q, want %q", j.Queue, j.ID, j.Body, want[j.ID])
 						}
 						delete(want, j.ID)
-					}
-					if jobs, err = e.Consume(ctx, &engine.ConsumeRequest{Namespace: "each", Queues: []string{q}, TTR: time.Minute, Count: engine.MaxBatchConsume}); err != nil {
-						t.Fatal(err)
+						got = append(got, engine.JobRef{Namespace: "each", Queue: j.Queue, ID: j.ID})
+						n++
 					}
 				}
+				if n == 0 {
+					break
+				}
+				if round > 100 {
+					t.Fatal("ConsumeEach does not end")
+				}
+			}
+			for q, want := range ready {
 				if len(want) != 0 {
-					t.Errorf("%s: %d published jobs not ready", q, len(want))
+					t.Errorf("%s: %d published jobs not consumed", q, len(want))
 				}
+			}
+			// ACK them all (and one unknown job, which is no error).
+			got = append(got, engine.JobRef{Namespace: "each", Queue: "q1", ID: "01ARZ3NDEKTSV4RRFFQ69G5FAV"}, engine.JobRef{Namespace: "each", Queue: "_bad"})
+			errs = make([]error, len(got))
+			e.DeleteEach(ctx, got, errs)
+			for i, r := range got[:len(got)-1] {
+				if errs[i] != nil {
+					t.Errorf("ack %s: %v", r.ID, errs[i])
+				}
+				if _, err := e.PeekJob(ctx, r.Namespace, r.Queue, r.ID); !errors.Is(err, engine.ErrJobNotFound) {
+					t.Errorf("job %s after the ACK: %v", r.ID, err)
+				}
+			}
+			if !errors.Is(errs[len(got)-1], engine.ErrInvalid) {
+				t.Errorf("ack in an invalid queue: %v", errs[len(got)-1])
 			}
 		})
 	}

@@ -24,8 +24,8 @@ import (
 )
 
 var (
-	_ engine.Engine        = (*Engine)(nil)
-	_ engine.EachPublisher = (*Engine)(nil)
+	_ engine.Engine  = (*Engine)(nil)
+	_ engine.Batcher = (*Engine)(nil)
 )
 
 // Options tune an Engine. The zero value is usable.
@@ -248,7 +248,7 @@ func (e *Engine) Publish(ctx context.Context, req *engine.PublishRequest) (strin
 	return ids[0], err
 }
 
-// PublishEach implements engine.EachPublisher: the plain publishes among
+// PublishEach implements engine.Batcher: the plain publishes among
 // reqs run as coalesced batches of up to coalesceMax jobs (one script call
 // each, whatever their queues), the others one by one through Publish.
 func (e *Engine) PublishEach(ctx context.Context, reqs []*engine.PublishRequest, ids []string, errs []error) {
@@ -646,6 +646,90 @@ func (e *Engine) consumeNow(ctx context.Context, req *engine.ConsumeRequest) ([]
 	key.WriteString(strconv.FormatInt(durMS(req.TTR), 10))
 	op, err := e.cons.do(ctx, key.String(), consumeOp{req: req})
 	return op.jobs, err
+}
+
+// ConsumeEach implements engine.Batcher: the requests for the same
+// namespace, queues and TTR share one consume script call (as coalesced
+// consumes do), and nobody waits.
+func (e *Engine) ConsumeEach(ctx context.Context, reqs []*engine.ConsumeRequest, jobs [][]*engine.Job, errs []error) {
+	ctx = context.WithoutCancel(ctx) // jobs taken must be handed out
+	type group struct {
+		at   []int
+		want []int
+	}
+	var order []string
+	groups := map[string]*group{}
+	for i, r := range reqs {
+		jobs[i], errs[i] = nil, nil
+		if r == nil || len(r.Queues) == 0 || r.Count < 1 || r.Count > engine.MaxBatchConsume || r.TTR < 0 {
+			errs[i] = fmt.Errorf("consume: %w", engine.ErrInvalid)
+			continue
+		}
+		key := r.Namespace + "\x00" + strings.Join(r.Queues, "\x00") + "\x00" + strconv.FormatInt(durMS(r.TTR), 10)
+		for _, q := range r.Queues {
+			if err := checkNames(r.Namespace, q); err != nil {
+				errs[i], key = fmt.Errorf("consume: %w", err), ""
+				break
+			}
+		}
+		if key == "" {
+			continue
+		}
+		g := groups[key]
+		if g == nil {
+			g = &group{}
+			groups[key] = g
+			order = append(order, key)
+		}
+		g.at, g.want = append(g.at, i), append(g.want, r.Count)
+	}
+	for _, key := range order {
+		g := groups[key]
+		out := make([][]*engine.Job, len(g.at))
+		err := e.consumeFor(ctx, reqs[g.at[0]], g.want, out)
+		for k, i := range g.at {
+			jobs[i], errs[i] = out[k], err
+		}
+	}
+}
+
+// DeleteEach implements engine.Batcher: the ACKs of one queue run as one
+// ackManyScript call per coalesceMax jobs.
+func (e *Engine) DeleteEach(ctx context.Context, refs []engine.JobRef, errs []error) {
+	var order [][2]string
+	groups := map[[2]string][]int{}
+	for i, r := range refs {
+		errs[i] = nil
+		if err := checkNames(r.Namespace, r.Queue); err != nil {
+			errs[i] = fmt.Errorf("ack: %w", err)
+			continue
+		}
+		k := [2]string{r.Namespace, r.Queue}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], i)
+	}
+	for _, k := range order {
+		at := groups[k]
+		for len(at) > 0 {
+			n := min(len(at), coalesceMax)
+			batch := make([]*batchCall[ackOp], n)
+			for j, i := range at[:n] {
+				batch[j] = &batchCall[ackOp]{in: ackOp{ns: refs[i].Namespace, q: refs[i].Queue, id: refs[i].ID}}
+			}
+			e.ackCoalesced(ctx, batch)
+			for j, i := range at[:n] {
+				r := refs[i]
+				if err := batch[j].err; err != nil {
+					errs[i] = fmt.Errorf("ack %s/%s/%s: %w", r.Namespace, r.Queue, r.ID, err)
+					continue
+				}
+				errs[i] = receiptResult("ack", r.Namespace, r.Queue, r.ID, batch[j].in.code)
+			}
+			at = at[n:]
+		}
+	}
 }
 
 // consumeOp is one coalesced consume: the request and the jobs it got.
