@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Recorded medians (jobs/s), doc/performance.md, 2026-11-24.
-declare -A BASE=([publish]=${BASE_PUBLISH:-15000} [bulk_publish]=${BASE_BULK:-75000} [consume_ack]=${BASE_CONSUME:-7800})
+declare -A BASE=([publish]=${BASE_PUBLISH:-22000} [bulk_publish]=${BASE_BULK:-75000} [consume_ack]=${BASE_CONSUME:-10000})
 MARGIN=${MARGIN:-0.5}
 DURATION=${DURATION:-5s}
 
