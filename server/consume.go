@@ -129,28 +129,31 @@ func (s *Server) consume(c *gin.Context) {
 		// them wait for their TTR.
 		s.reqLogger(c).WithError(err).Warn("consume returned jobs and an error")
 	}
-	now := s.now()
-	queueOf := func(j *engine.Job) string {
-		if j.Queue == "" && len(st.queues) == 1 {
-			return st.queues[0]
-		}
-		return j.Queue
-	}
-	ext := wantsExt(c)
+	writeJSON(c, http.StatusOK, consumedBody(jobs, ns, st.queues, int(count), wantsExt(c), s.now()))
+}
+
+// consumedBody is consume's 200 body: one job, or an array when count > 1.
+// A job names its own queue; queues is the request's (for an engine that
+// leaves Job.Queue empty on a single-queue consume). receipts adds each
+// delivery's receipt (X-Kairos-Extensions).
+func consumedBody(jobs []*engine.Job, ns string, queues []string, count int, receipts bool, now time.Time) any {
 	render := func(j *engine.Job) jobResponse {
-		r := newJobResponse(j, ns, queueOf(j), "new job", now)
-		if ext {
+		q := j.Queue
+		if q == "" && len(queues) == 1 {
+			q = queues[0]
+		}
+		r := newJobResponse(j, ns, q, "new job", now)
+		if receipts {
 			r.Receipt = j.Receipt
 		}
 		return r
 	}
 	if count == 1 {
-		writeJSON(c, http.StatusOK, render(jobs[0]))
-		return
+		return render(jobs[0])
 	}
 	out := make([]jobResponse, len(jobs))
 	for i, j := range jobs {
 		out[i] = render(j)
 	}
-	writeJSON(c, http.StatusOK, out)
+	return out
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -99,6 +100,12 @@ type fastRequest struct {
 }
 
 func (r *fastRequest) param(i int) ([]byte, bool) { return r.params[i], r.has&(1<<i) != 0 }
+
+// uintParam is parameter i parsed by decimalParam.
+func (r *fastRequest) uintParam(i, bits int, def uint64) (uint64, bool) {
+	v, has := r.param(i)
+	return decimalParam(v, has, bits, def)
+}
 
 // parseFast reads the request at the start of buf. It is strict: anything
 // outside the subset described above, or that net/http might read
@@ -335,7 +342,7 @@ func parseHeader(line []byte, r *fastRequest) bool {
 // tchar).
 func isTokenChar(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-		bytes.IndexByte([]byte("!#$%&'*+-.^_`|~"), c) >= 0
+		strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
 // plainHost reports whether a Host value is a plain name or address with
@@ -353,7 +360,7 @@ func plainHost(v []byte) bool {
 	return true
 }
 
-// asciiEqualFold compares b with the lower-case ASCII s, ignoring case.
+// asciiEqualFold compares b with the ASCII s, ignoring case.
 func asciiEqualFold(b []byte, s string) bool {
 	if len(b) != len(s) {
 		return false
@@ -443,18 +450,15 @@ func (s *Server) takeFast(ctx context.Context, r *fastRequest, raw []byte, ip st
 	role, throttle := auth.RolePublish, throttleProduce
 	switch r.kind {
 	case kindPublish:
-		v, has := r.param(pDelay)
-		delay, ok := decimalParam(v, has, 32, s.def.delay)
+		delay, ok := r.uintParam(pDelay, 32, s.def.delay)
 		if !ok {
 			return fail()
 		}
-		v, has = r.param(pTTL)
-		ttl, ok := decimalParam(v, has, 32, s.def.ttl)
+		ttl, ok := r.uintParam(pTTL, 32, s.def.ttl)
 		if !ok || ttl > 0 && ttl < delay {
 			return fail()
 		}
-		v, has = r.param(pTries)
-		tries, ok := decimalParam(v, has, 16, s.def.tries)
+		tries, ok := r.uintParam(pTries, 16, s.def.tries)
 		if !ok || tries == 0 {
 			return fail()
 		}
@@ -464,18 +468,15 @@ func (s *Server) takeFast(ctx context.Context, r *fastRequest, raw []byte, ip st
 		}
 	case kindConsume:
 		role, throttle = auth.RoleConsume, throttleConsume
-		v, has := r.param(pTTR)
-		ttr, ok := decimalParam(v, has, 32, s.def.ttr)
+		ttr, ok := r.uintParam(pTTR, 32, s.def.ttr)
 		if !ok {
 			return fail()
 		}
-		v, has = r.param(pTimeout)
-		timeout, ok := decimalParam(v, has, 32, s.def.timeout)
+		timeout, ok := r.uintParam(pTimeout, 32, s.def.timeout)
 		if !ok {
 			return fail()
 		}
-		v, has = r.param(pCount)
-		count, ok := decimalParam(v, has, 32, 1)
+		count, ok := r.uintParam(pCount, 32, 1)
 		if !ok || count == 0 || count > engine.MaxBatchConsume {
 			return fail()
 		}
@@ -651,7 +652,7 @@ func (s *Server) answerFast(ctx context.Context, it *fastItem, date []byte) {
 			s.fastLogger(it, reqID[:]).WithError(it.err).Warn("consume returned jobs and an error")
 		}
 		var err error
-		if body, err = s.renderJobs(it); err != nil {
+		if body, err = json.Marshal(consumedBody(it.jobs, it.ns, it.con.Queues, it.con.Count, false, s.now())); err != nil {
 			ae, it.err = errInternal, err
 			break
 		}
@@ -684,24 +685,7 @@ func (s *Server) answerFast(ctx context.Context, it *fastItem, date []byte) {
 		if it.kind == kindAck {
 			path += "/job/" + it.jobID
 		}
-		e := s.log.WithFields(logrus.Fields{
-			"pool":    it.pool,
-			"path":    path,
-			"query":   redactQuery(it.query),
-			"latency": time.Since(it.start),
-			"ip":      it.ip,
-			"method":  method,
-			"code":    code,
-			"req_id":  string(reqID[:]),
-		})
-		switch {
-		case code >= 500:
-			e.Error("access")
-		case code >= 400 && code != http.StatusNotFound:
-			e.Warn("access")
-		default:
-			e.Info("access")
-		}
+		s.logAccess(it.pool, path, it.query, it.start, it.ip, method, code, string(reqID[:]))
 	}
 }
 
@@ -714,26 +698,6 @@ func (s *Server) refund(ctx context.Context, it *fastItem, reqID []byte) {
 	if err := s.throttler.Refund(ctx, it.pool, it.ns, it.token, it.kind == kindPublish); err != nil {
 		s.fastLogger(it, reqID).WithError(err).Warn("throttle refund failed")
 	}
-}
-
-// renderJobs is consume's 200 body: one job, or an array when count > 1.
-func (s *Server) renderJobs(it *fastItem) ([]byte, error) {
-	now := s.now()
-	render := func(j *engine.Job) jobResponse {
-		q := j.Queue
-		if q == "" {
-			q = it.q
-		}
-		return newJobResponse(j, it.ns, q, "new job", now)
-	}
-	if it.con.Count == 1 {
-		return json.Marshal(render(it.jobs[0]))
-	}
-	out := make([]jobResponse, len(it.jobs))
-	for i, j := range it.jobs {
-		out[i] = render(j)
-	}
-	return json.Marshal(out)
 }
 
 // fastLogger is reqLogger for a fast request.

@@ -3,6 +3,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -599,7 +600,7 @@ func (l *eventLoop) sweep(now time.Time) {
 				}
 				continue
 			}
-			if !headComplete(c.in) {
+			if !bytes.Contains(c.in, []byte("\r\n\r\n")) {
 				limit = t.readHeader
 			}
 		default:
@@ -609,16 +610,6 @@ func (l *eventLoop) sweep(now time.Time) {
 			l.drop(c)
 		}
 	}
-}
-
-// headComplete reports whether b holds a whole request head.
-func headComplete(b []byte) bool {
-	for i := 0; i+3 < len(b); i++ {
-		if b[i] == '\r' && b[i+1] == '\n' && b[i+2] == '\r' && b[i+3] == '\n' {
-			return true
-		}
-	}
-	return false
 }
 
 // closeAll closes every connection and the loop's descriptors.

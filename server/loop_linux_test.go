@@ -369,8 +369,11 @@ func TestLoopBackpressure(t *testing.T) {
 			t.Fatalf("job %d has body %q", i, body)
 		}
 	}
-	if len(p) != n || len(fake.batches) >= n {
-		t.Errorf("%d jobs in %d batches", len(p), len(fake.batches))
+	fake.mu.Lock()
+	batches := len(fake.batches)
+	fake.mu.Unlock()
+	if len(p) != n || batches >= n {
+		t.Errorf("%d jobs in %d batches", len(p), batches)
 	}
 }
 

@@ -132,25 +132,30 @@ func (s *Server) accessLogger(redactPath bool) gin.HandlerFunc {
 			path = c.FullPath()
 		}
 		st := state(c)
-		code := c.Writer.Status()
-		e := s.log.WithFields(logrus.Fields{
-			"pool":    st.pool,
-			"path":    path,
-			"query":   redactQuery(c.Request.URL.RawQuery),
-			"latency": time.Since(st.start),
-			"ip":      c.ClientIP(),
-			"method":  c.Request.Method,
-			"code":    code,
-			"req_id":  st.reqID,
-		})
-		switch {
-		case code >= 500:
-			e.Error("access")
-		case code >= 400 && code != http.StatusNotFound:
-			e.Warn("access")
-		default:
-			e.Info("access")
-		}
+		s.logAccess(st.pool, path, c.Request.URL.RawQuery, st.start, c.ClientIP(), c.Request.Method, c.Writer.Status(), st.reqID)
+	}
+}
+
+// logAccess writes one access log line (lmstfy's fields, the token in the
+// query redacted), at a level that follows the status code.
+func (s *Server) logAccess(pool, path, rawQuery string, start time.Time, ip, method string, code int, reqID string) {
+	e := s.log.WithFields(logrus.Fields{
+		"pool":    pool,
+		"path":    path,
+		"query":   redactQuery(rawQuery),
+		"latency": time.Since(start),
+		"ip":      ip,
+		"method":  method,
+		"code":    code,
+		"req_id":  reqID,
+	})
+	switch {
+	case code >= 500:
+		e.Error("access")
+	case code >= 400 && code != http.StatusNotFound:
+		e.Warn("access")
+	default:
+		e.Info("access")
 	}
 }
 

@@ -601,13 +601,8 @@ func (e *Engine) runAndWait(ctx context.Context, script *redis.Script, keys []st
 
 // Consume implements engine.Engine.
 func (e *Engine) Consume(ctx context.Context, req *engine.ConsumeRequest) ([]*engine.Job, error) {
-	if len(req.Queues) == 0 || req.Count < 1 || req.Count > engine.MaxBatchConsume || req.TTR < 0 {
-		return nil, fmt.Errorf("consume: %w", engine.ErrInvalid)
-	}
-	for _, q := range req.Queues {
-		if err := checkNames(req.Namespace, q); err != nil {
-			return nil, fmt.Errorf("consume: %w", err)
-		}
+	if err := checkConsume(req); err != nil {
+		return nil, err
 	}
 	if req.Timeout > 0 && e.waiters.listening(req.Namespace, req.Queues) {
 		// wait registers the waiter and then runs the consume script: one
@@ -620,6 +615,33 @@ func (e *Engine) Consume(ctx context.Context, req *engine.ConsumeRequest) ([]*en
 		return jobs, err
 	}
 	return e.waiters.wait(ctx, req)
+}
+
+// checkConsume validates a consume request.
+func checkConsume(req *engine.ConsumeRequest) error {
+	if req == nil || len(req.Queues) == 0 || req.Count < 1 || req.Count > engine.MaxBatchConsume || req.TTR < 0 {
+		return fmt.Errorf("consume: %w", engine.ErrInvalid)
+	}
+	for _, q := range req.Queues {
+		if err := checkNames(req.Namespace, q); err != nil {
+			return fmt.Errorf("consume: %w", err)
+		}
+	}
+	return nil
+}
+
+// consumeKey is the coalescing key of a consume: consumes with the same
+// namespace, queues and TTR can share one script call.
+func consumeKey(req *engine.ConsumeRequest) string {
+	var key strings.Builder
+	key.WriteString(req.Namespace)
+	for _, q := range req.Queues {
+		key.WriteByte(0)
+		key.WriteString(q)
+	}
+	key.WriteByte(0)
+	key.WriteString(strconv.FormatInt(durMS(req.TTR), 10))
+	return key.String()
 }
 
 // consumeNow takes the jobs req may have now. Concurrent single-job
@@ -636,15 +658,7 @@ func (e *Engine) consumeNow(ctx context.Context, req *engine.ConsumeRequest) ([]
 		err := e.consumeFor(ctx, req, []int{req.Count}, out)
 		return out[0], err
 	}
-	var key strings.Builder
-	key.WriteString(req.Namespace)
-	for _, q := range req.Queues {
-		key.WriteByte(0)
-		key.WriteString(q)
-	}
-	key.WriteByte(0)
-	key.WriteString(strconv.FormatInt(durMS(req.TTR), 10))
-	op, err := e.cons.do(ctx, key.String(), consumeOp{req: req})
+	op, err := e.cons.do(ctx, consumeKey(req), consumeOp{req: req})
 	return op.jobs, err
 }
 
@@ -660,21 +674,11 @@ func (e *Engine) ConsumeEach(ctx context.Context, reqs []*engine.ConsumeRequest,
 	var order []string
 	groups := map[string]*group{}
 	for i, r := range reqs {
-		jobs[i], errs[i] = nil, nil
-		if r == nil || len(r.Queues) == 0 || r.Count < 1 || r.Count > engine.MaxBatchConsume || r.TTR < 0 {
-			errs[i] = fmt.Errorf("consume: %w", engine.ErrInvalid)
+		jobs[i], errs[i] = nil, checkConsume(r)
+		if errs[i] != nil {
 			continue
 		}
-		key := r.Namespace + "\x00" + strings.Join(r.Queues, "\x00") + "\x00" + strconv.FormatInt(durMS(r.TTR), 10)
-		for _, q := range r.Queues {
-			if err := checkNames(r.Namespace, q); err != nil {
-				errs[i], key = fmt.Errorf("consume: %w", err), ""
-				break
-			}
-		}
-		if key == "" {
-			continue
-		}
+		key := consumeKey(r)
 		g := groups[key]
 		if g == nil {
 			g = &group{}
@@ -720,12 +724,7 @@ func (e *Engine) DeleteEach(ctx context.Context, refs []engine.JobRef, errs []er
 			}
 			e.ackCoalesced(ctx, batch)
 			for j, i := range at[:n] {
-				r := refs[i]
-				if err := batch[j].err; err != nil {
-					errs[i] = fmt.Errorf("ack %s/%s/%s: %w", r.Namespace, r.Queue, r.ID, err)
-					continue
-				}
-				errs[i] = receiptResult("ack", r.Namespace, r.Queue, r.ID, batch[j].in.code)
+				errs[i] = ackResult(batch[j].in, batch[j].err)
 			}
 			at = at[n:]
 		}

@@ -63,10 +63,16 @@ func (e *Engine) Ack(ctx context.Context, ns, q, id, receipt string) error {
 		e.ackCoalesced(ctx, []*batchCall[ackOp]{call})
 		op, err = call.in, call.err
 	}
+	return ackResult(op, err)
+}
+
+// ackResult is the outcome of one ACK of a batch: the batch's error, or the
+// ack script's code for it.
+func ackResult(op ackOp, err error) error {
 	if err != nil {
-		return fmt.Errorf("ack %s/%s/%s: %w", ns, q, id, err)
+		return fmt.Errorf("ack %s/%s/%s: %w", op.ns, op.q, op.id, err)
 	}
-	return receiptResult("ack", ns, q, id, op.code)
+	return receiptResult("ack", op.ns, op.q, op.id, op.code)
 }
 
 // ackOp is one coalesced ACK: the job, its receipt nonce ("" for lmstfy's
