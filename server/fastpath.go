@@ -385,9 +385,10 @@ func asciiEqualFold(b []byte, s string) bool {
 type fastConn interface {
 	// output is where the request's answer goes.
 	output() *[]byte
-	// retreat puts raw, the request, back at the head of the
-	// connection's input and hands the connection to net/http.
-	retreat(raw []byte)
+	// wait parks it, a consume that found nothing and may wait: the
+	// connection reads nothing more until the wait ends, then answers it
+	// (answerFast again, it.wait cleared) before its next requests.
+	wait(it *fastItem)
 }
 
 // fastItem is one request the fast path took: what the engine needs and
@@ -395,6 +396,7 @@ type fastConn interface {
 type fastItem struct {
 	kind      fastKind
 	eng       engine.Batcher
+	full      engine.Engine // eng as an Engine, for a consume that waits
 	pool      string
 	ns, q     string
 	token     string
@@ -407,8 +409,8 @@ type fastItem struct {
 
 	pub   engine.PublishRequest
 	con   engine.ConsumeRequest
-	raw   []byte // a consume that may wait: the request, for net/http
-	jobID string // ACK
+	wait  time.Duration // a consume that may wait: how long, from start
+	jobID string        // ACK
 
 	id   string        // publish
 	jobs []*engine.Job // consume
@@ -428,8 +430,7 @@ const (
 // pool, token, scope, parameters, throttle) and returns it ready for the
 // engine, or false when net/http must answer it (any check fails, or the
 // pool's engine cannot batch). Nothing has happened when it returns false.
-// raw is the request's bytes.
-func (s *Server) takeFast(ctx context.Context, r *fastRequest, raw []byte, ip string, conn fastConn, now time.Time) (*fastItem, bool) {
+func (s *Server) takeFast(ctx context.Context, r *fastRequest, ip string, conn fastConn, now time.Time) (*fastItem, bool) {
 	pool, token := auth.ParseToken(string(r.token))
 	eng, ok := s.engines[pool]
 	if !ok {
@@ -441,10 +442,9 @@ func (s *Server) takeFast(ctx context.Context, r *fastRequest, raw []byte, ip st
 	}
 	ns, q := string(r.namespace), string(r.queue)
 	it := fastPool.Get().(*fastItem)
-	*it = fastItem{kind: r.kind, eng: b, pool: pool, ns: ns, q: q, token: token, start: now, ip: ip, conn: conn}
+	*it = fastItem{kind: r.kind, eng: b, full: eng, pool: pool, ns: ns, q: q, token: token, start: now, ip: ip, conn: conn}
 	fail := func() (*fastItem, bool) {
-		*it = fastItem{}
-		fastPool.Put(it)
+		putFast(it)
 		return nil, false
 	}
 	role, throttle := auth.RolePublish, throttleProduce
@@ -480,12 +480,10 @@ func (s *Server) takeFast(ctx context.Context, r *fastRequest, raw []byte, ip st
 		if !ok || count == 0 || count > engine.MaxBatchConsume {
 			return fail()
 		}
-		// The loop only takes what is ready now; a consume that would
-		// wait goes to net/http when it finds nothing.
+		// The batch only takes what is ready now; a consume that finds
+		// nothing and may wait then waits on its own (fastConn.wait).
 		it.con = engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, TTR: secs(ttr), Count: int(count)}
-		if min(timeout, s.def.maxTimeout) > 0 {
-			it.raw = bytes.Clone(raw)
-		}
+		it.wait = secs(min(timeout, s.def.maxTimeout))
 	case kindAck:
 		role, throttle = auth.RoleConsume, throttleNone
 		it.jobID = string(r.jobID)
@@ -546,10 +544,16 @@ func (s *Server) runFast(items []*fastItem, date []byte) {
 		s.runKind(ctx, items, kind)
 	}
 	for _, it := range items {
-		s.answerFast(ctx, it, date)
-		*it = fastItem{}
-		fastPool.Put(it)
+		if s.answerFast(ctx, it, date) {
+			putFast(it)
+		}
 	}
+}
+
+// putFast recycles an answered item.
+func putFast(it *fastItem) {
+	*it = fastItem{}
+	fastPool.Put(it)
 }
 
 // runKind makes the engine calls for the items of one kind.
@@ -610,8 +614,9 @@ func (s *Server) runKind(ctx context.Context, items []*fastItem, kind fastKind) 
 
 // answerFast renders one request's outcome as its handler and failAPI
 // would, and records it as the middleware would (metrics, access log, debug
-// log). A consume that found nothing and may wait goes back to net/http.
-func (s *Server) answerFast(ctx context.Context, it *fastItem, date []byte) {
+// log), and reports whether it is answered: a consume that found nothing
+// and may wait is parked on its connection instead (fastConn.wait).
+func (s *Server) answerFast(ctx context.Context, it *fastItem, date []byte) bool {
 	var reqID [26]byte
 	_ = ulid.Make().MarshalTextTo(reqID[:])
 	var ae *apiError
@@ -636,11 +641,11 @@ func (s *Server) answerFast(ctx context.Context, it *fastItem, date []byte) {
 		method = http.MethodGet
 		if len(it.jobs) == 0 {
 			if it.err == nil || errors.Is(it.err, engine.ErrClosed) {
-				if it.raw != nil {
-					// The consumer waits: net/http serves it from here.
-					s.refund(ctx, it, reqID[:])
-					it.conn.retreat(it.raw)
-					return
+				if it.wait > 0 {
+					// The consumer waits; its throttle token is held
+					// meanwhile, as the gin path holds it.
+					it.conn.wait(it)
+					return false
 				}
 				ae = errNoJob
 			} else {
@@ -687,6 +692,7 @@ func (s *Server) answerFast(ctx context.Context, it *fastItem, date []byte) {
 		}
 		s.logAccess(it.pool, path, it.query, it.start, it.ip, method, code, string(reqID[:]))
 	}
+	return true
 }
 
 // refund gives back the throttle token of a request that did not deliver.

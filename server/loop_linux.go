@@ -224,6 +224,9 @@ type eventLoop struct {
 
 	mu       sync.Mutex
 	incoming []*loopConn // added by accept, adopted by the loop
+	waited   []*loopConn // parked consumes that ended, to answer
+	ended    sync.Cond   // on mu: waited grew (for closeAll)
+	closing  bool        // closeAll runs: read requests are not served
 
 	conns     map[int]*loopConn
 	events    []syscall.EpollEvent
@@ -232,6 +235,7 @@ type eventLoop struct {
 	items     []*fastItem
 	touched   []*loopConn
 	again     []*loopConn // connections with input to parse without a new event
+	parked    int         // connections whose consume waits
 	pass      uint64
 	lastSweep time.Time
 	dateSec   int64
@@ -240,18 +244,22 @@ type eventLoop struct {
 
 // loopConn is one client connection of a loop.
 type loopConn struct {
+	l        *eventLoop
 	fd       int
 	ip       string
+	events   uint32 // the epoll interest set
 	in       []byte // received, not yet served
 	out      []byte // answers not yet written, from outOff
 	outOff   int
-	since    time.Time // when the request in `in` began, or when `out` blocked
-	last     time.Time // last activity, for IdleTimeout
-	pass     uint64    // the last pass that touched it
-	blocked  bool      // waiting for EPOLLOUT; reads are paused
-	handoff  bool      // the next request is net/http's
-	eof      bool      // the client sent EOF: close once answered
-	dead     bool      // failed: close without answering
+	since    time.Time          // when the request in `in` began, or when `out` blocked
+	last     time.Time          // last activity, for IdleTimeout
+	pass     uint64             // the last pass that touched it
+	blocked  bool               // waiting for EPOLLOUT; reads are paused
+	handoff  bool               // the next request is net/http's
+	parked   *fastItem          // a consume waiting for jobs; reads are paused
+	cancel   context.CancelFunc // ends parked's wait
+	eof      bool               // the client sent EOF: close once answered
+	dead     bool               // failed: close without answering
 	released bool
 }
 
@@ -271,6 +279,7 @@ func newEventLoop(s *Server, h *handoffListener, t loopTimeouts) (*eventLoop, er
 		events: make([]syscall.EpollEvent, 256),
 		rbuf:   make([]byte, 64<<10),
 	}
+	l.ended.L = &l.mu
 	if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, l.wakeR, &syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(l.wakeR)}); err != nil {
 		l.release()
 		return nil, err
@@ -303,11 +312,12 @@ func (l *eventLoop) wake() { _, _ = syscall.Write(l.wakeW, []byte{0}) }
 
 // add gives the loop a new connection (from the accept goroutine).
 func (l *eventLoop) add(fd int, ip string) {
-	c := &loopConn{fd: fd, ip: ip, last: time.Now()}
+	const events = syscall.EPOLLIN | syscall.EPOLLRDHUP
+	c := &loopConn{l: l, fd: fd, ip: ip, last: time.Now(), events: events}
 	l.mu.Lock()
 	l.incoming = append(l.incoming, c)
 	l.mu.Unlock()
-	if err := syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_ADD, fd, &syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP, Fd: int32(fd)}); err != nil {
+	if err := syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_ADD, fd, &syscall.EpollEvent{Events: events, Fd: int32(fd)}); err != nil {
 		// The loop will adopt it and see nothing; close it now instead.
 		l.mu.Lock()
 		for i, o := range l.incoming {
@@ -355,6 +365,7 @@ func (l *eventLoop) run() {
 		l.pass++
 		now := time.Now()
 		l.adopt()
+		l.answerWaited(now)
 		for _, ev := range l.events[:n] {
 			fd := int(ev.Fd)
 			if fd == l.wakeR {
@@ -369,6 +380,14 @@ func (l *eventLoop) run() {
 			l.touch(c)
 			if c.blocked && ev.Events&syscall.EPOLLOUT != 0 {
 				l.flush(c, now)
+			}
+			if c.parked != nil {
+				if ev.Events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+					// The client left or half-closed: as net/http
+					// cancels a request's context, end the wait.
+					c.cancel()
+				}
+				continue
 			}
 			if !c.blocked && ev.Events&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
 				l.read(c, now)
@@ -446,7 +465,7 @@ func (l *eventLoop) read(c *loopConn, now time.Time) {
 // parse takes the fast requests at the head of c's input into the batch,
 // up to the first request that is net/http's.
 func (l *eventLoop) parse(c *loopConn, now time.Time) {
-	if c.dead || c.handoff || c.blocked {
+	if c.dead || c.handoff || c.blocked || c.parked != nil || l.closing {
 		return
 	}
 	used := 0
@@ -459,7 +478,7 @@ func (l *eventLoop) parse(c *loopConn, now time.Time) {
 			c.handoff = true
 			break
 		}
-		it, ok := l.s.takeFast(context.Background(), &l.req, c.in[used:used+l.req.size], c.ip, c, now)
+		it, ok := l.s.takeFast(context.Background(), &l.req, c.ip, c, now)
 		if !ok {
 			c.handoff = true
 			break
@@ -490,6 +509,13 @@ func (l *eventLoop) finish(c *loopConn, now time.Time) {
 	if !c.dead && len(c.out) > c.outOff {
 		l.flush(c, now)
 	}
+	if c.parked != nil {
+		if c.dead {
+			c.cancel() // the answer has nowhere to go
+		}
+		l.arm(c)
+		return
+	}
 	switch {
 	case c.dead:
 		l.drop(c)
@@ -503,11 +529,54 @@ func (l *eventLoop) finish(c *loopConn, now time.Time) {
 // output implements fastConn.
 func (c *loopConn) output() *[]byte { return &c.out }
 
-// retreat implements fastConn: raw goes back before what is left of the
-// input, and the connection to net/http once its answers are out.
-func (c *loopConn) retreat(raw []byte) {
-	c.in = append(raw, c.in...)
-	c.handoff = true
+// wait implements fastConn: it waits in a goroutine of its own, with the
+// engine's long-poll, while the loop watches the connection only for the
+// client leaving (which ends the wait, as net/http's request context ends).
+// The loop answers it when it ends (answerWaited).
+func (c *loopConn) wait(it *fastItem) {
+	l := c.l
+	ctx, cancel := context.WithCancel(l.s.pollCtx)
+	c.parked, c.cancel = it, cancel
+	l.parked++
+	req := it.con
+	req.Timeout = it.wait - time.Since(it.start)
+	it.wait = 0 // when it ends, empty means 404 "no job available"
+	go func() {
+		jobs, err := it.full.Consume(ctx, &req)
+		if len(jobs) == 0 && ctx.Err() != nil {
+			err = nil // cancelled: no job, as the gin handler answers
+		}
+		it.jobs, it.err = jobs, err
+		cancel()
+		l.mu.Lock()
+		first := len(l.waited) == 0
+		l.waited = append(l.waited, c)
+		l.ended.Broadcast()
+		l.mu.Unlock()
+		if first {
+			l.wake()
+		}
+	}()
+}
+
+// answerWaited answers the parked consumes whose wait ended and lets their
+// connections read again; requests already read are parsed into this pass.
+func (l *eventLoop) answerWaited(now time.Time) {
+	l.mu.Lock()
+	waited := l.waited
+	l.waited = nil
+	l.mu.Unlock()
+	for _, c := range waited {
+		it := c.parked
+		c.parked, c.cancel = nil, nil
+		l.parked--
+		l.s.answerFast(context.Background(), it, l.httpDate(now))
+		putFast(it)
+		c.since, c.last = now, now
+		l.touch(c)
+		l.arm(c)
+		l.parse(c, now)
+	}
 }
 
 // flush writes as much of c's output as the socket takes; the rest waits
@@ -521,7 +590,7 @@ func (l *eventLoop) flush(c *loopConn, now time.Time) {
 		if err == syscall.EAGAIN {
 			if !c.blocked {
 				c.blocked, c.since = true, now
-				l.interest(c, syscall.EPOLLOUT)
+				l.arm(c)
 			}
 			return
 		}
@@ -538,14 +607,32 @@ func (l *eventLoop) flush(c *loopConn, now time.Time) {
 	c.last = now
 	if c.blocked {
 		c.blocked, c.since = false, now
-		l.interest(c, syscall.EPOLLIN|syscall.EPOLLRDHUP)
+		l.arm(c)
 		if len(c.in) > 0 {
 			l.again = append(l.again, c)
 		}
 	}
 }
 
-func (l *eventLoop) interest(c *loopConn, events uint32) {
+// arm sets c's epoll interest for its state: writable while an answer is
+// blocked; only the client's leaving, once, while a consume is parked;
+// readable otherwise.
+func (l *eventLoop) arm(c *loopConn) {
+	var events uint32
+	switch {
+	case c.dead:
+		events = syscall.EPOLLONESHOT // errors at most once more
+	case c.blocked:
+		events = syscall.EPOLLOUT
+	case c.parked != nil:
+		events = syscall.EPOLLRDHUP | syscall.EPOLLONESHOT
+	default:
+		events = syscall.EPOLLIN | syscall.EPOLLRDHUP
+	}
+	if events == c.events {
+		return // a one-shot interest that fired stays off
+	}
+	c.events = events
 	if err := syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_MOD, c.fd, &syscall.EpollEvent{Events: events, Fd: int32(c.fd)}); err != nil {
 		c.dead = true
 	}
@@ -584,6 +671,10 @@ func (l *eventLoop) forget(c *loopConn) {
 func (l *eventLoop) sweep(now time.Time) {
 	t := l.timeouts
 	for _, c := range l.conns {
+		if c.parked != nil {
+			// Bounded by MaxTimeoutSecond; timeouts apply once answered.
+			continue
+		}
 		var limit time.Duration
 		from := c.since
 		switch {
@@ -612,9 +703,26 @@ func (l *eventLoop) sweep(now time.Time) {
 	}
 }
 
-// closeAll closes every connection and the loop's descriptors.
+// closeAll answers the parked consumes (their waits end: the server's
+// pollCtx is cancelled before the loops stop), then closes every
+// connection and the loop's descriptors.
 func (l *eventLoop) closeAll() {
 	l.adopt()
+	for _, c := range l.conns {
+		if c.parked != nil {
+			c.cancel()
+		}
+	}
+	l.closing = true
+	for l.parked > 0 {
+		l.mu.Lock()
+		for len(l.waited) == 0 {
+			l.ended.Wait()
+		}
+		l.mu.Unlock()
+		l.pass++
+		l.answerWaited(time.Now())
+	}
 	for _, c := range l.conns {
 		if c.blocked || len(c.out) > c.outOff {
 			// One last try for answers already made.

@@ -497,7 +497,30 @@ func TestLoopShutdown(t *testing.T) {
 	if got := readAnswers(t, bufio.NewReader(conn), 1); got[0].status != 201 {
 		t.Fatalf("publish: %v", got)
 	}
+	// A consume waiting on the loop is answered "no job" at shutdown, as
+	// net/http's waiting consumes are.
+	fake.consume = func(ctx context.Context, r *engine.ConsumeRequest) ([]*engine.Job, error) {
+		if r.Timeout > 0 {
+			<-ctx.Done()
+		}
+		return nil, nil
+	}
+	waiting, err := net.Dial("tcp", env.srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiting.Close()
+	_ = waiting.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _ = fmt.Fprintf(waiting, "GET /api/ns/q?timeout=60 HTTP/1.1\r\nHost: kairos\r\nX-Token: %s\r\n\r\n", goodToken)
+	time.Sleep(200 * time.Millisecond)
 	cancel()
+	start := time.Now()
+	if got := readAnswers(t, bufio.NewReader(waiting), 1); got[0].status != 404 {
+		t.Errorf("waiting consume at shutdown: %v", got)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("waiting consume answered %v after shutdown began", d)
+	}
 	select {
 	case err := <-done:
 		if err != nil {
@@ -579,15 +602,165 @@ func TestLoopConsumeAck(t *testing.T) {
 	if calls != "ConsumeEach ConsumeEach ConsumeEach ConsumeEach Consume ConsumeEach DeleteEach DeleteEach" {
 		t.Errorf("engine calls through the loops: %s", calls)
 	}
-	// The consume that could wait was tried at once by the loop, then
-	// waited by net/http with its timeout.
+	// The consume that could wait was tried at once in the loop's batch,
+	// then waited with what was left of its timeout (gin waits 1 s).
 	mu.Lock()
 	defer mu.Unlock()
 	var waited bool
 	for _, d := range timeouts {
-		waited = waited || d == time.Second
+		waited = waited || d > time.Second/2 && d < time.Second
 	}
 	if !waited {
-		t.Errorf("timeouts seen %v, want net/http's 1 s wait", timeouts)
+		t.Errorf("timeouts seen %v, want the loop's wait of just under 1 s", timeouts)
+	}
+}
+
+// TestLoopLongPoll: a consume that finds nothing waits while its
+// connection stays with its loop. It is answered when a job comes, when
+// its time is up, or at once when the client leaves; what the client sent
+// behind it is served after it, in order, still by the loop.
+func TestLoopLongPoll(t *testing.T) {
+	env, fake, addr := serveLoops(t)
+	id := testJobID(env)
+	release := make(chan struct{})
+	cancelled := make(chan time.Duration, 4)
+	var mu sync.Mutex
+	var waits []time.Duration
+	fake.consume = func(ctx context.Context, r *engine.ConsumeRequest) ([]*engine.Job, error) {
+		if r.Timeout == 0 {
+			return nil, nil // the batch: nothing ready
+		}
+		mu.Lock()
+		waits = append(waits, r.Timeout)
+		mu.Unlock()
+		start := time.Now()
+		var ready <-chan struct{}
+		if r.TTR == 5*time.Second {
+			ready = release
+		}
+		timer := time.NewTimer(r.Timeout)
+		defer timer.Stop()
+		select {
+		case <-ready:
+			return []*engine.Job{{Namespace: "ns", Queue: "q", ID: id, Body: []byte("late"), TTL: time.Minute, Tries: 1}}, nil
+		case <-timer.C:
+			return nil, nil
+		case <-ctx.Done():
+			cancelled <- time.Since(start)
+			return nil, nil
+		}
+	}
+	dial := func() (net.Conn, *bufio.Reader) {
+		t.Helper()
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		return conn, bufio.NewReader(conn)
+	}
+	get := func(query string) string {
+		return fmt.Sprintf("GET /api/ns/q?%s HTTP/1.1\r\nHost: kairos\r\nX-Token: %s\r\n\r\n", query, goodToken)
+	}
+
+	t.Run("job comes", func(t *testing.T) {
+		conn, br := dial()
+		_, _ = io.WriteString(conn, get("ttr=5&timeout=3")+fastPut("behind"))
+		time.Sleep(200 * time.Millisecond)
+		if got := fake.published(); len(got) != 0 {
+			t.Fatalf("the publish behind a waiting consume ran before it: %q", got)
+		}
+		close(release)
+		got := readAnswers(t, br, 2)
+		if got[0].status != 200 || !strings.Contains(got[0].body, `"data":"bGF0ZQ=="`) || got[1].status != 201 {
+			t.Fatalf("answers: %v", got)
+		}
+		// The connection is still the loop's: its next consume is taken
+		// in a batch (ConsumeEach), not by gin (Consume).
+		before := len(fake.Calls())
+		_, _ = io.WriteString(conn, get("ttr=30&timeout=0"))
+		if got := readAnswers(t, br, 1); got[0].status != 404 {
+			t.Fatalf("consume after: %v", got)
+		}
+		if calls := fake.Calls()[before:]; len(calls) != 1 || calls[0] != "ConsumeEach" {
+			t.Errorf("after the wait, engine calls %v, want [ConsumeEach]", calls)
+		}
+		mu.Lock()
+		w := waits[len(waits)-1]
+		mu.Unlock()
+		if w <= 2*time.Second || w > 3*time.Second {
+			t.Errorf("waited with timeout %v, want just under 3 s", w)
+		}
+	})
+
+	t.Run("time up", func(t *testing.T) {
+		conn, br := dial()
+		start := time.Now()
+		_, _ = io.WriteString(conn, get("ttr=6&timeout=1"))
+		got := readAnswers(t, br, 1)
+		if got[0].status != 404 || got[0].body != `{"msg":"no job available"}` {
+			t.Fatalf("answer: %v", got)
+		}
+		if d := time.Since(start); d < 900*time.Millisecond {
+			t.Errorf("answered after %v, before the 1 s wait", d)
+		}
+	})
+
+	t.Run("client half-closes", func(t *testing.T) {
+		conn, br := dial()
+		_, _ = io.WriteString(conn, get("ttr=6&timeout=30"))
+		time.Sleep(100 * time.Millisecond)
+		_ = conn.(*net.TCPConn).CloseWrite()
+		select {
+		case d := <-cancelled:
+			if d > 2*time.Second {
+				t.Errorf("wait ended %v after the client left", d)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the wait went on after the client left")
+		}
+		// As net/http does: the 404, then the connection is closed.
+		if got := readAnswers(t, br, 1); got[0].status != 404 {
+			t.Fatalf("answer: %v", got)
+		}
+		if d := closedWithin(t, conn, 2*time.Second); d > time.Second {
+			t.Errorf("closed %v after the answer", d)
+		}
+	})
+
+	t.Run("client closes", func(t *testing.T) {
+		conn, _ := dial()
+		_, _ = io.WriteString(conn, get("ttr=6&timeout=30"))
+		time.Sleep(100 * time.Millisecond)
+		conn.Close()
+		select {
+		case <-cancelled:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the wait went on after the client closed")
+		}
+	})
+
+	// Every wait that did not deliver gave its throttle token back (the
+	// last one just after its wait ended).
+	var allows, refunds int
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		allows, refunds = 0, 0
+		for _, c := range env.throttler.Calls() {
+			if !c.write {
+				switch c.op {
+				case "allow":
+					allows++
+				case "refund":
+					refunds++
+				}
+			}
+		}
+		if refunds >= 4 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if allows != 5 || refunds != 4 {
+		t.Errorf("consume throttle: %d allows, %d refunds; want 5 and 4", allows, refunds)
 	}
 }
