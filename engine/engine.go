@@ -232,7 +232,10 @@ type Batcher interface {
 	// slices are as long as reqs).
 	PublishEach(ctx context.Context, reqs []*PublishRequest, ids []string, errs []error)
 	// ConsumeEach takes for reqs[i] the jobs ready now, without waiting
-	// whatever its Timeout, and sets jobs[i] and errs[i].
+	// whatever its Timeout, and sets jobs[i] and errs[i]. A request with a
+	// Timeout (one that will wait with Consume if it finds nothing) may be
+	// answered nothing without a look when the engine knows its queues to
+	// be empty and a Consume would be woken by any job made ready since.
 	ConsumeEach(ctx context.Context, reqs []*ConsumeRequest, jobs [][]*Job, errs []error)
 	// DeleteEach acknowledges (deletes) refs[i] as Delete does and sets
 	// errs[i].

@@ -482,8 +482,8 @@ func (s *Server) takeFast(ctx context.Context, r *fastRequest, ip string, conn f
 		}
 		// The batch only takes what is ready now; a consume that finds
 		// nothing and may wait then waits on its own (fastConn.wait).
-		it.con = engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, TTR: secs(ttr), Count: int(count)}
 		it.wait = secs(min(timeout, s.def.maxTimeout))
+		it.con = engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, TTR: secs(ttr), Count: int(count), Timeout: it.wait}
 	case kindAck:
 		role, throttle = auth.RoleConsume, throttleNone
 		it.jobID = string(r.jobID)

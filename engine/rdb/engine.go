@@ -664,7 +664,8 @@ func (e *Engine) consumeNow(ctx context.Context, req *engine.ConsumeRequest) ([]
 
 // ConsumeEach implements engine.Batcher: the requests for the same
 // namespace, queues and TTR share one consume script call (as coalesced
-// consumes do), and nobody waits.
+// consumes do), and nobody waits. A request with a Timeout whose queues are
+// known to be empty (waiters.go) is not looked up.
 func (e *Engine) ConsumeEach(ctx context.Context, reqs []*engine.ConsumeRequest, jobs [][]*engine.Job, errs []error) {
 	ctx = context.WithoutCancel(ctx) // jobs taken must be handed out
 	type group struct {
@@ -677,6 +678,9 @@ func (e *Engine) ConsumeEach(ctx context.Context, reqs []*engine.ConsumeRequest,
 		jobs[i], errs[i] = nil, checkConsume(r)
 		if errs[i] != nil {
 			continue
+		}
+		if r.Timeout > 0 && e.waiters.knownEmpty(r.Namespace, r.Queues) {
+			continue // it will wait, and a job made ready will wake it
 		}
 		key := consumeKey(r)
 		g := groups[key]
@@ -753,8 +757,10 @@ func (e *Engine) consumeCoalesced(ctx context.Context, batch []*batchCall[consum
 
 // consumeFor runs the consume script for consumers of req's queues and TTR
 // that want want[i] jobs each, and puts each one's jobs in out[i]. It loops
-// only while stale entries used up the pop budget of a call.
+// only while stale entries used up the pop budget of a call. When the
+// script leaves the queues empty, waiters learns it (waiters.go).
 func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, want []int, out [][]*engine.Job) error {
+	marks := e.waiters.mark(req.Namespace, req.Queues)
 	n := len(req.Queues)
 	keys := make([]string, 4*n+1)
 	args := make([]interface{}, 5+2*n)
@@ -781,9 +787,12 @@ func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, wan
 		if err != nil {
 			return fmt.Errorf("consume %s/%v: %w", req.Namespace, req.Queues, err)
 		}
-		more, earliest, jobs, err := e.decodeConsumed(req, res, due)
+		more, empty, earliest, jobs, err := e.decodeConsumed(req, res, due)
 		if err != nil {
 			return err
+		}
+		if empty {
+			e.waiters.sawEmpty(marks)
 		}
 		for _, j := range jobs {
 			for len(out[next]) >= want[next] {
@@ -804,10 +813,10 @@ func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, wan
 	}
 }
 
-func (e *Engine) decodeConsumed(req *engine.ConsumeRequest, res []interface{}, due int64) (more bool, earliest int64, jobs []*engine.Job, err error) {
+func (e *Engine) decodeConsumed(req *engine.ConsumeRequest, res []interface{}, due int64) (more, empty bool, earliest int64, jobs []*engine.Job, err error) {
 	const per = 8
 	if len(res) < 2 || (len(res)-2)%per != 0 {
-		return false, 0, nil, fmt.Errorf("consume: unexpected reply of %d items", len(res))
+		return false, false, 0, nil, fmt.Errorf("consume: unexpected reply of %d items", len(res))
 	}
 	m, _ := res[0].(int64)
 	earliest, _ = res[1].(int64)
@@ -821,7 +830,7 @@ func (e *Engine) decodeConsumed(req *engine.ConsumeRequest, res []interface{}, d
 		nonce, _ := res[i+6].(string)
 		prio, _ := res[i+7].(int64)
 		if pos < 1 || int(pos) > len(req.Queues) {
-			return false, 0, nil, fmt.Errorf("consume: bad queue position %d", pos)
+			return false, false, 0, nil, fmt.Errorf("consume: bad queue position %d", pos)
 		}
 		j, err := makeJob(req.Namespace, req.Queues[pos-1], id, []byte(payload), pttl)
 		if err != nil {
@@ -836,7 +845,7 @@ func (e *Engine) decodeConsumed(req *engine.ConsumeRequest, res []interface{}, d
 		j.DueAt = time.UnixMilli(due)
 		jobs = append(jobs, j)
 	}
-	return m == 1, earliest, jobs, nil
+	return m == 1, m == 2, earliest, jobs, nil
 }
 
 // newReceiptBase returns 6 random bytes; the consume script appends the

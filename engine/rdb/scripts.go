@@ -283,8 +283,9 @@ return {0, total, earliest}
 //
 // Returns {more, earliest, then per job: queue position (1-based), id, tries
 // left, payload, PTTL (ms, -1 = none), deliveries, receipt, priority}.
-// more = 1 when the pop budget ran out first; earliest = the pool's new
-// earliest due time when this call moved it earlier, else 0.
+// more = 1 when the pop budget ran out first, 2 when every queue's ready
+// list and priority set are empty at the end, else 0; earliest = the pool's
+// new earliest due time when this call moved it earlier, else 0.
 var consumeScript = script(`
 local n = (#KEYS - 1) / 4
 local idx = KEYS[4 * n + 1]
@@ -347,6 +348,15 @@ end
 for _, i in ipairs(touched) do
   local e = lower_index(idx, ARGV[5 + n + i], dueN, ARGV[4])
   if e > 0 and out[2] == 0 then out[2] = e end
+end
+if out[1] == 0 then
+  out[1] = 2
+  for i = 1, n do
+    if redis.call('LLEN', KEYS[i]) > 0 or redis.call('ZCARD', KEYS[2 * n + i]) > 0 then
+      out[1] = 0
+      break
+    end
+  end
 end
 return out
 `)

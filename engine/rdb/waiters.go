@@ -21,6 +21,14 @@ import (
 // A woken waiter runs the consume script again; if another server took the
 // job, it registers again. A sweep every second re-checks queues with
 // waiters (LLEN, pipelined) to cover messages lost while Pub/Sub reconnects.
+//
+// A consumer that may wait need not look when the server already knows its
+// queues to be empty: a look found them empty after this server was
+// listening to their channels, and no message has come for them since. Any
+// job made ready after that look sends a message, and a waiter registered
+// before that message is handled is woken by it (the check and the
+// registration are one step under the lock). So a long-polling consumer
+// that comes back to an empty queue waits without a round trip to Redis.
 
 const (
 	sweepEvery      = time.Second
@@ -41,6 +49,17 @@ type chanState struct {
 	confirmed  chan struct{} // closed once the SUBSCRIBE is confirmed
 	closed     bool
 	idleSince  time.Time
+	// msgs counts the messages (and subscription confirmations, which may
+	// follow a reconnection that lost some) handled for the channel;
+	// emptyAt is msgs+1 when a look that began at msgs found the queue
+	// empty, so that the queue is known empty while emptyAt == msgs+1.
+	msgs, emptyAt uint64
+}
+
+// chanMark is a channel's message count when a look began.
+type chanMark struct {
+	st   *chanState
+	msgs uint64
 }
 
 type waiters struct {
@@ -111,7 +130,12 @@ func (w *waiters) run(ctx context.Context) {
 func (w *waiters) confirm(c string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if st := w.chans[c]; st != nil && st.subscribed && !st.closed {
+	st := w.chans[c]
+	if st == nil {
+		return
+	}
+	st.msgs++ // a re-subscription may follow lost messages
+	if st.subscribed && !st.closed {
 		st.closed = true
 		close(st.confirmed)
 	}
@@ -125,6 +149,7 @@ func (w *waiters) notify(c string, n int) {
 	if st == nil {
 		return
 	}
+	st.msgs++
 	for ; n > 0 && st.waiting.Len() > 0; n-- {
 		wt := st.waiting.Front().Value.(*waiter)
 		w.detach(wt)
@@ -152,6 +177,10 @@ func (w *waiters) detach(wt *waiter) {
 func (w *waiters) listening(ns string, queues []string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.listeningLocked(ns, queues)
+}
+
+func (w *waiters) listeningLocked(ns string, queues []string) bool {
 	if w.ps == nil {
 		return false
 	}
@@ -164,13 +193,69 @@ func (w *waiters) listening(ns string, queues []string) bool {
 	return true
 }
 
+// knownEmptyLocked reports whether all of queues are known to be empty
+// (see the top of this file). w.mu must be held.
+func (w *waiters) knownEmptyLocked(ns string, queues []string) bool {
+	if !w.listeningLocked(ns, queues) {
+		return false
+	}
+	for _, q := range queues {
+		st := w.chans[readyChannel(ns, q)]
+		if st.emptyAt != st.msgs+1 {
+			return false
+		}
+	}
+	return true
+}
+
+// knownEmpty reports whether all of queues are known to be empty.
+func (w *waiters) knownEmpty(ns string, queues []string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.knownEmptyLocked(ns, queues)
+}
+
+// mark returns the message counts of queues' channels before a look, or
+// nil when this server does not listen to them all (then an empty look
+// teaches nothing).
+func (w *waiters) mark(ns string, queues []string) []chanMark {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.listeningLocked(ns, queues) {
+		return nil
+	}
+	marks := make([]chanMark, len(queues))
+	for i, q := range queues {
+		st := w.chans[readyChannel(ns, q)]
+		marks[i] = chanMark{st: st, msgs: st.msgs}
+	}
+	return marks
+}
+
+// sawEmpty records that a look begun at marks found its queues empty.
+func (w *waiters) sawEmpty(marks []chanMark) {
+	if marks == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, m := range marks {
+		if m.st.msgs == m.msgs { // (a state dropped meanwhile is no longer read)
+			m.st.emptyAt = m.msgs + 1
+		}
+	}
+}
+
 // add registers a waiter under channels, subscribing to the ones this
-// server does not listen to yet and waiting (bounded) for confirmation.
-func (w *waiters) add(ctx context.Context, ns string, queues []string, deadline <-chan time.Time) *waiter {
+// server does not listen to yet and waiting (bounded) for confirmation. It
+// reports whether the queues were known to be empty when the waiter was
+// registered: then there is no need to look.
+func (w *waiters) add(ctx context.Context, ns string, queues []string, deadline <-chan time.Time) (*waiter, bool) {
 	wt := &waiter{ch: make(chan struct{}, 1), elems: make(map[string]*list.Element, len(queues))}
 	var subscribe []string
 	var confirms []chan struct{}
 	w.mu.Lock()
+	empty := w.knownEmptyLocked(ns, queues)
 	for _, q := range queues {
 		c := readyChannel(ns, q)
 		if _, dup := wt.elems[c]; dup {
@@ -206,15 +291,15 @@ func (w *waiters) add(ctx context.Context, ns string, queues []string, deadline 
 			select {
 			case <-c:
 			case <-limit.C:
-				return wt
+				return wt, false
 			case <-deadline:
-				return wt
+				return wt, false
 			case <-ctx.Done():
-				return wt
+				return wt, false
 			}
 		}
 	}
-	return wt
+	return wt, empty
 }
 
 // remove unregisters wt. If wt had been woken without using the wake-up,
@@ -238,11 +323,13 @@ func (w *waiters) wait(ctx context.Context, req *engine.ConsumeRequest) ([]*engi
 	deadline := time.NewTimer(req.Timeout)
 	defer deadline.Stop()
 	for {
-		wt := w.add(ctx, req.Namespace, req.Queues, deadline.C)
-		jobs, err := w.e.consumeNow(ctx, req)
-		if err != nil || len(jobs) > 0 {
-			w.remove(wt)
-			return jobs, err
+		wt, empty := w.add(ctx, req.Namespace, req.Queues, deadline.C)
+		if !empty {
+			jobs, err := w.e.consumeNow(ctx, req)
+			if err != nil || len(jobs) > 0 {
+				w.remove(wt)
+				return jobs, err
+			}
 		}
 		w.mu.Lock()
 		running := w.ps != nil

@@ -1,0 +1,170 @@
+package rdb
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kairos-dev/kairos/engine"
+)
+
+// looks counts the consume script calls a client sends.
+type looks struct{ n atomic.Int64 }
+
+func (h *looks) count(cmd redis.Cmder) {
+	args := cmd.Args()
+	if len(args) > 1 && strings.HasPrefix(cmd.Name(), "eval") && args[1] == consumeScript.Hash() {
+		h.n.Add(1)
+	}
+}
+
+func (h *looks) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *looks) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *looks) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			h.count(c)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// waitFor polls cond for up to 5 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// TestKnownEmpty: once a look finds a queue empty while the server listens
+// to it, consumers that may wait skip the look until a message comes for
+// the queue, and they still get the next job at once.
+func TestKnownEmpty(t *testing.T) {
+	for _, tier := range coalesceTiers {
+		t.Run(tier.name, func(t *testing.T) {
+			ctx := context.Background()
+			client := tier.client(t)
+			h := &looks{}
+			client.AddHook(h)
+			e := startEngine(t, client, newTestClock())
+			const ns, q = "ke", "q"
+			queues := []string{q}
+			wait := &engine.ConsumeRequest{Namespace: ns, Queues: queues, TTR: time.Minute, Count: 1, Timeout: 50 * time.Millisecond}
+
+			// Not listening yet: the first wait subscribes and looks.
+			if jobs, err := e.Consume(ctx, wait); err != nil || len(jobs) != 0 {
+				t.Fatalf("first wait: %v, %v", jobs, err)
+			}
+			if !e.waiters.knownEmpty(ns, queues) {
+				t.Fatal("an empty look while listening did not make the queue known empty")
+			}
+
+			// Known empty: waits and ConsumeEach with a Timeout skip the look;
+			// a consume that will not wait still looks.
+			before := h.n.Load()
+			if jobs, err := e.Consume(ctx, wait); err != nil || len(jobs) != 0 {
+				t.Fatalf("second wait: %v, %v", jobs, err)
+			}
+			jobs, errs := make([][]*engine.Job, 2), make([]error, 2)
+			now := *wait
+			now.Timeout = 0
+			e.ConsumeEach(ctx, []*engine.ConsumeRequest{wait, &now}, jobs, errs)
+			if errs[0] != nil || errs[1] != nil || len(jobs[0]) != 0 || len(jobs[1]) != 0 {
+				t.Fatalf("ConsumeEach: %v %v", jobs, errs)
+			}
+			if n := h.n.Load() - before; n != 1 {
+				t.Errorf("%d looks for two waits and a ConsumeEach of one wait and one non-wait, want 1", n)
+			}
+
+			// A job published to a known-empty queue reaches a consumer that
+			// waits without looking, at once (not at the 1 s sweep).
+			got := make(chan []*engine.Job, 1)
+			long := *wait
+			long.Timeout = 5 * time.Second
+			before = h.n.Load()
+			go func() {
+				jobs, _ := e.Consume(ctx, &long)
+				got <- jobs
+			}()
+			waitFor(t, "the waiter", func() bool {
+				e.waiters.mu.Lock()
+				defer e.waiters.mu.Unlock()
+				return e.waiters.chans[readyChannel(ns, q)].waiting.Len() == 1
+			})
+			if n := h.n.Load() - before; n != 0 {
+				t.Errorf("the waiter looked %d times", n)
+			}
+			start := time.Now()
+			id, err := e.Publish(ctx, &engine.PublishRequest{Namespace: ns, Queue: q, Body: []byte("x"), TTL: time.Hour, Tries: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case jobs := <-got:
+				if len(jobs) != 1 || jobs[0].ID != id {
+					t.Fatalf("waiter got %v, want %s", jobs, id)
+				}
+				if d := time.Since(start); d > 500*time.Millisecond {
+					t.Errorf("delivered after %v", d)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the waiter got nothing")
+			}
+
+			// The waiter's look took the last job: the queue is known empty
+			// again.
+			if !e.waiters.knownEmpty(ns, queues) {
+				t.Error("not known empty after the look that took the last job")
+			}
+
+			// A publish's message makes it unknown; whether or not the
+			// message is handled yet, a wait gets the job.
+			msgs := func() uint64 {
+				e.waiters.mu.Lock()
+				defer e.waiters.mu.Unlock()
+				return e.waiters.chans[readyChannel(ns, q)].msgs
+			}
+			for _, body := range []string{"y", "z"} {
+				m0 := msgs()
+				id, err = e.Publish(ctx, &engine.PublishRequest{Namespace: ns, Queue: q, Body: []byte(body), TTL: time.Hour, Tries: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if body == "z" {
+					waitFor(t, "the publish's message", func() bool { return msgs() > m0 })
+					if e.waiters.knownEmpty(ns, queues) {
+						t.Error("still known empty after a message")
+					}
+				}
+				if jobs, err := e.Consume(ctx, &long); err != nil || len(jobs) != 1 || jobs[0].ID != id {
+					t.Fatalf("wait after publish %s: %v, %v", body, jobs, err)
+				}
+			}
+			// And a look that finds nothing when not listening teaches
+			// nothing.
+			if e.waiters.knownEmpty("ke", []string{"other"}) {
+				t.Error("a queue never looked at is known empty")
+			}
+			other := now
+			other.Queues = []string{"other"}
+			e.ConsumeEach(ctx, []*engine.ConsumeRequest{&other}, jobs[:1], errs[:1])
+			if errs[0] != nil || len(jobs[0]) != 0 || e.waiters.knownEmpty("ke", []string{"other"}) {
+				t.Errorf("ConsumeEach of a queue not listened to: %v %v, known empty %v", jobs[0], errs[0], e.waiters.knownEmpty("ke", []string{"other"}))
+			}
+		})
+	}
+}
