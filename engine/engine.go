@@ -242,6 +242,22 @@ type Batcher interface {
 	DeleteEach(ctx context.Context, refs []JobRef, errs []error)
 }
 
+// Watcher is an optional capability of a Batcher: it lets an event loop
+// long-poll for many consumers without a goroutine each.
+type Watcher interface {
+	// Watch arranges for fn to be called once, from another goroutine,
+	// when a job may have become ready in one of ns's queues: the caller
+	// should then look again (ConsumeEach). fn must not block.
+	//
+	// look is true when the caller must also look once now, since a job
+	// may have come after its last look and before the watch began; it is
+	// false when the engine knows the queues to be empty, or will call fn
+	// once it can tell. stop ends a watch whose fn has not been acted on;
+	// a wake-up it got and will not use goes to another consumer. ok is
+	// false when the engine cannot watch now: wait with Consume instead.
+	Watch(ns string, queues []string, fn func()) (stop func(), look, ok bool)
+}
+
 // JobRef names one job.
 type JobRef struct {
 	Namespace, Queue, ID string

@@ -386,9 +386,12 @@ type fastConn interface {
 	// output is where the request's answer goes.
 	output() *[]byte
 	// wait parks it, a consume that found nothing and may wait: the
-	// connection reads nothing more until the wait ends, then answers it
-	// (answerFast again, it.wait cleared) before its next requests.
+	// connection reads nothing more until it is answered (answerFast again,
+	// after a new look or at its deadline) before its next requests.
 	wait(it *fastItem)
+	// done tells the connection that it is answered (before it is
+	// recycled).
+	done(it *fastItem)
 }
 
 // fastItem is one request the fast path took: what the engine needs and
@@ -407,10 +410,13 @@ type fastItem struct {
 	conn      fastConn
 	ran       bool // the engine call is done
 
-	pub   engine.PublishRequest
-	con   engine.ConsumeRequest
-	wait  time.Duration // a consume that may wait: how long, from start
-	jobID string        // ACK
+	pub      engine.PublishRequest
+	con      engine.ConsumeRequest
+	deadline time.Time // a consume that may wait: until when
+	stop     func()    // the engine's watch of a parked consume
+	timer    *time.Timer
+	cancel   context.CancelFunc // the goroutine wait of a parked consume
+	jobID    string             // ACK
 
 	id   string        // publish
 	jobs []*engine.Job // consume
@@ -482,8 +488,11 @@ func (s *Server) takeFast(ctx context.Context, r *fastRequest, ip string, conn f
 		}
 		// The batch only takes what is ready now; a consume that finds
 		// nothing and may wait then waits on its own (fastConn.wait).
-		it.wait = secs(min(timeout, s.def.maxTimeout))
-		it.con = engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, TTR: secs(ttr), Count: int(count), Timeout: it.wait}
+		wait := secs(min(timeout, s.def.maxTimeout))
+		it.con = engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, TTR: secs(ttr), Count: int(count), Timeout: wait}
+		if wait > 0 {
+			it.deadline = now.Add(wait)
+		}
 	case kindAck:
 		role, throttle = auth.RoleConsume, throttleNone
 		it.jobID = string(r.jobID)
@@ -545,6 +554,7 @@ func (s *Server) runFast(items []*fastItem, date []byte) {
 	}
 	for _, it := range items {
 		if s.answerFast(ctx, it, date) {
+			it.conn.done(it)
 			putFast(it)
 		}
 	}
@@ -641,7 +651,7 @@ func (s *Server) answerFast(ctx context.Context, it *fastItem, date []byte) bool
 		method = http.MethodGet
 		if len(it.jobs) == 0 {
 			if it.err == nil || errors.Is(it.err, engine.ErrClosed) {
-				if it.wait > 0 {
+				if !it.deadline.IsZero() && time.Now().Before(it.deadline) {
 					// The consumer waits; its throttle token is held
 					// meanwhile, as the gin path holds it.
 					it.conn.wait(it)

@@ -223,10 +223,11 @@ type eventLoop struct {
 	stopping atomic.Bool
 
 	mu       sync.Mutex
-	incoming []*loopConn // added by accept, adopted by the loop
-	waited   []*loopConn // parked consumes that ended, to answer
-	ended    sync.Cond   // on mu: waited grew (for closeAll)
-	closing  bool        // closeAll runs: read requests are not served
+	incoming []*loopConn  // added by accept, adopted by the loop
+	signals  []parkSignal // for parked consumes, from other goroutines
+	ended    sync.Cond    // on mu: signals grew (for closeAll)
+	released bool         // on mu: the wake pipe is closed
+	closing  bool         // closeAll runs: read requests are not served
 
 	conns     map[int]*loopConn
 	events    []syscall.EpollEvent
@@ -235,7 +236,8 @@ type eventLoop struct {
 	items     []*fastItem
 	touched   []*loopConn
 	again     []*loopConn // connections with input to parse without a new event
-	parked    int         // connections whose consume waits
+	relook    []parkSignal
+	parked    int // connections whose consume waits
 	pass      uint64
 	lastSweep time.Time
 	dateSec   int64
@@ -251,15 +253,16 @@ type loopConn struct {
 	in       []byte // received, not yet served
 	out      []byte // answers not yet written, from outOff
 	outOff   int
-	since    time.Time          // when the request in `in` began, or when `out` blocked
-	last     time.Time          // last activity, for IdleTimeout
-	pass     uint64             // the last pass that touched it
-	blocked  bool               // waiting for EPOLLOUT; reads are paused
-	handoff  bool               // the next request is net/http's
-	parked   *fastItem          // a consume waiting for jobs; reads are paused
-	cancel   context.CancelFunc // ends parked's wait
-	eof      bool               // the client sent EOF: close once answered
-	dead     bool               // failed: close without answering
+	since    time.Time // when the request in `in` began, or when `out` blocked
+	last     time.Time // last activity, for IdleTimeout
+	pass     uint64    // the last pass that touched it
+	blocked  bool      // waiting for EPOLLOUT; reads are paused
+	handoff  bool      // the next request is net/http's
+	parked   *fastItem // a consume waiting for jobs; reads are paused
+	looking  bool      // parked is in a batch, for a new look
+	gen      uint64    // counts parked consumes: which one a signal is for
+	eof      bool      // the client sent EOF: close once answered
+	dead     bool      // failed: close without answering
 	released bool
 }
 
@@ -298,6 +301,9 @@ func newEventLoop(s *Server, h *handoffListener, t loopTimeouts) (*eventLoop, er
 
 // release closes the loop's own descriptors.
 func (l *eventLoop) release() {
+	l.mu.Lock()
+	l.released = true // late signals must not write to a reused descriptor
+	l.mu.Unlock()
 	if l.epFile != nil {
 		_ = l.epFile.Close()
 	} else {
@@ -357,7 +363,7 @@ func (l *eventLoop) wait(block bool) (int, error) {
 func (l *eventLoop) run() {
 	defer l.closeAll()
 	for !l.stopping.Load() {
-		n, err := l.wait(len(l.again) == 0)
+		n, err := l.wait(len(l.again) == 0 && len(l.relook) == 0)
 		if err != nil {
 			l.s.log.WithError(err).Error("event loop stopped; its connections are closed")
 			return
@@ -365,7 +371,7 @@ func (l *eventLoop) run() {
 		l.pass++
 		now := time.Now()
 		l.adopt()
-		l.answerWaited(now)
+		l.resume(now)
 		for _, ev := range l.events[:n] {
 			fd := int(ev.Fd)
 			if fd == l.wakeR {
@@ -385,7 +391,7 @@ func (l *eventLoop) run() {
 				if ev.Events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
 					// The client left or half-closed: as net/http
 					// cancels a request's context, end the wait.
-					c.cancel()
+					l.giveUp(c, now)
 				}
 				continue
 			}
@@ -511,7 +517,7 @@ func (l *eventLoop) finish(c *loopConn, now time.Time) {
 	}
 	if c.parked != nil {
 		if c.dead {
-			c.cancel() // the answer has nowhere to go
+			l.giveUp(c, now) // the answer has nowhere to go
 		}
 		l.arm(c)
 		return
@@ -528,56 +534,6 @@ func (l *eventLoop) finish(c *loopConn, now time.Time) {
 
 // output implements fastConn.
 func (c *loopConn) output() *[]byte { return &c.out }
-
-// wait implements fastConn: it waits in a goroutine of its own, with the
-// engine's long-poll, while the loop watches the connection only for the
-// client leaving (which ends the wait, as net/http's request context ends).
-// The loop answers it when it ends (answerWaited).
-func (c *loopConn) wait(it *fastItem) {
-	l := c.l
-	ctx, cancel := context.WithCancel(l.s.pollCtx)
-	c.parked, c.cancel = it, cancel
-	l.parked++
-	req := it.con
-	req.Timeout = it.wait - time.Since(it.start)
-	it.wait = 0 // when it ends, empty means 404 "no job available"
-	go func() {
-		jobs, err := it.full.Consume(ctx, &req)
-		if len(jobs) == 0 && ctx.Err() != nil {
-			err = nil // cancelled: no job, as the gin handler answers
-		}
-		it.jobs, it.err = jobs, err
-		cancel()
-		l.mu.Lock()
-		first := len(l.waited) == 0
-		l.waited = append(l.waited, c)
-		l.ended.Broadcast()
-		l.mu.Unlock()
-		if first {
-			l.wake()
-		}
-	}()
-}
-
-// answerWaited answers the parked consumes whose wait ended and lets their
-// connections read again; requests already read are parsed into this pass.
-func (l *eventLoop) answerWaited(now time.Time) {
-	l.mu.Lock()
-	waited := l.waited
-	l.waited = nil
-	l.mu.Unlock()
-	for _, c := range waited {
-		it := c.parked
-		c.parked, c.cancel = nil, nil
-		l.parked--
-		l.s.answerFast(context.Background(), it, l.httpDate(now))
-		putFast(it)
-		c.since, c.last = now, now
-		l.touch(c)
-		l.arm(c)
-		l.parse(c, now)
-	}
-}
 
 // flush writes as much of c's output as the socket takes; the rest waits
 // for EPOLLOUT, and reads pause meanwhile.
@@ -708,20 +664,21 @@ func (l *eventLoop) sweep(now time.Time) {
 // connection and the loop's descriptors.
 func (l *eventLoop) closeAll() {
 	l.adopt()
+	l.closing = true
+	now := time.Now()
 	for _, c := range l.conns {
 		if c.parked != nil {
-			c.cancel()
+			l.giveUp(c, now)
 		}
 	}
-	l.closing = true
-	for l.parked > 0 {
+	for l.parked > 0 { // goroutine waits, ending
 		l.mu.Lock()
-		for len(l.waited) == 0 {
+		for len(l.signals) == 0 {
 			l.ended.Wait()
 		}
 		l.mu.Unlock()
 		l.pass++
-		l.answerWaited(time.Now())
+		l.resume(time.Now())
 	}
 	for _, c := range l.conns {
 		if c.blocked || len(c.out) > c.outOff {

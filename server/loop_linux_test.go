@@ -5,6 +5,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,9 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 )
 
 // eachFake is a fake engine that publishes in batches, as the event loops
@@ -760,5 +764,129 @@ func TestLoopLongPoll(t *testing.T) {
 	}
 	if allows != 5 || refunds != 4 {
 		t.Errorf("consume throttle: %d allows, %d refunds; want 5 and 4", allows, refunds)
+	}
+}
+
+// TestLoopLongPollLive: long-polls on the loops with the Redis engine (its
+// watches, no goroutine per waiting consumer), on miniredis and on a real
+// redis-server: waiting consumers get the jobs published later at once,
+// one each; a consumer that leaves gives its turn to the next; a wait ends
+// at its timeout with 404; a waiting consumer is answered at shutdown.
+func TestLoopLongPollLive(t *testing.T) {
+	backends := map[string]func(t *testing.T) redis.UniversalClient{
+		"miniredis": func(*testing.T) redis.UniversalClient { return nil },
+		"redis":     func(t *testing.T) redis.UniversalClient { return redistest.Start(t).Client() },
+	}
+	for name, backend := range backends {
+		t.Run(name, func(t *testing.T) {
+			l := startLive(t, liveOptions{client: backend(t)})
+			token := l.token(t, "ns", auth.Scope{})
+			addr := l.srv.Addr()
+			dial := func() (net.Conn, *bufio.Reader) {
+				t.Helper()
+				conn, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { conn.Close() })
+				_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+				return conn, bufio.NewReader(conn)
+			}
+			get := func(conn net.Conn, q string, timeout int) {
+				_, _ = fmt.Fprintf(conn, "GET /api/ns/%s?timeout=%d HTTP/1.1\r\nHost: kairos\r\nX-Token: %s\r\n\r\n", q, timeout, token)
+			}
+			publish := func(q, body string) string {
+				t.Helper()
+				r := liveDo(t, "PUT", l.api+"/api/ns/"+q+"?delay=0", strings.NewReader(body), tok(token))
+				if r.status != 201 {
+					t.Fatalf("publish: %d %s", r.status, r.body)
+				}
+				var out struct {
+					JobID string `json:"job_id"`
+				}
+				_ = json.Unmarshal([]byte(r.body), &out)
+				return out.JobID
+			}
+
+			// 20 consumers wait (two rounds, so the second waits with the
+			// queue known empty); each job reaches one of them at once.
+			const n = 20
+			conns := make([]net.Conn, n)
+			readers := make([]*bufio.Reader, n)
+			for i := range conns {
+				conns[i], readers[i] = dial()
+			}
+			for round := 0; round < 2; round++ {
+				for i := range conns {
+					get(conns[i], "q", 10)
+				}
+				time.Sleep(300 * time.Millisecond)
+				start := time.Now()
+				want := map[string]bool{}
+				for i := 0; i < n; i++ {
+					want[publish("q", fmt.Sprintf("job-%d-%d", round, i))] = true
+				}
+				for i := range conns {
+					got := readAnswers(t, readers[i], 1)[0]
+					var job struct {
+						JobID string `json:"job_id"`
+					}
+					if got.status != 200 || json.Unmarshal([]byte(got.body), &job) != nil || !want[job.JobID] {
+						t.Fatalf("round %d consumer %d: %d %s", round, i, got.status, got.body)
+					}
+					delete(want, job.JobID)
+					_, _ = fmt.Fprintf(conns[i], "DELETE /api/ns/q/job/%s HTTP/1.1\r\nHost: kairos\r\nX-Token: %s\r\n\r\n", job.JobID, token)
+					if ack := readAnswers(t, readers[i], 1)[0]; ack.status != 204 {
+						t.Fatalf("ACK: %d %s", ack.status, ack.body)
+					}
+				}
+				if d := time.Since(start); d > 3*time.Second {
+					t.Errorf("round %d: %d jobs to %d waiting consumers took %v", round, n, n, d)
+				}
+			}
+
+			// A consumer that leaves while waiting gives its turn: the job
+			// goes to the one behind it at once (not at the 1 s sweep).
+			gone, _ := dial()
+			get(gone, "q2", 10)
+			time.Sleep(200 * time.Millisecond)
+			gone.Close()
+			time.Sleep(200 * time.Millisecond)
+			stays, br := dial()
+			get(stays, "q2", 10)
+			time.Sleep(200 * time.Millisecond)
+			start := time.Now()
+			id := publish("q2", "turn")
+			if got := readAnswers(t, br, 1)[0]; got.status != 200 || !strings.Contains(got.body, id) {
+				t.Fatalf("consumer behind the one that left: %d %s", got.status, got.body)
+			}
+			if d := time.Since(start); d > 500*time.Millisecond {
+				t.Errorf("delivered %v after the publish", d)
+			}
+
+			// The wait ends at its timeout.
+			c, br := dial()
+			start = time.Now()
+			get(c, "q3", 1)
+			if got := readAnswers(t, br, 1)[0]; got.status != 404 || got.body != `{"msg":"no job available"}` {
+				t.Fatalf("timeout: %d %s", got.status, got.body)
+			}
+			if d := time.Since(start); d < 900*time.Millisecond || d > 2500*time.Millisecond {
+				t.Errorf("a 1 s wait answered after %v", d)
+			}
+
+			// A consumer waiting at shutdown is answered 404 at once.
+			c, br = dial()
+			get(c, "q3", 30)
+			time.Sleep(200 * time.Millisecond)
+			go func() { _ = l.srv.Close() }()
+			start = time.Now()
+			if got := readAnswers(t, br, 1)[0]; got.status != 404 {
+				t.Fatalf("at shutdown: %d %s", got.status, got.body)
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Errorf("answered %v after shutdown began", d)
+			}
+		})
 	}
 }

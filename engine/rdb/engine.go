@@ -701,6 +701,11 @@ func (e *Engine) ConsumeEach(ctx context.Context, reqs []*engine.ConsumeRequest,
 	}
 }
 
+// Watch implements engine.Watcher (waiters.go).
+func (e *Engine) Watch(ns string, queues []string, fn func()) (stop func(), look, ok bool) {
+	return e.waiters.watch(ns, queues, fn)
+}
+
 // DeleteEach implements engine.Batcher: the ACKs of one queue run as one
 // ackManyScript call per coalesceMax jobs.
 func (e *Engine) DeleteEach(ctx context.Context, refs []engine.JobRef, errs []error) {

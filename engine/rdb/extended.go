@@ -17,7 +17,11 @@ import (
 
 // The Kairos extensions of the Redis engine (engine.Extended).
 
-var _ engine.Extended = (*Engine)(nil)
+var (
+	_ engine.Extended = (*Engine)(nil)
+	_ engine.Batcher  = (*Engine)(nil)
+	_ engine.Watcher  = (*Engine)(nil)
+)
 
 // decodeReceipt turns a receipt as clients see it (16 hex digits) into the
 // 8 bytes stored in the job header.

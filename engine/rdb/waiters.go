@@ -37,7 +37,8 @@ const (
 )
 
 type waiter struct {
-	ch        chan struct{} // receives one signal
+	ch        chan struct{} // receives one signal (Consume)
+	fn        func()        // or is called once (Watch)
 	elems     map[string]*list.Element
 	signalled string // channel it was woken on, "" while waiting
 }
@@ -138,6 +139,14 @@ func (w *waiters) confirm(c string) {
 	if st.subscribed && !st.closed {
 		st.closed = true
 		close(st.confirmed)
+		// Watchers registered before the confirmation look now.
+		for e := st.waiting.Front(); e != nil; {
+			wt := e.Value.(*waiter)
+			e = e.Next()
+			if wt.fn != nil {
+				w.signal(wt, c)
+			}
+		}
 	}
 }
 
@@ -151,11 +160,19 @@ func (w *waiters) notify(c string, n int) {
 	}
 	st.msgs++
 	for ; n > 0 && st.waiting.Len() > 0; n-- {
-		wt := st.waiting.Front().Value.(*waiter)
-		w.detach(wt)
-		wt.signalled = c
-		wt.ch <- struct{}{}
+		w.signal(st.waiting.Front().Value.(*waiter), c)
 	}
+}
+
+// signal wakes wt for channel c. w.mu must be held.
+func (w *waiters) signal(wt *waiter, c string) {
+	w.detach(wt)
+	wt.signalled = c
+	if wt.fn != nil {
+		wt.fn()
+		return
+	}
+	wt.ch <- struct{}{}
 }
 
 // detach removes wt from every list it is in. w.mu must be held.
@@ -300,6 +317,49 @@ func (w *waiters) add(ctx context.Context, ns string, queues []string, deadline 
 		}
 	}
 	return wt, empty
+}
+
+// watch registers a waiter that calls fn (engine.Watcher), subscribing to
+// the channels this server does not listen to yet without waiting for the
+// confirmation: confirm calls fn then. It returns whether the caller must
+// look now, and false for ok when Run is not running (nothing would call
+// fn).
+func (w *waiters) watch(ns string, queues []string, fn func()) (stop func(), look, ok bool) {
+	wt := &waiter{fn: fn, elems: make(map[string]*list.Element, len(queues))}
+	var subscribe []string
+	w.mu.Lock()
+	if w.ps == nil {
+		w.mu.Unlock()
+		return nil, false, false
+	}
+	listening := w.listeningLocked(ns, queues)
+	look = listening && !w.knownEmptyLocked(ns, queues)
+	for _, q := range queues {
+		c := readyChannel(ns, q)
+		if _, dup := wt.elems[c]; dup {
+			continue
+		}
+		st := w.chans[c]
+		if st == nil {
+			st = &chanState{ns: ns, q: q}
+			w.chans[c] = st
+		}
+		if !st.subscribed {
+			st.subscribed = true
+			st.closed = false
+			st.confirmed = make(chan struct{})
+			subscribe = append(subscribe, c)
+		}
+		wt.elems[c] = st.waiting.PushBack(wt)
+	}
+	ps := w.ps
+	w.mu.Unlock()
+	if len(subscribe) > 0 {
+		if err := ps.Subscribe(context.Background(), subscribe...); err != nil {
+			w.e.log.WithError(err).Warn("subscribe to ready channels failed; the sweep will cover")
+		}
+	}
+	return func() { w.remove(wt) }, look, true
 }
 
 // remove unregisters wt. If wt had been woken without using the wake-up,
