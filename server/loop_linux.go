@@ -18,10 +18,11 @@ import (
 )
 
 // Event loops (Linux). Each loop owns an epoll set of client connections
-// and serves the fast path's publishes (fastpath.go) itself: it reads what
-// every ready connection sent, publishes all the fast requests it found in
-// one engine call, and writes the answers, with no goroutine per
-// connection or per request. The loop waits in the Go runtime's poller, on
+// and serves the fast path's publishes, consumes and ACKs (fastpath.go)
+// itself: it reads what every ready connection sent, runs all the fast
+// requests it found with one engine call per kind, and writes the answers,
+// with no goroutine per connection or per request; a consume that waits is
+// parked on its connection (loop_wait_linux.go). The loop waits in the Go runtime's poller, on
 // its own epoll descriptor (epoll nests), so it parks like any goroutine.
 //
 // A connection stays with its loop while it sends fast requests. At its
@@ -515,10 +516,10 @@ func (l *eventLoop) finish(c *loopConn, now time.Time) {
 	if !c.dead && len(c.out) > c.outOff {
 		l.flush(c, now)
 	}
+	if c.parked != nil && c.dead {
+		l.giveUp(c, now) // the answer has nowhere to go
+	}
 	if c.parked != nil {
-		if c.dead {
-			l.giveUp(c, now) // the answer has nowhere to go
-		}
 		l.arm(c)
 		return
 	}
