@@ -125,6 +125,21 @@ func serveLoops(t *testing.T, opts ...envOption) (*testEnv, *eachFake, string) {
 	return env, fake, env.srv.Addr()
 }
 
+// dialLoop connects to addr, closes the connection when the test ends and
+// sets its deadline d from now (none when d is 0).
+func dialLoop(t *testing.T, addr string, d time.Duration) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if d > 0 {
+		_ = conn.SetDeadline(time.Now().Add(d))
+	}
+	return conn
+}
+
 // fastPut is a publish of the fast subset.
 func fastPut(body string) string {
 	return fmt.Sprintf("PUT /api/ns/q?delay=0&ttl=60 HTTP/1.1\r\nHost: kairos\r\nX-Token: %s\r\nContent-Length: %d\r\n\r\n%s", goodToken, len(body), body)
@@ -193,12 +208,7 @@ func TestLoopPublish(t *testing.T) {
 func TestLoopHandsOver(t *testing.T) {
 	_, fake, addr := serveLoops(t)
 	fake.size = func(context.Context, string, string) (int64, error) { return 42, nil }
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	conn := dialLoop(t, addr, 10*time.Second)
 	// Unused by the fast path: net/http publishes it through Publish.
 	fake.publish = func(context.Context, *engine.PublishRequest) (string, error) { return "slow-1", nil }
 	raw := fastPut("a") + fastPut("b") + "GET /api/ns/q/size HTTP/1.1\r\nHost: kairos\r\n\r\n" + fastPut("c")
@@ -337,12 +347,7 @@ func TestLoopEngineErrors(t *testing.T) {
 func TestLoopBackpressure(t *testing.T) {
 	_, fake, addr := serveLoops(t)
 	const n = 20000
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
+	conn := dialLoop(t, addr, 60*time.Second)
 	go func() {
 		w := bufio.NewWriterSize(conn, 64<<10)
 		for i := 0; i < n; i++ {
@@ -385,12 +390,7 @@ func TestLoopBackpressure(t *testing.T) {
 func TestLoopLargeBodyAndHalfClose(t *testing.T) {
 	_, fake, addr := serveLoops(t)
 	big := strings.Repeat("b", engine.MaxBodySize)
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	conn := dialLoop(t, addr, 10*time.Second)
 	if _, err := io.WriteString(conn, fastPut(big)+fastPut("small")); err != nil {
 		t.Fatal(err)
 	}
@@ -421,11 +421,7 @@ func TestLoopTimeouts(t *testing.T) {
 	}))
 	t.Run("idle", func(t *testing.T) {
 		t.Parallel()
-		conn, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
+		conn := dialLoop(t, addr, 0)
 		_, _ = io.WriteString(conn, fastPut("x"))
 		readAnswers(t, bufio.NewReader(conn), 1)
 		if d := closedWithin(t, conn, 5*time.Second); d < 800*time.Millisecond || d > 2500*time.Millisecond {
@@ -434,11 +430,7 @@ func TestLoopTimeouts(t *testing.T) {
 	})
 	t.Run("head", func(t *testing.T) {
 		t.Parallel()
-		conn, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
+		conn := dialLoop(t, addr, 0)
 		_, _ = io.WriteString(conn, "PUT /api/ns/q HTTP/1.1\r\nHost: k\r\n")
 		if d := closedWithin(t, conn, 5*time.Second); d < 800*time.Millisecond || d > 2500*time.Millisecond {
 			t.Errorf("incomplete head cut off after %v, want about 1 s", d)
@@ -446,11 +438,7 @@ func TestLoopTimeouts(t *testing.T) {
 	})
 	t.Run("body", func(t *testing.T) {
 		t.Parallel()
-		conn, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
+		conn := dialLoop(t, addr, 0)
 		start := time.Now()
 		raw := fastPut("0123456789")
 		_, _ = io.WriteString(conn, raw[:len(raw)-4])
@@ -507,12 +495,7 @@ func TestLoopShutdown(t *testing.T) {
 		}
 		return nil, nil
 	}
-	waiting, err := net.Dial("tcp", env.srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer waiting.Close()
-	_ = waiting.SetDeadline(time.Now().Add(10 * time.Second))
+	waiting := dialLoop(t, env.srv.Addr(), 10*time.Second)
 	_, _ = fmt.Fprintf(waiting, "GET /api/ns/q?timeout=60 HTTP/1.1\r\nHost: kairos\r\nX-Token: %s\r\n\r\n", goodToken)
 	time.Sleep(200 * time.Millisecond)
 	cancel()
@@ -654,12 +637,7 @@ func TestLoopLongPoll(t *testing.T) {
 	}
 	dial := func() (net.Conn, *bufio.Reader) {
 		t.Helper()
-		conn, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		conn := dialLoop(t, addr, 10*time.Second)
 		return conn, bufio.NewReader(conn)
 	}
 	get := func(query string) string {
@@ -784,12 +762,7 @@ func TestLoopLongPollLive(t *testing.T) {
 			addr := l.srv.Addr()
 			dial := func() (net.Conn, *bufio.Reader) {
 				t.Helper()
-				conn, err := net.Dial("tcp", addr)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { conn.Close() })
-				_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+				conn := dialLoop(t, addr, 20*time.Second)
 				return conn, bufio.NewReader(conn)
 			}
 			get := func(conn net.Conn, q string, timeout int) {

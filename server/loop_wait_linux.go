@@ -132,12 +132,10 @@ func (l *eventLoop) resume(now time.Time) {
 				continue // answered meanwhile
 			}
 			switch s.kind {
-			case parkFired:
-				it.stop = nil // the watch is used up
-				if !c.looking {
-					l.look(c, it)
+			case parkFired, parkLook:
+				if s.kind == parkFired {
+					it.stop = nil // the watch is used up
 				}
-			case parkLook:
 				if !c.looking {
 					l.look(c, it)
 				}

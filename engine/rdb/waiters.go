@@ -269,38 +269,12 @@ func (w *waiters) sawEmpty(marks []chanMark) {
 // registered: then there is no need to look.
 func (w *waiters) add(ctx context.Context, ns string, queues []string, deadline <-chan time.Time) (*waiter, bool) {
 	wt := &waiter{ch: make(chan struct{}, 1), elems: make(map[string]*list.Element, len(queues))}
-	var subscribe []string
-	var confirms []chan struct{}
 	w.mu.Lock()
 	empty := w.knownEmptyLocked(ns, queues)
-	for _, q := range queues {
-		c := readyChannel(ns, q)
-		if _, dup := wt.elems[c]; dup {
-			continue
-		}
-		st := w.chans[c]
-		if st == nil {
-			st = &chanState{ns: ns, q: q}
-			w.chans[c] = st
-		}
-		if !st.subscribed && w.ps != nil {
-			st.subscribed = true
-			st.closed = false
-			st.confirmed = make(chan struct{})
-			subscribe = append(subscribe, c)
-		}
-		if st.subscribed && !st.closed {
-			confirms = append(confirms, st.confirmed)
-		}
-		wt.elems[c] = st.waiting.PushBack(wt)
-	}
+	subscribe, confirms := w.registerLocked(wt, ns, queues)
 	ps := w.ps
 	w.mu.Unlock()
-	if len(subscribe) > 0 {
-		if err := ps.Subscribe(ctx, subscribe...); err != nil {
-			w.e.log.WithError(err).Warn("subscribe to ready channels failed; the sweep will cover")
-		}
-	}
+	w.subscribe(ctx, ps, subscribe)
 	if len(confirms) > 0 {
 		limit := time.NewTimer(confirmWait)
 		defer limit.Stop()
@@ -326,14 +300,25 @@ func (w *waiters) add(ctx context.Context, ns string, queues []string, deadline 
 // fn).
 func (w *waiters) watch(ns string, queues []string, fn func()) (stop func(), look, ok bool) {
 	wt := &waiter{fn: fn, elems: make(map[string]*list.Element, len(queues))}
-	var subscribe []string
 	w.mu.Lock()
 	if w.ps == nil {
 		w.mu.Unlock()
 		return nil, false, false
 	}
-	listening := w.listeningLocked(ns, queues)
-	look = listening && !w.knownEmptyLocked(ns, queues)
+	look = w.listeningLocked(ns, queues) && !w.knownEmptyLocked(ns, queues)
+	subscribe, _ := w.registerLocked(wt, ns, queues)
+	ps := w.ps
+	w.mu.Unlock()
+	w.subscribe(context.Background(), ps, subscribe)
+	return func() { w.remove(wt) }, look, true
+}
+
+// registerLocked puts wt at the back of the waiting lists of queues' ready
+// channels.
+// It returns the channels to subscribe to (those this server does not
+// listen to, while Run runs; marked subscribed here) and the confirmations
+// still pending among wt's channels. w.mu must be held.
+func (w *waiters) registerLocked(wt *waiter, ns string, queues []string) (subscribe []string, pending []chan struct{}) {
 	for _, q := range queues {
 		c := readyChannel(ns, q)
 		if _, dup := wt.elems[c]; dup {
@@ -344,22 +329,28 @@ func (w *waiters) watch(ns string, queues []string, fn func()) (stop func(), loo
 			st = &chanState{ns: ns, q: q}
 			w.chans[c] = st
 		}
-		if !st.subscribed {
+		if !st.subscribed && w.ps != nil {
 			st.subscribed = true
 			st.closed = false
 			st.confirmed = make(chan struct{})
 			subscribe = append(subscribe, c)
 		}
+		if st.subscribed && !st.closed {
+			pending = append(pending, st.confirmed)
+		}
 		wt.elems[c] = st.waiting.PushBack(wt)
 	}
-	ps := w.ps
-	w.mu.Unlock()
-	if len(subscribe) > 0 {
-		if err := ps.Subscribe(context.Background(), subscribe...); err != nil {
-			w.e.log.WithError(err).Warn("subscribe to ready channels failed; the sweep will cover")
-		}
+	return subscribe, pending
+}
+
+// subscribe sends the SUBSCRIBE for channels that registerLocked returned.
+func (w *waiters) subscribe(ctx context.Context, ps *redis.PubSub, channels []string) {
+	if len(channels) == 0 {
+		return
 	}
-	return func() { w.remove(wt) }, look, true
+	if err := ps.Subscribe(ctx, channels...); err != nil {
+		w.e.log.WithError(err).Warn("subscribe to ready channels failed; the sweep will cover")
+	}
 }
 
 // remove unregisters wt. If wt had been woken without using the wake-up,
