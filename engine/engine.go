@@ -242,6 +242,18 @@ type Batcher interface {
 	DeleteEach(ctx context.Context, refs []JobRef, errs []error)
 }
 
+// Pipeliner is an optional capability of a Batcher: an event loop's pass
+// makes its ACKs, publishes and consumes in one storage round trip instead
+// of one each.
+type Pipeliner interface {
+	// Together runs the steps concurrently and returns when all have
+	// returned. Their storage calls are sent together, in step order: a
+	// call of steps[i] runs before the call of steps[i+1] that was sent
+	// with it, as if the steps had run one after the other. A step must
+	// not wait for another step.
+	Together(ctx context.Context, steps ...func(context.Context))
+}
+
 // Watcher is an optional capability of a Batcher: it lets an event loop
 // long-poll for many consumers without a goroutine each.
 type Watcher interface {

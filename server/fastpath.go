@@ -549,8 +549,36 @@ func decimalParam(v []byte, present bool, bits int, def uint64) (uint64, bool) {
 // connection's output in the order the requests came.
 func (s *Server) runFast(items []*fastItem, date []byte) {
 	ctx := context.Background()
+	// The kinds present, in the order they run; with one engine that can,
+	// their calls share round trips (engine.Pipeliner).
+	var kinds []fastKind
+	var eng engine.Batcher
+	oneEngine := true
 	for _, kind := range [...]fastKind{kindAck, kindPublish, kindConsume} {
-		s.runKind(ctx, items, kind)
+		for _, it := range items {
+			if it.kind == kind {
+				kinds = append(kinds, kind)
+				break
+			}
+		}
+	}
+	for _, it := range items {
+		if eng == nil {
+			eng = it.eng
+		} else if it.eng != eng {
+			oneEngine = false
+		}
+	}
+	if p, ok := eng.(engine.Pipeliner); ok && oneEngine && len(kinds) > 1 {
+		steps := make([]func(context.Context), len(kinds))
+		for i, kind := range kinds {
+			steps[i] = func(ctx context.Context) { s.runKind(ctx, items, kind) }
+		}
+		p.Together(ctx, steps...)
+	} else {
+		for _, kind := range kinds {
+			s.runKind(ctx, items, kind)
+		}
 	}
 	for _, it := range items {
 		if s.answerFast(ctx, it, date) {

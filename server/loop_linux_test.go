@@ -5,6 +5,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -742,6 +743,57 @@ func TestLoopLongPoll(t *testing.T) {
 	}
 	if allows != 5 || refunds != 4 {
 		t.Errorf("consume throttle: %d allows, %d refunds; want 5 and 4", allows, refunds)
+	}
+}
+
+// TestLoopPassLive sends an ACK, a publish and a consume pipelined on one
+// connection, so that one loop pass runs them, on the Redis engine (whose
+// pass sends them to Redis together, engine.Pipeliner): each is answered,
+// in order, and the consume gets the job published before it in the pass.
+func TestLoopPassLive(t *testing.T) {
+	backends := map[string]func(t *testing.T) redis.UniversalClient{
+		"miniredis": func(*testing.T) redis.UniversalClient { return nil },
+		"redis":     func(t *testing.T) redis.UniversalClient { return redistest.Start(t).Client() },
+	}
+	for name, backend := range backends {
+		t.Run(name, func(t *testing.T) {
+			l := startLive(t, liveOptions{client: backend(t)})
+			token := l.token(t, "ns", auth.Scope{})
+			conn := dialLoop(t, l.srv.Addr(), 10*time.Second)
+			br := bufio.NewReader(conn)
+			jobID := func(a liveResponse) string {
+				var out struct {
+					JobID string `json:"job_id"`
+				}
+				_ = json.Unmarshal([]byte(a.body), &out)
+				return out.JobID
+			}
+			put := func(body string) string {
+				return fmt.Sprintf("PUT /api/ns/q?delay=0 HTTP/1.1\r\nHost: kairos\r\nX-Token: %s\r\nContent-Length: %d\r\n\r\n%s", token, len(body), body)
+			}
+			get := fmt.Sprintf("GET /api/ns/q?timeout=0 HTTP/1.1\r\nHost: kairos\r\nX-Token: %s\r\n\r\n", token)
+			_, _ = io.WriteString(conn, put("first")+get)
+			a := readAnswers(t, br, 2)
+			first := jobID(a[1])
+			if a[0].status != 201 || a[1].status != 200 || first == "" || first != jobID(a[0]) {
+				t.Fatalf("publish, consume: %+v", a)
+			}
+			for round := 0; round < 3; round++ {
+				body := fmt.Sprintf("job-%d", round)
+				_, _ = io.WriteString(conn, fmt.Sprintf("DELETE /api/ns/q/job/%s HTTP/1.1\r\nHost: kairos\r\nX-Token: %s\r\n\r\n", first, token)+put(body)+get)
+				a = readAnswers(t, br, 3)
+				if a[0].status != 204 || a[1].status != 201 || a[2].status != 200 {
+					t.Fatalf("round %d: ACK, publish, consume: %+v", round, a)
+				}
+				if id := jobID(a[2]); id != jobID(a[1]) || !strings.Contains(a[2].body, base64.StdEncoding.EncodeToString([]byte(body))) {
+					t.Fatalf("round %d: consumed %s, want the job published before it (%s)", round, a[2].body, a[1].body)
+				}
+				if r := liveDo(t, "GET", l.api+"/api/ns/q/job/"+first, nil, tok(token)); r.status != 404 {
+					t.Fatalf("round %d: job %s after its ACK: %d %s", round, first, r.status, r.body)
+				}
+				first = jobID(a[2])
+			}
+		})
 	}
 }
 

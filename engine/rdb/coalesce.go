@@ -55,6 +55,9 @@ func newCoalescer[T any](max int, run func(context.Context, []*batchCall[T])) *c
 // do runs in on key, alone or with concurrent calls, and returns in (with
 // its results set) and the error.
 func (c *coalescer[T]) do(ctx context.Context, key string, in T) (T, error) {
+	// A batch led from a pass step must not wait for the pass's round:
+	// others wait for it.
+	ctx = outsidePass(ctx)
 	call, _ := c.pool.Get().(*batchCall[T])
 	if call == nil {
 		call = &batchCall[T]{done: make(chan struct{}, 1)}

@@ -174,9 +174,13 @@ func (e *Engine) Run(ctx context.Context) error {
 	return nil
 }
 
-// runScript runs a hot-path script: through the auto-pipeline while Run
-// runs, else in its own round trip.
+// runScript runs a hot-path script: with the other calls of its pass
+// (pass.go) or through the auto-pipeline while Run runs, else in its own
+// round trip.
 func (e *Engine) runScript(ctx context.Context, s *redis.Script, keys []string, args ...interface{}) *redis.Cmd {
+	if st := stepOf(ctx); st != nil {
+		return st.run(ctx, s, keys, args)
+	}
 	if p := e.pipe.Load(); p != nil {
 		return p.run(ctx, s, keys, args...)
 	}

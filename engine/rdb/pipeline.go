@@ -25,6 +25,7 @@ type pipeCall struct {
 	args   []interface{}
 	cmd    *redis.Cmd
 	done   chan struct{}
+	rank   int // the step's place, for calls of a pass (pass.go)
 }
 
 // autoPipeline batches concurrent calls over a few sender goroutines.

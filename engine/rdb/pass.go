@@ -1,0 +1,121 @@
+package rdb
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Passes: the steps of one event-loop pass (its ACKs, its publishes, its
+// consumes) run side by side, and their script calls go to Redis together,
+// one pipeline per round, in step order. A round is sent when every step
+// that has not finished is waiting on a call, so the calls of a pass that
+// would have been sequential round trips share one: Redis runs them in the
+// order the steps were given, as it ran the sequential calls, in one read
+// and one write.
+
+// pass gathers the script calls of the steps of one Together.
+type pass struct {
+	pipe   *autoPipeline
+	mu     sync.Mutex
+	active int         // steps not finished
+	calls  []*pipeCall // this round's calls, one per waiting step
+}
+
+// step is what a step's context carries: its pass and its place.
+type step struct {
+	p    *pass
+	rank int
+}
+
+type stepKey struct{}
+
+// Together implements engine.Pipeliner: it runs the steps concurrently,
+// the first on the calling goroutine, and returns when all have returned.
+// A step must not wait for another step except through its own Redis calls.
+func (e *Engine) Together(ctx context.Context, steps ...func(context.Context)) {
+	p := e.pipe.Load()
+	if p == nil || len(steps) < 2 {
+		for _, f := range steps {
+			f(ctx)
+		}
+		return
+	}
+	ps := &pass{pipe: p, active: len(steps), calls: make([]*pipeCall, 0, len(steps))}
+	var wg sync.WaitGroup
+	for i := 1; i < len(steps); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ps.runStep(ctx, i, steps[i])
+		}()
+	}
+	ps.runStep(ctx, 0, steps[0])
+	wg.Wait()
+}
+
+func (ps *pass) runStep(ctx context.Context, rank int, f func(context.Context)) {
+	defer ps.leave()
+	f(context.WithValue(ctx, stepKey{}, &step{p: ps, rank: rank}))
+}
+
+// stepOf returns the pass step ctx belongs to, or nil.
+func stepOf(ctx context.Context) *step {
+	s, _ := ctx.Value(stepKey{}).(*step)
+	return s
+}
+
+// outsidePass returns ctx without its pass step, for work done on behalf
+// of others (a coalesced batch's leader), which must never wait for a
+// pass's other steps.
+func outsidePass(ctx context.Context) context.Context {
+	if stepOf(ctx) == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, stepKey{}, (*step)(nil))
+}
+
+// run adds a step's call to the round and waits for its reply; the step
+// that completes the round sends it.
+func (s *step) run(ctx context.Context, sc *redis.Script, keys []string, args []interface{}) *redis.Cmd {
+	ps := s.p
+	c := callPool.Get().(*pipeCall)
+	c.ctx, c.script, c.keys, c.args, c.rank = ctx, sc, keys, args, s.rank
+	ps.mu.Lock()
+	ps.calls = append(ps.calls, c)
+	round := ps.roundLocked()
+	ps.mu.Unlock()
+	if round != nil {
+		ps.pipe.exec(round)
+	}
+	<-c.done
+	cmd := c.cmd
+	c.ctx, c.script, c.keys, c.args, c.cmd = nil, nil, nil, nil, nil
+	callPool.Put(c)
+	return cmd
+}
+
+// leave marks a step finished; the round may now be complete.
+func (ps *pass) leave() {
+	ps.mu.Lock()
+	ps.active--
+	round := ps.roundLocked()
+	ps.mu.Unlock()
+	if round != nil {
+		ps.pipe.exec(round)
+	}
+}
+
+// roundLocked takes the round's calls, in step order, once every step
+// still running waits on one; else it returns nil.
+func (ps *pass) roundLocked() []*pipeCall {
+	if len(ps.calls) == 0 || len(ps.calls) < ps.active {
+		return nil
+	}
+	round := ps.calls
+	ps.calls = make([]*pipeCall, 0, ps.active)
+	slices.SortFunc(round, func(a, b *pipeCall) int { return a.rank - b.rank })
+	return round
+}
