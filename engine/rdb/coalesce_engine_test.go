@@ -449,13 +449,8 @@ func TestCoalescePublishAcrossQueues(t *testing.T) {
 			}
 			fresh := engine.NewJobID(clock.Now(), 0, false)
 			now := clock.Now().UnixMilli()
-			keys := []string{timerIndexKey, metaNamespacesKey,
-				readyKey(ns, "a"), timerKey(ns, "a"), prioKey(ns, "a"), configKey(ns, "a"), metaQueuesKey(ns),
-				readyKey(ns, "b"), timerKey(ns, "b"), prioKey(ns, "b"), configKey(ns, "b"), metaQueuesKey(ns),
-				jobKey(ns, "a", fresh), jobKey(ns, "b", taken)}
-			args := []interface{}{now, timerChannel, 2,
-				queueMember(ns, "a"), readyChannel(ns, "a"), "1", ns, "a",
-				queueMember(ns, "b"), readyChannel(ns, "b"), "1", ns, "b",
+			keys := []string{timerIndexKey, metaNamespacesKey, jobKey(ns, "a", fresh), jobKey(ns, "b", taken)}
+			args := []interface{}{now, timerChannel, 2, queueMember(ns, "a"), "1", queueMember(ns, "b"), "1",
 				1, fresh, newValue(true, 1, 0, now, []byte("a")), 0, now, 1, 0,
 				2, taken, newValue(true, 1, 0, now, []byte("b")), 0, now, 1, 0}
 			res, err := publishManyScript.Run(ctx, client, keys, args...).Int64Slice()

@@ -334,21 +334,18 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		group[i] = g
 	}
 	m := len(queues)
-	keys := make([]string, 2+5*m+len(batch))
-	args := make([]interface{}, 3+5*m+7*len(batch))
+	keys := make([]string, 2+len(batch))
+	args := make([]interface{}, 3+2*m+7*len(batch))
 	keys[0], keys[1] = timerIndexKey, metaNamespacesKey
 	args[0], args[1], args[2] = nowMS, timerChannel, m
 	for g, qu := range queues {
-		k, a := 2+5*g, 3+5*g
-		qn := qu.names
-		keys[k], keys[k+1], keys[k+2], keys[k+3], keys[k+4] = qn.ready, qn.timer, qn.prio, qn.config, qn.metaQueues
 		record := "0"
 		if qu.record {
 			record = "1"
 		}
-		args[a], args[a+1], args[a+2], args[a+3], args[a+4] = qn.member, qn.channel, record, qu.ns, qu.q
+		args[3+2*g], args[4+2*g] = qu.names.member, record
 	}
-	k0, a0 := 2+5*m, 3+5*m
+	k0, a0 := 2, 3+2*m
 	fail := func(err error) {
 		for _, c := range batch {
 			c.err = err

@@ -199,35 +199,36 @@ return {0, #ready, earliest}
 // publishManyScript stores plain jobs (server-made IDs, no replaced job, no
 // idempotency key) of several queues of the pool and makes each ready or
 // schedules it, in one step: either every job is written or none is. It is
-// publishScript for coalesced publishes across queues (coalesce.go); on a
-// future Redis Cluster pool its batches would be grouped by hash slot.
+// publishScript for coalesced publishes across queues (coalesce.go). Like
+// the pump it builds each queue's key names from its index member (the
+// {ns/q} tag), so that a queue costs two arguments, not ten: at 10,000
+// queues a batch's jobs are of as many queues. On a future Redis Cluster
+// pool its batches would be grouped by hash slot.
 //
 //	KEYS[1]  timer index   KEYS[2]  namespace registry m/ns
-//	per queue g (1..m), KEYS[2+5(g-1)+1..5]: ready list q/{ns/q}, timer t/{ns/q},
-//	         priority set p/{ns/q}, queue config c/{ns/q}, queue registry m/ns/NS
-//	KEYS[3+5m…] body keys j/{ns/q}/ID, one per job
+//	KEYS[2+i] body keys j/{ns/q}/ID, one per job
 //	ARGV[1]  now (ms)   ARGV[2] timer channel   ARGV[3] m, the number of queues
-//	per queue g, ARGV[3+5(g-1)+1..5]: index member ns/q, ready channel n/ns/q,
-//	         "1" to record the queue in lmstfy's registries (else "0"), ns, q
-//	per job i, ARGV[3+5m+7(i-1)+1..7]: queue g, id, value (header + payload),
+//	per queue g (1..m), ARGV[3+2g-1..3+2g]: index member ns/q, "1" to
+//	         record the queue in lmstfy's registries (else "0")
+//	per job i, ARGV[3+2m+7(i-1)+1..7]: queue g, id, value (header + payload),
 //	         ttl (ms, 0 = forever), due (ms), tries, priority
 //
 // Returns {0, made ready, new earliest due of the pool or 0}, or {i} when
 // job i's body key exists (nothing written).
 var publishManyScript = script(`
 local now, m = tonumber(ARGV[1]), tonumber(ARGV[3])
-local k0, a0 = 2 + 5 * m, 3 + 5 * m
-local n = #KEYS - k0
+local a0 = 3 + 2 * m
+local n = #KEYS - 2
 for i = 1, n do
   local b = a0 + (i - 1) * 7
   local ok
   if ARGV[b + 4] ~= '0' then
-    ok = redis.call('SET', KEYS[k0 + i], ARGV[b + 3], 'NX', 'PX', ARGV[b + 4])
+    ok = redis.call('SET', KEYS[2 + i], ARGV[b + 3], 'NX', 'PX', ARGV[b + 4])
   else
-    ok = redis.call('SET', KEYS[k0 + i], ARGV[b + 3], 'NX')
+    ok = redis.call('SET', KEYS[2 + i], ARGV[b + 3], 'NX')
   end
   if not ok then
-    for k = 1, i - 1 do redis.call('DEL', KEYS[k0 + k]) end
+    for k = 1, i - 1 do redis.call('DEL', KEYS[2 + k]) end
     return {i}
   end
 end
@@ -237,13 +238,13 @@ for i = 1, n do
   local b = a0 + (i - 1) * 7
   local g, id = tonumber(ARGV[b + 1]), ARGV[b + 2]
   local due, tries, prio = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7])
-  local k = 2 + 5 * (g - 1)
+  local tag = '{' .. ARGV[2 + 2 * g] .. '}'
   if due > now then
-    redis.call('ZADD', KEYS[k + 2], ARGV[b + 5], id)
+    redis.call('ZADD', 't/' .. tag, ARGV[b + 5], id)
     if not mindue[g] or due < mindue[g] then mindue[g] = due end
   else
     if prio > 0 then
-      push_ready(KEYS[k + 1], KEYS[k + 3], KEYS[k + 4], prio, tries, id)
+      push_ready('q/' .. tag, 'p/' .. tag, 'c/' .. tag, prio, tries, id)
     else
       ready[g] = ready[g] or {}
       ready[g][#ready[g] + 1] = entry(tries, id)
@@ -254,15 +255,16 @@ for i = 1, n do
 end
 local earliest = 0
 for g = 1, m do
-  local k, a = 2 + 5 * (g - 1), 3 + 5 * (g - 1)
-  if ARGV[a + 3] == '1' then
-    redis.call('HSET', KEYS[2], ARGV[a + 4], 1)
-    redis.call('HSET', KEYS[k + 5], ARGV[a + 5], 1)
+  local member = ARGV[2 + 2 * g]
+  if ARGV[3 + 2 * g] == '1' then
+    local ns, q = string.match(member, '^([^/]+)/(.+)$')
+    redis.call('HSET', KEYS[2], ns, 1)
+    redis.call('HSET', 'm/ns/' .. ns, q, 1)
   end
-  if ready[g] then redis.call('LPUSH', KEYS[k + 1], unpack(ready[g])) end
-  if made[g] then redis.call('PUBLISH', ARGV[a + 2], made[g]) end
+  if ready[g] then redis.call('LPUSH', 'q/{' .. member .. '}', unpack(ready[g])) end
+  if made[g] then redis.call('PUBLISH', 'n/' .. member, made[g]) end
   if mindue[g] then
-    local e = lower_index(KEYS[1], ARGV[a + 1], mindue[g], ARGV[2])
+    local e = lower_index(KEYS[1], member, mindue[g], ARGV[2])
     if e > 0 and (earliest == 0 or e < earliest) then earliest = e end
   end
 end
