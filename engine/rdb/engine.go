@@ -68,6 +68,8 @@ type Engine struct {
 
 	pumpWake chan struct{}
 	waiters  *waiters
+	// stepWorkers run the steps of event-loop passes (pass.go).
+	stepWorkers workers
 	// pipe batches hot-path scripts while Run runs (nil otherwise, or
 	// with NoAutoPipeline): see pipeline.go.
 	pipe     atomic.Pointer[autoPipeline]
@@ -132,6 +134,8 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 		pumpWake: make(chan struct{}, 1),
 		meta:     make(map[string]struct{}),
 		names:    newMemo(func(k [3]string) *queueNames { return newQueueNames(k[0], k[1]) }),
+
+		stepWorkers: workers{tasks: make(chan func())},
 	}
 	for _, s := range allScripts {
 		if err := s.Load(ctx, client).Err(); err != nil {

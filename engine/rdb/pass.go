@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -47,13 +48,46 @@ func (e *Engine) Together(ctx context.Context, steps ...func(context.Context)) {
 	var wg sync.WaitGroup
 	for i := 1; i < len(steps); i++ {
 		wg.Add(1)
-		go func() {
+		e.stepWorkers.run(func() {
 			defer wg.Done()
 			ps.runStep(ctx, i, steps[i])
-		}()
+		})
 	}
 	ps.runStep(ctx, 0, steps[0])
 	wg.Wait()
+}
+
+// stepWorkerIdle is how long a step worker waits for work before it ends.
+const stepWorkerIdle = 10 * time.Second
+
+// workers run pass steps on goroutines that stay for the next pass: a
+// fresh goroutine per step spent more on growing its stack (go-redis's
+// calls are deep) than on the step.
+type workers struct {
+	tasks chan func() // unbuffered: a send succeeds only to an idle worker
+}
+
+func (w *workers) run(f func()) {
+	select {
+	case w.tasks <- f:
+	default:
+		go w.work(f)
+	}
+}
+
+func (w *workers) work(f func()) {
+	f()
+	idle := time.NewTimer(stepWorkerIdle)
+	defer idle.Stop()
+	for {
+		select {
+		case f := <-w.tasks:
+			f()
+			idle.Reset(stepWorkerIdle)
+		case <-idle.C:
+			return
+		}
+	}
 }
 
 func (ps *pass) runStep(ctx context.Context, rank int, f func(context.Context)) {
