@@ -23,9 +23,9 @@ import "github.com/redis/go-redis/v9"
 // values are decoded with string.byte/string.sub, so that every script also
 // runs on miniredis, which has no struct library.
 //
-// The pump builds per-queue key names from the timer index members (the
-// {ns/q} tag), as doc/keys.md says; every other script gets its fixed keys
-// in KEYS and builds only job body keys from a prefix.
+// The pump and publishManyScript build per-queue key names from the timer
+// index members (the {ns/q} tag), as doc/keys.md says; every other script
+// gets its fixed keys in KEYS and builds only job body keys from a prefix.
 
 // luaLib is prepended to every script.
 const luaLib = `
