@@ -548,25 +548,22 @@ func decimalParam(v []byte, present bool, bits int, def uint64) (uint64, bool) {
 // then publishes, then consumes — and appends each answer to its
 // connection's output in the order the requests came.
 func (s *Server) runFast(items []*fastItem, date []byte) {
+	if len(items) == 0 {
+		return
+	}
 	ctx := context.Background()
 	// The kinds present, in the order they run; with one engine that can,
 	// their calls share round trips (engine.Pipeliner).
-	var kinds []fastKind
-	var eng engine.Batcher
-	oneEngine := true
-	for _, kind := range [...]fastKind{kindAck, kindPublish, kindConsume} {
-		for _, it := range items {
-			if it.kind == kind {
-				kinds = append(kinds, kind)
-				break
-			}
-		}
-	}
+	var present [kindAck + 1]bool
+	eng, oneEngine := items[0].eng, true
 	for _, it := range items {
-		if eng == nil {
-			eng = it.eng
-		} else if it.eng != eng {
-			oneEngine = false
+		present[it.kind] = true
+		oneEngine = oneEngine && it.eng == eng
+	}
+	var kinds []fastKind
+	for _, kind := range [...]fastKind{kindAck, kindPublish, kindConsume} {
+		if present[kind] {
+			kinds = append(kinds, kind)
 		}
 	}
 	if p, ok := eng.(engine.Pipeliner); ok && oneEngine && len(kinds) > 1 {

@@ -21,6 +21,7 @@ import (
 	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/engine"
 	"github.com/kairos-dev/kairos/engine/rdb"
+	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 	"github.com/kairos-dev/kairos/server/webhook"
 )
 
@@ -57,6 +58,13 @@ type live struct {
 	logs      *syncBuffer
 	api       string // http://host:port of the public listener
 	admin     string // http://host:port of the admin listener
+}
+
+// liveBackends are the Redis servers the live tests run on, as clients for
+// liveOptions.client: nil (a fresh miniredis) and a real redis-server.
+var liveBackends = map[string]func(t *testing.T) redis.UniversalClient{
+	"miniredis": func(*testing.T) redis.UniversalClient { return nil },
+	"redis":     func(t *testing.T) redis.UniversalClient { return redistest.Start(t).Client() },
 }
 
 // liveOptions tune startLive.

@@ -11,7 +11,6 @@ import (
 
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/config"
-	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 )
 
 // TestRateLimitAcrossInstances: two server instances over one Redis (each
@@ -20,11 +19,7 @@ import (
 // through, for publishes and for consumes, on miniredis and on a real
 // redis-server, with tokens in clear and hashed.
 func TestRateLimitAcrossInstances(t *testing.T) {
-	backends := map[string]func(t *testing.T) redis.UniversalClient{
-		"miniredis": func(*testing.T) redis.UniversalClient { return nil },
-		"redis":     func(t *testing.T) redis.UniversalClient { return redistest.Start(t).Client() },
-	}
-	for name, backend := range backends {
+	for name, backend := range liveBackends {
 		for _, hash := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/HashTokens=%v", name, hash), func(t *testing.T) {
 				t.Parallel()

@@ -115,8 +115,7 @@ func outsidePass(ctx context.Context) context.Context {
 // that completes the round sends it.
 func (s *step) run(ctx context.Context, sc *redis.Script, keys []string, args []interface{}) *redis.Cmd {
 	ps := s.p
-	c := callPool.Get().(*pipeCall)
-	c.ctx, c.script, c.keys, c.args, c.rank = ctx, sc, keys, args, s.rank
+	c := newCall(ctx, sc, keys, args, s.rank)
 	ps.mu.Lock()
 	ps.calls = append(ps.calls, c)
 	round := ps.roundLocked()
@@ -124,11 +123,7 @@ func (s *step) run(ctx context.Context, sc *redis.Script, keys []string, args []
 	if round != nil {
 		ps.pipe.exec(round)
 	}
-	<-c.done
-	cmd := c.cmd
-	c.ctx, c.script, c.keys, c.args, c.cmd = nil, nil, nil, nil, nil
-	callPool.Put(c)
-	return cmd
+	return c.wait()
 }
 
 // leave marks a step finished; the round may now be complete.

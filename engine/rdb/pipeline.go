@@ -63,10 +63,22 @@ func (p *autoPipeline) run(ctx context.Context, s *redis.Script, keys []string, 
 		p.mu.RUnlock()
 		return s.Run(ctx, p.c, keys, args...)
 	}
-	c := callPool.Get().(*pipeCall)
-	c.ctx, c.script, c.keys, c.args = ctx, s, keys, args
+	c := newCall(ctx, s, keys, args, 0)
 	p.calls <- c
 	p.mu.RUnlock()
+	return c.wait()
+}
+
+// newCall takes a call from the pool.
+func newCall(ctx context.Context, s *redis.Script, keys []string, args []interface{}, rank int) *pipeCall {
+	c := callPool.Get().(*pipeCall)
+	c.ctx, c.script, c.keys, c.args, c.rank = ctx, s, keys, args, rank
+	return c
+}
+
+// wait waits for the call's reply, returns it and gives the call back to
+// the pool.
+func (c *pipeCall) wait() *redis.Cmd {
 	<-c.done
 	cmd := c.cmd
 	c.ctx, c.script, c.keys, c.args, c.cmd = nil, nil, nil, nil, nil
