@@ -385,8 +385,9 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 				if qu.record {
 					e.markQueue(qu.names.member)
 				}
-				e.metrics.published(e.pool, qu.ns, qu.q, qu.jobs)
+				e.metrics.publishedQueue(e.pool, qu.ns, qu.q, qu.jobs)
 			}
+			e.metrics.publishedPool(e.pool, len(batch))
 			fail(e.replicaShortfall("publish", replicas))
 			return
 		}

@@ -60,10 +60,23 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 }
 
 func (m *Metrics) published(pool, ns, q string, n int) {
+	m.publishedPool(pool, n)
+	m.publishedQueue(pool, ns, q, n)
+}
+
+// publishedPool and publishedQueue are published's halves, for a batch of
+// several queues: the pool's series is looked up once per batch.
+func (m *Metrics) publishedPool(pool string, n int) {
 	if m == nil {
 		return
 	}
 	m.publish.WithLabelValues(pool).Add(float64(n))
+}
+
+func (m *Metrics) publishedQueue(pool, ns, q string, n int) {
+	if m == nil {
+		return
+	}
 	m.publishSeries.get([3]string{pool, ns, q}).Add(float64(n))
 }
 
