@@ -41,19 +41,19 @@ func TestPublishMetrics(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if got := value(t, metrics.publish.WithLabelValues(e.pool)); got != queues*per {
+	if got := counterValue(t, metrics.publish.WithLabelValues(e.pool)); got != queues*per {
 		t.Errorf("publish_jobs = %v, want %d", got, queues*per)
 	}
 	for i := 0; i < queues; i++ {
 		q := fmt.Sprintf("q%d", i)
-		if got := value(t, metrics.publishQueue.WithLabelValues(e.pool, "pm", q)); got != per {
+		if got := counterValue(t, metrics.publishQueue.WithLabelValues(e.pool, "pm", q)); got != per {
 			t.Errorf("publish_queue_jobs of %s = %v, want %d", q, got, per)
 		}
 	}
 }
 
-// value reads a counter.
-func value(t *testing.T, c prometheus.Counter) float64 {
+// counterValue reads a counter (as the server tests' counterValue).
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	t.Helper()
 	var m dto.Metric
 	if err := c.Write(&m); err != nil {
