@@ -20,7 +20,8 @@ import (
 // with the number of jobs, and that many waiters are woken, oldest first.
 // A woken waiter runs the consume script again; if another server took the
 // job, it registers again. A sweep every second re-checks queues with
-// waiters (LLEN, pipelined) to cover messages lost while Pub/Sub reconnects.
+// waiters (LLEN and ZCARD, pipelined) to cover messages lost while Pub/Sub
+// reconnects.
 //
 // A consumer that may wait need not look when the server already knows its
 // queues to be empty: a look found them empty after this server was
@@ -409,12 +410,13 @@ func (w *waiters) wait(ctx context.Context, req *engine.ConsumeRequest) ([]*engi
 	}
 }
 
-// sweep wakes waiters of queues that have jobs although no message came,
-// and drops subscriptions idle for a while.
+// sweep wakes waiters of queues that have jobs (in the ready list or the
+// priority set) although no message came, and drops subscriptions idle for
+// a while.
 func (w *waiters) sweep(ctx context.Context) {
 	type probe struct {
-		c   string
-		cmd *redis.IntCmd
+		c          string
+		ready, pri *redis.IntCmd
 	}
 	var probes []probe
 	var idle []string
@@ -433,10 +435,10 @@ func (w *waiters) sweep(ctx context.Context) {
 		}
 	}
 	ps := w.ps
-	keys := make([]string, len(probes))
+	queues := make([][2]string, len(probes))
 	for i, p := range probes {
 		st := w.chans[p.c]
-		keys[i] = readyKey(st.ns, st.q)
+		queues[i] = [2]string{st.ns, st.q}
 	}
 	w.mu.Unlock()
 	if len(idle) > 0 && ps != nil {
@@ -446,8 +448,9 @@ func (w *waiters) sweep(ctx context.Context) {
 		return
 	}
 	_, err := w.e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range probes {
-			probes[i].cmd = p.LLen(ctx, keys[i])
+		for i, nq := range queues {
+			probes[i].ready = p.LLen(ctx, readyKey(nq[0], nq[1]))
+			probes[i].pri = p.ZCard(ctx, prioKey(nq[0], nq[1]))
 		}
 		return nil
 	})
@@ -455,7 +458,7 @@ func (w *waiters) sweep(ctx context.Context) {
 		return
 	}
 	for _, p := range probes {
-		if n := p.cmd.Val(); n > 0 {
+		if n := p.ready.Val() + p.pri.Val(); n > 0 {
 			w.notify(p.c, int(n))
 		}
 	}

@@ -168,3 +168,67 @@ func TestKnownEmpty(t *testing.T) {
 		})
 	}
 }
+
+// TestSweepPriority: a job made ready without a message (one lost while
+// Pub/Sub reconnected) reaches a waiting consumer at the next sweep, also
+// when it is in the queue's priority set rather than its ready list.
+func TestSweepPriority(t *testing.T) {
+	for _, tier := range coalesceTiers {
+		t.Run(tier.name, func(t *testing.T) {
+			ctx := context.Background()
+			client := tier.client(t)
+			clock := newTestClock()
+			e := startEngine(t, client, clock)
+			const ns, q = "sw", "q"
+			req := engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, TTR: time.Minute, Count: 1, Timeout: 50 * time.Millisecond}
+			// A first wait leaves the queue known empty, so that the next
+			// one is parked as soon as it is registered (it does not look).
+			if jobs, err := e.Consume(ctx, &req); err != nil || len(jobs) != 0 || !e.waiters.knownEmpty(ns, req.Queues) {
+				t.Fatalf("first wait: %v, %v, known empty %v", jobs, err, e.waiters.knownEmpty(ns, req.Queues))
+			}
+			req.Timeout = 10 * time.Second
+			got := make(chan []*engine.Job, 1)
+			go func() {
+				jobs, _ := e.Consume(ctx, &req)
+				got <- jobs
+			}()
+			waitFor(t, "the waiter", func() bool {
+				e.waiters.mu.Lock()
+				defer e.waiters.mu.Unlock()
+				st := e.waiters.chans[readyChannel(ns, q)]
+				return st != nil && st.waiting.Len() == 1
+			})
+
+			// A priority job written as the publish script would, with no
+			// message.
+			payload, err := encodePayload(0, []byte("p"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := engine.NewJobID(clock.Now(), 0, false)
+			if err := client.HSet(ctx, configKey(ns, q), "seq", 1).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := client.Set(ctx, jobKey(ns, q, id), newValue(true, 1, 5, 0, payload), 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := client.ZAdd(ctx, prioKey(ns, q), redis.Z{Score: 1, Member: packEntry(1, id)}).Err(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case jobs := <-got:
+				t.Fatalf("the waiter got %v before any sweep", jobs)
+			case <-time.After(50 * time.Millisecond):
+			}
+			e.waiters.sweep(ctx)
+			select {
+			case jobs := <-got:
+				if len(jobs) != 1 || jobs[0].ID != id || string(jobs[0].Body) != "p" {
+					t.Fatalf("waiter got %v, want job %s", jobs, id)
+				}
+			case <-time.After(500 * time.Millisecond):
+				t.Fatal("the sweep did not wake the waiter of a queue holding a priority job")
+			}
+		})
+	}
+}
