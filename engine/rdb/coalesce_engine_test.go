@@ -571,3 +571,38 @@ func TestPublishEach(t *testing.T) {
 		})
 	}
 }
+
+// TestRegistryAfterDestroy: a queue is recorded in lmstfy's registries at
+// its first publish through this engine, and again at the first publish
+// after it was destroyed, on both publish paths (coalesced and batch).
+func TestRegistryAfterDestroy(t *testing.T) {
+	for _, tier := range coalesceTiers {
+		t.Run(tier.name, func(t *testing.T) {
+			ctx := context.Background()
+			client := tier.client(t)
+			e := startEngine(t, client, newTestClock())
+			const ns, q = "rd", "q"
+			job := func() *engine.PublishRequest {
+				return &engine.PublishRequest{Namespace: ns, Queue: q, Body: []byte("x"), TTL: time.Hour, Tries: 1}
+			}
+			publishes := map[string]func() error{
+				"coalesced": func() error { _, err := e.Publish(ctx, job()); return err },
+				"batch":     func() error { _, err := e.PublishBatch(ctx, []*engine.PublishRequest{job(), job()}); return err },
+			}
+			for _, path := range []string{"coalesced", "batch", "coalesced"} {
+				if err := publishes[path](); err != nil {
+					t.Fatalf("%s publish: %v", path, err)
+				}
+				if !client.HExists(ctx, metaQueuesKey(ns), q).Val() {
+					t.Fatalf("after a %s publish the queue is not in the registry", path)
+				}
+				if _, err := e.Destroy(ctx, ns, q); err != nil {
+					t.Fatal(err)
+				}
+				if client.HExists(ctx, metaQueuesKey(ns), q).Val() {
+					t.Fatal("the destroyed queue is still in the registry")
+				}
+			}
+		})
+	}
+}

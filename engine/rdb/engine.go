@@ -84,9 +84,7 @@ type Engine struct {
 	waitReplicas int
 	waitTimeout  time.Duration
 
-	names  *memo[*queueNames] // {ns, q, ""} → the queue's key names
-	metaMu sync.Mutex
-	meta   map[string]struct{} // ns/q already recorded in m/ns by this instance
+	names *memo[*queueNames] // {ns, q, ""} → the queue's key names
 }
 
 // Limits on the work of one script call.
@@ -132,7 +130,6 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 		maxWait:  opts.MaxPumpSleep,
 		metrics:  opts.Metrics,
 		pumpWake: make(chan struct{}, 1),
-		meta:     make(map[string]struct{}),
 		names:    newMemo(func(k [3]string) *queueNames { return newQueueNames(k[0], k[1]) }),
 
 		stepWorkers: workers{tasks: make(chan func())},
@@ -212,22 +209,12 @@ func durMS(d time.Duration) int64 {
 	return m
 }
 
-// newQueue reports whether the queue with index member ns/q is not yet
-// known to be in lmstfy's metadata registries (m/ns, m/ns/NS); the publish
-// script then records it in the same round trip, and markQueue remembers it
-// once that succeeded.
-func (e *Engine) newQueue(member string) bool {
-	e.metaMu.Lock()
-	defer e.metaMu.Unlock()
-	_, ok := e.meta[member]
-	return !ok
-}
+// newQueue reports whether the queue is not yet known to be in lmstfy's
+// metadata registries (m/ns, m/ns/NS); the publish script then records it
+// in the same round trip, and markQueue remembers it once that succeeded.
+func (e *Engine) newQueue(qn *queueNames) bool { return !qn.recorded.Load() }
 
-func (e *Engine) markQueue(member string) {
-	e.metaMu.Lock()
-	e.meta[member] = struct{}{}
-	e.metaMu.Unlock()
-}
+func (e *Engine) markQueue(qn *queueNames) { qn.recorded.Store(true) }
 
 func checkNames(ns, q string) error {
 	if !engine.ValidName(ns) || !engine.ValidQueueName(q) {
@@ -323,16 +310,16 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		jobs   int
 	}
 	var queues []queue
-	index := make(map[[2]string]int, 4) // {ns, q} → position in queues
+	index := make(map[*queueNames]int, 4) // → position in queues
 	group := make([]int, len(batch))
 	for i, c := range batch {
 		r := c.in.req
-		g, ok := index[[2]string{r.Namespace, r.Queue}]
+		qn := e.names.get([3]string{r.Namespace, r.Queue})
+		g, ok := index[qn]
 		if !ok {
 			g = len(queues)
-			index[[2]string{r.Namespace, r.Queue}] = g
-			qn := e.names.get([3]string{r.Namespace, r.Queue})
-			queues = append(queues, queue{ns: r.Namespace, q: r.Queue, names: qn, record: e.newQueue(qn.member)})
+			index[qn] = g
+			queues = append(queues, queue{ns: r.Namespace, q: r.Queue, names: qn, record: e.newQueue(qn)})
 		}
 		queues[g].jobs++
 		group[i] = g
@@ -383,9 +370,9 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 			}
 			for _, qu := range queues {
 				if qu.record {
-					e.markQueue(qu.names.member)
+					e.markQueue(qu.names)
 				}
-				e.metrics.publishedQueue(e.pool, qu.ns, qu.q, qu.jobs)
+				e.metrics.publishedQueue(e.pool, qu.ns, qu.q, qu.names, qu.jobs)
 			}
 			e.metrics.publishedPool(e.pool, len(batch))
 			fail(e.replicaShortfall("publish", replicas))
@@ -494,7 +481,8 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 		args[b+4] = int(r.Tries)
 		args[b+5] = r.Priority
 	}
-	record := e.newQueue(queueMember(ns, q))
+	qn := e.names.get([3]string{ns, q})
+	record := e.newQueue(qn)
 	if record {
 		keys = append(keys, metaNamespacesKey, metaQueuesKey(ns))
 		args = append(args, ns, q)
@@ -511,12 +499,13 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 				e.wakePump()
 			}
 			if record {
-				e.markQueue(queueMember(ns, q))
+				e.markQueue(qn)
 			}
 			if err := e.replicaShortfall("publish "+ns+"/"+q, replicas); err != nil {
 				return ids, err
 			}
-			e.metrics.published(e.pool, ns, q, len(reqs))
+			e.metrics.publishedPool(e.pool, len(reqs))
+			e.metrics.publishedQueue(e.pool, ns, q, qn, len(reqs))
 			return ids, nil
 		case code == -1 && len(res) == 2:
 			first, _ := res[1].(string)
@@ -977,9 +966,7 @@ func (e *Engine) Destroy(ctx context.Context, ns, q string) (int64, error) {
 	if err := e.rdb.HDel(ctx, metaQueuesKey(ns), q).Err(); err != nil {
 		return total, fmt.Errorf("destroy %s/%s: %w", ns, q, err)
 	}
-	e.metaMu.Lock()
-	delete(e.meta, queueMember(ns, q))
-	e.metaMu.Unlock()
+	e.names.get([3]string{ns, q}).recorded.Store(false)
 	return total, nil
 }
 

@@ -1,5 +1,7 @@
 package rdb
 
+import "sync/atomic"
+
 // Every Redis key and channel Kairos uses is built here. Keys of one queue
 // share the hash tag {ns/q}, so that on Redis Cluster every per-queue script
 // touches one slot (doc/keys.md).
@@ -43,9 +45,18 @@ func metaQueuesKey(ns string) string { return "m/ns/" + ns }
 
 // queueNames are the names a queue's hot-path scripts use, built once per
 // queue (Engine.names, keyed {ns, q, ""}) rather than concatenated for
-// every call.
+// every call, and what the engine remembers of the queue, so that a
+// publish looks a queue up once.
 type queueNames struct {
 	member, ready, timer, prio, config, channel, jobPrefix, metaQueues string
+
+	// recorded: this engine has recorded the queue in lmstfy's registries
+	// (m/ns, m/ns/NS). Lost when the memo is emptied: the next publish
+	// records it again, which is harmless.
+	recorded atomic.Bool
+	// publishes is the queue's publish counter (a prometheus.Counter), set
+	// at its first publish (Metrics.publishedQueue).
+	publishes atomic.Value
 }
 
 func newQueueNames(ns, q string) *queueNames {

@@ -59,13 +59,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-func (m *Metrics) published(pool, ns, q string, n int) {
-	m.publishedPool(pool, n)
-	m.publishedQueue(pool, ns, q, n)
-}
-
-// publishedPool and publishedQueue are published's halves, for a batch of
-// several queues: the pool's series is looked up once per batch.
+// publishedPool and publishedQueue count published jobs in the pool's
+// series and in the queue's; a batch of several queues looks the pool's
+// series up once.
 func (m *Metrics) publishedPool(pool string, n int) {
 	if m == nil {
 		return
@@ -73,11 +69,18 @@ func (m *Metrics) publishedPool(pool string, n int) {
 	m.publish.WithLabelValues(pool).Add(float64(n))
 }
 
-func (m *Metrics) publishedQueue(pool, ns, q string, n int) {
+// publishedQueue keeps the queue's series in qn, the queue's names, so that
+// it is looked up once per queue rather than once per batch.
+func (m *Metrics) publishedQueue(pool, ns, q string, qn *queueNames, n int) {
 	if m == nil {
 		return
 	}
-	m.publishSeries.get([3]string{pool, ns, q}).Add(float64(n))
+	c, _ := qn.publishes.Load().(prometheus.Counter)
+	if c == nil {
+		c = m.publishSeries.get([3]string{pool, ns, q})
+		qn.publishes.Store(c)
+	}
+	c.Add(float64(n))
 }
 
 func (m *Metrics) consumed(pool, ns string, jobs []*engine.Job, now time.Time) {
