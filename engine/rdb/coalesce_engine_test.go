@@ -451,8 +451,8 @@ func TestCoalescePublishAcrossQueues(t *testing.T) {
 			now := clock.Now().UnixMilli()
 			keys := []string{timerIndexKey, metaNamespacesKey, jobKey(ns, "a", fresh), jobKey(ns, "b", taken)}
 			args := []interface{}{now, timerChannel, 2, queueMember(ns, "a"), "1", queueMember(ns, "b"), "1",
-				1, fresh, newValue(true, 1, 0, now, []byte("a")), 0, now, 1, 0,
-				2, taken, newValue(true, 1, 0, now, []byte("b")), 0, now, 1, 0}
+				1, packEntry(1, fresh), newValue(true, 1, 0, now, []byte("a")), 0, 0, 0,
+				2, packEntry(1, taken), newValue(true, 1, 0, now, []byte("b")), 0, 0, 0}
 			res, err := publishManyScript.Run(ctx, client, keys, args...).Int64Slice()
 			if err != nil || len(res) != 1 || res[0] != 2 {
 				t.Fatalf("publishManyScript with a taken key = %v, %v; want [2]", res, err)

@@ -326,7 +326,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 	}
 	m := len(queues)
 	keys := make([]string, 2+len(batch))
-	args := make([]interface{}, 3+2*m+7*len(batch))
+	args := make([]interface{}, 3+2*m+6*len(batch))
 	keys[0], keys[1] = timerIndexKey, metaNamespacesKey
 	args[0], args[1], args[2] = nowMS, timerChannel, m
 	for g, qu := range queues {
@@ -353,9 +353,9 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		}
 		c.in.id = engine.NewJobID(now, r.Delay, r.Versioned)
 		keys[k0+i] = queues[group[i]].names.jobPrefix + c.in.id
-		b := a0 + 7*i
-		args[b], args[b+1], args[b+2] = group[i]+1, c.in.id, value
-		args[b+3], args[b+4], args[b+5], args[b+6] = durMS(r.TTL), due, int(r.Tries), r.Priority
+		b := a0 + 6*i
+		args[b], args[b+1], args[b+2] = group[i]+1, packEntry(r.Tries, c.in.id), value
+		args[b+3], args[b+4], args[b+5] = durMS(r.TTL), scriptDue(due, nowMS), r.Priority
 	}
 	for attempt := 0; ; attempt++ {
 		res, replicas, err := e.runPublish(ctx, publishManyScript, keys, args)
@@ -392,7 +392,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		// with a fresh one for that job.
 		batch[k].in.id = engine.NewJobID(now, r.Delay, r.Versioned)
 		keys[k0+k] = jobKey(r.Namespace, r.Queue, batch[k].in.id)
-		args[a0+7*k+1] = batch[k].in.id
+		args[a0+6*k+1] = packEntry(r.Tries, batch[k].in.id)
 	}
 }
 
@@ -445,7 +445,7 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 	generated := make([]bool, len(reqs))
 	keys := make([]string, 7+len(reqs))
 	keys[0], keys[1], keys[2], keys[3], keys[4] = readyKey(ns, q), timerKey(ns, q), timerIndexKey, prioKey(ns, q), configKey(ns, q)
-	args := make([]interface{}, 6+6*len(reqs))
+	args := make([]interface{}, 6+5*len(reqs))
 	args[0] = nowMS
 	args[1] = queueMember(ns, q)
 	args[2] = readyChannel(ns, q)
@@ -473,13 +473,12 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 			return nil, fmt.Errorf("publish %s/%s: %w", ns, q, err)
 		}
 		keys[7+i] = jobKey(ns, q, id)
-		b := 6 + 6*i
-		args[b] = id
+		b := 6 + 5*i
+		args[b] = packEntry(r.Tries, id)
 		args[b+1] = value
 		args[b+2] = durMS(r.TTL)
-		args[b+3] = due
-		args[b+4] = int(r.Tries)
-		args[b+5] = r.Priority
+		args[b+3] = scriptDue(due, nowMS)
+		args[b+4] = r.Priority
 	}
 	qn := e.names.get([3]string{ns, q})
 	record := e.newQueue(qn)
@@ -523,8 +522,17 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 		r := reqs[k]
 		ids[k] = engine.NewJobID(now, r.Delay, r.Versioned)
 		keys[7+k] = jobKey(ns, q, ids[k])
-		args[6+6*k] = ids[k]
+		args[6+5*k] = packEntry(r.Tries, ids[k])
 	}
+}
+
+// scriptDue is a job's due time as the publish scripts take it: 0 when
+// the job is ready at once (jobValue made it ready), else due (ms).
+func scriptDue(due, nowMS int64) int64 {
+	if due <= nowMS {
+		return 0
+	}
+	return due
 }
 
 // jobValue returns the value stored for job r published at nowMS (header +

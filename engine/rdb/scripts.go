@@ -119,12 +119,15 @@ func script(src string) *redis.Script { return redis.NewScript(luaLib + src) }
 //	KEYS[6]  body key of the job a re-publish replaces (used when ARGV[5] ≠ "")
 //	KEYS[7]  idempotency key u/{ns/q}/KEY (used when ARGV[6] = "1")
 //	KEYS[8…] body keys j/{ns/q}/ID, one per job
-//	ARGV[1]  now (ms)    ARGV[2] index member ns/q
+//	ARGV[1]  now (ms; the caller decided by it which jobs are ready, so
+//	         the script does not read it)    ARGV[2] index member ns/q
 //	ARGV[3]  ready channel n/ns/q    ARGV[4] timer channel
 //	ARGV[5]  ID of the replaced job, or ""
 //	ARGV[6]  "1" when KEYS[7] is used
-//	ARGV[7+6k…] per job k: id, value (header + payload, built by the caller),
-//	         ttl (ms, 0 = forever), due (ms), tries, priority
+//	ARGV[7+5k…] per job k: its ready entry (packed tries and id, as the
+//	         ready list holds it), value (header + payload, built by the
+//	         caller), ttl (ms, 0 = forever), due (ms; 0 when ready now),
+//	         priority; so a plain job made ready costs no Lua decoding
 //	optionally, the first publish to a queue through this server: two more
 //	KEYS, lmstfy's registries m/ns and m/ns/NS, and two more ARGV, ns and q.
 //
@@ -134,7 +137,7 @@ func script(src string) *redis.Script { return redis.NewScript(luaLib + src) }
 var publishScript = script(`
 local n = #KEYS - 7
 local meta = false
-if #ARGV ~= 6 + 6 * n then
+if #ARGV ~= 6 + 5 * n then
   n = #KEYS - 9
   meta = true
 end
@@ -142,11 +145,10 @@ if ARGV[6] == '1' then
   local prev = redis.call('GET', KEYS[7])
   if prev then return {-1, prev} end
 end
-local now = tonumber(ARGV[1])
 -- SET NX every job first: if one ID is taken, undo the ones written and
 -- report it, so that a batch is all or nothing.
 for i = 1, n do
-  local b = 7 + (i - 1) * 6
+  local b = 7 + (i - 1) * 5
   local ok
   if ARGV[b + 2] ~= '0' then
     ok = redis.call('SET', KEYS[7 + i], ARGV[b + 1], 'NX', 'PX', ARGV[b + 2])
@@ -163,37 +165,34 @@ if ARGV[5] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[5])
 end
 if ARGV[6] == '1' then
-  if tonumber(ARGV[9]) > 0 then redis.call('SET', KEYS[7], ARGV[7], 'PX', ARGV[9]) else redis.call('SET', KEYS[7], ARGV[7]) end
+  local id = eid(ARGV[7])
+  if tonumber(ARGV[9]) > 0 then redis.call('SET', KEYS[7], id, 'PX', ARGV[9]) else redis.call('SET', KEYS[7], id) end
 end
 if meta then
   redis.call('HSET', KEYS[#KEYS - 1], ARGV[#ARGV - 1], 1)
   redis.call('HSET', KEYS[#KEYS], ARGV[#ARGV], 1)
 end
-local ready, mindue = {}, nil
+local ready, made, mindue = {}, 0, nil
 for i = 1, n do
-  local b = 7 + (i - 1) * 6
-  local id, due, tries, prio = ARGV[b], tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
-  if due > now then
-    redis.call('ZADD', KEYS[2], ARGV[b + 3], id)
+  local b = 7 + (i - 1) * 5
+  local e = ARGV[b]
+  if ARGV[b + 3] ~= '0' then
+    local due = tonumber(ARGV[b + 3])
+    redis.call('ZADD', KEYS[2], ARGV[b + 3], eid(e))
     if not mindue or due < mindue then mindue = due end
-  elseif prio > 0 then
-    push_ready(KEYS[1], KEYS[4], KEYS[5], prio, tries, id)
-    ready[#ready + 1] = false
+  elseif ARGV[b + 4] ~= '0' then
+    push_ready(KEYS[1], KEYS[4], KEYS[5], tonumber(ARGV[b + 4]), r16(e, 1), eid(e))
+    made = made + 1
   else
-    ready[#ready + 1] = entry(tries, id)
+    ready[#ready + 1] = e
+    made = made + 1
   end
 end
-if #ready > 0 then
-  local batch = {}
-  for _, e in ipairs(ready) do
-    if e then batch[#batch + 1] = e end
-  end
-  if #batch > 0 then redis.call('LPUSH', KEYS[1], unpack(batch)) end
-  redis.call('PUBLISH', ARGV[3], #ready)
-end
+if #ready > 0 then redis.call('LPUSH', KEYS[1], unpack(ready)) end
+if made > 0 then redis.call('PUBLISH', ARGV[3], made) end
 local earliest = 0
 if mindue then earliest = lower_index(KEYS[3], ARGV[2], mindue, ARGV[4]) end
-return {0, #ready, earliest}
+return {0, made, earliest}
 `)
 
 // publishManyScript stores plain jobs (server-made IDs, no replaced job, no
@@ -207,20 +206,22 @@ return {0, #ready, earliest}
 //
 //	KEYS[1]  timer index   KEYS[2]  namespace registry m/ns
 //	KEYS[2+i] body keys j/{ns/q}/ID, one per job
-//	ARGV[1]  now (ms)   ARGV[2] timer channel   ARGV[3] m, the number of queues
+//	ARGV[1]  now (ms; not read, as in publishScript)   ARGV[2] timer channel
+//	ARGV[3]  m, the number of queues
 //	per queue g (1..m), ARGV[3+2g-1..3+2g]: index member ns/q, "1" to
 //	         record the queue in lmstfy's registries (else "0")
-//	per job i, ARGV[3+2m+7(i-1)+1..7]: queue g, id, value (header + payload),
-//	         ttl (ms, 0 = forever), due (ms), tries, priority
+//	per job i, ARGV[3+2m+6(i-1)+1..6]: queue g, ready entry (packed tries
+//	         and id), value (header + payload), ttl (ms, 0 = forever), due
+//	         (ms; 0 when ready now), priority
 //
 // Returns {0, made ready, new earliest due of the pool or 0}, or {i} when
 // job i's body key exists (nothing written).
 var publishManyScript = script(`
-local now, m = tonumber(ARGV[1]), tonumber(ARGV[3])
+local m = tonumber(ARGV[3])
 local a0 = 3 + 2 * m
 local n = #KEYS - 2
 for i = 1, n do
-  local b = a0 + (i - 1) * 7
+  local b = a0 + (i - 1) * 6
   local ok
   if ARGV[b + 4] ~= '0' then
     ok = redis.call('SET', KEYS[2 + i], ARGV[b + 3], 'NX', 'PX', ARGV[b + 4])
@@ -235,19 +236,19 @@ end
 local ready, made, mindue = {}, {}, {}
 local total = 0
 for i = 1, n do
-  local b = a0 + (i - 1) * 7
-  local g, id = tonumber(ARGV[b + 1]), ARGV[b + 2]
-  local due, tries, prio = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7])
-  local tag = '{' .. ARGV[2 + 2 * g] .. '}'
-  if due > now then
-    redis.call('ZADD', 't/' .. tag, ARGV[b + 5], id)
+  local b = a0 + (i - 1) * 6
+  local g, e = tonumber(ARGV[b + 1]), ARGV[b + 2]
+  if ARGV[b + 5] ~= '0' then
+    local due = tonumber(ARGV[b + 5])
+    redis.call('ZADD', 't/{' .. ARGV[2 + 2 * g] .. '}', ARGV[b + 5], eid(e))
     if not mindue[g] or due < mindue[g] then mindue[g] = due end
   else
-    if prio > 0 then
-      push_ready('q/' .. tag, 'p/' .. tag, 'c/' .. tag, prio, tries, id)
+    if ARGV[b + 6] ~= '0' then
+      local tag = '{' .. ARGV[2 + 2 * g] .. '}'
+      push_ready('q/' .. tag, 'p/' .. tag, 'c/' .. tag, tonumber(ARGV[b + 6]), r16(e, 1), eid(e))
     else
       ready[g] = ready[g] or {}
-      ready[g][#ready[g] + 1] = entry(tries, id)
+      ready[g][#ready[g] + 1] = e
     end
     made[g] = (made[g] or 0) + 1
     total = total + 1
