@@ -209,13 +209,6 @@ func durMS(d time.Duration) int64 {
 	return m
 }
 
-// newQueue reports whether the queue is not yet known to be in lmstfy's
-// metadata registries (m/ns, m/ns/NS); the publish script then records it
-// in the same round trip, and markQueue remembers it once that succeeded.
-func (e *Engine) newQueue(qn *queueNames) bool { return !qn.recorded.Load() }
-
-func (e *Engine) markQueue(qn *queueNames) { qn.recorded.Store(true) }
-
 func checkNames(ns, q string) error {
 	if !engine.ValidName(ns) || !engine.ValidQueueName(q) {
 		return fmt.Errorf("queue %q/%q: %w", ns, q, engine.ErrInvalid)
@@ -319,7 +312,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		if !ok {
 			g = len(queues)
 			index[qn] = g
-			queues = append(queues, queue{ns: r.Namespace, q: r.Queue, names: qn, record: e.newQueue(qn)})
+			queues = append(queues, queue{ns: r.Namespace, q: r.Queue, names: qn, record: !qn.recorded.Load()})
 		}
 		queues[g].jobs++
 		group[i] = g
@@ -370,7 +363,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 			}
 			for _, qu := range queues {
 				if qu.record {
-					e.markQueue(qu.names)
+					qu.names.recorded.Store(true)
 				}
 				e.metrics.publishedQueue(e.pool, qu.ns, qu.q, qu.names, qu.jobs)
 			}
@@ -391,7 +384,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		// A generated ID collided (48 random bits per millisecond): retry
 		// with a fresh one for that job.
 		batch[k].in.id = engine.NewJobID(now, r.Delay, r.Versioned)
-		keys[k0+k] = jobKey(r.Namespace, r.Queue, batch[k].in.id)
+		keys[k0+k] = queues[group[k]].names.jobPrefix + batch[k].in.id
 		args[a0+6*k+1] = packEntry(r.Tries, batch[k].in.id)
 	}
 }
@@ -443,12 +436,13 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 	nowMS := ceilMS(now)
 	ids := make([]string, len(reqs))
 	generated := make([]bool, len(reqs))
+	qn := e.names.get([3]string{ns, q})
 	keys := make([]string, 7+len(reqs))
-	keys[0], keys[1], keys[2], keys[3], keys[4] = readyKey(ns, q), timerKey(ns, q), timerIndexKey, prioKey(ns, q), configKey(ns, q)
+	keys[0], keys[1], keys[2], keys[3], keys[4] = qn.ready, qn.timer, timerIndexKey, qn.prio, qn.config
 	args := make([]interface{}, 6+5*len(reqs))
 	args[0] = nowMS
-	args[1] = queueMember(ns, q)
-	args[2] = readyChannel(ns, q)
+	args[1] = qn.member
+	args[2] = qn.channel
 	args[3] = timerChannel
 	args[4] = ""
 	args[5] = "0"
@@ -472,7 +466,7 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 		if err != nil {
 			return nil, fmt.Errorf("publish %s/%s: %w", ns, q, err)
 		}
-		keys[7+i] = jobKey(ns, q, id)
+		keys[7+i] = qn.jobPrefix + id
 		b := 6 + 5*i
 		args[b] = packEntry(r.Tries, id)
 		args[b+1] = value
@@ -480,10 +474,11 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 		args[b+3] = scriptDue(due, nowMS)
 		args[b+4] = r.Priority
 	}
-	qn := e.names.get([3]string{ns, q})
-	record := e.newQueue(qn)
+	// The first publish to the queue through this engine also records it
+	// in lmstfy's registries, in the same round trip.
+	record := !qn.recorded.Load()
 	if record {
-		keys = append(keys, metaNamespacesKey, metaQueuesKey(ns))
+		keys = append(keys, metaNamespacesKey, qn.metaQueues)
 		args = append(args, ns, q)
 	}
 	for attempt := 0; ; attempt++ {
@@ -498,7 +493,7 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 				e.wakePump()
 			}
 			if record {
-				e.markQueue(qn)
+				qn.recorded.Store(true)
 			}
 			if err := e.replicaShortfall("publish "+ns+"/"+q, replicas); err != nil {
 				return ids, err
@@ -521,7 +516,7 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 		// that job with a fresh one.
 		r := reqs[k]
 		ids[k] = engine.NewJobID(now, r.Delay, r.Versioned)
-		keys[7+k] = jobKey(ns, q, ids[k])
+		keys[7+k] = qn.jobPrefix + ids[k]
 		args[6+5*k] = packEntry(r.Tries, ids[k])
 	}
 }

@@ -51,8 +51,10 @@ type queueNames struct {
 	member, ready, timer, prio, config, channel, jobPrefix, metaQueues string
 
 	// recorded: this engine has recorded the queue in lmstfy's registries
-	// (m/ns, m/ns/NS). Lost when the memo is emptied: the next publish
-	// records it again, which is harmless.
+	// (m/ns, m/ns/NS). While it is false, a publish script records the
+	// queue in the same round trip, and it is set once that succeeded;
+	// Destroy clears it. Lost when the memo is emptied: the next publish
+	// records the queue again, which is harmless.
 	recorded atomic.Bool
 	// publishes is the queue's publish counter (a prometheus.Counter), set
 	// at its first publish (Metrics.publishedQueue).

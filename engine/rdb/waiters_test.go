@@ -50,6 +50,16 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// waitingOn is the number of consumers waiting on ns/q in e.
+func waitingOn(e *Engine, ns, q string) int {
+	e.waiters.mu.Lock()
+	defer e.waiters.mu.Unlock()
+	if st := e.waiters.chans[readyChannel(ns, q)]; st != nil {
+		return st.waiting.Len()
+	}
+	return 0
+}
+
 // TestKnownEmpty: once a look finds a queue empty while the server listens
 // to it, consumers that may wait skip the look until a message comes for
 // the queue, and they still get the next job at once.
@@ -100,11 +110,7 @@ func TestKnownEmpty(t *testing.T) {
 				jobs, _ := e.Consume(ctx, &long)
 				got <- jobs
 			}()
-			waitFor(t, "the waiter", func() bool {
-				e.waiters.mu.Lock()
-				defer e.waiters.mu.Unlock()
-				return e.waiters.chans[readyChannel(ns, q)].waiting.Len() == 1
-			})
+			waitFor(t, "the waiter", func() bool { return waitingOn(e, ns, q) == 1 })
 			if n := h.n.Load() - before; n != 0 {
 				t.Errorf("the waiter looked %d times", n)
 			}
@@ -192,12 +198,7 @@ func TestSweepPriority(t *testing.T) {
 				jobs, _ := e.Consume(ctx, &req)
 				got <- jobs
 			}()
-			waitFor(t, "the waiter", func() bool {
-				e.waiters.mu.Lock()
-				defer e.waiters.mu.Unlock()
-				st := e.waiters.chans[readyChannel(ns, q)]
-				return st != nil && st.waiting.Len() == 1
-			})
+			waitFor(t, "the waiter", func() bool { return waitingOn(e, ns, q) == 1 })
 
 			// A priority job written as the publish script would, with no
 			// message.
