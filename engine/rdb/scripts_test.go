@@ -1,0 +1,61 @@
+package rdb
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestLibParts(t *testing.T) {
+	want := []string{"u16", "r16", "u48", "r48", "NONCE0", "hdr", "entry", "eid", "num",
+		"push_ready", "backoff", "lower_index", "kill"}
+	var got []string
+	var joined strings.Builder
+	for _, p := range libParts {
+		got = append(got, p.name)
+		joined.WriteString(p.src)
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("libParts = %v, want %v", got, want)
+	}
+	// Nothing of luaLib is lost but the blank lines between parts.
+	if strings.TrimSpace(joined.String()) != strings.TrimSpace(luaLib) {
+		t.Fatal("the parts of luaLib do not add up to luaLib")
+	}
+}
+
+func TestLibFor(t *testing.T) {
+	for _, c := range []struct {
+		src       string
+		want, not []string
+	}{
+		{"return eid(ARGV[1])", []string{"r16", "eid"}, []string{"u16", "kill", "entry"}},
+		// kill needs hdr, which needs u16 and u48, and entry and NONCE0.
+		{"kill(KEYS[1])", []string{"u16", "u48", "NONCE0", "hdr", "entry", "kill"}, []string{"r16", "eid", "num"}},
+		// Only whole identifiers count.
+		{"local entryx, xnum, eid_2 = 1, 2, 3", nil, []string{"entry", "num", "eid", "r16"}},
+		{"return 1", nil, []string{"u16", "kill"}},
+	} {
+		lib := libFor(c.src)
+		last := -1
+		for _, name := range c.want {
+			def := "local function " + name + "("
+			if name == "NONCE0" {
+				def = "local NONCE0 ="
+			}
+			i := strings.Index(lib, def)
+			if i < 0 {
+				t.Errorf("libFor(%q) lacks %s", c.src, name)
+				continue
+			}
+			if i < last {
+				t.Errorf("libFor(%q) defines %s after a later part", c.src, name)
+			}
+			last = i
+		}
+		for _, name := range c.not {
+			if usesName(lib, name) {
+				t.Errorf("libFor(%q) has %s, which it does not use", c.src, name)
+			}
+		}
+	}
+}
