@@ -450,9 +450,11 @@ func TestCoalescePublishAcrossQueues(t *testing.T) {
 			fresh := engine.NewJobID(clock.Now(), 0, false)
 			now := clock.Now().UnixMilli()
 			keys := []string{timerIndexKey, metaNamespacesKey, jobKey(ns, "a", fresh), jobKey(ns, "b", taken)}
-			args := []interface{}{now, timerChannel, 2, queueMember(ns, "a"), "1", queueMember(ns, "b"), "1",
-				1, packEntry(1, fresh), newValue(true, 1, 0, now, []byte("a")), 0, 0, 0,
-				2, packEntry(1, taken), newValue(true, 1, 0, now, []byte("b")), 0, 0, 0}
+			args := []interface{}{timerChannel, 2, queueMember(ns, "a"), 1, queueMember(ns, "b"), 1,
+				packEntry(1, fresh), packEntry(1, taken),
+				newValue(true, 1, 0, now, []byte("a")), 0, 0, 0,
+				newValue(true, 1, 0, now, []byte("b")), 0, 0, 0,
+				queueMember(ns, "a"), queueMember(ns, "b")}
 			res, err := publishManyScript.Run(ctx, client, keys, args...).Int64Slice()
 			if err != nil || len(res) != 1 || res[0] != 2 {
 				t.Fatalf("publishManyScript with a taken key = %v, %v; want [2]", res, err)
@@ -460,6 +462,67 @@ func TestCoalescePublishAcrossQueues(t *testing.T) {
 			if client.Exists(ctx, jobKey(ns, "a", fresh)).Val() != 0 || client.LLen(ctx, readyKey(ns, "a")).Val() != 0 ||
 				client.HExists(ctx, metaQueuesKey(ns), "a").Val() {
 				t.Fatal("a batch with a taken key wrote part of itself")
+			}
+		})
+	}
+}
+
+// TestCoalescePublishInterleaved runs one coalesced batch whose queues
+// interleave (a b a c b a …): publishManyScript takes the jobs grouped by
+// queue, and each queue must still get its jobs in the batch's order, plain
+// ones in one LPUSH, a queue with delayed and priority jobs the slow way.
+func TestCoalescePublishInterleaved(t *testing.T) {
+	for _, tier := range coalesceTiers {
+		t.Run(tier.name, func(t *testing.T) {
+			ctx := context.Background()
+			client := tier.client(t)
+			e := startEngine(t, client, newTestClock())
+			const ns = "il"
+			queues := []string{"a", "b", "a", "c", "b", "a", "c", "c", "a", "b"}
+			var batch []*batchCall[pubOp]
+			for i, q := range queues {
+				req := &engine.PublishRequest{Namespace: ns, Queue: q, Tries: 1, TTL: time.Hour, Body: []byte(fmt.Sprint(i))}
+				switch {
+				case q == "c" && i == 6:
+					req.Delay = time.Hour
+				case q == "c" && i == 7:
+					req.Priority = 3
+				}
+				batch = append(batch, &batchCall[pubOp]{in: pubOp{req: req}})
+			}
+			e.publishCoalesced(ctx, batch)
+			want := map[string][]string{} // queue → bodies in consume order
+			for i, c := range batch {
+				if c.err != nil || c.in.id == "" {
+					t.Fatalf("job %d: id %q, err %v", i, c.in.id, c.err)
+				}
+			}
+			if n := client.ZCard(ctx, timerKey(ns, "c")).Val(); n != 1 {
+				t.Errorf("queue c: %d timer entries, want the delayed job", n)
+			}
+			want["a"] = []string{"0", "2", "5", "8"}
+			want["b"] = []string{"1", "4", "9"}
+			want["c"] = []string{"7", "3"} // the priority job first; 6 is delayed
+			for q, bodies := range want {
+				var got []string
+				for {
+					jobs, err := e.Consume(ctx, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, Count: 1, TTR: time.Minute})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(jobs) == 0 {
+						break
+					}
+					got = append(got, string(jobs[0].Body))
+				}
+				if fmt.Sprint(got) != fmt.Sprint(bodies) {
+					t.Errorf("queue %s gave %v, want %v", q, got, bodies)
+				}
+			}
+			for _, q := range []string{"a", "b", "c"} {
+				if !client.HExists(ctx, metaQueuesKey(ns), q).Val() {
+					t.Errorf("%s: not in the queue registry", q)
+				}
 			}
 		})
 	}

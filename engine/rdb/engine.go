@@ -317,19 +317,31 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		queues[g].jobs++
 		group[i] = g
 	}
-	m := len(queues)
-	keys := make([]string, 2+len(batch))
-	args := make([]interface{}, 3+2*m+6*len(batch))
-	keys[0], keys[1] = timerIndexKey, metaNamespacesKey
-	args[0], args[1], args[2] = nowMS, timerChannel, m
-	for g, qu := range queues {
-		record := "0"
-		if qu.record {
-			record = "1"
-		}
-		args[3+2*g], args[4+2*g] = qu.names.member, record
+	// The script takes the jobs grouped by queue, in arrival order within
+	// each: pos is a job's place in the script's order, at its inverse.
+	m, n := len(queues), len(batch)
+	buf := make([]int, 2*n+m)
+	pos, at, next := buf[:n], buf[n:2*n], buf[2*n:]
+	for g := 1; g < m; g++ {
+		next[g] = next[g-1] + queues[g-1].jobs
 	}
-	k0, a0 := 2, 3+2*m
+	for i, g := range group {
+		pos[i], at[next[g]] = next[g], i
+		next[g]++
+	}
+	keys := make([]string, 2+n)
+	args := make([]interface{}, 2+2*m+5*n, 2+2*m+5*n+m)
+	keys[0], keys[1] = timerIndexKey, metaNamespacesKey
+	args[0], args[1] = timerChannel, m
+	for g, qu := range queues {
+		args[2+2*g], args[3+2*g] = qu.names.member, qu.jobs
+	}
+	for _, qu := range queues {
+		if qu.record {
+			args = append(args, qu.names.member)
+		}
+	}
+	k0, e0, v0 := 2, 2+2*m, 2+2*m+n // a job's key, ready entry, other arguments
 	fail := func(err error) {
 		for _, c := range batch {
 			c.err = err
@@ -345,10 +357,11 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 			return
 		}
 		c.in.id = engine.NewJobID(now, r.Delay, r.Versioned)
-		keys[k0+i] = queues[group[i]].names.jobPrefix + c.in.id
-		b := a0 + 6*i
-		args[b], args[b+1], args[b+2] = group[i]+1, packEntry(r.Tries, c.in.id), value
-		args[b+3], args[b+4], args[b+5] = durMS(r.TTL), scriptDue(due, nowMS), r.Priority
+		p := pos[i]
+		keys[k0+p] = queues[group[i]].names.jobPrefix + c.in.id
+		args[e0+p] = packEntry(r.Tries, c.in.id)
+		b := v0 + 4*p
+		args[b], args[b+1], args[b+2], args[b+3] = value, durMS(r.TTL), scriptDue(due, nowMS), r.Priority
 	}
 	for attempt := 0; ; attempt++ {
 		res, replicas, err := e.runPublish(ctx, publishManyScript, keys, args)
@@ -371,11 +384,12 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 			fail(e.replicaShortfall("publish", replicas))
 			return
 		}
-		k := int(code) - 1
-		if k < 0 || k >= len(batch) {
+		p := int(code) - 1
+		if p < 0 || p >= n {
 			fail(fmt.Errorf("publish: unexpected reply %v", res))
 			return
 		}
+		k := at[p]
 		r := batch[k].in.req
 		if attempt >= maxPublishRetries {
 			fail(fmt.Errorf("publish %s/%s job %s: %w", r.Namespace, r.Queue, batch[k].in.id, engine.ErrJobExists))
@@ -384,8 +398,8 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		// A generated ID collided (48 random bits per millisecond): retry
 		// with a fresh one for that job.
 		batch[k].in.id = engine.NewJobID(now, r.Delay, r.Versioned)
-		keys[k0+k] = queues[group[k]].names.jobPrefix + batch[k].in.id
-		args[a0+6*k+1] = packEntry(r.Tries, batch[k].in.id)
+		keys[k0+p] = queues[group[k]].names.jobPrefix + batch[k].in.id
+		args[e0+p] = packEntry(r.Tries, batch[k].in.id)
 	}
 }
 

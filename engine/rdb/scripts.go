@@ -282,73 +282,95 @@ return {0, made, earliest}
 // publishScript for coalesced publishes across queues (coalesce.go). Like
 // the pump it builds each queue's key names from its index member (the
 // {ns/q} tag), so that a queue costs two arguments, not ten: at 10,000
-// queues a batch's jobs are of as many queues. On a future Redis Cluster
-// pool its batches would be grouped by hash slot.
+// queues a batch's jobs are of as many queues. The jobs come grouped by
+// queue, their ready entries side by side, so that a queue whose jobs are
+// all plain and ready now takes one LPUSH of an argument range and PUBLISHes
+// its job count as given: no Lua table, no number formatting. On a future
+// Redis Cluster pool its batches would be grouped by hash slot.
 //
 //	KEYS[1]  timer index   KEYS[2]  namespace registry m/ns
-//	KEYS[2+i] body keys j/{ns/q}/ID, one per job
-//	ARGV[1]  now (ms; not read, as in publishScript)   ARGV[2] timer channel
-//	ARGV[3]  m, the number of queues
-//	per queue g (1..m), ARGV[3+2g-1..3+2g]: index member ns/q, "1" to
-//	         record the queue in lmstfy's registries (else "0")
-//	per job i, ARGV[3+2m+6(i-1)+1..6]: queue g, ready entry (packed tries
-//	         and id), value (header + payload), ttl (ms, 0 = forever), due
-//	         (ms; 0 when ready now), priority
+//	KEYS[2+i] body keys j/{ns/q}/ID, one per job: the jobs of queue 1
+//	         first, then those of queue 2, …
+//	ARGV[1]  timer channel   ARGV[2]  m, the number of queues
+//	per queue g (1..m), ARGV[1+2g], ARGV[2+2g]: index member ns/q, its
+//	         number of jobs
+//	per job i (1..n), ARGV[2+2m+i]: its ready entry (packed tries and id)
+//	per job i, ARGV[2+2m+n+4(i-1)+1..4]: value (header + payload), ttl (ms,
+//	         0 = forever), due (ms; 0 when ready now), priority
+//	then the index members of the queues to record in lmstfy's registries
+//	         (their first publish through this server)
 //
 // Returns {0, made ready, new earliest due of the pool or 0}, or {i} when
 // job i's body key exists (nothing written).
 var publishManyScript = script(`
-local m = tonumber(ARGV[3])
-local a0 = 3 + 2 * m
+local m = tonumber(ARGV[2])
 local n = #KEYS - 2
+local e0 = 2 + 2 * m
+local v0 = e0 + n
 for i = 1, n do
-  local b = a0 + (i - 1) * 6
+  local b = v0 + (i - 1) * 4
   local ok
-  if ARGV[b + 4] ~= '0' then
-    ok = redis.call('SET', KEYS[2 + i], ARGV[b + 3], 'NX', 'PX', ARGV[b + 4])
+  if ARGV[b + 2] ~= '0' then
+    ok = redis.call('SET', KEYS[2 + i], ARGV[b + 1], 'NX', 'PX', ARGV[b + 2])
   else
-    ok = redis.call('SET', KEYS[2 + i], ARGV[b + 3], 'NX')
+    ok = redis.call('SET', KEYS[2 + i], ARGV[b + 1], 'NX')
   end
   if not ok then
     for k = 1, i - 1 do redis.call('DEL', KEYS[2 + k]) end
     return {i}
   end
 end
-local ready, made, mindue = {}, {}, {}
-local total = 0
-for i = 1, n do
-  local b = a0 + (i - 1) * 6
-  local g, e = tonumber(ARGV[b + 1]), ARGV[b + 2]
-  if ARGV[b + 5] ~= '0' then
-    local due = tonumber(ARGV[b + 5])
-    redis.call('ZADD', 't/{' .. ARGV[2 + 2 * g] .. '}', ARGV[b + 5], eid(e))
-    if not mindue[g] or due < mindue[g] then mindue[g] = due end
-  else
-    if ARGV[b + 6] ~= '0' then
-      local tag = '{' .. ARGV[2 + 2 * g] .. '}'
-      push_ready('q/' .. tag, 'p/' .. tag, 'c/' .. tag, tonumber(ARGV[b + 6]), r16(e, 1), eid(e))
-    else
-      ready[g] = ready[g] or {}
-      ready[g][#ready[g] + 1] = e
+local total, earliest, last = 0, 0, 0
+for g = 1, m do
+  local member, count = ARGV[1 + 2 * g], ARGV[2 + 2 * g]
+  local first = last + 1
+  last = last + tonumber(count)
+  local plain = true
+  for i = first, last do
+    local b = v0 + (i - 1) * 4
+    if ARGV[b + 3] ~= '0' or ARGV[b + 4] ~= '0' then
+      plain = false
+      break
     end
-    made[g] = (made[g] or 0) + 1
-    total = total + 1
+  end
+  if plain then
+    redis.call('LPUSH', 'q/{' .. member .. '}', unpack(ARGV, e0 + first, e0 + last))
+    redis.call('PUBLISH', 'n/' .. member, count)
+    total = total + last - first + 1
+  else
+    local tag = '{' .. member .. '}'
+    local ready, made, mindue = {}, 0, nil
+    for i = first, last do
+      local b = v0 + (i - 1) * 4
+      local e = ARGV[e0 + i]
+      if ARGV[b + 3] ~= '0' then
+        local due = tonumber(ARGV[b + 3])
+        redis.call('ZADD', 't/' .. tag, ARGV[b + 3], eid(e))
+        if not mindue or due < mindue then mindue = due end
+      else
+        if ARGV[b + 4] ~= '0' then
+          push_ready('q/' .. tag, 'p/' .. tag, 'c/' .. tag, tonumber(ARGV[b + 4]), r16(e, 1), eid(e))
+        else
+          ready[#ready + 1] = e
+        end
+        made = made + 1
+      end
+    end
+    if #ready > 0 then redis.call('LPUSH', 'q/' .. tag, unpack(ready)) end
+    if made > 0 then
+      redis.call('PUBLISH', 'n/' .. member, made)
+      total = total + made
+    end
+    if mindue then
+      local e = lower_index(KEYS[1], member, mindue, ARGV[1])
+      if e > 0 and (earliest == 0 or e < earliest) then earliest = e end
+    end
   end
 end
-local earliest = 0
-for g = 1, m do
-  local member = ARGV[2 + 2 * g]
-  if ARGV[3 + 2 * g] == '1' then
-    local ns, q = string.match(member, '^([^/]+)/(.+)$')
-    redis.call('HSET', KEYS[2], ns, 1)
-    redis.call('HSET', 'm/ns/' .. ns, q, 1)
-  end
-  if ready[g] then redis.call('LPUSH', 'q/{' .. member .. '}', unpack(ready[g])) end
-  if made[g] then redis.call('PUBLISH', 'n/' .. member, made[g]) end
-  if mindue[g] then
-    local e = lower_index(KEYS[1], member, mindue[g], ARGV[2])
-    if e > 0 and (earliest == 0 or e < earliest) then earliest = e end
-  end
+for r = v0 + 4 * n + 1, #ARGV do
+  local ns, q = string.match(ARGV[r], '^([^/]+)/(.+)$')
+  redis.call('HSET', KEYS[2], ns, 1)
+  redis.call('HSET', 'm/ns/' .. ns, q, 1)
 end
 return {0, total, earliest}
 `)
