@@ -302,16 +302,19 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		record bool
 		jobs   int
 	}
-	var queues []queue
-	index := make(map[*queueNames]int, 4) // → position in queues
+	// Group the jobs by queue. A linear search is enough: a batch holds at
+	// most coalesceMax jobs, and a map (with its growth) cost more than the
+	// search over 10,000 queues, where a batch has as many queues as jobs.
+	queues := make([]queue, 0, len(batch))
 	group := make([]int, len(batch))
 	for i, c := range batch {
 		r := c.in.req
 		qn := e.names.get([3]string{r.Namespace, r.Queue})
-		g, ok := index[qn]
-		if !ok {
-			g = len(queues)
-			index[qn] = g
+		g := 0
+		for g < len(queues) && queues[g].names != qn {
+			g++
+		}
+		if g == len(queues) {
 			queues = append(queues, queue{ns: r.Namespace, q: r.Queue, names: qn, record: !qn.recorded.Load()})
 		}
 		queues[g].jobs++
