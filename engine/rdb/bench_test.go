@@ -228,6 +228,78 @@ func BenchmarkConcurrentPublish(b *testing.B) {
 	}
 }
 
+// BenchmarkPublishBatch17 runs coalesced publish batches of 17 jobs (the
+// mean batch of kairos bench publish at 64 clients) one after the other,
+// of one queue, then of 17 queues out of 10,000: what a job costs Redis in
+// the publish script (redis-script-µs/op, from INFO commandstats) when its
+// batch writes one ready list and when it writes one per job.
+func BenchmarkPublishBatch17(b *testing.B) {
+	for _, queues := range []int{1, 10000} {
+		b.Run(fmt.Sprintf("queues=%d", queues), func(b *testing.B) {
+			e := benchEngine(b)
+			body := make([]byte, 100)
+			names := make([]string, queues)
+			for i := range names {
+				names[i] = fmt.Sprintf("q%d", i)
+			}
+			const size = 17
+			batch := make([]*batchCall[pubOp], size)
+			next := 0
+			run := func() {
+				for i := range batch {
+					batch[i] = &batchCall[pubOp]{in: pubOp{req: &engine.PublishRequest{
+						Namespace: "ns", Queue: names[next%queues], Body: body, Tries: 1, TTL: time.Hour}}}
+					next++
+				}
+				e.publishCoalesced(bg, batch)
+				if err := batch[0].err; err != nil {
+					b.Fatal(err)
+				}
+			}
+			// Every queue has had its first publish (which records it in
+			// lmstfy's registries) before the measure.
+			for next < queues {
+				run()
+			}
+			if err := e.rdb.ConfigResetStat(bg).Err(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			jobs := 0
+			for ; jobs < b.N; jobs += size {
+				run()
+			}
+			b.StopTimer()
+			b.ReportMetric(scriptUsec(b, e)/float64(jobs), "redis-script-µs/op")
+		})
+	}
+}
+
+// scriptUsec is the time Redis spent in EVALSHA since the last CONFIG
+// RESETSTAT, in µs.
+func scriptUsec(b *testing.B, e *Engine) float64 {
+	b.Helper()
+	info, err := e.rdb.Info(bg, "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
+			for _, f := range strings.Split(rest, ",") {
+				if v, ok := strings.CutPrefix(f, "usec="); ok {
+					n, err := strconv.ParseFloat(v, 64)
+					if err != nil {
+						b.Fatal(err)
+					}
+					return n
+				}
+			}
+		}
+	}
+	return 0
+}
+
 // BenchmarkConcurrentConsumeAck: one op = one Consume of one job and its
 // ACK (lmstfy's DELETE, no receipt), from a preloaded queue.
 func BenchmarkConcurrentConsumeAck(b *testing.B) {
