@@ -32,7 +32,8 @@ import (
 // index members (the {ns/q} tag), as doc/keys.md says; every other script
 // gets its fixed keys in KEYS and builds only job body keys from a prefix.
 
-// luaLib is prepended to every script.
+// luaLib holds the definitions scripts share; script prepends to each the
+// ones it uses.
 const luaLib = `
 local function u16(n) return string.char(n % 256, math.floor(n / 256) % 256) end
 local function r16(s, i) return string.byte(s, i) + string.byte(s, i + 1) * 256 end
@@ -116,8 +117,8 @@ end
 // script makes a script of src and the parts of luaLib it uses. A Lua
 // "local function" statement makes a closure each time the script runs, so
 // the whole library would cost every call ~1.4 µs (redis-benchmark, an
-// EVALSHA of luaLib alone against one of "return 1"); most scripts use
-// three or four of its thirteen definitions.
+// EVALSHA of luaLib alone against one of "return 1"), and most scripts use
+// a few of its thirteen definitions.
 func script(src string) *redis.Script { return redis.NewScript(libFor(src) + src) }
 
 // libPart is one top-level definition of luaLib: a local function or
