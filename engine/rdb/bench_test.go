@@ -202,6 +202,15 @@ func runCallers(b *testing.B, f func()) {
 	})
 }
 
+// benchQueues returns n queue names: q0, q1, …
+func benchQueues(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("q%d", i)
+	}
+	return names
+}
+
 // BenchmarkConcurrentPublish publishes to one queue, then spread over
 // 10,000 queues (round robin): the two should cost about the same.
 func BenchmarkConcurrentPublish(b *testing.B) {
@@ -209,10 +218,7 @@ func BenchmarkConcurrentPublish(b *testing.B) {
 		b.Run(fmt.Sprintf("queues=%d", queues), func(b *testing.B) {
 			e := benchEngine(b)
 			body := make([]byte, 100)
-			names := make([]string, queues)
-			for i := range names {
-				names[i] = fmt.Sprintf("q%d", i)
-			}
+			names := benchQueues(queues)
 			var next atomic.Uint64
 			m := &cpuMeter{e: e}
 			b.ReportAllocs()
@@ -238,10 +244,7 @@ func BenchmarkPublishBatch17(b *testing.B) {
 		b.Run(fmt.Sprintf("queues=%d", queues), func(b *testing.B) {
 			e := benchEngine(b)
 			body := make([]byte, 100)
-			names := make([]string, queues)
-			for i := range names {
-				names[i] = fmt.Sprintf("q%d", i)
-			}
+			names := benchQueues(queues)
 			const size = 17
 			batch := make([]*batchCall[pubOp], size)
 			next := 0

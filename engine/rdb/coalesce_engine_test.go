@@ -491,7 +491,6 @@ func TestCoalescePublishInterleaved(t *testing.T) {
 				batch = append(batch, &batchCall[pubOp]{in: pubOp{req: req}})
 			}
 			e.publishCoalesced(ctx, batch)
-			want := map[string][]string{} // queue → bodies in consume order
 			for i, c := range batch {
 				if c.err != nil || c.in.id == "" {
 					t.Fatalf("job %d: id %q, err %v", i, c.in.id, c.err)
@@ -500,9 +499,11 @@ func TestCoalescePublishInterleaved(t *testing.T) {
 			if n := client.ZCard(ctx, timerKey(ns, "c")).Val(); n != 1 {
 				t.Errorf("queue c: %d timer entries, want the delayed job", n)
 			}
-			want["a"] = []string{"0", "2", "5", "8"}
-			want["b"] = []string{"1", "4", "9"}
-			want["c"] = []string{"7", "3"} // the priority job first; 6 is delayed
+			want := map[string][]string{ // queue → bodies in consume order
+				"a": {"0", "2", "5", "8"},
+				"b": {"1", "4", "9"},
+				"c": {"7", "3"}, // the priority job first; 6 is delayed
+			}
 			for q, bodies := range want {
 				var got []string
 				for {

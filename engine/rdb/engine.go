@@ -338,9 +338,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 	args[0], args[1] = timerChannel, m
 	for g, qu := range queues {
 		args[2+2*g], args[3+2*g] = qu.names.member, qu.jobs
-	}
-	for _, qu := range queues {
-		if qu.record {
+		if qu.record { // after every job's arguments, as the script reads them
 			args = append(args, qu.names.member)
 		}
 	}
