@@ -22,10 +22,11 @@ endif
 run:
 	$(GO) run -ldflags "$(LDFLAGS)" ./server/cmd/kairos-server -c config/dev.toml
 
-## test: every package with -race, including the real-Redis tier (installs redis-server if missing)
+## test: every package with -race and the real-Redis tier (installs redis-server if missing), the event loops' tests again without -race (their raw system calls), the fuzz targets briefly
 test:
 	scripts/install-redis.sh
 	$(GO) test -race -count=1 -timeout 9m ./...
+	$(GO) test -count=1 -run Loop ./server
 	FUZZTIME=2s scripts/fuzz.sh
 
 ## test-short: every package without -race, in -short mode
