@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/sirupsen/logrus"
 )
@@ -285,7 +284,7 @@ func newEventLoop(s *Server, h *handoffListener, t loopTimeouts) (*eventLoop, er
 		rbuf:   make([]byte, 64<<10),
 	}
 	l.ended.L = &l.mu
-	if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, l.wakeR, &syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(l.wakeR)}); err != nil {
+	if err := rawEpollCtl(ep, syscall.EPOLL_CTL_ADD, l.wakeR, &syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(l.wakeR)}); err != nil {
 		l.release()
 		return nil, err
 	}
@@ -325,7 +324,7 @@ func (l *eventLoop) add(fd int, ip string) {
 	l.mu.Lock()
 	l.incoming = append(l.incoming, c)
 	l.mu.Unlock()
-	if err := syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_ADD, fd, &syscall.EpollEvent{Events: events, Fd: int32(fd)}); err != nil {
+	if err := rawEpollCtl(l.ep, syscall.EPOLL_CTL_ADD, fd, &syscall.EpollEvent{Events: events, Fd: int32(fd)}); err != nil {
 		// The loop will adopt it and see nothing; close it now instead.
 		l.mu.Lock()
 		for i, o := range l.incoming {
@@ -620,7 +619,7 @@ func (l *eventLoop) drop(c *loopConn) {
 
 // forget removes c from the loop without closing its descriptor.
 func (l *eventLoop) forget(c *loopConn) {
-	_ = syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_DEL, c.fd, nil)
+	_ = rawEpollCtl(l.ep, syscall.EPOLL_CTL_DEL, c.fd, nil)
 	delete(l.conns, c.fd)
 	c.released = true
 }
@@ -685,7 +684,7 @@ func (l *eventLoop) closeAll() {
 	for _, c := range l.conns {
 		if c.blocked || len(c.out) > c.outOff {
 			// One last try for answers already made.
-			_, _ = syscall.Write(c.fd, c.out[c.outOff:])
+			_, _ = rawWrite(c.fd, c.out[c.outOff:])
 		}
 		l.drop(c)
 	}
@@ -787,31 +786,4 @@ func (c *prefixConn) SetDeadline(t time.Time) error {
 		return err
 	}
 	return c.SetReadDeadline(t)
-}
-
-// The loop's system calls never block: its sockets and wake pipe are
-// non-blocking and it polls epoll with a zero timeout (it parks in the Go
-// poller instead). So it makes them raw, without the runtime's system-call
-// bookkeeping: syscall.Read, Write and the like enter a "syscall" state in
-// which the scheduler may hand the loop's P to another thread, a futex
-// wake-up and a thread switch that buy nothing here (at 4,000 jobs/s the
-// server spent 3-5 % less CPU per job). rawRead and rawWrite are in
-// loop_sys_linux.go.
-
-// rawEpollWait is epoll_wait(2) with a zero timeout (as epoll_pwait with no
-// signal mask, which every Linux architecture has).
-func rawEpollWait(ep int, events []syscall.EpollEvent) (int, error) {
-	n, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(ep), uintptr(unsafe.Pointer(unsafe.SliceData(events))), uintptr(len(events)), 0, 0, 0)
-	if e != 0 {
-		return 0, e
-	}
-	return int(n), nil
-}
-
-// rawEpollCtl is epoll_ctl(2).
-func rawEpollCtl(ep, op, fd int, ev *syscall.EpollEvent) error {
-	if _, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_CTL, uintptr(ep), uintptr(op), uintptr(fd), uintptr(unsafe.Pointer(ev)), 0, 0); e != 0 {
-		return e
-	}
-	return nil
 }

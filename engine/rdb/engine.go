@@ -454,22 +454,21 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 	qn := e.names.get([3]string{ns, q})
 	keys := make([]string, 7+len(reqs))
 	keys[0], keys[1], keys[2], keys[3], keys[4] = qn.ready, qn.timer, timerIndexKey, qn.prio, qn.config
-	args := make([]interface{}, 6+5*len(reqs))
-	args[0] = nowMS
-	args[1] = qn.member
-	args[2] = qn.channel
-	args[3] = timerChannel
-	args[4] = ""
-	args[5] = "0"
+	args := make([]interface{}, 5+5*len(reqs))
+	args[0] = qn.member
+	args[1] = qn.channel
+	args[2] = timerChannel
+	args[3] = ""
+	args[4] = "0"
 	keys[5], keys[6] = keys[0], keys[0] // unused unless set below; same slot
 	for i, r := range reqs {
 		if r.Replaces != "" {
 			keys[5] = jobKey(ns, q, r.Replaces)
-			args[4] = r.Replaces
+			args[3] = r.Replaces
 		}
 		if r.Key != "" {
 			keys[6] = uniqueKey(ns, q, r.Key)
-			args[5] = "1"
+			args[4] = "1"
 		}
 		id := r.ID
 		if id == "" {
@@ -482,7 +481,7 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 			return nil, fmt.Errorf("publish %s/%s: %w", ns, q, err)
 		}
 		keys[7+i] = qn.jobPrefix + id
-		b := 6 + 5*i
+		b := 5 + 5*i
 		args[b] = packEntry(r.Tries, id)
 		args[b+1] = value
 		args[b+2] = durMS(r.TTL)
@@ -532,7 +531,7 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 		r := reqs[k]
 		ids[k] = engine.NewJobID(now, r.Delay, r.Versioned)
 		keys[7+k] = qn.jobPrefix + ids[k]
-		args[6+5*k] = packEntry(r.Tries, ids[k])
+		args[5+5*k] = packEntry(r.Tries, ids[k])
 	}
 }
 

@@ -198,15 +198,13 @@ func isIdent(c byte) bool {
 //	KEYS[1]  ready list  q/{ns/q}     KEYS[2]  timer  t/{ns/q}
 //	KEYS[3]  timer index              KEYS[4]  priority set  p/{ns/q}
 //	KEYS[5]  queue config c/{ns/q}
-//	KEYS[6]  body key of the job a re-publish replaces (used when ARGV[5] ≠ "")
-//	KEYS[7]  idempotency key u/{ns/q}/KEY (used when ARGV[6] = "1")
+//	KEYS[6]  body key of the job a re-publish replaces (used when ARGV[4] ≠ "")
+//	KEYS[7]  idempotency key u/{ns/q}/KEY (used when ARGV[5] = "1")
 //	KEYS[8…] body keys j/{ns/q}/ID, one per job
-//	ARGV[1]  now (ms; the caller decided by it which jobs are ready, so
-//	         the script does not read it)    ARGV[2] index member ns/q
-//	ARGV[3]  ready channel n/ns/q    ARGV[4] timer channel
-//	ARGV[5]  ID of the replaced job, or ""
-//	ARGV[6]  "1" when KEYS[7] is used
-//	ARGV[7+5k…] per job k: its ready entry (packed tries and id, as the
+//	ARGV[1]  index member ns/q    ARGV[2] ready channel n/ns/q
+//	ARGV[3]  timer channel    ARGV[4] ID of the replaced job, or ""
+//	ARGV[5]  "1" when KEYS[7] is used
+//	ARGV[6+5k…] per job k: its ready entry (packed tries and id, as the
 //	         ready list holds it), value (header + payload, built by the
 //	         caller), ttl (ms, 0 = forever), due (ms; 0 when ready now),
 //	         priority; so a plain job made ready costs no Lua decoding
@@ -219,18 +217,18 @@ func isIdent(c byte) bool {
 var publishScript = script(`
 local n = #KEYS - 7
 local meta = false
-if #ARGV ~= 6 + 5 * n then
+if #ARGV ~= 5 + 5 * n then
   n = #KEYS - 9
   meta = true
 end
-if ARGV[6] == '1' then
+if ARGV[5] == '1' then
   local prev = redis.call('GET', KEYS[7])
   if prev then return {-1, prev} end
 end
 -- SET NX every job first: if one ID is taken, undo the ones written and
 -- report it, so that a batch is all or nothing.
 for i = 1, n do
-  local b = 7 + (i - 1) * 5
+  local b = 6 + (i - 1) * 5
   local ok
   if ARGV[b + 2] ~= '0' then
     ok = redis.call('SET', KEYS[7 + i], ARGV[b + 1], 'NX', 'PX', ARGV[b + 2])
@@ -242,13 +240,13 @@ for i = 1, n do
     return {i}
   end
 end
-if ARGV[5] ~= '' then
+if ARGV[4] ~= '' then
   redis.call('DEL', KEYS[6])
-  redis.call('ZREM', KEYS[2], ARGV[5])
+  redis.call('ZREM', KEYS[2], ARGV[4])
 end
-if ARGV[6] == '1' then
-  local id = eid(ARGV[7])
-  if tonumber(ARGV[9]) > 0 then redis.call('SET', KEYS[7], id, 'PX', ARGV[9]) else redis.call('SET', KEYS[7], id) end
+if ARGV[5] == '1' then
+  local id = eid(ARGV[6])
+  if tonumber(ARGV[8]) > 0 then redis.call('SET', KEYS[7], id, 'PX', ARGV[8]) else redis.call('SET', KEYS[7], id) end
 end
 if meta then
   redis.call('HSET', KEYS[#KEYS - 1], ARGV[#ARGV - 1], 1)
@@ -256,7 +254,7 @@ if meta then
 end
 local ready, made, mindue = {}, 0, nil
 for i = 1, n do
-  local b = 7 + (i - 1) * 5
+  local b = 6 + (i - 1) * 5
   local e = ARGV[b]
   if ARGV[b + 3] ~= '0' then
     local due = tonumber(ARGV[b + 3])
@@ -271,9 +269,9 @@ for i = 1, n do
   end
 end
 if #ready > 0 then redis.call('LPUSH', KEYS[1], unpack(ready)) end
-if made > 0 then redis.call('PUBLISH', ARGV[3], made) end
+if made > 0 then redis.call('PUBLISH', ARGV[2], made) end
 local earliest = 0
-if mindue then earliest = lower_index(KEYS[3], ARGV[2], mindue, ARGV[4]) end
+if mindue then earliest = lower_index(KEYS[3], ARGV[1], mindue, ARGV[3]) end
 return {0, made, earliest}
 `)
 
