@@ -47,6 +47,17 @@ type Config struct {
 	// (ProcessCPU for a local one); RedisCPU meters Redis's (RedisCPU). The
 	// load generator's own CPU time is always metered.
 	ServerCPU, RedisCPU CPUMeter
+	// Settle, when set, runs before each measured phase, after its set-up:
+	// the CLI waits there for the server's Redis to end a snapshot or AOF
+	// rewrite (RedisProbe.Quiet) that earlier writes set off.
+	Settle func(ctx context.Context)
+}
+
+// settle runs cfg.Settle, if any.
+func (c *Config) settle(ctx context.Context) {
+	if c.Settle != nil {
+		c.Settle(ctx)
+	}
 }
 
 func (c *Config) defaults() {
@@ -318,6 +329,7 @@ var errStop = errors.New("bench: stop")
 func timed(ctx context.Context, cfg Config, c *client, scenario string, op func(ctx context.Context, cn *conn) (int, error)) Result {
 	var ops, errs atomic.Int64
 	var lat samples
+	cfg.settle(ctx)
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
 	mark := cfg.cpuMark(ctx)
@@ -588,6 +600,7 @@ func Latency(ctx context.Context, cfg Config) (Result, error) {
 	cs := startConsumers(ctx, c, queue, cfg.Concurrency)
 	defer cs.stop()
 	time.Sleep(200 * time.Millisecond) // consumers are waiting
+	cfg.settle(ctx)
 	pctx, pcancel := context.WithTimeout(ctx, cfg.Duration)
 	defer pcancel()
 	mark := cfg.cpuMark(ctx)
@@ -663,6 +676,7 @@ func Delayed(ctx context.Context, cfg Config) (Result, error) {
 	queue := runQueue(cfg.Queue, "delayed")
 	c.drain(ctx, queue)
 	var errs atomic.Int64
+	cfg.settle(ctx)
 	mark := cfg.cpuMark(ctx)
 	cs := startConsumers(ctx, c, queue, cfg.Concurrency)
 	defer cs.stop()
@@ -727,6 +741,7 @@ func Burst(ctx context.Context, cfg Config) (Result, error) {
 	// The delay leaves a server that publishes at 20k jobs/s time to
 	// publish them all first.
 	delay := 3 + cfg.Jobs/20000
+	cfg.settle(ctx)
 	now := time.Now()
 	time.Sleep(now.Truncate(time.Second).Add(time.Second + 50*time.Millisecond).Sub(now))
 	due := time.Now().Truncate(time.Second).Add(time.Duration(delay) * time.Second)
@@ -783,6 +798,7 @@ func Idle(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	nq := max(1, cfg.Concurrency/100)
+	cfg.settle(ctx)
 	var lat samples
 	var ops atomic.Int64
 	cctx, ccancel := context.WithCancel(ctx)

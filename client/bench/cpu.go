@@ -60,27 +60,93 @@ func parseProcStat(b []byte) (time.Duration, error) {
 	return time.Duration(ticks) * time.Second / clockTicks, nil
 }
 
-// RedisCPU returns a meter of a Redis server's CPU time (INFO cpu:
-// used_cpu_sys + used_cpu_user) and a function that closes its connection.
-// addr is HOST:PORT or a redis:// URL.
-func RedisCPU(addr string) (CPUMeter, func() error, error) {
-	opt := &redis.Options{Addr: addr, PoolSize: 1}
+// RedisProbe reads a Redis server's INFO for the benchmark: the CPU time
+// its main thread has spent, and whether a fork of it (a snapshot or an AOF
+// rewrite) is running.
+type RedisProbe struct {
+	rdb *redis.Client
+}
+
+// NewRedisProbe connects a probe to addr, HOST:PORT or a redis:// URL.
+func NewRedisProbe(addr string) (*RedisProbe, error) {
+	opt := &redis.Options{Addr: addr}
 	if strings.Contains(addr, "://") {
 		var err error
 		if opt, err = redis.ParseURL(addr); err != nil {
-			return nil, nil, fmt.Errorf("bench: redis address: %w", err)
+			return nil, fmt.Errorf("bench: redis address: %w", err)
 		}
-		opt.PoolSize = 1
 	}
-	rdb := redis.NewClient(opt)
-	meter := func(ctx context.Context) (time.Duration, error) {
-		info, err := rdb.Info(ctx, "cpu").Result()
+	opt.PoolSize = 1
+	return &RedisProbe{rdb: redis.NewClient(opt)}, nil
+}
+
+// Close closes the probe's connection.
+func (p *RedisProbe) Close() error { return p.rdb.Close() }
+
+// CPU is a CPUMeter: used_cpu_sys + used_cpu_user of INFO cpu.
+func (p *RedisProbe) CPU(ctx context.Context) (time.Duration, error) {
+	info, err := p.rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, fmt.Errorf("bench: redis INFO cpu: %w", err)
+	}
+	return parseRedisCPU(info)
+}
+
+// quietFor is how long Quiet wants Redis without a fork before it returns:
+// more than a serverCron period (100 ms at the default hz 10), in which
+// Redis starts an AOF rewrite that the writes before have made due.
+const quietFor = 250 * time.Millisecond
+
+// Quiet waits until Redis runs no snapshot or AOF rewrite, and has run
+// none for quietFor, and returns how long it waited for one to end (0 when
+// there was none). A fork's child competes with the server, Redis and the
+// load generator for the machine's cores, and its copy-on-write faults
+// slow Redis itself; a measured phase that starts inside a rewrite that
+// its set-up (a preload, a fill) set off measures the rewrite.
+func (p *RedisProbe) Quiet(ctx context.Context) (time.Duration, error) {
+	start := time.Now()
+	var busy time.Duration
+	var quietSince time.Time
+	for {
+		info, err := p.rdb.Info(ctx, "persistence").Result()
 		if err != nil {
-			return 0, fmt.Errorf("bench: redis INFO cpu: %w", err)
+			return busy, fmt.Errorf("bench: redis INFO persistence: %w", err)
 		}
-		return parseRedisCPU(info)
+		now := time.Now()
+		switch {
+		case redisForking(info):
+			quietSince = time.Time{}
+			busy = now.Sub(start)
+		case quietSince.IsZero():
+			quietSince = now
+		case now.Sub(quietSince) >= quietFor:
+			return busy, nil
+		}
+		t := time.NewTimer(50 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return busy, ctx.Err()
+		case <-t.C:
+		}
 	}
-	return meter, rdb.Close, nil
+}
+
+// redisForking reports whether an INFO persistence reply shows a snapshot,
+// an AOF rewrite (running or scheduled) or a module's fork in progress.
+func redisForking(info string) bool {
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
+		if !ok || v == "0" {
+			continue
+		}
+		switch k {
+		case "rdb_bgsave_in_progress", "aof_rewrite_in_progress", "aof_rewrite_scheduled", "module_fork_in_progress":
+			return true
+		}
+	}
+	return false
 }
 
 // parseRedisCPU returns used_cpu_sys + used_cpu_user of an INFO reply.

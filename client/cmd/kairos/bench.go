@@ -54,7 +54,10 @@ CPU per job (µs; CPU time over the scenario's measured phase / jobs handled) is
 printed for the load generator itself (getrusage), the ceiling server (its
 /proc/PID/stat), the server under test with --server-pid PID (read from
 /proc/PID/stat, so only for a server on this machine, Linux) and Redis with
---redis HOST:PORT (INFO cpu: used_cpu_sys + used_cpu_user).`
+--redis HOST:PORT (INFO cpu: used_cpu_sys + used_cpu_user). With --redis, each
+measured phase also starts only once that Redis runs no snapshot or AOF
+rewrite (INFO persistence), so that a rewrite set off by a preload or a fill
+does not land in the measurement; the wait is printed.`
 
 // ceilingServerCmd is the hidden `kairos bench ceiling-server`: the
 // do-nothing server --ceiling runs as a child process.
@@ -124,15 +127,24 @@ func (c *cli) benchCmd() *cobra.Command {
 				}
 			}
 			if redisCPUAddr != "" {
-				meter, closeRedis, err := bench.RedisCPU(redisCPUAddr)
+				probe, err := bench.NewRedisProbe(redisCPUAddr)
 				if err != nil {
 					return usagef("--redis: %v", err)
 				}
-				defer func() { _ = closeRedis() }()
-				if _, err := meter(ctx); err != nil {
+				defer func() { _ = probe.Close() }()
+				if _, err := probe.CPU(ctx); err != nil {
 					return fmt.Errorf("--redis: %w", err)
 				}
-				cfg.RedisCPU = meter
+				cfg.RedisCPU = probe.CPU
+				cfg.Settle = func(ctx context.Context) {
+					waited, err := probe.Quiet(ctx)
+					switch {
+					case err != nil && ctx.Err() == nil:
+						fmt.Fprintf(c.io.err, "--redis: %v\n", err)
+					case waited > 0:
+						fmt.Fprintf(c.io.err, "waited %.1fs for Redis to end a snapshot or AOF rewrite\n", waited.Seconds())
+					}
+				}
 			}
 			var ceil *bench.CeilingProcess
 			if ceiling {
@@ -212,7 +224,7 @@ func (c *cli) benchCmd() *cobra.Command {
 	f.IntVar(&cfg.Queues, "queues", 1, "spread the publish scenario over this many queues")
 	f.IntVar(&preload, "preload-delayed", 0, "first publish this many jobs delayed by an hour (a large timer), destroyed at the end")
 	f.IntVar(&serverPID, "server-pid", 0, "PID of the server under test, on this machine: print its CPU µs per job (/proc/PID/stat)")
-	f.StringVar(&redisCPUAddr, "redis", "", "the server's Redis (HOST:PORT or redis:// URL): print its CPU µs per job (INFO cpu)")
+	f.StringVar(&redisCPUAddr, "redis", "", "the server's Redis (HOST:PORT or redis:// URL): print its CPU µs per job (INFO cpu); each measured phase waits until it runs no snapshot or AOF rewrite")
 	cmd.AddCommand(c.ceilingServerCmd())
 	return cmd
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -27,4 +29,31 @@ func TestBench(t *testing.T) {
 		t.Fatalf("json %q: %v", r.stdout, err)
 	}
 	kairos(t, env, "", "bench", "nosuch").want(t, exitUsage)
+}
+
+// TestBenchRedis meters Redis's CPU with --redis, and waits out a snapshot
+// (stretched by rdb-key-save-delay) before the measured phase.
+func TestBenchRedis(t *testing.T) {
+	srv, env, _ := setup(t)
+	rc := srv.Redis.Client()
+	defer rc.Close()
+	ctx := context.Background()
+	if err := rc.ConfigSet(ctx, "rdb-key-save-delay", "100000").Err(); err != nil { // µs per key: about 0.5 s
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		if err := rc.Set(ctx, fmt.Sprint("bench-test-", i), "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rc.BgSave(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := kairos(t, env, "", "bench", "publish", "-c", "2", "-d", "200ms", "--redis", srv.Redis.Addr).want(t, exitOK)
+	if !strings.Contains(r.stderr, "for Redis to end a snapshot or AOF rewrite") {
+		t.Fatalf("no wait for the snapshot reported; stderr:\n%s", r.stderr)
+	}
+	if !strings.Contains(r.stdout, "redis") {
+		t.Fatalf("no Redis CPU column:\n%s", r.stdout)
+	}
 }
