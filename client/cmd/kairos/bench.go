@@ -180,7 +180,7 @@ func (c *cli) benchCmd() *cobra.Command {
 				if ceil != nil && sc.ceiling {
 					ceilCfg := run
 					ceilCfg.Addr = ceil.Addr
-					ceilCfg.ServerCPU, ceilCfg.RedisCPU = ceil.CPU(), nil
+					ceilCfg.ServerCPU, ceilCfg.RedisCPU, ceilCfg.Settle = ceil.CPU(), nil, nil
 					cr, err := measure(ctx, sc.run, ceilCfg, runs)
 					if err != nil {
 						return fmt.Errorf("%s on the ceiling server: %w", name, err)
