@@ -44,7 +44,7 @@ type Config struct {
 	// Queues spreads the publish scenario over this many queues (default 1).
 	Queues int
 	// ServerCPU, when set, meters the CPU time of the server under test
-	// (ProcessCPU for a local one); RedisCPU meters Redis's (RedisCPU). The
+	// (ProcessCPU for a local one); RedisCPU meters Redis's (RedisProbe.CPU). The
 	// load generator's own CPU time is always metered.
 	ServerCPU, RedisCPU CPUMeter
 	// Settle, when set, runs before each measured phase, after its set-up:

@@ -49,11 +49,16 @@ func TestBenchRedis(t *testing.T) {
 	if err := rc.BgSave(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	r := kairos(t, env, "", "bench", "publish", "-c", "2", "-d", "200ms", "--redis", srv.Redis.Addr).want(t, exitOK)
+	r := kairos(t, env, "", "bench", "publish", "-c", "2", "-d", "200ms", "--redis", srv.Redis.Addr, "--json").want(t, exitOK)
 	if !strings.Contains(r.stderr, "for Redis to end a snapshot or AOF rewrite") {
 		t.Fatalf("no wait for the snapshot reported; stderr:\n%s", r.stderr)
 	}
-	if !strings.Contains(r.stdout, "redis") {
-		t.Fatalf("no Redis CPU column:\n%s", r.stdout)
+	var out struct {
+		Result struct {
+			RedisCPUUS float64 `json:"redis_cpu_us_per_job"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || out.Result.RedisCPUUS <= 0 {
+		t.Fatalf("no Redis CPU per job in %q: %v", r.stdout, err)
 	}
 }
