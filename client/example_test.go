@@ -24,7 +24,9 @@ import (
 func exampleServer() (addr, adminAddr, token string, stop func()) {
 	cfg := config.Default()
 	cfg.Host, cfg.Port, cfg.AdminPort = "127.0.0.1", 0, 0
-	cfg.Pool = map[string]config.RedisConf{config.DefaultPoolName: {}} // embedded
+	// No Addr anywhere, and asked for by name: the in-memory store.
+	cfg.Kairos.Embedded = true
+	cfg.Pool = map[string]config.RedisConf{config.DefaultPoolName: {}}
 	quiet := logrus.New()
 	quiet.SetOutput(io.Discard)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -22,7 +22,8 @@ const DefaultPoolName = "default"
 // RedisConf is one Redis (or Sentinel master set): a pool or the admin Redis.
 type RedisConf struct {
 	// Addr is host:port; for Sentinel (MasterName set) a comma-separated
-	// list of Sentinel addresses. Empty means "embed an in-memory Redis"
+	// list of Sentinel addresses. It is required, unless [Kairos] Embedded
+	// is set: then a section without Addr uses the embedded in-memory store
 	// (development only: nothing is durable).
 	Addr     string `toml:"Addr"`
 	Password string `toml:"Password"`
@@ -47,9 +48,10 @@ type RedisConf struct {
 // (MasterName is set), in which case Addrs are the Sentinel addresses.
 func (r RedisConf) IsSentinel() bool { return r.MasterName != "" }
 
-// IsEmbedded reports whether this Redis has no address, which means an
-// in-memory Redis embedded in the process (development only).
-func (r RedisConf) IsEmbedded() bool { return strings.TrimSpace(r.Addr) == "" }
+// HasAddr reports whether Addr holds anything but spaces. A section
+// without one is an error, unless [Kairos] Embedded asks for the embedded
+// in-memory store (see Config.UsesEmbedded).
+func (r RedisConf) HasAddr() bool { return strings.TrimSpace(r.Addr) != "" }
 
 // Addrs splits Addr on commas and trims spaces around each address, so the
 // Sentinel list "a:26379, b:26379" works; it returns nil for an empty Addr.
@@ -88,6 +90,14 @@ type Config struct {
 
 // Kairos holds Kairos's own settings (a [Kairos] table), all optional.
 type Kairos struct {
+	// Embedded (development only) serves every Redis section without an
+	// Addr from an in-memory Redis embedded in the process (miniredis):
+	// nothing is durable, every job and token is lost when the server
+	// stops. It is the only way to get that store: without it, a section
+	// without Addr is a configuration error, so that a mistyped key never
+	// turns a production server into a memory-only one. It cannot be
+	// combined with RequireDurableRedis.
+	Embedded bool `toml:"Embedded"`
 	// RequireDurableRedis refuses to start when a Redis has AOF off or an
 	// evicting maxmemory-policy (otherwise: a loud warning).
 	RequireDurableRedis bool `toml:"RequireDurableRedis"`
@@ -184,20 +194,29 @@ func (c *Config) PoolNames() []string {
 	return names
 }
 
-// Embedded reports whether any Redis in use (the admin Redis or a pool)
-// has an empty Addr, so the server must embed an in-memory Redis and
-// nothing it stores is durable.
-func (c *Config) Embedded() bool {
-	if c.AdminRedis.IsEmbedded() {
-		return true
+// UsesEmbedded reports whether the Redis section r is served by the
+// embedded in-memory store: it has no Addr and [Kairos] Embedded is set.
+func (c *Config) UsesEmbedded(r RedisConf) bool { return c.Kairos.Embedded && !r.HasAddr() }
+
+// EmbeddedSections names the sections served by the embedded in-memory
+// store ("AdminRedis", then "Pool.NAME" in name order); nil when Embedded
+// is not set or every section has an Addr.
+func (c *Config) EmbeddedSections() []string {
+	var out []string
+	if c.UsesEmbedded(c.AdminRedis) {
+		out = append(out, "AdminRedis")
 	}
-	for _, p := range c.activePools() {
-		if p.IsEmbedded() {
-			return true
+	for _, name := range c.PoolNames() {
+		if c.UsesEmbedded(c.Pool[name]) {
+			out = append(out, "Pool."+name)
 		}
 	}
-	return false
+	return out
 }
+
+// Embedded reports whether any Redis in use is the embedded in-memory
+// store, so that nothing the server stores there is durable.
+func (c *Config) Embedded() bool { return len(c.EmbeddedSections()) > 0 }
 
 // DefaultTTL is the publish ttl used when a request gives none (0 = never
 // expires).

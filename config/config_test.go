@@ -69,25 +69,31 @@ func TestPoolNamesAndEmbedded(t *testing.T) {
 		name         string
 		admin        RedisConf
 		pools        map[string]RedisConf
+		embedded     bool // [Kairos] Embedded
 		wantNames    []string
-		wantEmbedded bool
+		wantSections []string
 	}{
-		{"no pools", real, nil, []string{}, false},
-		{"all real", real, map[string]RedisConf{"z": real, "default": real, "a": real}, []string{"a", "default", "z"}, false},
-		{"embedded admin", RedisConf{}, map[string]RedisConf{"default": real}, []string{"default"}, true},
-		{"blank admin addr", RedisConf{Addr: "  "}, map[string]RedisConf{"default": real}, []string{"default"}, true},
-		{"embedded pool", real, map[string]RedisConf{"default": real, "dev": {}}, []string{"default", "dev"}, true},
-		{"legacy pools are not used", real, map[string]RedisConf{"default": real, "old": {Version: "v2"}}, []string{"default"}, false},
+		{"no pools", real, nil, true, []string{}, nil},
+		{"all real", real, map[string]RedisConf{"z": real, "default": real, "a": real}, true, []string{"a", "default", "z"}, nil},
+		{"embedded admin", RedisConf{}, map[string]RedisConf{"default": real}, true, []string{"default"}, []string{"AdminRedis"}},
+		{"blank admin addr", RedisConf{Addr: "  "}, map[string]RedisConf{"default": real}, true, []string{"default"}, []string{"AdminRedis"}},
+		{"embedded pools", real, map[string]RedisConf{"default": {}, "b": real, "a": {}}, true, []string{"a", "b", "default"}, []string{"Pool.a", "Pool.default"}},
+		{"everything embedded", RedisConf{}, map[string]RedisConf{"default": {}}, true, []string{"default"}, []string{"AdminRedis", "Pool.default"}},
+		{"no Addr without Embedded is not embedded", RedisConf{}, map[string]RedisConf{"default": {}}, false, []string{"default"}, nil},
+		{"legacy pools are not used", real, map[string]RedisConf{"default": real, "old": {Version: "v2"}}, true, []string{"default"}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Default()
-			c.AdminRedis, c.Pool = tc.admin, tc.pools
+			c.AdminRedis, c.Pool, c.Kairos.Embedded = tc.admin, tc.pools, tc.embedded
 			if got := c.PoolNames(); !reflect.DeepEqual(got, tc.wantNames) {
 				t.Errorf("PoolNames() = %q, want %q", got, tc.wantNames)
 			}
-			if got := c.Embedded(); got != tc.wantEmbedded {
-				t.Errorf("Embedded() = %v, want %v", got, tc.wantEmbedded)
+			if got := c.EmbeddedSections(); !reflect.DeepEqual(got, tc.wantSections) {
+				t.Errorf("EmbeddedSections() = %q, want %q", got, tc.wantSections)
+			}
+			if got, want := c.Embedded(), tc.wantSections != nil; got != want {
+				t.Errorf("Embedded() = %v, want %v", got, want)
 			}
 		})
 	}
@@ -98,11 +104,12 @@ func TestRedisConf(t *testing.T) {
 		r            RedisConf
 		wantAddrs    []string
 		wantSentinel bool
-		wantEmbedded bool
+		wantAddr     bool
 	}{
-		{RedisConf{}, nil, false, true},
-		{RedisConf{Addr: "h:1"}, []string{"h:1"}, false, false},
-		{RedisConf{Addr: " a:1, b:2 ,,c:3 ", MasterName: "m"}, []string{"a:1", "b:2", "c:3"}, true, false},
+		{RedisConf{}, nil, false, false},
+		{RedisConf{Addr: " "}, nil, false, false},
+		{RedisConf{Addr: "h:1"}, []string{"h:1"}, false, true},
+		{RedisConf{Addr: " a:1, b:2 ,,c:3 ", MasterName: "m"}, []string{"a:1", "b:2", "c:3"}, true, true},
 	}
 	for _, tc := range tests {
 		if got := tc.r.Addrs(); !reflect.DeepEqual(got, tc.wantAddrs) {
@@ -111,8 +118,8 @@ func TestRedisConf(t *testing.T) {
 		if got := tc.r.IsSentinel(); got != tc.wantSentinel {
 			t.Errorf("%+v.IsSentinel() = %v, want %v", tc.r, got, tc.wantSentinel)
 		}
-		if got := tc.r.IsEmbedded(); got != tc.wantEmbedded {
-			t.Errorf("%+v.IsEmbedded() = %v, want %v", tc.r, got, tc.wantEmbedded)
+		if got := tc.r.HasAddr(); got != tc.wantAddr {
+			t.Errorf("%+v.HasAddr() = %v, want %v", tc.r, got, tc.wantAddr)
 		}
 	}
 }

@@ -24,6 +24,8 @@ func writeConfig(t testing.TB, text string) string {
 const minimal = `
 Port = 7777
 AdminPort = 7778
+[AdminRedis]
+Addr = "127.0.0.1:6379"
 [Pool.default]
 Addr = "127.0.0.1:6379"
 `
@@ -145,8 +147,8 @@ func TestLoadDevConfig(t *testing.T) {
 	if !cfg.EnableAccessLog || cfg.LogLevel != "info" {
 		t.Errorf("logging = %q access %v", cfg.LogLevel, cfg.EnableAccessLog)
 	}
-	if !cfg.Embedded() {
-		t.Error("Embedded() = false, want true")
+	if got, want := cfg.EmbeddedSections(), []string{"AdminRedis", "Pool.default"}; !cfg.Kairos.Embedded || !reflect.DeepEqual(got, want) {
+		t.Errorf("Embedded = %v, EmbeddedSections() = %q, want true and %q", cfg.Kairos.Embedded, got, want)
 	}
 	if got, want := cfg.PoolNames(), []string{"default"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("PoolNames() = %q, want %q", got, want)
@@ -163,6 +165,7 @@ func TestLoadAppliesDefaults(t *testing.T) {
 	}
 	want := Default()
 	want.Port, want.AdminPort = 7777, 7778
+	want.AdminRedis = RedisConf{Addr: "127.0.0.1:6379"}
 	want.Pool = map[string]RedisConf{"default": {Addr: "127.0.0.1:6379"}}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("Load =\n%+v\nwant\n%+v", cfg, want)
@@ -219,6 +222,8 @@ func TestLoadUnknownKeys(t *testing.T) {
 Port = 7777
 AdminPort = 7778
 BacktraceLevel = "warn"
+[AdminRedis]
+Addr = "127.0.0.1:6379"
 [Accounts]
 anyone = "can be named"
 [Pool.default]
@@ -268,12 +273,12 @@ func TestLoadLegacyPools(t *testing.T) {
 		t.Errorf("warnings = %q", warnings)
 	}
 
-	path := writeConfig(t, "Port = 1\nAdminPort = 2\n[Pool.default]\nAddr = \"r:1\"\nVersion = \"v2\"\n")
+	path := writeConfig(t, "Port = 1\nAdminPort = 2\n[AdminRedis]\nAddr = \"r:1\"\n[Pool.default]\nAddr = \"r:1\"\nVersion = \"v2\"\n")
 	_, warnings, err = LoadWithWarnings(path)
 	if err == nil {
 		t.Fatal("a legacy default pool was accepted")
 	}
-	want := "config " + path + `: Pool: a "default" pool is required (Pool.default is ignored because its Version is set)`
+	want := "config " + path + `: Pool.default: is required, and ignored because its Version is set (lmstfy ignores such pools too)`
 	if err.Error() != want {
 		t.Errorf("err = %q, want %q", err, want)
 	}
@@ -283,7 +288,7 @@ func TestLoadLegacyPools(t *testing.T) {
 }
 
 func TestLoadValidationErrors(t *testing.T) {
-	path := writeConfig(t, "Port = 0\nAdminPort = 7778\nLogLevel = \"verbose\"\n[Pool.default]\n[Pool.b]\nDB = -1\n")
+	path := writeConfig(t, "Port = 0\nAdminPort = 7778\nLogLevel = \"verbose\"\n[Kairos]\nEmbedded = true\n[Pool.default]\n[Pool.b]\nDB = -1\n")
 	_, err := Load(path)
 	if err == nil {
 		t.Fatal("Load accepted an invalid file")
@@ -319,7 +324,7 @@ func TestLoadDecodeErrors(t *testing.T) {
 		{"junk after value", "Port = 1 x\n", 1, "", "line 1: expected a top-level item to end with a newline"},
 		{"duplicate key", "Port = 1\nPort = 2\n", 2, "Port", "line 2: Port: Key 'Port' has already been defined."},
 		{"string for int", "Host = \"h\"\nPort = \"7777\"\n", 2, "Port", "line 2: Port: incompatible types: TOML value has type string; destination has type integer"},
-		{"string for pool DB", minimal + "DB = \"zero\"\n", 6, "Pool.default.DB", "line 6: Pool.default.DB: incompatible types"},
+		{"string for pool DB", minimal + "DB = \"zero\"\n", 8, "Pool.default.DB", "line 8: Pool.default.DB: incompatible types"},
 		{"int for bool", "EnableAccessLog = 1\n", 1, "EnableAccessLog", "line 1: EnableAccessLog: incompatible types"},
 		{"pool is not a table", "[Pool]\ndefault = 3\n", 2, "Pool.default", "line 2: Pool.default: type mismatch"},
 		{"int out of range", "Port = 99999999999999999999\n", 1, "Port", "line 1: Port: 99999999999999999999 is out of range for int64"},
@@ -387,5 +392,63 @@ func TestDecodeErrorFormat(t *testing.T) {
 	de := decodeError("f.toml", nil, errors.New("toml: something odd")).(*DecodeError)
 	if de.Error() != "config f.toml: something odd" {
 		t.Errorf("decodeError = %q", de)
+	}
+}
+
+// TestLoadEmbeddedOnlyByName: only [Kairos] Embedded = true gets the
+// in-memory store; a file whose Redis sections lack a usable Addr (a typo,
+// a table in the wrong case, no table at all) is refused naming the key.
+func TestLoadEmbeddedOnlyByName(t *testing.T) {
+	const head = "Port = 7777\nAdminPort = 7778\n[AdminRedis]\nAddr = \"127.0.0.1:6379\"\n"
+	tests := []struct {
+		name string
+		text string
+		want []string // problem keys, in order
+	}{
+		{"typo in Addr", head + "[Pool.default]\nAdr = \"127.0.0.1:6379\"\n", []string{"Pool.default.Addr"}},
+		{"typo in Addr, durable required", head + "[Pool.default]\nAdr = \"127.0.0.1:6379\"\n[Kairos]\nRequireDurableRedis = true\n",
+			[]string{"Pool.default.Addr"}},
+		{"pool table in lower case, typo in Addr", head + "[pool.default]\nAdr = \"127.0.0.1:6379\"\n", []string{"Pool.default.Addr"}},
+		{"pool name in another case", head + "[Pool.Default]\nAddr = \"127.0.0.1:6379\"\n", []string{"Pool.default"}},
+		{"no pool", head, []string{"Pool.default"}},
+		{"no AdminRedis", "Port = 7777\nAdminPort = 7778\n[Pool.default]\nAddr = \"127.0.0.1:6379\"\n", []string{"AdminRedis.Addr"}},
+		{"empty sections", "Port = 7777\nAdminPort = 7778\n[AdminRedis]\n[Pool.default]\n", []string{"AdminRedis.Addr", "Pool.default.Addr"}},
+		{"embedded but durable required", "Port = 7777\nAdminPort = 7778\n[Pool.default]\n[Kairos]\nEmbedded = true\nRequireDurableRedis = true\n",
+			[]string{"Kairos.Embedded"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Load(writeConfig(t, tc.text))
+			if err == nil {
+				t.Fatalf("Load accepted the file: embedded sections %q", cfg.EmbeddedSections())
+			}
+			var keys []string
+			for _, p := range Problems(err) {
+				keys = append(keys, p.Key)
+			}
+			if !reflect.DeepEqual(keys, tc.want) {
+				t.Errorf("Load: %v\nproblem keys %q, want %q", err, keys, tc.want)
+			}
+		})
+	}
+
+	// The wrong case of a table name is fine with BurntSushi/toml (as in
+	// lmstfy, which uses it too): struct fields match ignoring case, so
+	// [pool.default] fills Pool["default"]; pool names are map keys and
+	// match exactly.
+	cfg, err := Load(writeConfig(t, "Port = 7777\nAdminPort = 7778\n[adminredis]\naddr = \"r:1\"\n[pool.default]\naddr = \"r:2\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AdminRedis.Addr != "r:1" || cfg.Pool["default"].Addr != "r:2" || cfg.Embedded() {
+		t.Errorf("Load = %+v", cfg)
+	}
+
+	cfg, err = Load(writeConfig(t, "Port = 7777\nAdminPort = 7778\n[AdminRedis]\nAddr = \"r:1\"\n[Pool.default]\n[Kairos]\nEmbedded = true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cfg.EmbeddedSections(), []string{"Pool.default"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("EmbeddedSections() = %q, want %q", got, want)
 	}
 }

@@ -68,7 +68,7 @@ func (p *problems) add(key, format string, args ...any) {
 // Validate checks the whole configuration and returns every problem found,
 // joined with errors.Join, each a *ValidationError naming its key; nil when
 // the configuration is usable. Pools with a non-empty Version are ignored
-// (as lmstfy does), and an empty Addr is valid (embedded Redis).
+// (as lmstfy does). The Redis sections are checked as by ValidateStores.
 func (c *Config) Validate() error {
 	var p problems
 
@@ -83,12 +83,35 @@ func (c *Config) Validate() error {
 		p.add("LogFormat", `must be "" or "json" (or "text", the same as ""), not %q`, c.LogFormat)
 	}
 
-	validateRedis(&p, "AdminRedis", c.AdminRedis)
-	c.validatePools(&p)
+	c.validateStores(&p)
 	c.validateDefaults(&p)
 	c.validateKairos(&p)
 
 	return errors.Join(p...)
+}
+
+// embeddedHint ends the error of a section without Addr.
+const embeddedHint = "set it, or [Kairos] Embedded = true for an in-memory store that loses everything on stop"
+
+// ValidateStores checks the Redis sections alone (AdminRedis, the pools,
+// Embedded against RequireDurableRedis), as Validate does, and returns
+// every problem joined, each a *ValidationError. It is what decides
+// whether a Redis is real or the embedded in-memory store, and app.New
+// runs it on configurations built in code (which skip the listener checks
+// of Validate), so that no path reaches the embedded store without
+// [Kairos] Embedded = true.
+func (c *Config) ValidateStores() error {
+	var p problems
+	c.validateStores(&p)
+	return errors.Join(p...)
+}
+
+func (c *Config) validateStores(p *problems) {
+	c.validateRedis(p, "AdminRedis", c.AdminRedis)
+	c.validatePools(p)
+	if c.Kairos.Embedded && c.Kairos.RequireDurableRedis {
+		p.add("Kairos.Embedded", "cannot be combined with RequireDurableRedis = true: the embedded store is in memory and loses everything on stop")
+	}
 }
 
 func (c *Config) validateListeners(p *problems) {
@@ -122,10 +145,16 @@ func hostsOverlap(a, b string) bool {
 func (c *Config) validatePools(p *problems) {
 	active := c.activePools()
 	if _, ok := active[DefaultPoolName]; !ok {
-		if _, legacy := c.Pool[DefaultPoolName]; legacy {
-			p.add("Pool", "a %q pool is required (Pool.%s is ignored because its Version is set)", DefaultPoolName, DefaultPoolName)
-		} else {
-			p.add("Pool", "a %q pool is required", DefaultPoolName)
+		key := "Pool." + DefaultPoolName
+		switch _, legacy := c.Pool[DefaultPoolName]; {
+		case legacy:
+			p.add(key, "is required, and ignored because its Version is set (lmstfy ignores such pools too)")
+		default:
+			reason := `is required: add a [Pool.default] table with Addr = "host:port"`
+			if other := c.caseVariant(DefaultPoolName); other != "" {
+				reason += fmt.Sprintf(" (Pool.%s is another pool: pool names are case-sensitive)", other)
+			}
+			p.add(key, "%s", reason)
 		}
 	}
 	names := make([]string, 0, len(active))
@@ -140,7 +169,7 @@ func (c *Config) validatePools(p *problems) {
 			key = "Pool." + strconv.Quote(name)
 			p.add(key, "invalid pool name: want 1..%d characters of [-_A-Za-z0-9]", engine.MaxNameLength)
 		}
-		validateRedis(p, key, pool)
+		c.validateRedis(p, key, pool)
 		switch to := pool.MigrateTo; {
 		case to == "":
 		case to == name:
@@ -153,8 +182,19 @@ func (c *Config) validatePools(p *problems) {
 	}
 }
 
+// caseVariant returns the name of a pool that spells name in another case,
+// or "".
+func (c *Config) caseVariant(name string) string {
+	for other := range c.Pool {
+		if other != name && strings.EqualFold(other, name) {
+			return other
+		}
+	}
+	return ""
+}
+
 // validateRedis checks one Redis section; key is its dotted prefix.
-func validateRedis(p *problems, key string, r RedisConf) {
+func (c *Config) validateRedis(p *problems, key string, r RedisConf) {
 	if r.DB < 0 {
 		p.add(key+".DB", "must be >= 0, not %d", r.DB)
 	}
@@ -167,9 +207,12 @@ func validateRedis(p *problems, key string, r RedisConf) {
 	if r.WaitTimeoutMs < 0 {
 		p.add(key+".WaitTimeoutMs", "must be >= 0 (0 means 100), not %d", r.WaitTimeoutMs)
 	}
-	if r.IsEmbedded() {
-		if r.IsSentinel() {
+	if !r.HasAddr() {
+		switch {
+		case r.IsSentinel():
 			p.add(key+".MasterName", "needs Addr (the Sentinel addresses)")
+		case !c.Kairos.Embedded:
+			p.add(key+".Addr", "is required (%s)", embeddedHint)
 		}
 		return
 	}

@@ -32,10 +32,13 @@ func TestValidateAccepts(t *testing.T) {
 		{"same port on different hosts", func(c *Config) {
 			c.Host, c.AdminHost, c.AdminPort = "10.0.0.1", "127.0.0.1", c.Port
 		}},
-		{"embedded redis everywhere", func(c *Config) {
+		{"embedded redis everywhere, asked for by name", func(c *Config) {
+			c.Kairos.Embedded = true
 			c.AdminRedis = RedisConf{}
-			c.Pool = map[string]RedisConf{"default": {}, "other": {}}
+			c.Pool = map[string]RedisConf{"default": {}, "other": {Addr: " "}}
 		}},
+		{"embedded admin redis only", func(c *Config) { c.Kairos.Embedded = true; c.AdminRedis = RedisConf{} }},
+		{"Embedded with every Addr set", func(c *Config) { c.Kairos.Embedded = true }},
 		{"sentinel with spaces in the list", func(c *Config) {
 			c.Pool["s"] = RedisConf{Addr: "a:26379, b:26379 ,c:26379", MasterName: "m", SentinelPassword: "x"}
 		}},
@@ -90,10 +93,23 @@ func TestValidateRejects(t *testing.T) {
 		{"log level", func(c *Config) { c.LogLevel = "verbose" }, []string{`LogLevel: unknown level "verbose"`}},
 		{"empty log level", func(c *Config) { c.LogLevel = "" }, []string{`LogLevel: unknown level ""`}},
 		{"log format", func(c *Config) { c.LogFormat = "xml" }, []string{`LogFormat: must be "" or "json"`}},
-		{"no pools", func(c *Config) { c.Pool = nil }, []string{`Pool: a "default" pool is required`}},
-		{"no default pool", func(c *Config) { c.Pool = map[string]RedisConf{"a": {Addr: "r:1"}} }, []string{`Pool: a "default" pool is required`}},
+		{"no pools", func(c *Config) { c.Pool = nil }, []string{`Pool.default: is required: add a [Pool.default] table with Addr = "host:port"`}},
+		{"no pools, embedded", func(c *Config) { c.Pool, c.Kairos.Embedded = nil, true }, []string{`Pool.default: is required`}},
+		{"no default pool", func(c *Config) { c.Pool = map[string]RedisConf{"a": {Addr: "r:1"}} }, []string{`Pool.default: is required`}},
+		{"default pool in another case", func(c *Config) { c.Pool = map[string]RedisConf{"Default": {Addr: "r:1"}} },
+			[]string{`Pool.default: is required: add a [Pool.default] table with Addr = "host:port" (Pool.Default is another pool: pool names are case-sensitive)`}},
 		{"default pool is legacy", func(c *Config) { c.Pool["default"] = RedisConf{Addr: "r:1", Version: "v2"} },
-			[]string{`Pool: a "default" pool is required (Pool.default is ignored because its Version is set)`}},
+			[]string{`Pool.default: is required, and ignored because its Version is set`}},
+		{"pool without Addr", func(c *Config) { c.Pool["default"] = RedisConf{DB: 1} },
+			[]string{`Pool.default.Addr: is required (set it, or [Kairos] Embedded = true for an in-memory store that loses everything on stop)`}},
+		{"blank pool Addr", func(c *Config) { c.Pool["b"] = RedisConf{Addr: "  "} }, []string{`Pool.b.Addr: is required`}},
+		{"admin redis without Addr", func(c *Config) { c.AdminRedis = RedisConf{} }, []string{`AdminRedis.Addr: is required (set it, or [Kairos] Embedded`}},
+		{"no Addr anywhere", func(c *Config) { c.AdminRedis = RedisConf{}; c.Pool["default"] = RedisConf{} },
+			[]string{`AdminRedis.Addr: is required`, `Pool.default.Addr: is required`}},
+		{"embedded and durable", func(c *Config) {
+			c.Kairos.Embedded, c.Kairos.RequireDurableRedis = true, true
+			c.Pool["default"] = RedisConf{}
+		}, []string{`Kairos.Embedded: cannot be combined with RequireDurableRedis = true`}},
 		{"negative pool DB", func(c *Config) { c.Pool["b"] = RedisConf{Addr: "r:1", DB: -1} }, []string{"Pool.b.DB: must be >= 0"}},
 		{"negative admin DB", func(c *Config) { c.AdminRedis.DB = -2 }, []string{"AdminRedis.DB: must be >= 0"}},
 		{"negative pool size", func(c *Config) { c.Pool["b"] = RedisConf{Addr: "r:1", PoolSize: -5} }, []string{"Pool.b.PoolSize: must be >= 0"}},
@@ -116,7 +132,7 @@ func TestValidateRejects(t *testing.T) {
 		{"migration to itself", func(c *Config) { c.Pool["a"] = RedisConf{Addr: "r:1", MigrateTo: "a"} }, []string{"Pool.a.MigrateTo: must not name the pool itself"}},
 		{"bad pool name", func(c *Config) { c.Pool["a b"] = RedisConf{Addr: "r:1"} }, []string{`Pool."a b": invalid pool name`}},
 		{"empty pool name", func(c *Config) { c.Pool[""] = RedisConf{Addr: "r:1"} }, []string{`Pool."": invalid pool name`}},
-		{"bad pool name keys its fields", func(c *Config) { c.Pool["a.b"] = RedisConf{DB: -1} },
+		{"bad pool name keys its fields", func(c *Config) { c.Pool["a.b"] = RedisConf{Addr: "r:1", DB: -1} },
 			[]string{`Pool."a.b": invalid pool name`, `Pool."a.b".DB: must be >= 0`}},
 		{"tries zero", func(c *Config) { c.TriesNum = 0 }, []string{"TriesNum: must be 1..65535"}},
 		{"tries too big", func(c *Config) { c.TriesNum = 65536 }, []string{"TriesNum: must be 1..65535"}},
@@ -138,7 +154,7 @@ func TestValidateRejects(t *testing.T) {
 		{"timeout above the cap", func(c *Config) { c.TimeoutSecond = 601 }, []string{"Kairos.MaxTimeoutSecond: must be >= TimeoutSecond (601)"}},
 		{"several problems at once", func(c *Config) {
 			c.Port, c.LogLevel, c.Pool, c.TriesNum = 0, "loud", nil, 0
-		}, []string{"Port:", "LogLevel:", "Pool:", "TriesNum:"}},
+		}, []string{"Port:", "LogLevel:", "Pool.default:", "TriesNum:"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

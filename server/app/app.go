@@ -1,5 +1,6 @@
-// Package app wires a whole Kairos server from a config: Redis clients (or
-// an embedded in-memory Redis), one engine per pool, the token store, the
+// Package app wires a whole Kairos server from a config: Redis clients (or,
+// only when the config sets [Kairos] Embedded, an embedded in-memory
+// Redis), one engine per pool, the token store, the
 // throttler, metrics and the HTTP server. The kairos-server binary and the
 // end-to-end tests both build on it, so that tests run what users run.
 package app
@@ -57,12 +58,21 @@ type App struct {
 	embedded  *miniredis.Miniredis
 }
 
-// New connects to every Redis of cfg (starting an embedded one where Addr is
-// empty), checks that they are durable, loads the engines' scripts and
-// builds the HTTP server. It starts no goroutine: call Run.
+// New connects to every Redis of cfg (starting the embedded in-memory one
+// for the sections without Addr when cfg sets [Kairos] Embedded), checks
+// that they are durable, loads the engines' scripts and builds the HTTP
+// server. It refuses a Redis section without Addr unless Embedded is set
+// (cfg.ValidateStores), whether or not cfg came from a file. It starts no
+// goroutine: call Run.
 func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err error) {
 	if opts.Logger == nil {
 		opts.Logger = logrus.New()
+	}
+	if err := cfg.ValidateStores(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if cfg.Kairos.Embedded && !cfg.Embedded() {
+		opts.Logger.Warn("[Kairos] Embedded = true, but every Redis section has an Addr: the embedded in-memory store is not used")
 	}
 	a = &App{cfg: cfg, log: opts.Logger, Engines: make(map[string]*rdb.Engine), Registry: prometheus.NewRegistry(),
 		byConf: make(map[string]redis.UniversalClient)}
@@ -156,14 +166,17 @@ func (a *App) connect(ctx context.Context, key string, rc config.RedisConf) (red
 	}
 	var client redis.UniversalClient
 	switch {
-	case rc.IsEmbedded():
+	case a.cfg.UsesEmbedded(rc):
 		if a.embedded == nil {
 			m := miniredis.NewMiniRedis()
 			if err := m.StartAddr("127.0.0.1:0"); err != nil {
 				return nil, fmt.Errorf("%s: start embedded redis: %w", key, err)
 			}
 			a.embedded = m
-			a.log.WithField("addr", m.Addr()).Warn("no Redis address configured: using an embedded in-memory Redis. NOTHING IS DURABLE: every job is lost when the server stops. Set Addr in [Pool.default] and [AdminRedis] for real use.")
+			sections := a.cfg.EmbeddedSections()
+			a.log.WithFields(logrus.Fields{"addr": m.Addr(), "sections": strings.Join(sections, ",")}).Warn(
+				"[Kairos] Embedded = true: " + embeddedList(sections) + " in an in-memory Redis embedded in the process. " +
+					"NOTHING THERE IS DURABLE: it is lost when the server stops. For real use give each an Addr and remove Embedded.")
 		}
 		client = redis.NewClient(&redis.Options{Addr: a.embedded.Addr(), PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1, ContextTimeoutEnabled: true})
 	case rc.IsSentinel():
@@ -181,12 +194,27 @@ func (a *App) connect(ctx context.Context, key string, rc config.RedisConf) (red
 	if err := client.Ping(pctx).Err(); err != nil {
 		return nil, fmt.Errorf("%s: connect to %s: %w", key, rc.Addr, err)
 	}
-	if !rc.IsEmbedded() {
+	if !a.cfg.UsesEmbedded(rc) {
 		if err := a.checkDurable(pctx, key, client); err != nil {
 			return nil, err
 		}
 	}
 	return client, nil
+}
+
+// embeddedList says which sections the embedded store holds: "[AdminRedis]
+// and [Pool.default] are".
+func embeddedList(sections []string) string {
+	names := make([]string, len(sections))
+	for i, s := range sections {
+		names[i] = "[" + s + "]"
+	}
+	switch len(names) {
+	case 1:
+		return names[0] + " is"
+	default:
+		return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1] + " are"
+	}
 }
 
 // ErrNotDurable is returned when RequireDurableRedis is set and a Redis may

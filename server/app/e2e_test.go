@@ -73,9 +73,11 @@ func testLogger(tb testing.TB) logrus.FieldLogger {
 }
 
 // redisConfig is config.Default with both listeners on free loopback ports
-// and the default pool and the admin Redis at addr ("" = embedded).
+// and the default pool and the admin Redis at addr ("" = embedded, which
+// sets [Kairos] Embedded).
 func redisConfig(addr string) *config.Config {
 	cfg := config.Default()
+	cfg.Kairos.Embedded = addr == ""
 	cfg.Host = "127.0.0.1"
 	cfg.Port = 0
 	cfg.AdminPort = 0
