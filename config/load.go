@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/BurntSushi/toml"
 )
@@ -80,19 +83,22 @@ func LoadWithWarnings(path string) (*Config, []string, error) {
 }
 
 // Parse is LoadWithWarnings for a configuration already in memory; name
-// only labels errors.
+// only labels errors. Every problem comes at once: the keys the file
+// mistypes (see unknownKeys) and every validation error, in one error,
+// with the warnings beside it.
 func Parse(name string, data []byte) (*Config, []string, error) {
 	cfg := Default()
 	md, err := toml.Decode(string(data), cfg)
 	if err != nil {
 		return nil, nil, decodeError(name, data, err)
 	}
-	warnings := unusedKeys(md)
+	keyErrs, warnings := unknownKeys(md)
+	keyErrs = append(keyErrs, caseDuplicates(md)...)
 	legacy := cfg.legacyPools()
 	for _, pool := range legacy {
 		warnings = append(warnings, fmt.Sprintf("Pool.%s: ignored because Version = %q is set (lmstfy ignores such pools too)", pool, cfg.Pool[pool].Version))
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := errors.Join(append(keyErrs, cfg.Validate())...); err != nil {
 		return nil, warnings, &fileError{file: name, err: err}
 	}
 	for _, pool := range legacy {
@@ -138,30 +144,209 @@ func decodeError(name string, data []byte, err error) error {
 	return de
 }
 
-// unusedKeys lists the keys of the file that no Config field took, once
-// per unknown table (its own keys are not listed again).
-func unusedKeys(md toml.MetaData) []string {
-	var out []string
-	var tables []string
-	for _, k := range md.Undecoded() {
-		s := k.String()
-		covered := false
-		for _, t := range tables {
-			if strings.HasPrefix(s, t+".") {
-				covered = true
-				break
-			}
+// The keys Kairos knows, by table, from the toml tags.
+var (
+	topKeys    = tomlKeys(Config{})
+	redisKeys  = tomlKeys(RedisConf{})
+	kairosKeys = tomlKeys(Kairos{})
+)
+
+func tomlKeys(v any) []string {
+	t := reflect.TypeOf(v)
+	keys := make([]string, 0, t.NumField())
+	for i := range t.NumField() {
+		if tag, _, _ := strings.Cut(t.Field(i).Tag.Get("toml"), ","); tag != "" && tag != "-" {
+			keys = append(keys, tag)
 		}
-		if covered {
+	}
+	return keys
+}
+
+// unknownKeys sorts the keys of the file that no Config field took (each
+// unknown table once, its own keys not again) into errors and warnings.
+//
+// An unknown key is an error, a *ValidationError naming it as written,
+// when it is most likely a mistake: a near-miss of a key of its table
+// ("did you mean Addr?"), a key of another table ("belongs in
+// [Kairos]"), or any key in [Kairos], a table only Kairos reads. Other
+// unknown keys and tables are warnings: an lmstfy file may carry keys that
+// neither lmstfy nor Kairos uses, and it must keep loading.
+func unknownKeys(md toml.MetaData) (errs []error, warnings []string) {
+	seen := make(map[string]bool)
+	for _, k := range md.Undecoded() {
+		// Report the shortest unknown prefix: [Pools.default] is the
+		// unknown table Pools, whether or not the file names it alone.
+		p := k
+		switch top := k[0]; {
+		case !slices.ContainsFunc(topKeys, func(t string) bool { return strings.EqualFold(t, top) }):
+			p = k[:1]
+		case (strings.EqualFold(top, "AdminRedis") || strings.EqualFold(top, "Kairos")) && len(k) > 2:
+			p = k[:2]
+		case strings.EqualFold(top, "Pool") && len(k) > 3:
+			p = k[:3]
+		}
+		s := p.String()
+		if seen[s] {
 			continue
 		}
-		switch md.Type(k...) {
+		seen[s] = true
+		isTable := len(p) < len(k)
+		switch md.Type(p...) {
 		case "Hash", "ArrayHash":
-			tables = append(tables, s)
-			out = append(out, fmt.Sprintf("unknown table [%s] ignored", s))
-		default:
-			out = append(out, fmt.Sprintf("unknown key %s ignored", s))
+			isTable = true
+		}
+		if reason := mistake(p, isTable); reason != "" {
+			errs = append(errs, &ValidationError{Key: s, Reason: reason})
+			continue
+		}
+		if isTable {
+			warnings = append(warnings, fmt.Sprintf("unknown table [%s] ignored", s))
+		} else {
+			warnings = append(warnings, fmt.Sprintf("unknown key %s ignored", s))
+		}
+	}
+	return errs, warnings
+}
+
+// mistake returns why the unknown key k is an error, or "" when it is
+// only worth a warning (see unknownKeys).
+func mistake(k toml.Key, isTable bool) string {
+	what := "unknown key"
+	if isTable {
+		what = "unknown table"
+	}
+	name := k[len(k)-1]
+	var table string // "" = the top level
+	var known []string
+	switch {
+	case len(k) == 1:
+		known = topKeys
+	case len(k) == 2 && strings.EqualFold(k[0], "AdminRedis"):
+		table, known = "AdminRedis", redisKeys
+	case len(k) == 3 && strings.EqualFold(k[0], "Pool"):
+		table, known = "Pool."+k[1], redisKeys
+	case len(k) == 2 && strings.EqualFold(k[0], "Kairos"):
+		table, known = "Kairos", kairosKeys
+	default:
+		return ""
+	}
+	if near := nearest(name, known); len(near) > 0 {
+		if isTable {
+			for i, n := range near {
+				near[i] = "[" + n + "]"
+			}
+		}
+		return fmt.Sprintf("%s (did you mean %s?)", what, strings.Join(near, " or "))
+	}
+	if !isTable {
+		if home := homeOf(name, table); home != "" {
+			return fmt.Sprintf("%s (%s belongs %s)", what, name, home)
+		}
+	}
+	if table == "Kairos" {
+		return fmt.Sprintf("%s ([Kairos] takes only %s)", what, strings.Join(kairosKeys, ", "))
+	}
+	return ""
+}
+
+// homeOf says where a key of another table belongs, when name is one;
+// table is where the file put it ("" = the top level).
+func homeOf(name, table string) string {
+	has := func(keys []string) bool {
+		return slices.ContainsFunc(keys, func(k string) bool { return strings.EqualFold(k, name) })
+	}
+	switch {
+	case table != "" && has(topKeys):
+		return "at the top of the file, before the first [table]"
+	case table != "Kairos" && has(kairosKeys):
+		return "in [Kairos]"
+	case (table == "" || table == "Kairos") && has(redisKeys):
+		return "in a Redis section: [Pool.NAME] or [AdminRedis]"
+	}
+	return ""
+}
+
+// nearest returns the known keys closest to name, ignoring case, when
+// they are close enough to be what was meant: an edit distance (with
+// transpositions) of at most 1 for keys of up to 5 characters, 2 up to 9,
+// 3 beyond.
+func nearest(name string, known []string) []string {
+	best, out := -1, []string(nil)
+	for _, k := range known {
+		limit := 1
+		switch n := utf8.RuneCountInString(k); {
+		case n > 9:
+			limit = 3
+		case n > 5:
+			limit = 2
+		}
+		d := editDistance(strings.ToLower(name), strings.ToLower(k))
+		switch {
+		case d > limit:
+		case best < 0 || d < best:
+			best, out = d, []string{k}
+		case d == best:
+			out = append(out, k)
 		}
 	}
 	return out
+}
+
+// editDistance is the optimal string alignment distance between a and b:
+// insertions, deletions, substitutions and transpositions of adjacent
+// runes each cost 1.
+func editDistance(a, b string) int {
+	s, t := []rune(a), []rune(b)
+	d := make([][]int, len(s)+1)
+	for i := range d {
+		d[i] = make([]int, len(t)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(s); i++ {
+		for j := 1; j <= len(t); j++ {
+			cost := 1
+			if s[i-1] == t[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && s[i-1] == t[j-2] && s[i-2] == t[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(s)][len(t)]
+}
+
+// caseDuplicates reports the values the file sets twice under spellings
+// that differ only in case ([Pool.default] and [pool.default] both with
+// an Addr): BurntSushi/toml matches keys to fields ignoring case, so both
+// reach the same field and which one wins is not defined. Pool and
+// account names are map keys, matched exactly, so they are compared as
+// written.
+func caseDuplicates(md toml.MetaData) []error {
+	var errs []error
+	seen := make(map[string]string)
+	for _, k := range md.Keys() {
+		if t := md.Type(k...); t == "Hash" || t == "ArrayHash" {
+			continue
+		}
+		parts := slices.Clone([]string(k))
+		parts[0] = strings.ToLower(parts[0])
+		switch {
+		case (parts[0] == "adminredis" || parts[0] == "kairos") && len(parts) > 1:
+			parts[1] = strings.ToLower(parts[1])
+		case parts[0] == "pool" && len(parts) > 2:
+			parts[2] = strings.ToLower(parts[2])
+		}
+		canon, spelled := strings.Join(parts, "\x00"), k.String()
+		if first, ok := seen[canon]; ok {
+			errs = append(errs, &ValidationError{Key: spelled, Reason: fmt.Sprintf("set twice: also as %s (keys match ignoring case); keep one", first)})
+			continue
+		}
+		seen[canon] = spelled
+	}
+	return errs
 }

@@ -232,8 +232,6 @@ Weight = 3
 [Pool.default.Extra]
 a = 1
 b = 2
-[Kairos]
-PumpBatchSize = 5
 [Throttle]
 rate = 1
 [Throttle.deep]
@@ -247,7 +245,6 @@ x = 1
 		"unknown key BacktraceLevel ignored",
 		"unknown key Pool.default.Weight ignored",
 		"unknown table [Pool.default.Extra] ignored",
-		"unknown key Kairos.PumpBatchSize ignored",
 		"unknown table [Throttle] ignored",
 	}
 	if !reflect.DeepEqual(warnings, want) {
@@ -258,6 +255,82 @@ x = 1
 	}
 	if _, err := Load(writeConfig(t, text)); err != nil {
 		t.Errorf("Load: %v, want unknown keys accepted", err)
+	}
+}
+
+// TestLoadMistypedKeys: an unknown key that is most likely a mistake is an
+// error naming it, with what was meant, reported together with every
+// validation error; the warnings come back beside them.
+func TestLoadMistypedKeys(t *testing.T) {
+	const adminRedis = "[AdminRedis]\nAddr = \"127.0.0.1:6379\"\n"
+	tests := []struct {
+		name     string
+		text     string
+		want     []string // every problem, in order
+		warnings []string
+	}{
+		{"Prt", "Prt = 7777\nAdminPort = 7778\nBacktraceLevel = 1\n" + adminRedis + "[Pool.default]\nAddr = \"127.0.0.1:6379\"\n",
+			[]string{"Prt: unknown key (did you mean Port?)", "Port: must be 1..65535, not 0"},
+			[]string{"unknown key BacktraceLevel ignored"}},
+		{"Adr", "Port = 7777\nAdminPort = 7778\n" + adminRedis + "[Pool.default]\nAdr = \"127.0.0.1:6379\"\n",
+			[]string{"Pool.default.Adr: unknown key (did you mean Addr?)", "Pool.default.Addr: is required (set it, or [Kairos] Embedded = true for an in-memory store that loses everything on stop)"}, nil},
+		{"transposed letters", "Port = 7777\nAdminPort = 7778\n" + adminRedis + "[Pool.default]\nAddr = \"r:1\"\nPasswrod = \"x\"\n",
+			[]string{"Pool.default.Passwrod: unknown key (did you mean Password?)"}, nil},
+		{"table name", "Port = 7777\nAdminPort = 7778\n" + adminRedis + "[Pools.default]\nAddr = \"r:1\"\n",
+			[]string{"Pools: unknown table (did you mean [Pool]?)", `Pool.default: is required: add a [Pool.default] table with Addr = "host:port"`}, nil},
+		{"two near keys", "Post = 7777\nPort = 7777\nAdminPort = 7778\n" + adminRedis + "[Pool.default]\nAddr = \"r:1\"\n",
+			[]string{"Post: unknown key (did you mean Host or Port?)"}, nil},
+		{"Kairos key at the top", "Port = 7777\nAdminPort = 7778\nRequireDurableRedis = true\n" + adminRedis + "[Pool.default]\nAddr = \"r:1\"\n",
+			[]string{"RequireDurableRedis: unknown key (RequireDurableRedis belongs in [Kairos])"}, nil},
+		{"top-level key after [Kairos]", "AdminPort = 7778\n" + adminRedis + "[Pool.default]\nAddr = \"r:1\"\n[Kairos]\nEmbedded = false\nPort = 7777\n",
+			[]string{"Kairos.Port: unknown key (Port belongs at the top of the file, before the first [table])", "Port: must be 1..65535, not 0"}, nil},
+		{"Redis key at the top", "Port = 7777\nAdminPort = 7778\nAddr = \"r:1\"\n" + adminRedis + "[Pool.default]\nAddr = \"r:1\"\n",
+			[]string{"Addr: unknown key (Addr belongs in a Redis section: [Pool.NAME] or [AdminRedis])"}, nil},
+		{"any unknown key in [Kairos]", minimal + "[Kairos]\nPumpBatchSize = 5\n",
+			[]string{"Kairos.PumpBatchSize: unknown key ([Kairos] takes only Embedded, RequireDurableRedis, "}, nil},
+		{"near miss in [Kairos]", minimal + "[kairos]\nEmbeded = true\n",
+			[]string{"kairos.Embeded: unknown key (did you mean Embedded?)"}, nil},
+		{"one value under two spellings", "Port = 7777\nAdminPort = 7778\n" + adminRedis + "[Pool.default]\nAddr = \"r:1\"\n[pool.default]\nAddr = \"r:2\"\n",
+			[]string{"pool.default.Addr: set twice: also as Pool.default.Addr (keys match ignoring case); keep one"}, nil},
+		{"a key under two spellings", "port = 7777\n" + minimal,
+			[]string{"Port: set twice: also as port (keys match ignoring case); keep one"}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, warnings, err := Parse("kairos.toml", []byte(tc.text))
+			if err == nil {
+				t.Fatal("Parse accepted the file")
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("errors.Is(%v, ErrInvalid) = false", err)
+			}
+			got := Problems(err)
+			if len(got) != len(tc.want) {
+				t.Fatalf("problems:\n%v\nwant %d: %q", err, len(tc.want), tc.want)
+			}
+			for i, p := range got {
+				if !strings.HasPrefix(p.Error(), tc.want[i]) {
+					t.Errorf("problem %d = %q, want %q", i, p.Error(), tc.want[i])
+				}
+			}
+			if !reflect.DeepEqual(warnings, tc.warnings) {
+				t.Errorf("warnings = %q, want %q", warnings, tc.warnings)
+			}
+		})
+	}
+}
+
+func TestEditDistance(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want int
+	}{
+		{"", "", 0}, {"adr", "addr", 1}, {"prt", "port", 1}, {"prot", "port", 1}, {"passwrod", "password", 1},
+		{"host", "port", 2}, {"pumpbatchsize", "pumpbatch", 4}, {"é", "e", 1}, {"", "db", 2},
+	} {
+		if got := editDistance(tc.a, tc.b); got != tc.want {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
+		}
 	}
 }
 
@@ -405,10 +478,10 @@ func TestLoadEmbeddedOnlyByName(t *testing.T) {
 		text string
 		want []string // problem keys, in order
 	}{
-		{"typo in Addr", head + "[Pool.default]\nAdr = \"127.0.0.1:6379\"\n", []string{"Pool.default.Addr"}},
+		{"typo in Addr", head + "[Pool.default]\nAdr = \"127.0.0.1:6379\"\n", []string{"Pool.default.Adr", "Pool.default.Addr"}},
 		{"typo in Addr, durable required", head + "[Pool.default]\nAdr = \"127.0.0.1:6379\"\n[Kairos]\nRequireDurableRedis = true\n",
-			[]string{"Pool.default.Addr"}},
-		{"pool table in lower case, typo in Addr", head + "[pool.default]\nAdr = \"127.0.0.1:6379\"\n", []string{"Pool.default.Addr"}},
+			[]string{"Pool.default.Adr", "Pool.default.Addr"}},
+		{"pool table in lower case, typo in Addr", head + "[pool.default]\nAdr = \"127.0.0.1:6379\"\n", []string{"pool.default.Adr", "Pool.default.Addr"}},
 		{"pool name in another case", head + "[Pool.Default]\nAddr = \"127.0.0.1:6379\"\n", []string{"Pool.default"}},
 		{"no pool", head, []string{"Pool.default"}},
 		{"no AdminRedis", "Port = 7777\nAdminPort = 7778\n[Pool.default]\nAddr = \"127.0.0.1:6379\"\n", []string{"AdminRedis.Addr"}},
