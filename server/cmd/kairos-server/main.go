@@ -1,18 +1,24 @@
 // Command kairos-server runs Kairos: the lmstfy-compatible public API and
-// the admin API, over the Redis pools named in its config file. With no
-// Redis address configured it embeds an in-memory Redis (nothing durable).
+// the admin API, over the Redis pools named in its config file. Only a
+// config that sets [Kairos] Embedded = true (config/dev.toml) gets an
+// embedded in-memory Redis, where nothing is durable.
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/sirupsen/logrus"
@@ -39,20 +45,70 @@ func main() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
 	}
-	if err := run(os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "kairos-server:", err)
-		os.Exit(1)
-	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stdout io.Writer) error {
+// Errors of serve that it has already printed: a bad command line (exit
+// 2) and a config file that does not load (exit 1).
+var (
+	errUsage    = errors.New("usage")
+	errReported = errors.New("reported")
+)
+
+// run is the whole program but the exit: it returns the process's exit
+// code, 0 when the server stopped cleanly (or after -h or -v), 2 for a bad
+// command line, 1 for anything else, whose cause it prints on stderr.
+func run(args []string, stdout, stderr io.Writer) int {
+	err := serve(args, stdout, stderr)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	case errors.Is(err, errReported):
+		return 1
+	}
+	printError(stderr, "", err)
+	return 1
+}
+
+const usageText = `usage: kairos-server [-c FILE] [-p FILE] [-sv] [-v]
+
+Runs Kairos: the lmstfy-compatible public API and the admin API, over the
+Redis pools of the config file. lmstfy config files work unchanged;
+doc/config.md documents every key. config/dev.toml ([Kairos] Embedded =
+true) runs on an in-memory Redis, for development only.
+
+`
+
+// serve parses the command line, loads the config (printing every problem
+// and warning of a file that does not load) and runs the server until a
+// signal stops it.
+func serve(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kairos-server", flag.ContinueOnError)
 	cfgPath := fs.String("c", "config/dev.toml", "config file (lmstfy config files work unchanged)")
 	showVersion := fs.Bool("v", false, "print the version and exit")
 	skipVerify := fs.Bool("sv", false, "skip token verification (development only, as lmstfy's -sv)")
 	pidFile := fs.String("p", "", "write the process id to this file")
+	// The flag package writes the usage on -h as on a bad flag: -h asked
+	// for it (stdout, exit 0), a bad flag did not (stderr, exit 2).
+	var out bytes.Buffer
+	fs.SetOutput(&out)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usageText)
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			_, _ = stdout.Write(out.Bytes())
+			return nil
+		}
+		_, _ = stderr.Write(out.Bytes())
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "kairos-server: unexpected argument %q (the config file is given with -c)\n", fs.Arg(0))
+		return errUsage
 	}
 	if *showVersion {
 		fmt.Fprintf(stdout, "kairos-server %s (commit %s, built %s)\n", version, buildCommit, buildDate)
@@ -60,7 +116,11 @@ func run(args []string, stdout io.Writer) error {
 	}
 	cfg, warnings, err := config.LoadWithWarnings(*cfgPath)
 	if err != nil {
-		return err
+		printError(stderr, *cfgPath, err)
+		for _, w := range warnings {
+			fmt.Fprintf(stderr, "kairos-server: config %s: warning: %s\n", *cfgPath, w)
+		}
+		return errReported
 	}
 	log, closeLog, err := newLogger(cfg)
 	if err != nil {
@@ -94,7 +154,7 @@ func run(args []string, stdout io.Writer) error {
 		return err
 	}
 	log.Infof("kairos %s: API on http://%s, admin API on http://%s", version, a.Server.Addr(), a.Server.AdminAddr())
-	log.Infof("create a token: curl -X POST 'http://%s/token/<namespace>?description=first'", a.Server.AdminAddr())
+	log.Info(tokenHint(cfg, a.Server.AdminAddr()))
 	go func() {
 		// A second signal during the graceful shutdown forces the exit.
 		<-ctx.Done()
@@ -109,6 +169,49 @@ func run(args []string, stdout io.Writer) error {
 	log.Info("stopped")
 	return err
 }
+
+// printError prints err on stderr: one line, or, when err holds
+// configuration problems, a line per problem under a heading naming the
+// file (path; "" when err does not come from the file).
+func printError(stderr io.Writer, path string, err error) {
+	problems := config.Problems(err)
+	if len(problems) == 0 {
+		fmt.Fprintln(stderr, "kairos-server:", err)
+		return
+	}
+	where := "config"
+	if path != "" {
+		where = "config " + path
+	}
+	noun := "problems"
+	if len(problems) == 1 {
+		noun = "problem"
+	}
+	fmt.Fprintf(stderr, "kairos-server: %s: %d %s:\n", where, len(problems), noun)
+	for _, p := range problems {
+		fmt.Fprintf(stderr, "  %s\n", p)
+	}
+}
+
+// tokenHint is the start-up line telling how to create a first token.
+// With [Accounts] the admin API needs basic auth, so the command carries
+// -u with the first user name and PASSWORD in place of its password,
+// which is never printed.
+func tokenHint(cfg *config.Config, adminAddr string) string {
+	auth := ""
+	if len(cfg.Accounts) > 0 {
+		user := slices.Sorted(maps.Keys(cfg.Accounts))[0]
+		auth = "-u " + shellQuote(user+":PASSWORD") + " "
+	}
+	hint := fmt.Sprintf("create a token: curl %s-X POST 'http://%s/token/<namespace>?description=first'", auth, adminAddr)
+	if auth != "" {
+		hint += " (PASSWORD: that user's password in [Accounts])"
+	}
+	return hint
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // newLogger builds the logger from LogLevel, LogFormat and LogDir (the error
 // log goes to LogDir/error.log when LogDir is set, else to stdout).
