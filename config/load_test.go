@@ -525,3 +525,15 @@ func TestLoadEmbeddedOnlyByName(t *testing.T) {
 		t.Errorf("EmbeddedSections() = %q, want %q", got, want)
 	}
 }
+
+// TestLoadDockerConfig: the Docker image's config is durable: real Redis
+// everywhere, RequireDurableRedis, no warning.
+func TestLoadDockerConfig(t *testing.T) {
+	cfg, warnings, err := LoadWithWarnings("../docker/kairos.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warnings) != 0 || cfg.Kairos.Embedded || cfg.Embedded() || !cfg.Kairos.RequireDurableRedis {
+		t.Errorf("warnings %q, Embedded %v (in use %v), RequireDurableRedis %v", warnings, cfg.Kairos.Embedded, cfg.Embedded(), cfg.Kairos.RequireDurableRedis)
+	}
+}
