@@ -3,11 +3,14 @@
 // and default; Kairos's own keys are additions with defaults that keep
 // lmstfy's behaviour.
 //
-// Use Load (or LoadWithWarnings, which also returns the keys the file sets
-// but Kairos does not use) to read a file; both start from Default and end
-// with Validate. Every validation problem is a *ValidationError naming its
-// key, and every error about the content of a file satisfies
-// errors.Is(err, ErrInvalid).
+// Use Load (or LoadWithWarnings, which also returns warnings such as the
+// keys the file sets but neither Kairos nor lmstfy uses) to read a file;
+// both start from Default and end with Validate. A mistyped key (a
+// near-miss of a known key, a key in the wrong table, any unknown key in
+// [Kairos]) is an error, and so is a Redis section without Addr unless
+// [Kairos] Embedded asks for the in-memory store. Every such problem is a
+// *ValidationError naming its key, and every error about the content of a
+// file satisfies errors.Is(err, ErrInvalid).
 package config
 
 import (

@@ -60,20 +60,21 @@ func (e *fileError) Error() string {
 
 func (e *fileError) Unwrap() error { return e.err }
 
-// Load reads the TOML file at path over Default and validates it. Keys the
-// file sets but Kairos does not use are ignored; use LoadWithWarnings to
-// report them.
+// Load reads the TOML file at path over Default and validates it. Unknown
+// keys that look like mistakes are errors (see unknownKeys); the others
+// are ignored: use LoadWithWarnings to report them.
 func Load(path string) (*Config, error) {
 	cfg, _, err := LoadWithWarnings(path)
 	return cfg, err
 }
 
 // LoadWithWarnings is Load that also returns warnings the caller should
-// log: keys Kairos does not use (an lmstfy file may carry some) and pools
-// ignored because their legacy Version is set. A missing or unreadable
-// file is an error naming the path; a syntax or type error is a
-// *DecodeError naming the line and key; validation problems are
-// *ValidationErrors (see Validate and Problems).
+// log: unknown keys that are not mistakes (an lmstfy file may carry some)
+// and pools ignored because their legacy Version is set. The warnings come
+// back with an error too, for the caller to print beside it. A missing or
+// unreadable file is an error naming the path; a syntax or type error is a
+// *DecodeError naming the line and key; mistyped keys and validation
+// problems are *ValidationErrors (see Validate and Problems).
 func LoadWithWarnings(path string) (*Config, []string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {

@@ -229,6 +229,7 @@ anyone = "can be named"
 [Pool.default]
 Addr = "127.0.0.1:6379"
 Weight = 3
+EngineKing = "redis"
 [Pool.default.Extra]
 a = 1
 b = 2
@@ -244,6 +245,7 @@ x = 1
 	want := []string{
 		"unknown key BacktraceLevel ignored",
 		"unknown key Pool.default.Weight ignored",
+		"unknown key Pool.default.EngineKing ignored", // a field of older lmstfy versions
 		"unknown table [Pool.default.Extra] ignored",
 		"unknown table [Throttle] ignored",
 	}
