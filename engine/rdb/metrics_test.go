@@ -215,3 +215,35 @@ func TestParseInfo(t *testing.T) {
 		t.Error("keys without a keyspace section")
 	}
 }
+
+// TestMetricsHotPathAllocs: once their series exist, counting a publish
+// batch, a consume, an ACK batch and a Redis command allocates nothing
+// (the publish and consume paths are measured against lmstfy).
+func TestMetricsHotPathAllocs(t *testing.T) {
+	metrics, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	pm := metrics.forPool("p")
+	qn := newQueueNames("ns", "q")
+	now := time.Now()
+	jobs := []*engine.Job{{Namespace: "ns", Queue: "q", ID: engine.NewJobID(now, 0, false)}}
+	acks := []*batchCall[ackOp]{{in: ackOp{ns: "ns", q: "q", id: jobs[0].ID, code: 1}}}
+	process := metrics.CommandHook("node").ProcessHook(func(context.Context, redis.Cmder) error { return nil })
+	pipeline := metrics.CommandHook("node").ProcessPipelineHook(func(context.Context, []redis.Cmder) error { return nil })
+	cmds := []redis.Cmder{redis.NewCmd(ctx, "evalsha", "x", 0)}
+	count := func() {
+		pm.publishedPool(3, 1)
+		pm.publishedQueue("ns", "q", qn, 3)
+		pm.consumed("ns", jobs, now)
+		pm.popped(2)
+		pm.acked("ns", "q", qn, acks, now)
+		_ = process(ctx, cmds[0])
+		_ = pipeline(ctx, cmds)
+	}
+	count() // creates the series
+	if n := testing.AllocsPerRun(100, count); n != 0 {
+		t.Errorf("%v allocations per count, want 0", n)
+	}
+}
