@@ -166,6 +166,10 @@ func (a *App) connect(ctx context.Context, key string, rc config.RedisConf) (red
 	if c, ok := a.byConf[same]; ok {
 		return c, nil
 	}
+	// DisableIdentity: go-redis's CLIENT SETINFO at each new connection
+	// fails on Redis < 7.2 (6.2 is supported); go-redis ignores the error,
+	// but the command metrics would count it. It only names the library in
+	// CLIENT LIST.
 	var client redis.UniversalClient
 	node := rc.Addr // the command metrics' node label
 	switch {
@@ -181,16 +185,16 @@ func (a *App) connect(ctx context.Context, key string, rc config.RedisConf) (red
 				"[Kairos] Embedded = true: " + embeddedList(sections) + " in an in-memory Redis embedded in the process. " +
 					"NOTHING THERE IS DURABLE: it is lost when the server stops. For real use give each an Addr and remove Embedded.")
 		}
-		client = redis.NewClient(&redis.Options{Addr: a.embedded.Addr(), PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1, ContextTimeoutEnabled: true})
+		client = redis.NewClient(&redis.Options{Addr: a.embedded.Addr(), PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1, ContextTimeoutEnabled: true, DisableIdentity: true})
 		node = a.embedded.Addr()
 	case rc.IsSentinel():
 		node = rc.MasterName
 		client = redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: rc.MasterName, SentinelAddrs: rc.Addrs(), Password: rc.Password,
-			SentinelPassword: rc.SentinelPassword, DB: rc.DB, PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1, ContextTimeoutEnabled: true,
+			SentinelPassword: rc.SentinelPassword, DB: rc.DB, PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1, ContextTimeoutEnabled: true, DisableIdentity: true,
 		})
 	default:
-		client = redis.NewClient(&redis.Options{Addr: rc.Addr, Password: rc.Password, DB: rc.DB, PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1, ContextTimeoutEnabled: true})
+		client = redis.NewClient(&redis.Options{Addr: rc.Addr, Password: rc.Password, DB: rc.DB, PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1, ContextTimeoutEnabled: true, DisableIdentity: true})
 	}
 	client.AddHook(a.metrics.CommandHook(node))
 	a.clients = append(a.clients, client)

@@ -90,6 +90,18 @@ func TestE2EMetrics(t *testing.T) {
 		}
 	})
 
+	// No Redis command failed during that traffic, so none may count as
+	// one (go-redis's connection handshake once did, on Redis < 7.2).
+	t.Run("redis errors", func(t *testing.T) {
+		for _, m := range fams["infra_lmstfy_redis_qps"].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "status" && l.GetValue() != "ok" {
+					t.Errorf("infra_lmstfy_redis_qps %v = %v", m.GetLabel(), m.GetCounter().GetValue())
+				}
+			}
+		}
+	})
+
 	t.Run("dashboard", func(t *testing.T) {
 		exprs := dashboardExprs(t, "../../docker/grafana/dashboards/kairos.json")
 		if len(exprs) < 20 {
