@@ -64,7 +64,7 @@ type Engine struct {
 	now     func() time.Time
 	batch   int
 	maxWait time.Duration
-	metrics *Metrics
+	metrics *poolMetrics
 
 	pumpWake chan struct{}
 	waiters  *waiters
@@ -128,7 +128,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 		now:      opts.Now,
 		batch:    opts.PumpBatch,
 		maxWait:  opts.MaxPumpSleep,
-		metrics:  opts.Metrics,
+		metrics:  opts.Metrics.forPool(opts.Pool),
 		pumpWake: make(chan struct{}, 1),
 		names:    newMemo(func(k [3]string) *queueNames { return newQueueNames(k[0], k[1]) }),
 
@@ -348,6 +348,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 			c.err = err
 		}
 	}
+	delayed := 0 // jobs into a timer rather than a ready queue
 	for i, c := range batch {
 		r := c.in.req
 		value, due, err := jobValue(r, nowMS)
@@ -363,6 +364,9 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		args[e0+p] = packEntry(r.Tries, c.in.id)
 		b := v0 + 4*p
 		args[b], args[b+1], args[b+2], args[b+3] = value, durMS(r.TTL), scriptDue(due, nowMS), r.Priority
+		if due > nowMS {
+			delayed++
+		}
 	}
 	for attempt := 0; ; attempt++ {
 		res, replicas, err := e.runPublish(ctx, publishManyScript, keys, args)
@@ -379,9 +383,9 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 				if qu.record {
 					qu.names.recorded.Store(true)
 				}
-				e.metrics.publishedQueue(e.pool, qu.ns, qu.q, qu.names, qu.jobs)
+				e.metrics.publishedQueue(qu.ns, qu.q, qu.names, qu.jobs)
 			}
-			e.metrics.publishedPool(e.pool, len(batch))
+			e.metrics.publishedPool(len(batch), delayed)
 			fail(e.replicaShortfall("publish", replicas))
 			return
 		}
@@ -461,6 +465,8 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 	args[3] = ""
 	args[4] = "0"
 	keys[5], keys[6] = keys[0], keys[0] // unused unless set below; same slot
+	// delayed counts the jobs that go to the timer rather than the ready queue.
+	delayed := 0
 	for i, r := range reqs {
 		if r.Replaces != "" {
 			keys[5] = jobKey(ns, q, r.Replaces)
@@ -487,6 +493,9 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 		args[b+2] = durMS(r.TTL)
 		args[b+3] = scriptDue(due, nowMS)
 		args[b+4] = r.Priority
+		if due > nowMS {
+			delayed++
+		}
 	}
 	// The first publish to the queue through this engine also records it
 	// in lmstfy's registries, in the same round trip.
@@ -512,8 +521,8 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 			if err := e.replicaShortfall("publish "+ns+"/"+q, replicas); err != nil {
 				return ids, err
 			}
-			e.metrics.publishedPool(e.pool, len(reqs))
-			e.metrics.publishedQueue(e.pool, ns, q, qn, len(reqs))
+			e.metrics.publishedPool(len(reqs), delayed)
+			e.metrics.publishedQueue(ns, q, qn, len(reqs))
 			return ids, nil
 		case code == -1 && len(res) == 2:
 			first, _ := res[1].(string)
@@ -804,10 +813,11 @@ func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, wan
 		if err != nil {
 			return fmt.Errorf("consume %s/%v: %w", req.Namespace, req.Queues, err)
 		}
-		more, empty, earliest, jobs, err := e.decodeConsumed(req, res, due)
+		more, empty, earliest, popped, jobs, err := e.decodeConsumed(req, res, due)
 		if err != nil {
 			return err
 		}
+		e.metrics.popped(popped)
 		if empty {
 			e.waiters.sawEmpty(marks)
 		}
@@ -823,21 +833,22 @@ func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, wan
 		}
 		if !more || got >= total {
 			for _, jobs := range out {
-				e.metrics.consumed(e.pool, req.Namespace, jobs, now)
+				e.metrics.consumed(req.Namespace, jobs, now)
 			}
 			return nil
 		}
 	}
 }
 
-func (e *Engine) decodeConsumed(req *engine.ConsumeRequest, res []interface{}, due int64) (more, empty bool, earliest int64, jobs []*engine.Job, err error) {
-	const per = 8
-	if len(res) < 2 || (len(res)-2)%per != 0 {
-		return false, false, 0, nil, fmt.Errorf("consume: unexpected reply of %d items", len(res))
+func (e *Engine) decodeConsumed(req *engine.ConsumeRequest, res []interface{}, due int64) (more, empty bool, earliest, popped int64, jobs []*engine.Job, err error) {
+	const head, per = 3, 8
+	if len(res) < head || (len(res)-head)%per != 0 {
+		return false, false, 0, 0, nil, fmt.Errorf("consume: unexpected reply of %d items", len(res))
 	}
 	m, _ := res[0].(int64)
 	earliest, _ = res[1].(int64)
-	for i := 2; i < len(res); i += per {
+	popped, _ = res[2].(int64)
+	for i := head; i < len(res); i += per {
 		pos, _ := res[i].(int64)
 		id, _ := res[i+1].(string)
 		left, _ := res[i+2].(int64)
@@ -847,7 +858,7 @@ func (e *Engine) decodeConsumed(req *engine.ConsumeRequest, res []interface{}, d
 		nonce, _ := res[i+6].(string)
 		prio, _ := res[i+7].(int64)
 		if pos < 1 || int(pos) > len(req.Queues) {
-			return false, false, 0, nil, fmt.Errorf("consume: bad queue position %d", pos)
+			return false, false, 0, 0, nil, fmt.Errorf("consume: bad queue position %d", pos)
 		}
 		j, err := makeJob(req.Namespace, req.Queues[pos-1], id, []byte(payload), pttl)
 		if err != nil {
@@ -862,7 +873,7 @@ func (e *Engine) decodeConsumed(req *engine.ConsumeRequest, res []interface{}, d
 		j.DueAt = time.UnixMilli(due)
 		jobs = append(jobs, j)
 	}
-	return m == 1, m == 2, earliest, jobs, nil
+	return m == 1, m == 2, earliest, popped, jobs, nil
 }
 
 // newReceiptBase returns 6 random bytes; the consume script appends the
@@ -925,6 +936,7 @@ func (e *Engine) PeekQueue(ctx context.Context, ns, q string) (*engine.Job, erro
 	id, _ := res[0].(string)
 	value, _ := res[1].(string)
 	pttl, _ := res[2].(int64)
+	e.metrics.peeked()
 	return makeStoredJob(ns, q, id, []byte(value), pttl, e.now())
 }
 
@@ -946,6 +958,7 @@ func (e *Engine) PeekJob(ctx context.Context, ns, q, id string) (*engine.Job, er
 	}
 	value, _ := res[0].(string)
 	pttl, _ := res[1].(int64)
+	e.metrics.peeked()
 	return makeStoredJob(ns, q, id, []byte(value), pttl, e.now())
 }
 
@@ -1038,6 +1051,7 @@ func (e *Engine) RespawnDeadLetter(ctx context.Context, ns, q string, limit int6
 		if err != nil {
 			return total, fmt.Errorf("respawn %s/%s: %w", ns, q, err)
 		}
+		e.metrics.respawned(res[0])
 		total += res[0]
 		if res[1] == 1 {
 			break

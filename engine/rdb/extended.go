@@ -109,6 +109,9 @@ func (e *Engine) ackCoalesced(ctx context.Context, batch []*batchCall[ackOp]) {
 		}
 		c.in.code, c.err = codes[i], nil
 	}
+	if err == nil {
+		e.metrics.acked(ns, q, qn, batch, e.now())
+	}
 }
 
 // Release implements engine.Extended.
@@ -307,6 +310,9 @@ func (e *Engine) RespawnDeadJob(ctx context.Context, ns, q, id string, ttl time.
 	code, err := respawnOneScript.Run(ctx, e.rdb, keys, id, durMS(ttl), readyChannel(ns, q)).Int64()
 	if err != nil {
 		return fmt.Errorf("respawn %s/%s/%s: %w", ns, q, id, err)
+	}
+	if code == 1 {
+		e.metrics.respawned(1)
 	}
 	return receiptResult("respawn", ns, q, id, code)
 }

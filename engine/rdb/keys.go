@@ -57,8 +57,9 @@ type queueNames struct {
 	// records the queue again, which is harmless.
 	recorded atomic.Bool
 	// publishes is the queue's publish counter (a prometheus.Counter), set
-	// at its first publish (Metrics.publishedQueue).
-	publishes atomic.Value
+	// at its first publish (poolMetrics.publishedQueue), and acks its ACK
+	// histogram (a prometheus.Observer), at its first ACK.
+	publishes, acks atomic.Value
 }
 
 func newQueueNames(ns, q string) *queueNames {

@@ -2,6 +2,7 @@ package rdb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -60,4 +61,189 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestLmstfyEngineMetrics: the counters of lmstfy's engine count what
+// happens where it happens: publishes split into ready and delayed jobs,
+// consumes count the stale entries they pop, peeks read bodies, ACKs are
+// timed from the publish, a stale receipt deletes nothing, respawns count.
+func TestLmstfyEngineMetrics(t *testing.T) {
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = client.Close() })
+	reg := prometheus.NewRegistry()
+	metrics, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := newTestClock()
+	e := startEngineOpts(t, client, Options{Now: clock.Now, Metrics: metrics})
+	ctx := context.Background()
+	pub := func(q string, delay time.Duration, tries uint16) string {
+		t.Helper()
+		id, err := e.Publish(ctx, &engine.PublishRequest{Namespace: "lm", Queue: q, Body: []byte("x"), TTL: time.Hour, Delay: delay, Tries: tries})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	stale := pub("a", 0, 3)
+	pub("a", 0, 3)
+	delayed := pub("a", 10*time.Second, 3)
+	clock.Add(50 * time.Millisecond)
+	if err := e.Delete(ctx, "lm", "a", stale); err != nil { // its ready entry stays, stale
+		t.Fatal(err)
+	}
+	jobs, err := e.Consume(ctx, &engine.ConsumeRequest{Namespace: "lm", Queues: []string{"a"}, TTR: time.Minute, Count: 1})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("consume: %v, %d jobs", err, len(jobs))
+	}
+	if _, err := e.PeekJob(ctx, "lm", "a", delayed); err != nil {
+		t.Fatal(err)
+	}
+	// A receipt that is not the delivery's deletes nothing.
+	if err := e.Ack(ctx, "lm", "a", jobs[0].ID, "00000000000000ff"); !errors.Is(err, engine.ErrStaleReceipt) {
+		t.Fatalf("ack with a wrong receipt: %v, want ErrStaleReceipt", err)
+	}
+	// A job whose only try is spent goes to the dead letter, then back.
+	pub("d", 0, 1)
+	if jobs, err := e.Consume(ctx, &engine.ConsumeRequest{Namespace: "lm", Queues: []string{"d"}, TTR: time.Second, Count: 1}); err != nil || len(jobs) != 1 {
+		t.Fatalf("consume d: %v, %d jobs", err, len(jobs))
+	}
+	clock.Add(2 * time.Second)
+	if _, err := e.PumpOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.RespawnDeadLetter(ctx, "lm", "d", 10, time.Hour); err != nil || n != 1 {
+		t.Fatalf("respawn: %d, %v", n, err)
+	}
+
+	pool := e.pool
+	for _, c := range []struct {
+		name string
+		vec  *prometheus.CounterVec
+		want float64
+	}{
+		{"publish_jobs", metrics.publish, 4},
+		{"pool_add_jobs", metrics.poolAdd, 4},
+		{"queue_direct_push_jobs", metrics.directPush, 3},
+		{"timer_add_jobs", metrics.timerAdd, 1},
+		{"consume_multi_jobs", metrics.consume, 2},
+		{"queue_pop_jobs", metrics.queuePop, 3}, // the stale entry, then two jobs
+		{"pool_get_jobs", metrics.poolGet, 3},   // two consumed, one peeked
+		{"pool_delete_jobs", metrics.poolDelete, 1},
+		{"deadletter_respawn_jobs", metrics.respawn, 1},
+	} {
+		if got := counterValue(t, c.vec.WithLabelValues(pool)); got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, got, c.want)
+		}
+	}
+	var h dto.Metric
+	if err := metrics.ackElapsed.WithLabelValues(pool, "lm", "a").(prometheus.Histogram).Write(&h); err != nil {
+		t.Fatal(err)
+	}
+	if n, sum := h.GetHistogram().GetSampleCount(), h.GetHistogram().GetSampleSum(); n != 1 || sum < 50 {
+		t.Errorf("job_ack_elapsed_ms: %d samples summing %v ms, want 1 of at least 50 ms", n, sum)
+	}
+}
+
+// TestTimerSizesPerPool: lmstfy's timer_sizes is one gauge per pool (its
+// one timer); Kairos's per-queue timers are summed into it and exported
+// per queue as kairos_queue_timer_sizes.
+func TestTimerSizesPerPool(t *testing.T) {
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = client.Close() })
+	e := startEngineOpts(t, client, Options{Now: newTestClock().Now})
+	for _, q := range []string{"a", "a", "b"} {
+		if _, err := e.Publish(context.Background(), &engine.PublishRequest{Namespace: "ts", Queue: q, Body: []byte("x"), Delay: time.Hour, Tries: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewStatsCollector(e))
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			got[fmt.Sprint(f.GetName(), labels)] = fmt.Sprint(m.GetGauge().GetValue())
+		}
+	}
+	for k, v := range map[string]string{
+		"infra_lmstfy_redis_timer_sizes[pool=default]":                      "3",
+		"kairos_queue_timer_sizes[namespace=ts pool=default queue=a]":       "2",
+		"kairos_queue_timer_sizes[namespace=ts pool=default queue=b]":       "1",
+		"infra_lmstfy_redis_queue_sizes[namespace=ts pool=default queue=a]": "0",
+	} {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %s (all: %v)", k, got[k], v, got)
+		}
+	}
+}
+
+// TestParseInfo reads lmstfy's gauges from an INFO reply: the keyspace
+// line of the pool's database, 0 keys when it has none.
+func TestParseInfo(t *testing.T) {
+	info := "# Clients\r\nconnected_clients:7\r\nblocked_clients:1\r\n# Memory\r\nused_memory:1024\r\nmaxmemory:0\r\n" +
+		"maxmemory_policy:noeviction\r\n# Keyspace\r\ndb0:keys=5,expires=2,avg_ttl=10\r\ndb3:keys=9,expires=4,avg_ttl=0\r\n"
+	for _, tc := range []struct {
+		db                int
+		keys, expires     float64
+		clients, used, mx float64
+	}{
+		{0, 5, 2, 7, 1024, 0},
+		{3, 9, 4, 7, 1024, 0},
+		{1, 0, 0, 7, 1024, 0},
+	} {
+		f := parseInfo(info, tc.db)
+		if f["keys"] != tc.keys || f["expires"] != tc.expires || f["connected_clients"] != tc.clients || f["blocked_clients"] != 1 ||
+			f["used_memory"] != tc.used || f["maxmemory"] != tc.mx {
+			t.Errorf("db%d: %v", tc.db, f)
+		}
+		if _, ok := f["maxmemory_policy"]; ok {
+			t.Errorf("db%d: a text field became a number: %v", tc.db, f)
+		}
+	}
+	if _, ok := parseInfo("# Clients\r\nconnected_clients:1\r\n", 0)["keys"]; ok {
+		t.Error("keys without a keyspace section")
+	}
+}
+
+// TestMetricsHotPathAllocs: once their series exist, counting a publish
+// batch, a consume, an ACK batch and a Redis command allocates nothing
+// (the publish and consume paths are measured against lmstfy).
+func TestMetricsHotPathAllocs(t *testing.T) {
+	metrics, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	pm := metrics.forPool("p")
+	qn := newQueueNames("ns", "q")
+	now := time.Now()
+	jobs := []*engine.Job{{Namespace: "ns", Queue: "q", ID: engine.NewJobID(now, 0, false)}}
+	acks := []*batchCall[ackOp]{{in: ackOp{ns: "ns", q: "q", id: jobs[0].ID, code: 1}}}
+	process := metrics.CommandHook("node").ProcessHook(func(context.Context, redis.Cmder) error { return nil })
+	pipeline := metrics.CommandHook("node").ProcessPipelineHook(func(context.Context, []redis.Cmder) error { return nil })
+	cmds := []redis.Cmder{redis.NewCmd(ctx, "evalsha", "x", 0)}
+	count := func() {
+		pm.publishedPool(3, 1)
+		pm.publishedQueue("ns", "q", qn, 3)
+		pm.consumed("ns", jobs, now)
+		pm.popped(2)
+		pm.acked("ns", "q", qn, acks, now)
+		_ = process(ctx, cmds[0])
+		_ = pipeline(ctx, cmds)
+	}
+	count() // creates the series
+	if n := testing.AllocsPerRun(100, count); n != 0 {
+		t.Errorf("%v allocations per count, want 0", n)
+	}
 }

@@ -67,7 +67,7 @@ func (e *Engine) PumpOnce(ctx context.Context) (int64, error) {
 		if len(res) != 2 {
 			return 0, fmt.Errorf("pump pool %s: unexpected reply %v", e.pool, res)
 		}
-		e.metrics.pumped(e.pool, res[0], res[0] >= int64(e.batch))
+		e.metrics.pumped(res[0], res[0] >= int64(e.batch))
 		if res[0] < int64(e.batch) {
 			return res[1], nil
 		}

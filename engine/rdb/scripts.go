@@ -386,11 +386,13 @@ return {0, total, earliest}
 //	ARGV[5] receipt base (6 bytes; the job's position in the reply completes it)
 //	ARGV[6..5+n] job key prefixes j/{ns/q}/   ARGV[6+n..5+2n] index members ns/q
 //
-// Returns {more, earliest, then per job: queue position (1-based), id, tries
-// left, payload, PTTL (ms, -1 = none), deliveries, receipt, priority}.
+// Returns {more, earliest, popped, then per job: queue position (1-based),
+// id, tries left, payload, PTTL (ms, -1 = none), deliveries, receipt,
+// priority}.
 // more = 1 when the pop budget ran out first, 2 when every queue's ready
 // list and priority set are empty at the end, else 0; earliest = the pool's
-// new earliest due time when this call moved it earlier, else 0.
+// new earliest due time when this call moved it earlier, else 0; popped =
+// the entries popped, stale ones included (lmstfy's queue_pop_jobs).
 var consumeScript = script(`
 local n = (#KEYS - 1) / 4
 local idx = KEYS[4 * n + 1]
@@ -398,7 +400,7 @@ local due = ARGV[1]
 local dueN = tonumber(due)
 local want = tonumber(ARGV[2])
 local budget = tonumber(ARGV[3])
-local out = {0, 0}
+local out = {0, 0, 0}
 local got = 0
 local touched = {}
 for i = 1, n do
@@ -463,6 +465,7 @@ if out[1] == 0 then
     end
   end
 end
+out[3] = tonumber(ARGV[3]) - budget
 return out
 `)
 

@@ -53,6 +53,7 @@ type App struct {
 	Throttler *auth.Throttler
 	Webhooks  *webhook.Manager // the queues' push subscriptions
 	Registry  *prometheus.Registry
+	metrics   *rdb.Metrics // the engines' metrics and the clients' command hooks
 	clients   []redis.UniversalClient
 	byConf    map[string]redis.UniversalClient // clients by their settings
 	embedded  *miniredis.Miniredis
@@ -86,6 +87,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 	if err != nil {
 		return nil, err
 	}
+	a.metrics = metrics
 	engines := make(map[string]engine.Engine)
 	var all []*rdb.Engine
 	for _, name := range cfg.PoolNames() {
@@ -112,7 +114,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 			opts.Logger.WithFields(logrus.Fields{"pool": name, "to": to}).Warn("pool is migrating: publishes go to the new pool, consumers drain this one first")
 		}
 	}
-	a.Registry.MustRegister(rdb.NewStatsCollector(all...))
+	a.Registry.MustRegister(rdb.NewStatsCollector(all...), rdb.NewRedisCollector(all...))
 	admin, err := a.connect(ctx, "AdminRedis", cfg.AdminRedis)
 	if err != nil {
 		return nil, err
@@ -164,7 +166,12 @@ func (a *App) connect(ctx context.Context, key string, rc config.RedisConf) (red
 	if c, ok := a.byConf[same]; ok {
 		return c, nil
 	}
+	// DisableIdentity: go-redis's CLIENT SETINFO at each new connection
+	// fails on Redis < 7.2 (6.2 is supported); go-redis ignores the error,
+	// but the command metrics would count it. It only names the library in
+	// CLIENT LIST.
 	var client redis.UniversalClient
+	node := rc.Addr // the command metrics' node label
 	switch {
 	case a.cfg.UsesEmbedded(rc):
 		if a.embedded == nil {
@@ -178,15 +185,18 @@ func (a *App) connect(ctx context.Context, key string, rc config.RedisConf) (red
 				"[Kairos] Embedded = true: " + embeddedList(sections) + " in an in-memory Redis embedded in the process. " +
 					"NOTHING THERE IS DURABLE: it is lost when the server stops. For real use give each an Addr and remove Embedded.")
 		}
-		client = redis.NewClient(&redis.Options{Addr: a.embedded.Addr(), PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1, ContextTimeoutEnabled: true})
+		client = redis.NewClient(&redis.Options{Addr: a.embedded.Addr(), PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1, ContextTimeoutEnabled: true, DisableIdentity: true})
+		node = a.embedded.Addr()
 	case rc.IsSentinel():
+		node = rc.MasterName
 		client = redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: rc.MasterName, SentinelAddrs: rc.Addrs(), Password: rc.Password,
-			SentinelPassword: rc.SentinelPassword, DB: rc.DB, PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1, ContextTimeoutEnabled: true,
+			SentinelPassword: rc.SentinelPassword, DB: rc.DB, PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1, ContextTimeoutEnabled: true, DisableIdentity: true,
 		})
 	default:
-		client = redis.NewClient(&redis.Options{Addr: rc.Addr, Password: rc.Password, DB: rc.DB, PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1, ContextTimeoutEnabled: true})
+		client = redis.NewClient(&redis.Options{Addr: rc.Addr, Password: rc.Password, DB: rc.DB, PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1, ContextTimeoutEnabled: true, DisableIdentity: true})
 	}
+	client.AddHook(a.metrics.CommandHook(node))
 	a.clients = append(a.clients, client)
 	a.byConf[same] = client
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
