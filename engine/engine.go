@@ -47,6 +47,12 @@ var (
 	// ErrKeyExists means a publish named a job key (idempotency key) that is
 	// already taken; the error comes with the first job's ID.
 	ErrKeyExists = errors.New("engine: job key exists")
+	// ErrUnavailable means the store cannot serve the request for now
+	// (unreachable, loading, read-only, failing over): the request may
+	// succeed if retried later. The HTTP layer answers 503 with Retry-After.
+	// engine/rdb returns go-redis's own errors, which the server classifies
+	// the same way; other implementations wrap this sentinel.
+	ErrUnavailable = errors.New("engine: store unavailable")
 )
 
 // MaxPriority is the highest per-job priority.

@@ -15,8 +15,11 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/config"
@@ -41,6 +44,10 @@ func (f *eachFake) PublishEach(_ context.Context, reqs []*engine.PublishRequest,
 		bodies = append(bodies, string(r.Body))
 		if f.fail != nil {
 			errs[i] = f.fail
+			if errors.Is(f.fail, engine.ErrNotReplicated) { // written, not confirmed
+				f.next++
+				ids[i] = fmt.Sprintf("job-%06d", f.next)
+			}
 			continue
 		}
 		f.next++
@@ -311,21 +318,29 @@ func (r *recorder) Write(b []byte) (int, error) {
 // renders them, and a failed publish gives its throttle token back.
 func TestLoopEngineErrors(t *testing.T) {
 	env, fake, addr := serveLoops(t)
-	for _, tc := range []struct {
-		err    error
-		status int
-		body   string
+	unavailable := `{"error":"redis is unavailable, retry later"}`
+	cases := []struct {
+		err        error
+		status     int
+		body       string
+		retryAfter string
 	}{
-		{engine.ErrClosed, 503, `{"error":"server is shutting down"}`},
-		{errors.New("redis: boom"), 500, `{"error":"internal error"}`},
-		{fmt.Errorf("publish: %w", engine.ErrInvalid), 400, `{"error":"invalid request"}`},
-	} {
+		{engine.ErrClosed, 503, `{"error":"server is shutting down"}`, "1"},
+		{errors.New("redis: boom"), 500, `{"error":"internal error"}`, ""},
+		{fmt.Errorf("publish: %w", engine.ErrInvalid), 400, `{"error":"invalid request"}`, ""},
+		{fmt.Errorf("publish: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}), 503, unavailable, "1"},
+		{fmt.Errorf("publish: %w", redis.ErrPoolTimeout), 503, unavailable, "1"},
+		{fmt.Errorf("publish: %w", engine.ErrUnavailable), 503, unavailable, "1"},
+		{fmt.Errorf("publish ns/q: 0 of 1 replicas: %w", engine.ErrNotReplicated), 503,
+			`{"error":"publish not replicated: the job may exist","job_id":"job-000001"}`, "1"},
+	}
+	for _, tc := range cases {
 		fake.mu.Lock()
 		fake.fail = tc.err
 		fake.mu.Unlock()
 		r := liveDo(t, "PUT", "http://"+addr+"/api/ns/q", strings.NewReader("x"), tok(goodToken))
-		if r.status != tc.status || r.body != tc.body {
-			t.Errorf("%v: %d %s, want %d %s", tc.err, r.status, r.body, tc.status, tc.body)
+		if r.status != tc.status || r.body != tc.body || r.header.Get("Retry-After") != tc.retryAfter {
+			t.Errorf("%v: %d %s (Retry-After %q), want %d %s (%q)", tc.err, r.status, r.body, r.header.Get("Retry-After"), tc.status, tc.body, tc.retryAfter)
 		}
 	}
 	var refunds int
@@ -334,8 +349,8 @@ func TestLoopEngineErrors(t *testing.T) {
 			refunds++
 		}
 	}
-	if refunds != 3 {
-		t.Errorf("%d refunds, want 3", refunds)
+	if refunds != len(cases) {
+		t.Errorf("%d refunds, want %d", refunds, len(cases))
 	}
 	var logged bool
 	for _, e := range env.logs.AllEntries() {
