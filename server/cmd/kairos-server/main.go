@@ -8,13 +8,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"syscall"
+	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sirupsen/logrus"
 
 	"github.com/kairos-dev/kairos/config"
@@ -51,8 +55,12 @@ func run(args []string, stdout io.Writer) error {
 	showVersion := fs.Bool("v", false, "print the version and exit")
 	skipVerify := fs.Bool("sv", false, "skip token verification (development only, as lmstfy's -sv)")
 	pidFile := fs.String("p", "", "write the process id to this file")
+	probe := fs.String("probe", "", "GET this URL (e.g. http://127.0.0.1:7777/healthz), exit 0 on 200 and 1 otherwise, and do nothing else: the container HEALTHCHECK of images without curl")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *probe != "" {
+		return probeURL(*probe, stdout)
 	}
 	if *showVersion {
 		fmt.Fprintf(stdout, "kairos-server %s (commit %s, built %s)\n", version, buildCommit, buildDate)
@@ -70,6 +78,7 @@ func run(args []string, stdout io.Writer) error {
 	for _, w := range warnings {
 		log.WithField("config", *cfgPath).Warn(w)
 	}
+	redis.SetLogger(app.RedisLogger{Log: log})
 	if *pidFile != "" {
 		if err := os.WriteFile(*pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 			return fmt.Errorf("pid file: %w", err)
@@ -108,6 +117,22 @@ func run(args []string, stdout io.Writer) error {
 	err = a.Run(ctx)
 	log.Info("stopped")
 	return err
+}
+
+// probeURL is -probe: one GET with a short deadline, success only on 200.
+func probeURL(url string, stdout io.Writer) error {
+	c := http.Client{Timeout: 3 * time.Second}
+	res, err := c.Get(url)
+	if err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(res.Body, 4<<10))
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("probe: %s: %s %s", url, res.Status, strings.TrimSpace(string(body)))
+	}
+	fmt.Fprintf(stdout, "%s: %s\n", url, res.Status)
+	return nil
 }
 
 // newLogger builds the logger from LogLevel, LogFormat and LogDir (the error

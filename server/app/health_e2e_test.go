@@ -1,0 +1,123 @@
+package app_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Health, readiness and Redis outages end to end: a real server on a real
+// redis-server that the test stops and restarts.
+
+// readyz fetches base+/readyz.
+func readyz(tb testing.TB, base string) *response {
+	tb.Helper()
+	return doHTTP(tb, http.MethodGet, base+"/readyz", "", nil, nil)
+}
+
+// waitReady polls base+/readyz until it answers status, and returns that
+// answer.
+func waitReady(tb testing.TB, base string, status int, within time.Duration) *response {
+	tb.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		r := readyz(tb, base)
+		if r.Status == status {
+			return r
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("/readyz did not answer %d within %v; last: %v", status, within, r)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// wantUnavailable checks an outage answer: 503, Retry-After, the JSON
+// error, and no address of Redis.
+func wantUnavailable(tb testing.TB, r *response, redisAddr string) {
+	tb.Helper()
+	r.wantStatus(tb, http.StatusServiceUnavailable)
+	if ra := r.Header.Get("Retry-After"); ra != "1" {
+		tb.Errorf("%v: Retry-After %q, want 1", r, ra)
+	}
+	r.wantBody(tb, `{"error":"redis is unavailable, retry later"}`)
+	if strings.Contains(string(r.Body), redisAddr) {
+		tb.Errorf("%v: leaks the Redis address", r)
+	}
+}
+
+// TestE2EOutage: /healthz stays 200 and /readyz turns 503 (naming the pool
+// and the admin Redis, without addresses) while Redis is down; every public
+// route and the admin token creation answer 503 + Retry-After, never 500,
+// on the event-loop fast path and on net/http; all comes back when Redis
+// does.
+func TestE2EOutage(t *testing.T) {
+	e := startE2E(t)
+	for _, base := range []string{e.API, e.Admin} {
+		doHTTP(t, http.MethodGet, base+"/healthz", "", nil, nil).wantStatus(t, http.StatusOK)
+		r := readyz(t, base)
+		r.wantStatus(t, http.StatusOK)
+		r.wantBody(t, `{"ready":true,"checks":{"admin redis":"ok","pool default":"ok"}}`)
+	}
+	id := e.publish(t, "q", "", "before")
+	inFlight := e.consume(t, "q", "ttr=60").JobID
+
+	e.Redis.Kill()
+	for _, base := range []string{e.API, e.Admin} {
+		r := waitReady(t, base, http.StatusServiceUnavailable, 3*time.Second)
+		r.wantBody(t, `{"ready":false,"checks":{"admin redis":"unreachable","pool default":"unreachable"}}`)
+		if r.Header.Get("Retry-After") == "" {
+			t.Errorf("%v: no Retry-After", r)
+		}
+		doHTTP(t, http.MethodGet, base+"/healthz", "", nil, nil).wantStatus(t, http.StatusOK)
+	}
+
+	// keepAlive leaves the request in the fast path's subset; close sends
+	// "Connection: close", which the event loops hand to net/http.
+	keepAlive := map[string]string(nil)
+	closeConn := map[string]string{"Connection": "close"}
+	for _, tc := range []struct {
+		name, method, path, q, body string
+		hdr                         map[string]string
+	}{
+		{"publish fast", http.MethodPut, "q", "", "x", keepAlive},
+		{"publish", http.MethodPut, "q", "", "x", closeConn},
+		{"publish keyed", http.MethodPut, "q", "", "x", map[string]string{"Idempotency-Key": "k1"}},
+		{"bulk publish", http.MethodPut, "q/bulk", "", `[1,2]`, keepAlive},
+		{"consume fast", http.MethodGet, "q", "timeout=0", "", keepAlive},
+		{"consume", http.MethodGet, "q", "timeout=0", "", closeConn},
+		{"consume waiting", http.MethodGet, "q", "timeout=1", "", closeConn},
+		{"ack fast", http.MethodDelete, "q/job/" + inFlight, "", "", keepAlive},
+		{"ack", http.MethodDelete, "q/job/" + inFlight, "", "", closeConn},
+		{"size", http.MethodGet, "q/size", "", "", keepAlive},
+		{"peek", http.MethodGet, "q/peek", "", "", keepAlive},
+		{"peek job", http.MethodGet, "q/job/" + id, "", "", keepAlive},
+		{"deadletter", http.MethodGet, "q/deadletter", "", "", keepAlive},
+		{"deadletter size", http.MethodGet, "q/deadletter/size", "", "", keepAlive},
+		{"respawn", http.MethodPut, "q/deadletter", "limit=1", "", keepAlive},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var body []byte
+			if tc.body != "" {
+				body = []byte(tc.body)
+			}
+			wantUnavailable(t, e.do(t, tc.method, tc.path, tc.q, body, tc.hdr), e.Redis.Addr)
+		})
+	}
+	t.Run("admin token create", func(t *testing.T) {
+		r := doHTTP(t, http.MethodPost, e.Admin+"/token/"+e.NS+"?description=outage", "", nil, nil)
+		wantUnavailable(t, r, e.Redis.Addr)
+	})
+	t.Run("unknown token", func(t *testing.T) {
+		// The token store cannot say whether the token exists: 503, not 401.
+		r := doHTTP(t, http.MethodPut, e.url("q", ""), "no-such-token", []byte("x"), nil)
+		wantUnavailable(t, r, e.Redis.Addr)
+	})
+
+	e.Redis.Restart()
+	waitReady(t, e.API, http.StatusOK, 10*time.Second)
+	waitReady(t, e.Admin, http.StatusOK, 10*time.Second)
+	e.publish(t, "q", "", "after")
+	e.ack(t, "q", inFlight)
+}
