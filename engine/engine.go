@@ -42,7 +42,8 @@ var (
 	ErrStaleReceipt = errors.New("engine: stale receipt")
 	// ErrNotReplicated means a publish was written on the Redis master but
 	// not acknowledged by enough replicas within the pool's WAIT timeout
-	// (the durability option): it may be lost in a failover.
+	// (the durability option): it may be lost in a failover. The publish
+	// returns the job IDs with it: the jobs exist on the master.
 	ErrNotReplicated = errors.New("engine: publish not replicated")
 	// ErrKeyExists means a publish named a job key (idempotency key) that is
 	// already taken; the error comes with the first job's ID.

@@ -258,7 +258,9 @@ func (e *Engine) PublishEach(ctx context.Context, reqs []*engine.PublishRequest,
 		n := min(len(calls), coalesceMax)
 		e.pubs.runBatch(ctx, calls[:n])
 		for k, c := range calls[:n] {
-			if ids[at[k]], errs[at[k]] = c.in.id, c.err; c.err != nil {
+			// A publish not replicated was written: its ID goes with
+			// the error, as Publish returns it.
+			if ids[at[k]], errs[at[k]] = c.in.id, c.err; c.err != nil && !errors.Is(c.err, engine.ErrNotReplicated) {
 				ids[at[k]] = ""
 			}
 		}

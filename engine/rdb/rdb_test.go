@@ -308,4 +308,13 @@ func TestWaitReplicas(t *testing.T) {
 	if id == "" {
 		t.Fatal("no job id with ErrNotReplicated: the caller cannot tell which job may be lost")
 	}
+	// The event loops' batched publishes also name the jobs that may exist.
+	reqs := []*engine.PublishRequest{{Namespace: "ns", Queue: "q", Tries: 1}, {Namespace: "ns", Queue: "r", Tries: 1}}
+	ids, errs := make([]string, len(reqs)), make([]error, len(reqs))
+	e.PublishEach(bg, reqs, ids, errs)
+	for i := range reqs {
+		if !errors.Is(errs[i], engine.ErrNotReplicated) || ids[i] == "" {
+			t.Fatalf("PublishEach job %d: %q, %v; want its ID with ErrNotReplicated", i, ids[i], errs[i])
+		}
+	}
 }
