@@ -1,10 +1,16 @@
 package app_test
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kairos-dev/kairos/client"
+	"github.com/kairos-dev/kairos/config"
+	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 )
 
 // Health, readiness and Redis outages end to end: a real server on a real
@@ -120,4 +126,73 @@ func TestE2EOutage(t *testing.T) {
 	waitReady(t, e.Admin, http.StatusOK, 10*time.Second)
 	e.publish(t, "q", "", "after")
 	e.ack(t, "q", inFlight)
+}
+
+// TestE2ENotReplicated: with WaitReplicas and no replica to confirm it, a
+// publish is written but not confirmed: the server answers 503 "the job
+// may exist" with its job ID (fast path and net/http), the job does exist,
+// and the Go client never makes a duplicate: without a key it returns
+// ErrMayExist with the ID; with WithPublishKeys its retry answers the
+// first job.
+func TestE2ENotReplicated(t *testing.T) {
+	rs := redistest.StartWith(t, redistest.Options{AppendOnly: true})
+	cfg := redisConfig(rs.Addr)
+	cfg.Pool[config.DefaultPoolName] = config.RedisConf{Addr: rs.Addr, WaitReplicas: 1, WaitTimeoutMs: 20}
+	k := startKairos(t, cfg)
+	e := &e2e{kairos: k, Redis: rs, NS: "e2e", Token: k.newToken(t, "e2e")}
+	size := func() int {
+		t.Helper()
+		var out struct {
+			Size int `json:"size"`
+		}
+		e.do(t, http.MethodGet, "q/size", "", nil, nil).decode(t, &out)
+		return out.Size
+	}
+
+	for _, hdr := range []map[string]string{nil, {"Connection": "close"}} {
+		r := e.do(t, http.MethodPut, "q", "", []byte("x"), hdr)
+		r.wantStatus(t, http.StatusServiceUnavailable)
+		var out struct {
+			Error string `json:"error"`
+			JobID string `json:"job_id"`
+		}
+		r.decode(t, &out)
+		r.wantBody(t, `{"error":"publish not replicated: the job may exist","job_id":"`+out.JobID+`"}`)
+		if r.Header.Get("Retry-After") == "" {
+			t.Errorf("%v: no Retry-After", r)
+		}
+		e.do(t, http.MethodGet, "q/job/"+out.JobID, "", nil, nil).wantStatus(t, http.StatusOK)
+	}
+	if n := size(); n != 2 {
+		t.Fatalf("size %d, want 2", n)
+	}
+
+	opts := []client.Option{client.WithNamespace(e.NS), client.WithToken(e.Token), client.WithRetry(3, time.Millisecond, 2*time.Millisecond)}
+	plain, err := client.New(k.API, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = plain.Publish(context.Background(), "q", []byte("plain"))
+	var apiErr *client.APIError
+	if !errors.Is(err, client.ErrMayExist) || !errors.As(err, &apiErr) || apiErr.JobID == "" {
+		t.Fatalf("Publish without a key: %v, want ErrMayExist with the job ID", err)
+	}
+	if n := size(); n != 3 {
+		t.Fatalf("size %d after a may-exist publish without a key, want 3 (not re-sent)", n)
+	}
+
+	keyed, err := client.New(k.API, append(opts, client.WithPublishKeys())...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := keyed.Publish(context.Background(), "q", []byte("keyed"))
+	if err != nil || id == "" {
+		t.Fatalf("Publish with generated keys: %q, %v; want the first job's ID from the retry", id, err)
+	}
+	if n := size(); n != 4 {
+		t.Fatalf("size %d after a retried keyed publish, want 4 (no duplicate)", n)
+	}
+	if r := e.do(t, http.MethodGet, "q/job/"+id, "", nil, nil); r.Status != http.StatusOK {
+		t.Fatalf("the keyed job: %v", r)
+	}
 }
