@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -195,4 +196,66 @@ func TestE2ENotReplicated(t *testing.T) {
 	if r := e.do(t, http.MethodGet, "q/job/"+id, "", nil, nil); r.Status != http.StatusOK {
 		t.Fatalf("the keyed job: %v", r)
 	}
+}
+
+// TestE2ELoading: while Redis loads its AOF after a restart, /readyz
+// answers 503 "loading" and the API 503 + Retry-After (not 500 with
+// Redis's LOADING text); both recover once it is loaded.
+func TestE2ELoading(t *testing.T) {
+	e := startE2E(t)
+	ctx := context.Background()
+	rc := e.Redis.Client()
+	const keys = 40000
+	p := rc.Pipeline()
+	for i := range keys {
+		p.Set(ctx, fmt.Sprintf("filler:%d", i), "x", 0)
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Rewrite the AOF (an RDB preamble), so that key-load-delay applies.
+	if err := rc.BgRewriteAOF(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		info, err := rc.Info(ctx, "persistence").Result()
+		if err == nil && strings.Contains(info, "aof_rewrite_in_progress:0") && strings.Contains(info, "aof_rewrite_scheduled:0") &&
+			strings.Contains(info, "aof_last_bgrewrite_status:ok") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("AOF rewrite did not finish: %v %s", err, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// 40,000 keys at 50 µs each: about 2 s of loading.
+	e.Redis.RestartLoading("key-load-delay 50", "loading-process-events-interval-bytes 1024")
+	var sawLoading, sawPublish503 bool
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		r := readyz(t, e.API)
+		if r.Status == http.StatusOK {
+			break
+		}
+		r.wantStatus(t, http.StatusServiceUnavailable)
+		if strings.Contains(string(r.Body), `"pool default":"loading"`) {
+			sawLoading = true
+			if !sawPublish503 {
+				pr := e.do(t, http.MethodPut, "q", "", []byte("x"), nil)
+				if pr.Status == http.StatusCreated {
+					break // loaded meanwhile
+				}
+				wantUnavailable(t, pr, e.Redis.Addr)
+				sawPublish503 = true
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still not ready: %v", r)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !sawLoading || !sawPublish503 {
+		t.Fatalf("never saw loading (%v) or a 503 publish (%v) while Redis loaded", sawLoading, sawPublish503)
+	}
+	e.publish(t, "q", "", "loaded")
 }
