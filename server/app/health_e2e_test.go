@@ -259,3 +259,33 @@ func TestE2ELoading(t *testing.T) {
 	}
 	e.publish(t, "q", "", "loaded")
 }
+
+// TestE2EReplicaNotReady: a server whose Redis is a replica (a Sentinel
+// failover left it pointed at the old master, say) is not ready ("not
+// master"), and its writes answer 503 (Redis's READONLY), not 500.
+func TestE2EReplicaNotReady(t *testing.T) {
+	master := redistest.StartWith(t, redistest.Options{AppendOnly: true})
+	replica := redistest.StartWith(t, redistest.Options{AppendOnly: true, Extra: []string{"replicaof " + strings.Replace(master.Addr, ":", " ", 1)}})
+	// The token is made on the master, so that the replica has it.
+	km := startKairos(t, redisConfig(master.Addr))
+	token := km.newToken(t, "e2e")
+	k := startKairos(t, redisConfig(replica.Addr))
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if info, _ := replica.Client().Info(context.Background(), "replication").Result(); strings.Contains(info, "master_link_status:up") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the replica did not sync")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r := readyz(t, k.API)
+	r.wantStatus(t, http.StatusServiceUnavailable)
+	r.wantBody(t, `{"ready":false,"checks":{"admin redis":"not master","pool default":"not master"}}`)
+	readyz(t, km.API).wantStatus(t, http.StatusOK)
+
+	e := &e2e{kairos: k, Redis: replica, NS: "e2e", Token: token}
+	for _, hdr := range []map[string]string{nil, {"Connection": "close"}} {
+		wantUnavailable(t, e.do(t, http.MethodPut, "q", "", []byte("x"), hdr), replica.Addr)
+	}
+}
