@@ -128,7 +128,9 @@ func WithRetry(retries int, backoff, maxBackoff time.Duration) Option {
 // publish is safe to retry like any idempotent request: after a network
 // error, a 503 (Redis unavailable) or a 503 "the job may exist" (a write
 // that the server's WaitReplicas could not confirm), the retry finds the
-// key and answers the first job's ID instead of publishing a duplicate.
+// key and answers the first job's ID instead of publishing a duplicate (on
+// a WaitReplicas pool, once the replicas confirm it; until then the
+// retries answer ErrMayExist with that ID).
 // The cost is the server's slower path for keyed publishes (no batching);
 // use it where duplicates matter, e.g. with pools that set WaitReplicas.
 // BatchPublish takes no job key and is never re-sent.

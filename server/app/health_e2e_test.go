@@ -133,8 +133,8 @@ func TestE2EOutage(t *testing.T) {
 // publish is written but not confirmed: the server answers 503 "the job
 // may exist" with its job ID (fast path and net/http), the job does exist,
 // and the Go client never makes a duplicate: without a key it returns
-// ErrMayExist with the ID; with WithPublishKeys its retry answers the
-// first job.
+// ErrMayExist with the ID at once; with WithPublishKeys its retries find
+// the first job, still unconfirmed, and it returns ErrMayExist too.
 func TestE2ENotReplicated(t *testing.T) {
 	rs := redistest.StartWith(t, redistest.Options{AppendOnly: true})
 	cfg := redisConfig(rs.Addr)
@@ -182,18 +182,21 @@ func TestE2ENotReplicated(t *testing.T) {
 		t.Fatalf("size %d after a may-exist publish without a key, want 3 (not re-sent)", n)
 	}
 
+	// With keys, the client retries (3 times here); each retry finds the
+	// key, and as no replica confirms the first write, each answers "may
+	// exist" again with the same job: one job, and still ErrMayExist.
 	keyed, err := client.New(k.API, append(opts, client.WithPublishKeys())...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := keyed.Publish(context.Background(), "q", []byte("keyed"))
-	if err != nil || id == "" {
-		t.Fatalf("Publish with generated keys: %q, %v; want the first job's ID from the retry", id, err)
+	_, err = keyed.Publish(context.Background(), "q", []byte("keyed"))
+	if !errors.Is(err, client.ErrMayExist) || !errors.As(err, &apiErr) || apiErr.JobID == "" {
+		t.Fatalf("Publish with generated keys: %v; want ErrMayExist after the retries", err)
 	}
 	if n := size(); n != 4 {
 		t.Fatalf("size %d after a retried keyed publish, want 4 (no duplicate)", n)
 	}
-	if r := e.do(t, http.MethodGet, "q/job/"+id, "", nil, nil); r.Status != http.StatusOK {
+	if r := e.do(t, http.MethodGet, "q/job/"+apiErr.JobID, "", nil, nil); r.Status != http.StatusOK {
 		t.Fatalf("the keyed job: %v", r)
 	}
 }
