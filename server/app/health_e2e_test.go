@@ -292,3 +292,41 @@ func TestE2EReplicaNotReady(t *testing.T) {
 		wantUnavailable(t, e.do(t, http.MethodPut, "q", "", []byte("x"), hdr), replica.Addr)
 	}
 }
+
+// TestE2EMasterDown: a Redis turned into a replica whose master is gone,
+// with replica-serve-stale-data no, answers MASTERDOWN to every command:
+// the server is not ready and its routes answer 503, not 500; it is ready
+// again once Redis is a master again.
+func TestE2EMasterDown(t *testing.T) {
+	e := startE2E(t)
+	id := e.publish(t, "q", "", "x")
+	rc := e.Redis.Client()
+	ctx := context.Background()
+	if err := rc.ConfigSet(ctx, "replica-serve-stale-data", "no").Err(); err != nil {
+		t.Fatal(err)
+	}
+	dead := redistest.FreePort(t)
+	if err := rc.SlaveOf(ctx, "127.0.0.1", fmt.Sprint(dead)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := waitReady(t, e.API, http.StatusServiceUnavailable, 3*time.Second)
+	r.wantBody(t, `{"ready":false,"checks":{"admin redis":"not master","pool default":"not master"}}`)
+	for _, tc := range []struct{ method, path, q string }{
+		{http.MethodPut, "q", ""},
+		{http.MethodGet, "q", "timeout=0"},
+		{http.MethodGet, "q/size", ""},
+		{http.MethodGet, "q/job/" + id, ""},
+		{http.MethodDelete, "q/job/" + id, ""},
+	} {
+		var body []byte
+		if tc.method == http.MethodPut {
+			body = []byte("x")
+		}
+		wantUnavailable(t, e.do(t, tc.method, tc.path, tc.q, body, nil), e.Redis.Addr)
+	}
+	if err := rc.SlaveOf(ctx, "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, e.API, http.StatusOK, 5*time.Second)
+	e.publish(t, "q", "", "again")
+}
