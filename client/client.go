@@ -46,6 +46,8 @@ type settings struct {
 	backoff    time.Duration
 	maxBackoff time.Duration
 	userAgent  string
+	// publishKeys: every publish without a JobKey gets a generated one.
+	publishKeys bool
 }
 
 // Option configures a Client or an Admin client.
@@ -103,11 +105,14 @@ func WithTimeout(d time.Duration) Option {
 
 // WithRetry sets how many times a request is retried (0 = never) and the
 // backoff: the first pause, doubled with jitter after each attempt up to
-// maxBackoff. Only requests that cannot create duplicates are retried: any
-// request whose connection was refused before anything was sent, and
-// idempotent ones (peeks, sizes, ACK, token and limit reads) also after a
-// network error or a 5xx. Publishes and consumes are never re-sent once
-// sent: a lost answer could otherwise publish a job twice or take two jobs.
+// maxBackoff, or the server's Retry-After when longer (at most 30 s). Only
+// requests that cannot create duplicates are retried: any request whose
+// connection was refused before anything was sent; idempotent ones (peeks,
+// sizes, ACK, token and limit reads, publishes with a job key) also after a
+// network error or a 5xx; consumes also after a 503 (Redis unavailable: a
+// job a failed consume took comes back after its TTR). Publishes without a
+// job key are never re-sent once sent, as a lost answer could publish a job
+// twice: see WithPublishKeys.
 func WithRetry(retries int, backoff, maxBackoff time.Duration) Option {
 	return func(s *settings) error {
 		if retries < 0 || backoff < 0 || maxBackoff < backoff {
@@ -116,6 +121,21 @@ func WithRetry(retries int, backoff, maxBackoff time.Duration) Option {
 		s.retries, s.backoff, s.maxBackoff = retries, backoff, maxBackoff
 		return nil
 	}
+}
+
+// WithPublishKeys makes every Publish and RePublish that has no JobKey
+// carry one the client generates (random, 26 characters), so that a
+// publish is safe to retry like any idempotent request: after a network
+// error, a 503 (Redis unavailable) or a 503 "the job may exist" (a write
+// that the server's WaitReplicas could not confirm), the retry finds the
+// key and answers the first job's ID instead of publishing a duplicate (on
+// a WaitReplicas pool, once the replicas confirm it; until then the
+// retries answer ErrMayExist with that ID).
+// The cost is the server's slower path for keyed publishes (no batching);
+// use it where duplicates matter, e.g. with pools that set WaitReplicas.
+// BatchPublish takes no job key and is never re-sent.
+func WithPublishKeys() Option {
+	return func(s *settings) error { s.publishKeys = true; return nil }
 }
 
 // WithUserAgent sets the User-Agent header.
@@ -231,6 +251,11 @@ type request struct {
 	wait time.Duration
 	// idempotent requests are also retried after a network error or a 5xx.
 	idempotent bool
+	// unavailableRetry requests are also retried after a 503 without a
+	// job ID: the server did not do the work, or doing it again cannot
+	// duplicate it (a consume's job taken in a half-done call comes back
+	// after its TTR, as after any lost answer).
+	unavailableRetry bool
 	// want lists the success statuses.
 	want []int
 }
@@ -258,7 +283,12 @@ func (t *transport) do(ctx context.Context, r request) (*response, error) {
 		if !retry || attempt >= t.retries || ctx.Err() != nil {
 			return nil, err
 		}
-		if sleep(ctx, jitter(pause)) != nil {
+		wait := jitter(pause)
+		var apiErr *APIError
+		if errors.As(err, &apiErr) && apiErr.RetryAfter > wait {
+			wait = apiErr.RetryAfter // the server knows better
+		}
+		if sleep(ctx, wait) != nil {
 			return nil, err
 		}
 		pause = min(2*pause, t.maxBackoff)
@@ -311,7 +341,9 @@ func (t *transport) once(parent context.Context, r request) (*response, bool, er
 		}
 	}
 	apiErr := newAPIError(r.method, r.path, res.StatusCode, res.Header, data)
-	return nil, r.idempotent && res.StatusCode >= 500, apiErr
+	retry := r.idempotent && res.StatusCode >= 500 ||
+		r.unavailableRetry && res.StatusCode == http.StatusServiceUnavailable && !apiErr.mayExist()
+	return nil, retry, apiErr
 }
 
 // neverSent reports whether err proves that no byte of the request reached
@@ -360,9 +392,10 @@ func sleep(ctx context.Context, d time.Duration) error {
 // Client calls the public job API of one namespace. It is safe for
 // concurrent use; create one per namespace and reuse it.
 type Client struct {
-	t         *transport
-	namespace string
-	token     string
+	t           *transport
+	namespace   string
+	token       string
+	publishKeys bool
 }
 
 // New returns a client of the public API at addr ("127.0.0.1:7777",
@@ -380,7 +413,7 @@ func New(addr string, opts ...Option) (*Client, error) {
 	if s.token != "" {
 		t.header.Set("X-Token", s.token)
 	}
-	return &Client{t: t, namespace: s.namespace, token: s.token}, nil
+	return &Client{t: t, namespace: s.namespace, token: s.token, publishKeys: s.publishKeys}, nil
 }
 
 // Namespace returns the namespace the client works in.

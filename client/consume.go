@@ -87,7 +87,7 @@ func (c *Client) consume(ctx context.Context, queues []string, count int, ttr, t
 	}
 	return c.t.do(ctx, request{
 		method: http.MethodGet, path: c.apiPath(seg), query: q, wait: timeout,
-		header: extHeader, want: []int{http.StatusOK},
+		header: extHeader, want: []int{http.StatusOK}, unavailableRetry: true,
 	})
 }
 

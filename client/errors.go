@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Sentinel errors. Every error the server answers is an *APIError; match the
@@ -44,6 +46,17 @@ var (
 	// ErrServer: the server failed (5xx), e.g. Redis is unreachable or the
 	// server is shutting down.
 	ErrServer = errors.New("kairos: server error")
+	// ErrUnavailable: the server cannot serve for now (503: Redis
+	// unreachable, loading or failing over, or the server shutting down);
+	// the same request may succeed later (APIError.RetryAfter). It also
+	// matches ErrServer.
+	ErrUnavailable = errors.New("kairos: service unavailable")
+	// ErrMayExist: a publish was written but not confirmed by the replicas
+	// the server waits for (Kairos's WaitReplicas): the job exists unless
+	// a failover loses it, so publishing it again without a job key may
+	// make a duplicate. APIError.JobID (JobIDs for a bulk publish) names
+	// it. It also matches ErrUnavailable and ErrServer.
+	ErrMayExist = errors.New("kairos: publish not replicated, the job may exist")
 )
 
 // APIError is an error answered by a Kairos (or lmstfy) server: a status
@@ -59,6 +72,11 @@ type APIError struct {
 	RequestID string
 	// Method and Path name the request (without query or host).
 	Method, Path string
+	// RetryAfter is the response's Retry-After (503, 429), or 0.
+	RetryAfter time.Duration
+	// JobID and JobIDs name the jobs of a publish answered ErrMayExist.
+	JobID  string
+	JobIDs []string
 }
 
 // Error formats the error as "kairos: METHOD /path: 404 job not found
@@ -101,8 +119,18 @@ func (e *APIError) Is(target error) bool {
 		return e.Status == http.StatusConflict && e.Message == "stale receipt"
 	case ErrServer:
 		return e.Status >= 500
+	case ErrUnavailable:
+		return e.Status == http.StatusServiceUnavailable
+	case ErrMayExist:
+		return e.mayExist()
 	}
 	return false
+}
+
+// mayExist reports whether the error is a publish that was written but
+// not confirmed by the replicas.
+func (e *APIError) mayExist() bool {
+	return e.Status == http.StatusServiceUnavailable && (e.JobID != "" || len(e.JobIDs) > 0)
 }
 
 // noJob reports whether a 404 means "no job" rather than "no such thing".
@@ -118,13 +146,41 @@ func (e *APIError) Temporary() bool {
 
 // newAPIError builds the error for an unexpected response.
 func newAPIError(method, path string, status int, header http.Header, body []byte) *APIError {
-	return &APIError{
-		Status:    status,
-		Message:   errorMessage(status, body),
-		RequestID: header.Get("X-Request-ID"),
-		Method:    method,
-		Path:      path,
+	e := &APIError{
+		Status:     status,
+		Message:    errorMessage(status, body),
+		RequestID:  header.Get("X-Request-ID"),
+		Method:     method,
+		Path:       path,
+		RetryAfter: retryAfter(header),
 	}
+	if status == http.StatusServiceUnavailable {
+		var ids struct {
+			JobID  string   `json:"job_id"`
+			JobIDs []string `json:"job_ids"`
+		}
+		if json.Unmarshal(body, &ids) == nil {
+			e.JobID, e.JobIDs = ids.JobID, ids.JobIDs
+		}
+	}
+	return e
+}
+
+// maxRetryAfter caps how long the client honours a Retry-After.
+const maxRetryAfter = 30 * time.Second
+
+// retryAfter reads Retry-After in seconds (the form Kairos sends); 0 when
+// absent or not a number of seconds.
+func retryAfter(h http.Header) time.Duration {
+	v := h.Get("Retry-After")
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return min(time.Duration(n)*time.Second, maxRetryAfter)
 }
 
 // errorMessage extracts the message of an error body: lmstfy answers

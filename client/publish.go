@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -18,8 +19,11 @@ const MaxBodySize = 1 << 20
 //
 //	id, err := c.Publish(ctx, "emails", []byte("hi"), client.Delay(5*time.Second), client.Tries(3))
 //
-// A publish is never re-sent after its request went out (that could
-// publish it twice); it is retried only when the connection was refused.
+// A publish without a job key is never re-sent after its request went out
+// (that could publish it twice); it is retried only when the connection was
+// refused. A publish with a JobKey (or with WithPublishKeys) is also
+// retried after network errors and 5xx, including a 503 that says the job
+// may exist (ErrMayExist): the retry answers the first job's ID.
 func (c *Client) Publish(ctx context.Context, queue string, body []byte, opts ...PublishOption) (string, error) {
 	return c.publish(ctx, queue, "", body, opts)
 }
@@ -43,6 +47,9 @@ func (c *Client) publish(ctx context.Context, queue, jobID string, body []byte, 
 	var p publishParams
 	for _, o := range opts {
 		o(&p)
+	}
+	if !p.hasKey && c.publishKeys {
+		p.key, p.hasKey = rand.Text(), true
 	}
 	q, header, err := p.query()
 	if err != nil {

@@ -1,10 +1,13 @@
 package client_test
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -171,5 +174,161 @@ func TestRetryBackoffIsCappedAndStopsWithContext(t *testing.T) {
 	// Pauses: 10, 20, 20, 20, 20, 20 ms with jitter in [d/2, d): at most 110 ms.
 	if took < 50*time.Millisecond || took > 2*time.Second {
 		t.Fatalf("6 retries took %v", took)
+	}
+}
+
+// unavailable503 answers 503 to the first fails requests, as Kairos does
+// while Redis is unavailable (Retry-After: retryAfter seconds), or with a
+// job ID when mayExist is set (a publish not confirmed by the replicas);
+// then it answers as flaky does. It records each request's job_key.
+func unavailable503(t *testing.T, fails int64, retryAfter string, mayExist bool) (*httptest.Server, *atomic.Int64, *[]string) {
+	t.Helper()
+	var calls atomic.Int64
+	var mu sync.Mutex
+	var keys []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		keys = append(keys, r.URL.Query().Get("job_key"))
+		mu.Unlock()
+		if calls.Add(1) <= fails {
+			if retryAfter != "" {
+				w.Header().Set("Retry-After", retryAfter)
+			}
+			w.Header().Set("Content-Type", "application/json; charset=utf-8")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			if mayExist {
+				w.Write([]byte(`{"error":"publish not replicated: the job may exist","job_id":"01J00000000000000000000001"}`))
+			} else {
+				w.Write([]byte(`{"error":"redis is unavailable, retry later"}`))
+			}
+			return
+		}
+		switch r.Method {
+		case http.MethodDelete:
+			w.WriteHeader(http.StatusNoContent)
+		case http.MethodPut:
+			if r.URL.Query().Get("job_key") != "" && mayExist {
+				w.Write([]byte(`{"job_id":"01J00000000000000000000001","msg":"duplicate job_key"}`))
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+			w.Write([]byte(`{"job_id":"01J00000000000000000000002","msg":"published"}`))
+		default:
+			if strings.HasSuffix(r.URL.Path, "/size") {
+				w.Write([]byte(`{"namespace":"ns","queue":"q","size":7}`))
+				return
+			}
+			w.Write([]byte(`{"msg":"new job","namespace":"ns","queue":"q","job_id":"01J00000000000000000000003","data":"eA==","ttl":0,"elapsed_ms":1,"remain_tries":1}`))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &calls, &keys
+}
+
+// TestRetryUnavailable: a 503 is retried where a retry cannot duplicate
+// work (consume, size, ACK, keyed publishes), after the server's
+// Retry-After; a publish without a key is not re-sent, and a "may exist"
+// publish returns its job ID (ErrMayExist) unless it carried a key, whose
+// retry then answers the first job instead of a duplicate.
+func TestRetryUnavailable(t *testing.T) {
+	ctx := ctxT(t)
+	newClient := func(t *testing.T, url string, opts ...client.Option) *client.Client {
+		c, err := client.New(url, append([]client.Option{client.WithNamespace("ns"), client.WithToken("t"),
+			client.WithRetry(3, time.Millisecond, 2*time.Millisecond)}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name      string
+		call      func(c *client.Client) error
+		wantCalls int64 // with 2 failures and 3 retries allowed
+	}{
+		{"Consume", func(c *client.Client) error { _, err := c.Consume(ctx, "q", time.Second, 0); return err }, 3},
+		{"QueueSize", func(c *client.Client) error { _, err := c.QueueSize(ctx, "q"); return err }, 3},
+		{"Ack", func(c *client.Client) error { return c.Ack(ctx, "q", "id") }, 3},
+		{"Publish with a key", func(c *client.Client) error {
+			_, err := c.Publish(ctx, "q", []byte("x"), client.JobKey("k"))
+			return err
+		}, 3},
+		{"Publish without a key", func(c *client.Client) error { _, err := c.Publish(ctx, "q", []byte("x")); return err }, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, calls, _ := unavailable503(t, 2, "", false)
+			err := tc.call(newClient(t, srv.URL))
+			if got := calls.Load(); got != tc.wantCalls {
+				t.Fatalf("%d requests, want %d (err %v)", got, tc.wantCalls, err)
+			}
+			if tc.wantCalls == 1 && (!errors.Is(err, client.ErrUnavailable) || !errors.Is(err, client.ErrServer)) {
+				t.Fatalf("error %v, want ErrUnavailable", err)
+			}
+			if tc.wantCalls == 3 && err != nil {
+				t.Fatalf("error %v after retries", err)
+			}
+		})
+	}
+
+	t.Run("Retry-After", func(t *testing.T) {
+		srv, calls, _ := unavailable503(t, 1, "1", false)
+		start := time.Now()
+		if _, err := newClient(t, srv.URL).QueueSize(ctx, "q"); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); calls.Load() != 2 || d < 900*time.Millisecond {
+			t.Fatalf("%d requests in %v; want the retry after Retry-After (1 s)", calls.Load(), d)
+		}
+	})
+
+	t.Run("may exist, no key", func(t *testing.T) {
+		srv, calls, _ := unavailable503(t, 1, "1", true)
+		_, err := newClient(t, srv.URL).Publish(ctx, "q", []byte("x"))
+		var apiErr *client.APIError
+		if !errors.Is(err, client.ErrMayExist) || !errors.As(err, &apiErr) || apiErr.JobID != "01J00000000000000000000001" ||
+			apiErr.RetryAfter != time.Second || calls.Load() != 1 {
+			t.Fatalf("Publish: %v (%+v) after %d requests; want ErrMayExist with the job ID, not retried", err, apiErr, calls.Load())
+		}
+	})
+
+	t.Run("may exist, generated key", func(t *testing.T) {
+		srv, calls, keys := unavailable503(t, 1, "", true)
+		id, err := newClient(t, srv.URL, client.WithPublishKeys()).Publish(ctx, "q", []byte("x"))
+		if err != nil || id != "01J00000000000000000000001" || calls.Load() != 2 {
+			t.Fatalf("Publish: %q, %v after %d requests; want the first job's ID after one retry", id, err, calls.Load())
+		}
+		if k := *keys; len(k) != 2 || k[0] == "" || k[0] != k[1] {
+			t.Fatalf("job keys sent %q, want one generated key, sent twice", k)
+		}
+	})
+}
+
+// TestWorkerHonoursRetryAfter: a worker whose consume fails with 503 waits
+// the server's Retry-After before its next consume, not its own (shorter)
+// backoff, so that a fleet of workers does not hammer a server whose Redis
+// is restarting.
+func TestWorkerHonoursRetryAfter(t *testing.T) {
+	srv, calls, _ := unavailable503(t, 1, "1", false)
+	c, err := client.New(srv.URL, client.WithNamespace("ns"), client.WithToken("t"),
+		client.WithRetry(0, time.Millisecond, time.Millisecond)) // the worker's own loop, not the client's retry
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	start := time.Now()
+	startWorker(t, c, client.WorkerConfig{Queues: []string{"q"}, Backoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond},
+		func(context.Context, *client.Job) error {
+			select {
+			case got <- time.Now():
+			default:
+			}
+			return nil
+		})
+	select {
+	case at := <-got:
+		if d := at.Sub(start); d < 900*time.Millisecond {
+			t.Fatalf("job handled %v after the 503, before its Retry-After (1 s); %d requests", d, calls.Load())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no job handled")
 	}
 }

@@ -257,7 +257,12 @@ func (w *Worker) slot(pollCtx, hardCtx context.Context) {
 			w.stats.consumeErrors.Add(1)
 			w.report(nil, err, "consume failed")
 			pause = w.nextPause(pause)
-			_ = sleep(pollCtx, jitter(pause))
+			wait := jitter(pause)
+			var apiErr *APIError
+			if errors.As(err, &apiErr) && apiErr.RetryAfter > wait {
+				wait = apiErr.RetryAfter // e.g. 503 while Redis restarts
+			}
+			_ = sleep(pollCtx, wait)
 			continue
 		}
 		pause = 0

@@ -115,6 +115,11 @@ type Kairos struct {
 	PumpBatch int `toml:"PumpBatch"`
 	// ShutdownTimeoutSecond bounds graceful shutdown.
 	ShutdownTimeoutSecond int `toml:"ShutdownTimeoutSecond"`
+	// DrainDelaySecond is how long a server that was told to stop keeps
+	// serving normally while /readyz already answers 503, so that a load
+	// balancer (a Kubernetes Service) stops sending it traffic before its
+	// listeners close. 0 (the default) closes at once.
+	DrainDelaySecond int `toml:"DrainDelaySecond"`
 	// ReadHeaderTimeoutSecond bounds reading a request's line and headers,
 	// so that a client trickling header bytes (slowloris) is cut off early;
 	// the server caps it at ReadTimeoutSecond.

@@ -293,6 +293,7 @@ func (c *Config) validateKairos(p *problems) {
 	} {
 		validateSeconds(p, s.key, s.v, 1)
 	}
+	validateSeconds(p, "Kairos.DrainDelaySecond", k.DrainDelaySecond, 0)
 	if k.PumpBatch < 1 {
 		p.add("Kairos.PumpBatch", "must be > 0, not %d", k.PumpBatch)
 	}

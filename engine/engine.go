@@ -42,11 +42,18 @@ var (
 	ErrStaleReceipt = errors.New("engine: stale receipt")
 	// ErrNotReplicated means a publish was written on the Redis master but
 	// not acknowledged by enough replicas within the pool's WAIT timeout
-	// (the durability option): it may be lost in a failover.
+	// (the durability option): it may be lost in a failover. The publish
+	// returns the job IDs with it: the jobs exist on the master.
 	ErrNotReplicated = errors.New("engine: publish not replicated")
 	// ErrKeyExists means a publish named a job key (idempotency key) that is
 	// already taken; the error comes with the first job's ID.
 	ErrKeyExists = errors.New("engine: job key exists")
+	// ErrUnavailable means the store cannot serve the request for now
+	// (unreachable, loading, read-only, failing over): the request may
+	// succeed if retried later. The HTTP layer answers 503 with Retry-After.
+	// engine/rdb returns go-redis's own errors, which the server classifies
+	// the same way; other implementations wrap this sentinel.
+	ErrUnavailable = errors.New("engine: store unavailable")
 )
 
 // MaxPriority is the highest per-job priority.

@@ -5,9 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"strconv"
+	"syscall"
 
 	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
 	"github.com/sirupsen/logrus"
 
 	"github.com/kairos-dev/kairos/auth"
@@ -26,6 +31,8 @@ type apiError struct {
 	status int
 	msg    string
 	body   []byte
+	// retryAfter, when > 0, is sent as Retry-After (seconds).
+	retryAfter int
 }
 
 func (e *apiError) Error() string { return e.msg }
@@ -74,8 +81,9 @@ var (
 	errTooManyJobs      = badRequest("too many jobs")
 	errTooManyAttrs     = badRequest("too many attributes, cannot exceed 16")
 	errInvalidRequest   = badRequest("invalid request")
-	errShuttingDown     = newAPIError(http.StatusServiceUnavailable, "error", "server is shutting down")
-	errNotReplicated    = newAPIError(http.StatusServiceUnavailable, "error", "publish not replicated")
+	errShuttingDown     = retryLater(newAPIError(http.StatusServiceUnavailable, "error", "server is shutting down"))
+	errUnavailable      = retryLater(newAPIError(http.StatusServiceUnavailable, "error", "redis is unavailable, retry later"))
+	errNotReplicated    = retryLater(newAPIError(http.StatusServiceUnavailable, "error", msgNotReplicated))
 	errClientGone       = newAPIError(499, "error", "client closed request")
 	errInvalidDesc      = badRequest("invalid description")
 	errInvalidStatus    = badRequest("invalid status")
@@ -87,6 +95,87 @@ var (
 	errTokenTooShort    = badRequest(auth.ErrTokenTooShort.Error())
 	errNamespaceTooLong = badRequest(auth.ErrNamespaceTooLong.Error())
 )
+
+// retryAfterSeconds is the Retry-After of every 503: Redis outages that a
+// retry can outlast (a restart, a failover) take seconds.
+const retryAfterSeconds = 1
+
+// retryLater gives a 503 its Retry-After.
+func retryLater(e *apiError) *apiError {
+	e.retryAfter = retryAfterSeconds
+	return e
+}
+
+// msgNotReplicated is the error of a publish that was written on the
+// master but not confirmed by enough replicas (WaitReplicas): the job
+// exists unless a failover loses it, so a blind retry may duplicate it.
+const msgNotReplicated = "publish not replicated: the job may exist"
+
+// errNotReplicatedJobs is the 503 of a publish whose write happened but
+// whose replica confirmation failed: it names the jobs that may exist, so
+// that a client can check for them or retry with a job key instead of
+// publishing duplicates (doc/API.md). One ID renders as "job_id" (the
+// single publish), several as "job_ids" (bulk).
+func errNotReplicatedJobs(ids []string) *apiError {
+	var body []byte
+	var err error
+	switch len(ids) {
+	case 0:
+		return errNotReplicated
+	case 1:
+		body, err = json.Marshal(struct {
+			Error string `json:"error"`
+			JobID string `json:"job_id"`
+		}{msgNotReplicated, ids[0]})
+	default:
+		body, err = json.Marshal(struct {
+			Error  string   `json:"error"`
+			JobIDs []string `json:"job_ids"`
+		}{"publish not replicated: the jobs may exist", ids})
+	}
+	if err != nil { // cannot happen for strings
+		return errNotReplicated
+	}
+	return &apiError{status: http.StatusServiceUnavailable, msg: msgNotReplicated, body: body, retryAfter: retryAfterSeconds}
+}
+
+// publishFailure is the error a publish handler renders for err, the
+// engine's error for the jobs ids: a publish not replicated names its jobs.
+func publishFailure(err error, ids ...string) error {
+	if errors.Is(err, engine.ErrNotReplicated) && len(ids) > 0 && ids[0] != "" {
+		return errNotReplicatedJobs(ids)
+	}
+	return err
+}
+
+// unavailable reports whether err means that Redis (or another store) cannot
+// serve the request for now: the engine's ErrUnavailable, a connection that
+// cannot be made or broke, a timeout that is not the client's own, an
+// exhausted or closed connection pool, or Redis refusing while it loads,
+// is read-only, fails over or cannot persist. Those are 503s: a retry later
+// may succeed, and nothing is wrong with the request. ctx is the request's:
+// when it is done, the client went away (499), which is not an outage.
+func unavailable(ctx context.Context, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, engine.ErrUnavailable),
+		errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted), errors.Is(err, redis.ErrClosed):
+		return true
+	case redis.IsLoadingError(err), redis.IsReadOnlyError(err), redis.IsClusterDownError(err),
+		redis.IsMasterDownError(err), redis.IsTryAgainError(err):
+		return true
+	case redis.HasErrorPrefix(err, "MISCONF"), redis.HasErrorPrefix(err, "NOREPLICAS"), redis.HasErrorPrefix(err, "BUSY"):
+		return true
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return true
+	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne)
+}
 
 // errForbidden is the 403 for a scoped token used outside its scope.
 func errForbidden(role auth.Role, queue string) *apiError {
@@ -128,6 +217,8 @@ func mapAPIError(ctx context.Context, err error) *apiError {
 		return errPoolNotFound
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		return errClientGone
+	case unavailable(ctx, err):
+		return errUnavailable
 	case errors.As(err, new(throttlerError)):
 		return errThrottler
 	}
@@ -164,6 +255,8 @@ func mapAdminError(ctx context.Context, err error) *apiError {
 		return errShuttingDown
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		return errClientGone
+	case unavailable(ctx, err):
+		return errUnavailable
 	}
 	return errInternal
 }
@@ -184,6 +277,9 @@ func (s *Server) render(c *gin.Context, err error, ae *apiError) {
 		s.reqLogger(c).WithError(err).Error("request failed")
 	} else if ae == errClientGone {
 		s.reqLogger(c).WithError(err).Debug("client went away")
+	}
+	if ae.retryAfter > 0 {
+		c.Header("Retry-After", strconv.Itoa(ae.retryAfter))
 	}
 	c.Data(ae.status, jsonContentType, ae.body)
 	c.Abort()

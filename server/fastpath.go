@@ -661,7 +661,7 @@ func (s *Server) answerFast(ctx context.Context, it *fastItem, date []byte) bool
 	switch it.kind {
 	case kindPublish:
 		if it.err != nil {
-			ae = mapAPIError(ctx, it.err)
+			ae = mapAPIError(ctx, publishFailure(it.err, it.id))
 			break
 		}
 		code = http.StatusCreated
@@ -705,15 +705,16 @@ func (s *Server) answerFast(ctx context.Context, it *fastItem, date []byte) bool
 		}
 		code = http.StatusNoContent
 	}
+	retryAfter := 0
 	if ae != nil {
-		code, body = ae.status, ae.body
+		code, body, retryAfter = ae.status, ae.body, ae.retryAfter
 		if code >= http.StatusInternalServerError {
 			s.fastLogger(it, reqID[:]).WithError(it.err).Error("request failed")
 		}
 		s.refund(ctx, it, reqID[:])
 	}
 	out := it.conn.output()
-	*out = appendFastResponse(*out, code, reqID[:], date, body)
+	*out = appendFastResponse(*out, code, retryAfter, reqID[:], date, body)
 
 	r := s.metrics.route(routeLabels{it.pool, it.ns, route, method, code})
 	if r.latency != nil {
@@ -751,8 +752,9 @@ func (s *Server) fastLogger(it *fastItem, reqID []byte) logrus.FieldLogger {
 }
 
 // appendFastResponse appends a whole HTTP/1.1 response as net/http writes
-// gin's: a JSON body, or none for a 204.
-func appendFastResponse(b []byte, code int, reqID, date, body []byte) []byte {
+// gin's: a JSON body, or none for a 204; retryAfter > 0 adds Retry-After
+// (seconds), as render does.
+func appendFastResponse(b []byte, code, retryAfter int, reqID, date, body []byte) []byte {
 	b = append(b, "HTTP/1.1 "...)
 	b = strconv.AppendInt(b, int64(code), 10)
 	b = append(b, ' ')
@@ -762,8 +764,13 @@ func appendFastResponse(b []byte, code int, reqID, date, body []byte) []byte {
 		b = append(b, "status code "...)
 		b = strconv.AppendInt(b, int64(code), 10)
 	}
+	// net/http writes the handler's headers sorted by name.
 	if code != http.StatusNoContent {
 		b = append(b, "\r\nContent-Type: "+jsonContentType...)
+	}
+	if retryAfter > 0 {
+		b = append(b, "\r\nRetry-After: "...)
+		b = strconv.AppendInt(b, int64(retryAfter), 10)
 	}
 	b = append(b, "\r\nX-Request-Id: "...)
 	b = append(b, reqID...)

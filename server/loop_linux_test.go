@@ -13,10 +13,14 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/config"
@@ -41,12 +45,28 @@ func (f *eachFake) PublishEach(_ context.Context, reqs []*engine.PublishRequest,
 		bodies = append(bodies, string(r.Body))
 		if f.fail != nil {
 			errs[i] = f.fail
+			if errors.Is(f.fail, engine.ErrNotReplicated) { // written, not confirmed
+				f.next++
+				ids[i] = fmt.Sprintf("job-%06d", f.next)
+			}
 			continue
 		}
 		f.next++
 		ids[i] = fmt.Sprintf("job-%06d", f.next)
 	}
 	f.batches = append(f.batches, bodies)
+}
+
+// Publish fails with fail when it is set, as PublishEach does, so that
+// net/http's answers can be compared with the fast path's.
+func (f *eachFake) Publish(ctx context.Context, req *engine.PublishRequest) (string, error) {
+	f.mu.Lock()
+	fail := f.fail
+	f.mu.Unlock()
+	if fail != nil {
+		return "", fail
+	}
+	return f.fakeEngine.Publish(ctx, req)
 }
 
 func (f *eachFake) ConsumeEach(ctx context.Context, reqs []*engine.ConsumeRequest, jobs [][]*engine.Job, errs []error) {
@@ -311,21 +331,43 @@ func (r *recorder) Write(b []byte) (int, error) {
 // renders them, and a failed publish gives its throttle token back.
 func TestLoopEngineErrors(t *testing.T) {
 	env, fake, addr := serveLoops(t)
-	for _, tc := range []struct {
-		err    error
-		status int
-		body   string
+	unavailable := `{"error":"redis is unavailable, retry later"}`
+	cases := []struct {
+		err        error
+		status     int
+		body       string
+		retryAfter string
 	}{
-		{engine.ErrClosed, 503, `{"error":"server is shutting down"}`},
-		{errors.New("redis: boom"), 500, `{"error":"internal error"}`},
-		{fmt.Errorf("publish: %w", engine.ErrInvalid), 400, `{"error":"invalid request"}`},
-	} {
+		{engine.ErrClosed, 503, `{"error":"server is shutting down"}`, "1"},
+		{errors.New("redis: boom"), 500, `{"error":"internal error"}`, ""},
+		{fmt.Errorf("publish: %w", engine.ErrInvalid), 400, `{"error":"invalid request"}`, ""},
+		{fmt.Errorf("publish: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}), 503, unavailable, "1"},
+		{fmt.Errorf("publish: %w", redis.ErrPoolTimeout), 503, unavailable, "1"},
+		{fmt.Errorf("publish: %w", engine.ErrUnavailable), 503, unavailable, "1"},
+		{fmt.Errorf("publish ns/q: 0 of 1 replicas: %w", engine.ErrNotReplicated), 503,
+			`{"error":"publish not replicated: the job may exist","job_id":"job-000001"}`, "1"},
+	}
+	var netHTTP int
+	for _, tc := range cases {
 		fake.mu.Lock()
 		fake.fail = tc.err
 		fake.mu.Unlock()
 		r := liveDo(t, "PUT", "http://"+addr+"/api/ns/q", strings.NewReader("x"), tok(goodToken))
-		if r.status != tc.status || r.body != tc.body {
-			t.Errorf("%v: %d %s, want %d %s", tc.err, r.status, r.body, tc.status, tc.body)
+		if r.status != tc.status || r.body != tc.body || r.header.Get("Retry-After") != tc.retryAfter {
+			t.Errorf("%v: %d %s (Retry-After %q), want %d %s (%q)", tc.err, r.status, r.body, r.header.Get("Retry-After"), tc.status, tc.body, tc.retryAfter)
+		}
+		if errors.Is(tc.err, engine.ErrNotReplicated) {
+			continue // the fake numbers its jobs: the ID differs
+		}
+		// The same request through net/http (Connection: close is outside
+		// the fast subset) answers the same: status, body, headers.
+		h := tok(goodToken)
+		h["Connection"] = "close"
+		g := liveDo(t, "PUT", "http://"+addr+"/api/ns/q", strings.NewReader("x"), h)
+		netHTTP++
+		if g.status != r.status || g.body != r.body || !sameHeaderNames(g.header, r.header) ||
+			g.header.Get("Retry-After") != r.header.Get("Retry-After") || g.header.Get("Content-Type") != r.header.Get("Content-Type") {
+			t.Errorf("%v: fast path %d %s %v; net/http %d %s %v", tc.err, r.status, r.body, r.header, g.status, g.body, g.header)
 		}
 	}
 	var refunds int
@@ -334,8 +376,8 @@ func TestLoopEngineErrors(t *testing.T) {
 			refunds++
 		}
 	}
-	if refunds != 3 {
-		t.Errorf("%d refunds, want 3", refunds)
+	if refunds != len(cases)+netHTTP {
+		t.Errorf("%d refunds, want %d", refunds, len(cases)+netHTTP)
 	}
 	var logged bool
 	for _, e := range env.logs.AllEntries() {
@@ -900,4 +942,20 @@ func TestLoopLongPollLive(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sameHeaderNames reports whether a and b have the same header names,
+// apart from Connection (net/http answers "close" to a request that asked).
+func sameHeaderNames(a, b http.Header) bool {
+	names := func(h http.Header) []string {
+		var out []string
+		for k := range h {
+			if k != "Connection" {
+				out = append(out, k)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	return slices.Equal(names(a), names(b))
 }

@@ -58,7 +58,7 @@ func (s *Server) publish(c *gin.Context) {
 			writeJSON(c, http.StatusOK, publishResponse{JobID: id, Msg: "duplicate job_key"})
 			return
 		}
-		s.failAPI(c, err)
+		s.failAPI(c, publishFailure(err, id))
 		return
 	}
 	if s.debug {
@@ -134,7 +134,7 @@ func (s *Server) publishBulk(c *gin.Context) {
 	}
 	ids, err := st.eng.PublishBatch(c.Request.Context(), reqs)
 	if err != nil {
-		s.failAPI(c, err)
+		s.failAPI(c, publishFailure(err, ids...))
 		return
 	}
 	if s.debug {

@@ -21,6 +21,9 @@ func (s *Server) apiRoutes() *gin.Engine {
 	manage := s.guard(routeOpts{role: auth.RoleManage})
 	public := s.sizeGuard() // no token check unless Kairos.AuthenticateSize
 
+	r.GET("/healthz", s.healthz)
+	r.GET("/readyz", s.readyz)
+
 	g := r.Group("/api")
 	g.PUT("/:namespace/:queue", publish, s.publish)
 	g.PUT("/:namespace/:queue/bulk", publish, s.publishBulk)
@@ -64,6 +67,8 @@ func (s *Server) adminRoutes() *gin.Engine {
 		basic = gin.BasicAuth(gin.Accounts(s.cfg.Accounts))
 	}
 
+	r.GET("/healthz", s.healthz)
+	r.GET("/readyz", s.readyz)
 	r.GET("/pools", s.listPools)
 	r.GET("/version", s.showVersion)
 	ops := s.opsAuth(basic)

@@ -107,6 +107,9 @@ type Deps struct {
 	// Webhooks manages the queues' push subscriptions (webhook.Manager);
 	// nil means the admin webhook routes answer 501.
 	Webhooks Webhooks
+	// ReadyChecks are what GET /readyz checks (each pool's Redis, the
+	// admin Redis); none means ready while not shutting down.
+	ReadyChecks []ReadyCheck
 }
 
 // defaults are the lmstfy parameter defaults, checked once in New.
@@ -139,6 +142,12 @@ type Server struct {
 
 	api   http.Handler
 	admin http.Handler
+
+	readyChecks []ReadyCheck
+	readiness   readyState
+	// draining is set when Close begins: /readyz answers 503 from then on.
+	draining   atomic.Bool
+	drainDelay time.Duration
 
 	// pollCtx is cancelled at shutdown: every waiting consume listens to it.
 	pollCtx     context.Context
@@ -202,6 +211,8 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		skipVerify: deps.SkipVerify,
 		webhooks:   deps.Webhooks,
 		def:        def,
+
+		readyChecks: deps.ReadyChecks,
 	}
 	for name := range deps.Engines {
 		s.pools = append(s.pools, name)
@@ -261,6 +272,9 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 	write := seconds(k.WriteTimeoutSecond, dk.WriteTimeoutSecond) + time.Duration(def.maxTimeout)*time.Second
 	idle := seconds(k.IdleTimeoutSecond, dk.IdleTimeoutSecond)
 	s.shutdownTimeout = seconds(k.ShutdownTimeoutSecond, dk.ShutdownTimeoutSecond)
+	if k.DrainDelaySecond > 0 {
+		s.drainDelay = time.Duration(k.DrainDelaySecond) * time.Second
+	}
 	s.apiSrv = s.httpServer(s.api, readHeader, read, write, idle)
 	s.adminSrv = s.httpServer(s.admin, readHeader, read, write, idle)
 	return s, nil
@@ -466,12 +480,22 @@ func (s *Server) Serve(ctx context.Context) error {
 	return closeErr
 }
 
-// Close shuts both servers down gracefully: it first cancels every waiting
-// long-poll (those consumers get 404 "no job available" at once), then
-// waits up to Kairos.ShutdownTimeoutSecond for requests in flight, and then
-// closes what is left. It is safe to call more than once and concurrently.
+// Close shuts both servers down gracefully: /readyz turns 503 at once, and
+// the server keeps serving for Kairos.DrainDelaySecond (when it is serving)
+// so that load balancers stop routing to it; then it cancels every waiting
+// long-poll (those consumers get 404 "no job available" at once), waits up
+// to Kairos.ShutdownTimeoutSecond for requests in flight, and closes what
+// is left. It is safe to call more than once and concurrently.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		s.draining.Store(true)
+		s.mu.Lock()
+		serving := s.serving
+		s.mu.Unlock()
+		if serving && s.drainDelay > 0 {
+			s.log.WithField("delay", s.drainDelay).Info("not ready: draining before closing the listeners")
+			time.Sleep(s.drainDelay)
+		}
 		s.cancelPolls()
 		s.mu.Lock()
 		s.closing = true

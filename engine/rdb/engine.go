@@ -258,7 +258,9 @@ func (e *Engine) PublishEach(ctx context.Context, reqs []*engine.PublishRequest,
 		n := min(len(calls), coalesceMax)
 		e.pubs.runBatch(ctx, calls[:n])
 		for k, c := range calls[:n] {
-			if ids[at[k]], errs[at[k]] = c.in.id, c.err; c.err != nil {
+			// A publish not replicated was written: its ID goes with
+			// the error, as Publish returns it.
+			if ids[at[k]], errs[at[k]] = c.in.id, c.err; c.err != nil && !errors.Is(c.err, engine.ErrNotReplicated) {
 				ids[at[k]] = ""
 			}
 		}
@@ -526,6 +528,13 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 			return ids, nil
 		case code == -1 && len(res) == 2:
 			first, _ := res[1].(string)
+			if e.waitReplicas > 0 {
+				// The retry of a publish not replicated finds its key: it
+				// answers the first job only once replicas have it.
+				if err := e.confirmReplicated(ctx, "publish "+ns+"/"+q, keys[6], first); err != nil {
+					return []string{first}, err
+				}
+			}
 			return []string{first}, fmt.Errorf("publish %s/%s key %q: %w", ns, q, reqs[0].Key, engine.ErrKeyExists)
 		}
 		k := int(code) - 1
@@ -585,6 +594,27 @@ func (e *Engine) replicaShortfall(what string, replicas int64) error {
 		return nil
 	}
 	return fmt.Errorf("%s: %d of %d replicas within %v: %w", what, replicas, e.waitReplicas, e.waitTimeout, engine.ErrNotReplicated)
+}
+
+// confirmReplicated waits (WAIT) until WaitReplicas replicas have every
+// write made so far, the publish of job id with idempotency key key
+// included, and returns ErrNotReplicated when they do not within
+// WaitTimeout. WAIT counts the writes of its own connection, so it follows
+// a write that changes nothing, on the same connection: SET key id XX
+// KEEPTTL (the key holds id already). Replication is ordered: a replica
+// that has this write has the job.
+func (e *Engine) confirmReplicated(ctx context.Context, what, key, id string) error {
+	pipe := e.rdb.Pipeline()
+	pipe.SetArgs(ctx, key, id, redis.SetArgs{Mode: "XX", KeepTTL: true})
+	wait := pipe.Do(ctx, "WAIT", e.waitReplicas, e.waitTimeout.Milliseconds())
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	n, err := wait.Int64()
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return e.replicaShortfall(what, n)
 }
 
 // runAndWait runs a publish script and WAIT in one pipeline, so that both

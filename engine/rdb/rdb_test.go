@@ -296,7 +296,27 @@ func TestWaitReplicas(t *testing.T) {
 	if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "q", Tries: 1}); err != nil {
 		t.Fatalf("publish after SCRIPT FLUSH: %v", err)
 	}
+	// A keyed publish, then its retry: the first job, replicated.
+	keyed := &engine.PublishRequest{Namespace: "ns", Queue: "q", Tries: 1, Key: "k-replicated"}
+	first, err := e.Publish(bg, keyed)
+	if err != nil {
+		t.Fatalf("keyed publish with a replica: %v", err)
+	}
+	if again, err := e.Publish(bg, keyed); !errors.Is(err, engine.ErrKeyExists) || again != first {
+		t.Fatalf("keyed retry with a replica: %q, %v; want %q and ErrKeyExists", again, err, first)
+	}
 	replica.Kill()
+	// Without a replica, the retry of a keyed publish not replicated finds
+	// its key but still reports the job as not replicated: a retry must
+	// not turn an unconfirmed write into a success.
+	keyed = &engine.PublishRequest{Namespace: "ns", Queue: "q", Tries: 1, Key: "k-alone"}
+	first, err = e.Publish(bg, keyed)
+	if !errors.Is(err, engine.ErrNotReplicated) || first == "" {
+		t.Fatalf("keyed publish without a replica: %q, %v; want its ID and ErrNotReplicated", first, err)
+	}
+	if again, err := e.Publish(bg, keyed); !errors.Is(err, engine.ErrNotReplicated) || again != first {
+		t.Fatalf("keyed retry without a replica: %q, %v; want %q and ErrNotReplicated", again, err, first)
+	}
 	start := time.Now()
 	id, err = e.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "q", Tries: 1})
 	if !errors.Is(err, engine.ErrNotReplicated) {
@@ -307,5 +327,14 @@ func TestWaitReplicas(t *testing.T) {
 	}
 	if id == "" {
 		t.Fatal("no job id with ErrNotReplicated: the caller cannot tell which job may be lost")
+	}
+	// The event loops' batched publishes also name the jobs that may exist.
+	reqs := []*engine.PublishRequest{{Namespace: "ns", Queue: "q", Tries: 1}, {Namespace: "ns", Queue: "r", Tries: 1}}
+	ids, errs := make([]string, len(reqs)), make([]error, len(reqs))
+	e.PublishEach(bg, reqs, ids, errs)
+	for i := range reqs {
+		if !errors.Is(errs[i], engine.ErrNotReplicated) || ids[i] == "" {
+			t.Fatalf("PublishEach job %d: %q, %v; want its ID with ErrNotReplicated", i, ids[i], errs[i])
+		}
 	}
 }

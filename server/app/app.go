@@ -90,11 +90,13 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 	a.metrics = metrics
 	engines := make(map[string]engine.Engine)
 	var all []*rdb.Engine
+	var ready []server.ReadyCheck
 	for _, name := range cfg.PoolNames() {
 		client, err := a.connect(ctx, "Pool."+name, cfg.Pool[name])
 		if err != nil {
 			return nil, err
 		}
+		ready = append(ready, readyCheck("pool "+name, client))
 		e, err := rdb.New(ctx, client, rdb.Options{
 			Pool: name, Logger: opts.Logger, Now: opts.Now, PumpBatch: cfg.Kairos.PumpBatch, Metrics: metrics,
 			WaitReplicas: cfg.Pool[name].WaitReplicas, WaitTimeout: time.Duration(cfg.Pool[name].WaitTimeoutMs) * time.Millisecond,
@@ -119,6 +121,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 	if err != nil {
 		return nil, err
 	}
+	ready = append(ready, readyCheck("admin redis", admin))
 	a.Tokens = auth.NewStore(admin, cfg.PoolNames(), opts.Logger, auth.StoreOptions{HashTokens: cfg.Kairos.HashTokens})
 	a.Throttler = auth.NewThrottler(admin, opts.Logger, auth.ThrottlerOptions{HashTokens: cfg.Kairos.HashTokens})
 	if err := a.Throttler.Reload(ctx); err != nil {
@@ -145,6 +148,8 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 		Version:    opts.Version,
 		Now:        opts.Now,
 		SkipVerify: opts.SkipVerify,
+
+		ReadyChecks: ready,
 	})
 	if err != nil {
 		return nil, err
@@ -255,6 +260,36 @@ func (a *App) checkDurable(ctx context.Context, key string, client redis.Univers
 	}
 	a.log.WithField("redis", key).Warn("REDIS IS NOT DURABLE: " + msg + " (set [Kairos] RequireDurableRedis = true to refuse to start)")
 	return nil
+}
+
+// readyCheck is the /readyz check of one Redis: it answers INFO within the
+// deadline, is not loading its dataset, and is a master. Every pool and the
+// admin Redis take writes (publish, consume, tokens, rate limits), so a
+// replica is never ready.
+func readyCheck(name string, client redis.UniversalClient) server.ReadyCheck {
+	return server.ReadyCheck{Name: name, Check: func(ctx context.Context) error {
+		info, err := client.Info(ctx, "persistence", "replication").Result()
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if infoField(info, "loading") == "1" {
+			return fmt.Errorf("%s: %w", name, server.ErrLoading)
+		}
+		if role := infoField(info, "role"); role != "master" {
+			return fmt.Errorf("%s: role %q: %w", name, role, server.ErrNotMaster)
+		}
+		return nil
+	}}
+}
+
+// RedisLogger sends go-redis's own log lines (reconnections, pool
+// problems) to a logrus logger, so that they keep the server's format;
+// main installs it with redis.SetLogger (go-redis's logger is global).
+type RedisLogger struct{ Log logrus.FieldLogger }
+
+// Printf implements go-redis's internal.Logging.
+func (l RedisLogger) Printf(_ context.Context, format string, v ...interface{}) {
+	l.Log.WithField("component", "redis").Warnf(format, v...)
 }
 
 func infoField(info, name string) string {

@@ -81,7 +81,7 @@ func StartWith(tb testing.TB, opts Options) *Server {
 		opts.Dir = tb.TempDir()
 	}
 	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", opts.Port), Port: opts.Port, Dir: opts.Dir, opts: opts, tb: tb}
-	if err := s.start(bin); err != nil {
+	if err := s.start(bin, false); err != nil {
 		tb.Fatalf("redistest: %v", err)
 	}
 	tb.Cleanup(s.Kill)
@@ -112,7 +112,9 @@ func (s *Server) config() string {
 	return strings.Join(lines, "\n") + "\n"
 }
 
-func (s *Server) start(bin string) error {
+// start runs redis-server and waits until PING answers, or with loading
+// until the server accepts commands at all (PING may answer LOADING).
+func (s *Server) start(bin string, loading bool) error {
 	cfg := filepath.Join(s.Dir, "redis.conf")
 	if err := os.WriteFile(cfg, []byte(s.config()), 0o600); err != nil {
 		return err
@@ -128,7 +130,7 @@ func (s *Server) start(bin string) error {
 		c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 		err := c.Ping(context.Background()).Err()
 		_ = c.Close()
-		if err == nil {
+		if err == nil || loading && redis.IsLoadingError(err) {
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -176,7 +178,21 @@ func (s *Server) Kill() {
 func (s *Server) Restart() {
 	s.tb.Helper()
 	s.Kill()
-	if err := s.start(Binary(s.tb)); err != nil {
+	if err := s.start(Binary(s.tb), false); err != nil {
+		s.tb.Fatalf("redistest: restart: %v", err)
+	}
+}
+
+// RestartLoading kills the server and starts it again on the same port and
+// directory with extra config lines added for good, and returns as soon as
+// it accepts connections: with AOF on it may still be loading its data
+// (commands answer LOADING). Lines such as "key-load-delay 50" (µs per
+// key, Redis 7) stretch the loading so that tests can observe it.
+func (s *Server) RestartLoading(extra ...string) {
+	s.tb.Helper()
+	s.Kill()
+	s.opts.Extra = append(s.opts.Extra, extra...)
+	if err := s.start(Binary(s.tb), true); err != nil {
 		s.tb.Fatalf("redistest: restart: %v", err)
 	}
 }

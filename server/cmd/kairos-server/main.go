@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -20,7 +21,9 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sirupsen/logrus"
 
 	"github.com/kairos-dev/kairos/config"
@@ -90,6 +93,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	showVersion := fs.Bool("v", false, "print the version and exit")
 	skipVerify := fs.Bool("sv", false, "skip token verification (development only, as lmstfy's -sv)")
 	pidFile := fs.String("p", "", "write the process id to this file")
+	probe := fs.String("probe", "", "GET this URL (e.g. http://127.0.0.1:7777/healthz), exit 0 on 200 and 1 otherwise, and do nothing else: the container HEALTHCHECK of images without curl")
 	// The flag package writes the usage on -h as on a bad flag: -h asked
 	// for it (stdout, exit 0), a bad flag did not (stderr, exit 2).
 	var out bytes.Buffer
@@ -109,6 +113,9 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "kairos-server: unexpected argument %q (the config file is given with -c)\n", fs.Arg(0))
 		return errUsage
+	}
+	if *probe != "" {
+		return probeURL(*probe, stdout)
 	}
 	if *showVersion {
 		fmt.Fprintf(stdout, "kairos-server %s (commit %s, built %s)\n", version, buildCommit, buildDate)
@@ -130,6 +137,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	for _, w := range warnings {
 		log.WithField("config", *cfgPath).Warn(w)
 	}
+	redis.SetLogger(app.RedisLogger{Log: log})
 	if *pidFile != "" {
 		if err := os.WriteFile(*pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 			return fmt.Errorf("pid file: %w", err)
@@ -212,6 +220,22 @@ func tokenHint(cfg *config.Config, adminAddr string) string {
 
 // shellQuote quotes s for a POSIX shell.
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// probeURL is -probe: one GET with a short deadline, success only on 200.
+func probeURL(url string, stdout io.Writer) error {
+	c := http.Client{Timeout: 3 * time.Second}
+	res, err := c.Get(url)
+	if err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(res.Body, 4<<10))
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("probe: %s: %s %s", url, res.Status, strings.TrimSpace(string(body)))
+	}
+	fmt.Fprintf(stdout, "%s: %s\n", url, res.Status)
+	return nil
+}
 
 // newLogger builds the logger from LogLevel, LogFormat and LogDir (the error
 // log goes to LogDir/error.log when LogDir is set, else to stdout).

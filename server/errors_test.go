@@ -1,0 +1,98 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kairos-dev/kairos/auth"
+	"github.com/kairos-dev/kairos/engine"
+)
+
+// TestUnavailableErrors: the one classification of outages. Every error
+// that means Redis cannot serve for now maps to 503 + Retry-After with a
+// message that names no Redis internals, on the public and admin APIs;
+// other errors keep their mapping.
+func TestUnavailableErrors(t *testing.T) {
+	ctx := context.Background()
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want *apiError
+	}{
+		{"refused", ctx, fmt.Errorf("publish: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}), errUnavailable},
+		{"reset", ctx, fmt.Errorf("consume: %w", syscall.ECONNRESET), errUnavailable},
+		{"other", ctx, fmt.Errorf("size: %w", errors.New("x")), errInternal},
+		{"eof", ctx, fmt.Errorf("size: %w", io.EOF), errUnavailable},
+		{"pool timeout", ctx, fmt.Errorf("ack: %w", redis.ErrPoolTimeout), errUnavailable},
+		{"client closed", ctx, fmt.Errorf("ack: %w", redis.ErrClosed), errUnavailable},
+		{"redis deadline", ctx, fmt.Errorf("ack: %w", context.DeadlineExceeded), errUnavailable},
+		{"client gone", gone, fmt.Errorf("ack: %w", context.Canceled), errClientGone},
+		{"engine sentinel", ctx, fmt.Errorf("peek: %w", engine.ErrUnavailable), errUnavailable},
+		{"token store", ctx, fmt.Errorf("verify token: %w", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}), errUnavailable},
+		{"throttler", ctx, fmt.Errorf("throttle: %w", throttlerError{redis.ErrPoolTimeout}), errUnavailable},
+		{"throttler bug", ctx, fmt.Errorf("throttle: %w", throttlerError{errors.New("x")}), errThrottler},
+		{"invalid token", ctx, auth.ErrInvalidToken, errInvalidToken},
+		{"not replicated", ctx, fmt.Errorf("publish: %w", engine.ErrNotReplicated), errNotReplicated},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := mapAPIError(tc.ctx, tc.err); got != tc.want {
+				t.Errorf("mapAPIError(%v) = %d %s, want %d %s", tc.err, got.status, got.body, tc.want.status, tc.want.body)
+			}
+			if !errors.As(tc.err, new(throttlerError)) && tc.want != errInvalidToken && tc.want != errNotReplicated {
+				if got := mapAdminError(tc.ctx, tc.err); got != tc.want {
+					t.Errorf("mapAdminError(%v) = %d %s, want %d %s", tc.err, got.status, got.body, tc.want.status, tc.want.body)
+				}
+			}
+		})
+	}
+	if errUnavailable.status != 503 || errUnavailable.retryAfter <= 0 || strings.Contains(string(errUnavailable.body), "LOADING") {
+		t.Errorf("errUnavailable = %+v", errUnavailable)
+	}
+}
+
+// TestOutageRoutes: with a store that is unavailable, the token check, the
+// throttler and the engine calls all answer 503 with Retry-After through
+// gin, never 500 nor 401.
+func TestOutageRoutes(t *testing.T) {
+	down := fmt.Errorf("dial: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+	const body = `{"error":"redis is unavailable, retry later"}`
+	t.Run("token store", func(t *testing.T) {
+		env := newEnv(t)
+		env.tokens.err = down
+		w := env.api(t, request{method: "PUT", target: "/api/ns/q", body: "x", header: tok(goodToken)})
+		expect(t, w, 503, body)
+		if w.Header().Get("Retry-After") != "1" {
+			t.Errorf("Retry-After %q", w.Header().Get("Retry-After"))
+		}
+	})
+	t.Run("throttler", func(t *testing.T) {
+		env := newEnv(t)
+		okEngine(env.eng)
+		env.throttler.err = down
+		expect(t, env.api(t, request{method: "GET", target: "/api/ns/q", header: tok(goodToken)}), 503, body)
+	})
+	t.Run("engine", func(t *testing.T) {
+		env := newEnv(t)
+		env.eng.publish = func(context.Context, *engine.PublishRequest) (string, error) { return "", down }
+		expect(t, env.api(t, request{method: "PUT", target: "/api/ns/q", body: "x", header: tok(goodToken)}), 503, body)
+	})
+	t.Run("not replicated", func(t *testing.T) {
+		env := newEnv(t)
+		env.eng.publish = func(context.Context, *engine.PublishRequest) (string, error) {
+			return "01JX0000000000000000000000", fmt.Errorf("publish: %w", engine.ErrNotReplicated)
+		}
+		w := env.api(t, request{method: "PUT", target: "/api/ns/q", body: "x", header: tok(goodToken)})
+		expect(t, w, 503, `{"error":"publish not replicated: the job may exist","job_id":"01JX0000000000000000000000"}`)
+	})
+}

@@ -1,0 +1,109 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kairos-dev/kairos/config"
+)
+
+// withReadyChecks gives the server /readyz checks.
+func withReadyChecks(checks ...ReadyCheck) envOption {
+	return func(_ *config.Config, d *Deps) { d.ReadyChecks = checks }
+}
+
+// TestHealthAndReadiness: /healthz and /readyz on both handlers, without a
+// token; /readyz names each failed check in a short word (no error text, no
+// address) and recovers once the check passes again.
+func TestHealthAndReadiness(t *testing.T) {
+	var mu sync.Mutex
+	var poolErr error
+	var calls atomic.Int32
+	env := newEnv(t, withReadyChecks(
+		ReadyCheck{Name: "pool default", Check: func(context.Context) error {
+			calls.Add(1)
+			mu.Lock()
+			defer mu.Unlock()
+			return poolErr
+		}},
+		ReadyCheck{Name: "admin redis", Check: func(context.Context) error { return nil }},
+	))
+	for _, tc := range []struct {
+		err  error
+		code int
+		body string
+	}{
+		{nil, 200, `{"ready":true,"checks":{"admin redis":"ok","pool default":"ok"}}`},
+		{&net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 6379}, Err: syscall.ECONNREFUSED},
+			503, `{"ready":false,"checks":{"admin redis":"ok","pool default":"unreachable"}}`},
+		{fmt.Errorf("pool default: %w", ErrLoading), 503, `{"ready":false,"checks":{"admin redis":"ok","pool default":"loading"}}`},
+		{fmt.Errorf("pool default: role \"slave\": %w", ErrNotMaster), 503, `{"ready":false,"checks":{"admin redis":"ok","pool default":"not master"}}`},
+		{nil, 200, `{"ready":true,"checks":{"admin redis":"ok","pool default":"ok"}}`},
+	} {
+		mu.Lock()
+		poolErr = tc.err
+		mu.Unlock()
+		env.srv.readiness.mu.Lock()
+		env.srv.readiness.at = time.Time{} // past the cache
+		env.srv.readiness.mu.Unlock()
+		for _, h := range []func(testing.TB, request) *httptest.ResponseRecorder{env.api, env.admin} {
+			w := h(t, request{method: "GET", target: "/readyz"})
+			expect(t, w, tc.code, tc.body)
+			if tc.code == 503 && w.Header().Get("Retry-After") == "" {
+				t.Errorf("%v: 503 without Retry-After", tc.err)
+			}
+			expect(t, h(t, request{method: "GET", target: "/healthz"}), 200, `{"status":"ok"}`)
+		}
+	}
+	// Within readyCacheFor, probes share one result: a flood of probes on
+	// the public port cannot flood Redis.
+	before := calls.Load()
+	for range 20 {
+		env.api(t, request{method: "GET", target: "/readyz"})
+	}
+	if n := calls.Load() - before; n > 1 {
+		t.Errorf("20 probes ran the check %d times, want at most 1", n)
+	}
+}
+
+// TestReadinessWhileDraining: a closing server turns not-ready at once and
+// keeps serving for Kairos.DrainDelaySecond before its listeners close.
+func TestReadinessWhileDraining(t *testing.T) {
+	env, _, addr := serveLoops(t, withConfig(func(c *config.Config) { c.Kairos.DrainDelaySecond = 1 }))
+	if r := liveDo(t, "GET", "http://"+addr+"/readyz", nil, nil); r.status != 200 {
+		t.Fatalf("/readyz before Close: %d %s", r.status, r.body)
+	}
+	closed := make(chan struct{})
+	start := time.Now()
+	go func() { _ = env.srv.Close(); close(closed) }()
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for {
+		r := liveDo(t, "GET", "http://"+addr+"/readyz", nil, nil)
+		if r.status == 503 {
+			if r.body != `{"ready":false,"checks":{"server":"shutting down"}}` {
+				t.Errorf("draining /readyz: %s", r.body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still %d after Close began", r.status)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Still serving while draining: the API answers (the fake engine has
+	// no job), and healthz too.
+	if r := liveDo(t, "GET", "http://"+addr+"/healthz", nil, nil); r.status != 200 {
+		t.Errorf("/healthz while draining: %d", r.status)
+	}
+	<-closed
+	if d := time.Since(start); d < 900*time.Millisecond {
+		t.Errorf("Close returned after %v, before the 1 s drain delay", d)
+	}
+}
