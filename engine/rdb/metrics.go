@@ -19,6 +19,7 @@ type Metrics struct {
 	consumeQueue *prometheus.CounterVec
 	timerDue     *prometheus.CounterVec
 	fullBatches  *prometheus.CounterVec
+	reclaim      *prometheus.CounterVec
 	elapsed      *prometheus.HistogramVec
 
 	// Series of the per-queue vectors, looked up once per {pool, ns, q}:
@@ -44,6 +45,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Timer entries handled by the pump (made ready, dead-lettered or dropped)."}, []string{"pool"}),
 		fullBatches: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "timer_full_batches",
 			Help: "Pump batches that were full (more was due)."}, []string{"pool"}),
+		reclaim: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "kairos", Name: "reclaimed_entries_total",
+			Help: "Entries of gone jobs (expired or deleted while waiting) removed by the reclaimer (ready lists, priority sets, timers, dead letters)."}, []string{"pool"}),
 		elapsed: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "job_elapsed_ms",
 			Help:    "Milliseconds from publish to delivery (delay included).",
 			Buckets: prometheus.ExponentialBuckets(1, 4, 14)}, []string{"pool", "namespace", "queue"}),
@@ -51,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m.publishSeries = newMemo(func(k [3]string) prometheus.Counter { return m.publishQueue.WithLabelValues(k[:]...) })
 	m.consumeSeries = newMemo(func(k [3]string) prometheus.Counter { return m.consumeQueue.WithLabelValues(k[:]...) })
 	m.elapsedSeries = newMemo(func(k [3]string) prometheus.Observer { return m.elapsed.WithLabelValues(k[:]...) })
-	for _, c := range []prometheus.Collector{m.publish, m.publishQueue, m.consume, m.consumeQueue, m.timerDue, m.fullBatches, m.elapsed} {
+	for _, c := range []prometheus.Collector{m.publish, m.publishQueue, m.consume, m.consumeQueue, m.timerDue, m.fullBatches, m.reclaim, m.elapsed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -104,6 +107,13 @@ func (m *Metrics) pumped(pool string, n int64, full bool) {
 	}
 }
 
+func (m *Metrics) reclaimed(pool string, n int64) {
+	if m == nil || n == 0 {
+		return
+	}
+	m.reclaim.WithLabelValues(pool).Add(float64(n))
+}
+
 // StatsCollector exports queue, timer and dead-letter sizes of every queue
 // of the given engines at scrape time (lmstfy's queue_sizes,
 // deadletter_sizes and timer_sizes gauges, per queue).
@@ -119,7 +129,7 @@ func NewStatsCollector(engines ...*Engine) *StatsCollector {
 	labels := []string{"pool", "namespace", "queue"}
 	return &StatsCollector{
 		engines: engines,
-		queue:   prometheus.NewDesc("infra_lmstfy_redis_queue_sizes", "Ready jobs per queue (stale entries included).", labels, nil),
+		queue:   prometheus.NewDesc("infra_lmstfy_redis_queue_sizes", "Ready jobs per queue (entries of gone jobs included until the reclaimer removes them).", labels, nil),
 		dead:    prometheus.NewDesc("infra_lmstfy_redis_deadletter_sizes", "Dead jobs per queue.", labels, nil),
 		timer:   prometheus.NewDesc("infra_lmstfy_redis_timer_sizes", "Delayed and in-flight jobs per queue.", labels, nil),
 	}
