@@ -45,7 +45,8 @@ const (
 type reclaimer struct {
 	queues  [][2]string            // ns, q
 	ends    int                    // next queue for the consume-end part
-	scan    int                    // next queue for the window part
+	next    int                    // next queue to start a window scan of
+	active  [][2]string            // queues whose window scan is under way
 	cursors map[[2]string][4]int64 // window cursors per queue
 }
 
@@ -74,7 +75,8 @@ func (e *Engine) runReclaim(ctx context.Context) {
 
 // ReclaimOnce runs one reclaim pass: the consume ends of up to
 // reclaimQueues queues, then windows of the queues' structures for up to
-// reclaimScanBudget entries. Tests call it instead of waiting for the loop.
+// reclaimScanBudget entries looked at. Tests call it instead of waiting
+// for the loop.
 func (e *Engine) ReclaimOnce(ctx context.Context) (ReclaimStats, error) {
 	e.reclaimMu.Lock()
 	defer e.reclaimMu.Unlock()
@@ -86,14 +88,21 @@ func (e *Engine) ReclaimOnce(ctx context.Context) (ReclaimStats, error) {
 			return st, err
 		}
 		r.queues, r.ends = qs, 0
-		if r.scan >= len(qs) {
-			r.scan = 0
+		if r.next >= len(qs) {
+			r.next = 0
 		}
 		live := make(map[[2]string][4]int64, len(qs))
 		for _, q := range qs {
 			live[q] = r.cursors[q]
 		}
 		r.cursors = live
+		active := r.active[:0]
+		for _, q := range r.active {
+			if _, ok := live[q]; ok {
+				active = append(active, q)
+			}
+		}
+		r.active = active
 	}
 	// The consume ends: queues whose call used its whole budget get
 	// another call in the same pass.
@@ -119,25 +128,38 @@ func (e *Engine) ReclaimOnce(ctx context.Context) (ReclaimStats, error) {
 	if r.ends >= len(r.queues) {
 		r.ends = 0
 	}
-	// The windows, round robin, within the pass's budget.
-	for spent, calls := int64(0), 0; spent < reclaimScanBudget && len(r.queues) > 0 && calls < len(r.queues); {
-		var chunk [][2]string
-		for len(chunk) < reclaimChunk && calls < len(r.queues) && spent+int64(len(chunk)*4*reclaimWindow) < reclaimScanBudget {
-			chunk = append(chunk, r.queues[r.scan])
-			r.scan = (r.scan + 1) % len(r.queues)
-			calls++
+	// The windows, within the pass's budget: a queue's scan goes on from
+	// call to call (and pass to pass) until each of its structures has
+	// been scanned to its end; then the next queue's starts.
+	started := 0
+	for spent := int64(0); spent < reclaimScanBudget; {
+		for len(r.active) < reclaimChunk && started < len(r.queues) {
+			r.active = append(r.active, r.queues[r.next])
+			r.next = (r.next + 1) % len(r.queues)
+			started++
 		}
-		if len(chunk) == 0 {
+		if len(r.active) == 0 {
 			break
 		}
+		n := min(len(r.active), max(1, int((reclaimScanBudget-spent)/(4*reclaimWindow))))
+		chunk := r.active[:n]
 		res, err := e.reclaimCalls(ctx, chunk, reclaimWindow)
 		if err != nil {
 			return st, err
 		}
+		var keep [][2]string
 		for i, x := range res {
 			st.add(x)
 			spent += x[1]
-			r.cursors[chunk[i]] = [4]int64{x[3], x[4], x[5], x[6]}
+			c := [4]int64{x[3], x[4], x[5], x[6]}
+			r.cursors[chunk[i]] = c
+			if c != [4]int64{} {
+				keep = append(keep, chunk[i])
+			}
+		}
+		r.active = append(keep, r.active[n:]...)
+		if len(keep) == n && started >= len(r.queues) && spent == 0 {
+			break // nothing looked at and nothing done: do not spin
 		}
 	}
 	e.metrics.reclaimed(e.pool, st.Removed)
