@@ -14,45 +14,53 @@ import (
 // out, or they were deleted while waiting — from queues that nobody
 // consumes: consume, peek and the pump drop such entries only when they
 // meet them, so an unconsumed queue kept them for ever (doc/design.md,
-// "Stale entries"). Once a second it runs reclaimScript on the queues of
-// lmstfy's registries (m/ns, m/ns/NS): every queue's consume ends first
-// (cheap, and where the entries of a queue with one TTL collect), then
-// windows of the whole structures at a cursor per queue, within a budget
-// of entries looked at per pass. Each call touches one queue's keys, all
-// passed in KEYS. Several servers reclaiming one pool each do the work;
-// it stays bounded per server.
+// "Stale entries and the reclaimer"). Once a second it runs reclaimScript
+// on the queues of lmstfy's registries (m/ns, m/ns/NS): the consume ends of
+// each queue when they are due — when the live job found at an end last
+// time may have expired (its PTTL), 30 s after finding a structure empty,
+// 60 s behind a job without TTL — which is where the entries of a queue
+// with one TTL collect; then windows of the whole structures at a cursor
+// per queue, within a budget of entries and calls per pass. Each call
+// touches one queue's keys, all passed in KEYS. Several servers reclaiming
+// one pool each do the work; it stays bounded per server.
 
 const (
 	reclaimEvery = time.Second
-	// reclaimQueues is the most queues whose consume ends one pass looks
-	// at; a pool with more is covered over several passes.
-	reclaimQueues = 1000
+	// reclaimRefresh is how often the queue list is read again from the
+	// registries.
+	reclaimRefresh = 10 * time.Second
+	// reclaimQueues is the most consume-end calls of one pass.
+	reclaimQueues = 500
 	// reclaimChunk is the most script calls per pipeline.
 	reclaimChunk = 100
-	// reclaimEndBudget is the most entries one call looks at at a queue's
-	// consume ends.
+	// reclaimEndBudget is the most entries one call looks at.
 	reclaimEndBudget = 1000
-	// reclaimScanBudget is the most entries one pass looks at in windows.
-	reclaimScanBudget = 20000
+	// reclaimScanBudget is the most entries one pass looks at in windows,
+	// and reclaimScanCalls the most window calls of one pass.
+	reclaimScanBudget = 2000
+	reclaimScanCalls  = 50
 	// reclaimWindow is the window of one call per structure.
 	reclaimWindow = 256
 	// reclaimWalk is the most entries one LREM may walk (~1 ms).
 	reclaimWalk = 25000
 )
 
-// reclaimer is the state of the engine's reclaim passes: the queues and
-// where each pass stopped. Only its loop uses it.
+// reclaimer is the state of the engine's reclaim passes: the queues, when
+// each one's consume ends are due, and where the window scans are. Only
+// ReclaimOnce uses it.
 type reclaimer struct {
-	queues  [][2]string            // ns, q
-	ends    int                    // next queue for the consume-end part
-	next    int                    // next queue to start a window scan of
-	active  [][2]string            // queues whose window scan is under way
-	cursors map[[2]string][4]int64 // window cursors per queue
+	queues  [][2]string // ns, q, sorted
+	read    time.Time   // when queues was read
+	ends    int         // next queue to consider for the consume ends
+	due     map[[2]string]time.Time
+	next    int         // next queue to start a window scan of
+	active  [][2]string // queues whose window scan is under way
+	cursors map[[2]string][4]int64
 }
 
 // ReclaimStats is what a reclaim pass did.
 type ReclaimStats struct {
-	Queues     int   // queues looked at
+	Calls      int   // script calls
 	Removed    int64 // entries of gone jobs removed
 	Looked     int64 // entries looked at
 	Tombstones int64 // stale entries left as tombstones (beyond LREM's reach)
@@ -73,66 +81,54 @@ func (e *Engine) runReclaim(ctx context.Context) {
 	}
 }
 
-// ReclaimOnce runs one reclaim pass: the consume ends of up to
-// reclaimQueues queues, then windows of the queues' structures for up to
-// reclaimScanBudget entries looked at. Tests call it instead of waiting
-// for the loop.
+// ReclaimOnce runs one reclaim pass: the consume ends of the queues whose
+// ends are due (at most reclaimQueues calls), then windows of the queues'
+// structures (at most reclaimScanCalls calls and reclaimScanBudget entries
+// looked at). Tests call it instead of waiting for the loop.
 func (e *Engine) ReclaimOnce(ctx context.Context) (ReclaimStats, error) {
 	e.reclaimMu.Lock()
 	defer e.reclaimMu.Unlock()
 	r := &e.reclaim
 	var st ReclaimStats
-	if r.ends == 0 || r.ends >= len(r.queues) {
-		qs, err := e.registeredQueues(ctx)
-		if err != nil {
+	now := time.Now()
+	if r.queues == nil || now.Sub(r.read) >= reclaimRefresh {
+		if err := r.refresh(ctx, e, now); err != nil {
 			return st, err
 		}
-		r.queues, r.ends = qs, 0
-		if r.next >= len(qs) {
-			r.next = 0
-		}
-		live := make(map[[2]string][4]int64, len(qs))
-		for _, q := range qs {
-			live[q] = r.cursors[q]
-		}
-		r.cursors = live
-		active := r.active[:0]
-		for _, q := range r.active {
-			if _, ok := live[q]; ok {
-				active = append(active, q)
-			}
-		}
-		r.active = active
 	}
-	// The consume ends: queues whose call used its whole budget get
-	// another call in the same pass.
-	for n := 0; n < reclaimQueues && r.ends < len(r.queues); {
-		chunk := r.queues[r.ends:min(len(r.queues), r.ends+reclaimChunk, r.ends+reclaimQueues-n)]
+	if len(r.queues) == 0 {
+		return st, nil
+	}
+	// The consume ends of the due queues, going round from where the last
+	// pass stopped; a call that used its whole budget makes its queue due
+	// again at once.
+	for seen, calls := 0, 0; seen < len(r.queues) && calls < reclaimQueues; {
+		var chunk [][2]string
+		for ; seen < len(r.queues) && len(chunk) < min(reclaimChunk, reclaimQueues-calls); seen++ {
+			q := r.queues[r.ends]
+			if !r.due[q].After(now) {
+				chunk = append(chunk, q)
+			}
+			r.ends = (r.ends + 1) % len(r.queues)
+		}
+		if len(chunk) == 0 {
+			break
+		}
 		res, err := e.reclaimCalls(ctx, chunk, 0)
 		if err != nil {
 			return st, err
 		}
-		again := 0
-		for _, x := range res {
+		calls += len(chunk)
+		for i, x := range res {
 			st.add(x)
-			if x[1] >= reclaimEndBudget {
-				again++
-			}
-		}
-		st.Queues += len(chunk)
-		n += len(chunk)
-		if again == 0 {
-			r.ends += len(chunk)
+			r.due[chunk[i]] = now.Add(time.Duration(x[7]) * time.Millisecond)
 		}
 	}
-	if r.ends >= len(r.queues) {
-		r.ends = 0
-	}
-	// The windows, within the pass's budget: a queue's scan goes on from
-	// call to call (and pass to pass) until each of its structures has
-	// been scanned to its end; then the next queue's starts.
+	// The windows: a queue's scan goes on from call to call (and pass to
+	// pass) until each of its structures has been scanned to its end; then
+	// the next queue's starts.
 	started := 0
-	for spent := int64(0); spent < reclaimScanBudget; {
+	for spent, calls := int64(0), 0; spent < reclaimScanBudget && calls < reclaimScanCalls; {
 		for len(r.active) < reclaimChunk && started < len(r.queues) {
 			r.active = append(r.active, r.queues[r.next])
 			r.next = (r.next + 1) % len(r.queues)
@@ -141,12 +137,13 @@ func (e *Engine) ReclaimOnce(ctx context.Context) (ReclaimStats, error) {
 		if len(r.active) == 0 {
 			break
 		}
-		n := min(len(r.active), max(1, int((reclaimScanBudget-spent)/(4*reclaimWindow))))
+		n := min(len(r.active), reclaimScanCalls-calls, max(1, int((reclaimScanBudget-spent)/(4*reclaimWindow))))
 		chunk := r.active[:n]
 		res, err := e.reclaimCalls(ctx, chunk, reclaimWindow)
 		if err != nil {
 			return st, err
 		}
+		calls += n
 		var keep [][2]string
 		for i, x := range res {
 			st.add(x)
@@ -158,15 +155,47 @@ func (e *Engine) ReclaimOnce(ctx context.Context) (ReclaimStats, error) {
 			}
 		}
 		r.active = append(keep, r.active[n:]...)
-		if len(keep) == n && started >= len(r.queues) && spent == 0 {
-			break // nothing looked at and nothing done: do not spin
-		}
 	}
 	e.metrics.reclaimed(e.pool, st.Removed)
 	return st, nil
 }
 
-func (s *ReclaimStats) add(x [7]int64) {
+// refresh reads the queue list again and forgets the state of queues that
+// left it.
+func (r *reclaimer) refresh(ctx context.Context, e *Engine, now time.Time) error {
+	qs, err := e.registeredQueues(ctx)
+	if err != nil {
+		return err
+	}
+	r.read = now
+	r.queues = qs
+	if r.ends >= len(qs) {
+		r.ends = 0
+	}
+	if r.next >= len(qs) {
+		r.next = 0
+	}
+	due := make(map[[2]string]time.Time, len(qs))
+	cursors := make(map[[2]string][4]int64, len(qs))
+	for _, q := range qs {
+		due[q] = r.due[q]
+		if c, ok := r.cursors[q]; ok {
+			cursors[q] = c
+		}
+	}
+	r.due, r.cursors = due, cursors
+	active := r.active[:0]
+	for _, q := range r.active {
+		if _, ok := due[q]; ok {
+			active = append(active, q)
+		}
+	}
+	r.active = active
+	return nil
+}
+
+func (s *ReclaimStats) add(x [8]int64) {
+	s.Calls++
 	s.Removed += x[0]
 	s.Looked += x[1]
 	s.Tombstones += x[2]
@@ -174,7 +203,7 @@ func (s *ReclaimStats) add(x [7]int64) {
 
 // reclaimCalls runs reclaimScript on queues in one pipeline (window 0: the
 // consume ends only) and returns each call's reply.
-func (e *Engine) reclaimCalls(ctx context.Context, queues [][2]string, window int) ([][7]int64, error) {
+func (e *Engine) reclaimCalls(ctx context.Context, queues [][2]string, window int) ([][8]int64, error) {
 	cmds := make([]*redis.Cmd, len(queues))
 	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, nq := range queues {
@@ -192,10 +221,10 @@ func (e *Engine) reclaimCalls(ctx context.Context, queues [][2]string, window in
 		}
 		return nil, fmt.Errorf("reclaim pool %s: %w", e.pool, err)
 	}
-	out := make([][7]int64, len(queues))
+	out := make([][8]int64, len(queues))
 	for i, c := range cmds {
 		v, err := c.Int64Slice()
-		if err != nil || len(v) != 7 {
+		if err != nil || len(v) != 8 {
 			return nil, fmt.Errorf("reclaim pool %s: unexpected reply %v: %v", e.pool, v, err)
 		}
 		copy(out[i][:], v)

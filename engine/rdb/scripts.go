@@ -850,52 +850,66 @@ return id
 
 // reclaimScript drops the entries of one queue whose job is gone (its TTL
 // ran out, or it was deleted while waiting), without a consumer: the
-// background reclaimer (reclaim.go) runs it on every queue of the pool.
+// background reclaimer (reclaim.go) runs it on the queues of the pool.
 // Liveness is each structure's consumer's own rule: a ready or priority
 // entry is live while its job is ready ('r', or 'd' made ready by the
 // pump), as consume takes it; a dead-letter entry while its job is dead
 // ('x'), as respawn takes it; a timer entry while its job exists, as the
 // pump takes it.
 //
-// Two parts, each bounded by ARGV[2] entries looked at. First the consume
-// ends: stale entries at the right end of the ready list and of the dead
-// letter (where RPOP takes) are cut with one LTRIM, and those at the low
-// end of the priority set removed; jobs of a queue with one TTL expire in
-// publish order, so this catches the common case. Then, when ARGV[3] > 0,
-// one window of ARGV[3] entries of each structure at its cursor
-// (ARGV[4..7]; lists counted from the right end, sets by rank): stale set
-// members are removed with ZREM (O(log n)); stale list entries are
-// overwritten with a 4-byte tombstone (LSET), and the tombstones at most
-// ARGV[8] entries from an end removed with one LREM from that end (one
-// from each end at most). LREM walks the list (about 40 ns an entry on Redis 7.0:
-// 40 ms for a million), so deeper tombstones stay until an end comes
-// within reach; every script skips them as stale (their ID is empty, their
-// job key never exists).
+// With ARGV[3] = 0, the consume ends: stale entries at the right end of
+// the ready list and of the dead letter (where RPOP takes) are cut with one
+// LTRIM, and those at the low end of the priority set removed; jobs of a
+// queue with one TTL expire in publish order, so this catches the common
+// case. The reply says when to look again: the shortest PTTL of the live
+// jobs found at the ends (nothing can expire at an end before), at most
+// 60 s for a job without TTL, 30 s for an empty structure, 0 when the
+// budget ran out.
+//
+// With ARGV[3] > 0, one window of ARGV[3] entries of each structure at its
+// cursor (ARGV[4..7]; lists counted from the right end, sets by rank):
+// stale set members are removed with ZREM (O(log n)); stale list entries
+// are overwritten with a 4-byte tombstone (LSET), and the tombstones at
+// most ARGV[8] entries from an end removed with one LREM from that end (one
+// from each end at most). LREM walks the list (about 40 ns an entry on
+// Redis 7.0: 40 ms for a million), so deeper tombstones stay until an end
+// comes within reach; every script skips them as stale (their ID is empty,
+// their job key never exists).
 //
 //	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] timer   KEYS[4] dead letter
 //	ARGV[1] job key prefix j/{ns/q}/   ARGV[2] most entries to look at
-//	ARGV[3] window (entries; 0 = the consume end only)
+//	ARGV[3] window (entries; 0 = the consume ends)
 //	ARGV[4..7] cursors of the ready list, priority set, timer, dead letter
 //	ARGV[8] most entries an LREM may walk
 //
 // Returns {entries removed, entries looked at, tombstones left, the four
-// next cursors (0 once a structure was scanned to its end)}.
+// next cursors (0 once a structure was scanned to its end), ms until the
+// ends are worth a look again}.
 var reclaimScript = script(`
 local jp, budget, win, walk = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[8])
 local TOMB = '\0\0\0\0'
 local removed, looked, left = 0, 0, 0
+local again = 60000
 local function state(e) return redis.call('GETRANGE', jp .. eid(e), 1, 1) end
 local function ready_live(e) local s = state(e) return s == 'r' or s == 'd' end
 local function dead_live(e) return state(e) == 'x' end
 local function timer_live(id) return redis.call('EXISTS', jp .. id) == 1 end
+-- until notes when the live entry e at an end may expire.
+local function until_(e)
+  local t = redis.call('PTTL', jp .. eid(e))
+  if t > 0 and t < again then again = t end
+end
 -- tail cuts the stale entries at the right end of list k.
 local function tail(k, live)
   local n = 16
-  while budget > 0 do
+  while true do
+    if budget <= 0 then again = 0 return end
     local es = redis.call('LRANGE', k, -n, -1)
-    local stale = 0
+    if #es == 0 then again = math.min(again, 30000) return end
+    local stale, hit = 0, false
     for j = #es, 1, -1 do
-      if budget <= 0 or live(es[j]) then break end
+      if budget <= 0 then break end
+      if live(es[j]) then hit = es[j] break end
       budget = budget - 1
       looked = looked + 1
       stale = stale + 1
@@ -904,17 +918,22 @@ local function tail(k, live)
       redis.call('LTRIM', k, 0, -(stale + 1))
       removed = removed + stale
     end
-    if stale < #es or #es < n then return end
+    if hit then until_(hit) return end
+    if stale < #es then again = 0 return end
+    if #es < n then again = math.min(again, 30000) return end
     n = 256
   end
 end
 -- zhead removes the stale members at the low end of sorted set k.
 local function zhead(k, live)
-  while budget > 0 do
+  while true do
+    if budget <= 0 then again = 0 return end
     local ms = redis.call('ZRANGE', k, 0, 15)
-    local stale = {}
+    if #ms == 0 then again = math.min(again, 30000) return end
+    local stale, hit = {}, false
     for _, m in ipairs(ms) do
-      if budget <= 0 or live(m) then break end
+      if budget <= 0 then break end
+      if live(m) then hit = m break end
       budget = budget - 1
       looked = looked + 1
       stale[#stale + 1] = m
@@ -923,7 +942,9 @@ local function zhead(k, live)
       redis.call('ZREM', k, unpack(stale))
       removed = removed + #stale
     end
-    if #stale < #ms or #ms < 16 then return end
+    if hit then until_(hit) return end
+    if #stale < #ms then again = 0 return end
+    if #ms < 16 then again = math.min(again, 30000) return end
   end
 end
 local function zwindow(k, cur, live)
@@ -943,6 +964,7 @@ local function zwindow(k, cur, live)
 end
 local function lwindow(k, cur, live)
   local es = redis.call('LRANGE', k, -(cur + win), -(cur + 1))
+  if #es == 0 then return 0 end
   local len = redis.call('LLEN', k)
   local stale, kr, kl = 0, 0, 0
   for j = #es, 1, -1 do
@@ -963,17 +985,19 @@ local function lwindow(k, cur, live)
   if #es < win then return 0 end
   return cur + #es - gone
 end
-tail(KEYS[1], ready_live)
-zhead(KEYS[2], ready_live)
-tail(KEYS[4], dead_live)
 local cur = {tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])}
-if win > 0 then
+if win == 0 then
+  tail(KEYS[1], ready_live)
+  zhead(KEYS[2], ready_live)
+  tail(KEYS[4], dead_live)
+else
+  again = 0
   if budget > 0 then cur[1] = lwindow(KEYS[1], cur[1], ready_live) end
   if budget > 0 then cur[2] = zwindow(KEYS[2], cur[2], ready_live) end
   if budget > 0 then cur[3] = zwindow(KEYS[3], cur[3], timer_live) end
   if budget > 0 then cur[4] = lwindow(KEYS[4], cur[4], dead_live) end
 end
-return {removed, looked, left, cur[1], cur[2], cur[3], cur[4]}
+return {removed, looked, left, cur[1], cur[2], cur[3], cur[4], again}
 `)
 
 // sizeScript counts a queue's ready jobs: the ready list's and priority
