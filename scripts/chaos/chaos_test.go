@@ -308,6 +308,8 @@ func TestParseFlags(t *testing.T) {
 		{"two", []string{"-scenario", "server-kill, failover"}, []string{"server-kill", "failover"}, false, false},
 		{"ci", []string{"-scenario", "ci"}, []string{"ci"}, false, false},
 		{"wait-cost only", []string{"-scenario", "wait-cost"}, nil, true, false},
+		{"soak only", []string{"-scenario", "soak"}, nil, false, false},
+		{"bad soak", []string{"-scenario", "soak", "-soak-unconsumed", "50"}, nil, false, true},
 		{"unknown", []string{"-scenario", "nope"}, nil, false, true},
 		{"bad rate", []string{"-rate", "0"}, nil, false, true},
 		{"stray argument", []string{"x"}, nil, false, true},
@@ -329,6 +331,9 @@ func TestParseFlags(t *testing.T) {
 			}
 			if !slices.Equal(names, tc.want) {
 				t.Errorf("scenarios = %v, want %v", names, tc.want)
+			}
+			if want := strings.Contains(strings.Join(tc.args, " "), "soak"); o.wantSoak() != want {
+				t.Errorf("wantSoak = %v, want %v", o.wantSoak(), want)
 			}
 			if o.wantWaitCost() != tc.wait {
 				t.Errorf("wantWaitCost = %v, want %v", o.wantWaitCost(), tc.wait)
