@@ -9,7 +9,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.buildCommit=$(COMMIT) -X main.buil
 # The CLI is built only once its package has Go files.
 CLIENT_CMD := $(wildcard client/cmd/kairos/*.go)
 
-.PHONY: bench-check bench-lmstfy build run test test-short lint cover bench chaos clean help
+.PHONY: bench-check bench-lmstfy build run test test-short lint cover bench chaos soak clean help
 
 ## build: bin/kairos-server (and bin/kairos, the CLI, when it exists)
 build:
@@ -54,6 +54,11 @@ bench:
 chaos:
 	scripts/install-redis.sh
 	$(GO) run ./scripts/chaos -scenario all -duration 40s
+
+## soak: 4 minutes of steady load with queues nobody consumes; fails if Redis memory or keys grow (doc/reliability.md)
+soak:
+	scripts/install-redis.sh
+	$(GO) run ./scripts/chaos -scenario soak -soak-duration 4m -soak-rate 2000
 
 ## bench-check: load-test a fresh server and fail on a throughput regression (not part of test)
 bench-check:

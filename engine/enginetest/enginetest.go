@@ -54,6 +54,7 @@ func Run(t *testing.T, f Factory) {
 		{"Attributes", testAttributes},
 		{"NotFound", testNotFound},
 		{"TTLExpiry", testTTLExpiry},
+		{"SizeCountsLiveJobs", testSizeCountsLiveJobs},
 		{"LongPollWakesOnPublish", testLongPollPublish},
 		{"LongPollDelayed", testLongPollDelayed},
 		{"LongPollTimeout", testLongPollTimeout},
@@ -489,6 +490,27 @@ func testTTLExpiry(t *testing.T, h *Harness) {
 	j := one(t, h, time.Minute, "q")
 	if j.ID != keep || j.TTL != 0 {
 		t.Fatalf("got %+v, want the job without ttl", j)
+	}
+}
+
+// testSizeCountsLiveJobs: once the TTL of a queue's jobs runs out, Size
+// counts only the live ones, with no consumer (lmstfy counts expired jobs
+// until a consumer pops them).
+func testSizeCountsLiveJobs(t *testing.T, h *Harness) {
+	for range 3 {
+		pub(t, h, "q", "short", func(r *engine.PublishRequest) { r.TTL = 100 * time.Millisecond })
+	}
+	pub(t, h, "q", "prio", func(r *engine.PublishRequest) { r.TTL = 100 * time.Millisecond; r.Priority = 5 })
+	keep := pub(t, h, "q", "keep", func(r *engine.PublishRequest) { r.TTL = 0 })
+	if n, err := h.Engine.Size(bg, ns, "q"); err != nil || n != 5 {
+		t.Fatalf("size before expiry = %d, %v; want 5", n, err)
+	}
+	h.Elapse(300 * time.Millisecond)
+	if n, err := h.Engine.Size(bg, ns, "q"); err != nil || n != 1 {
+		t.Fatalf("size after expiry = %d, %v; want 1", n, err)
+	}
+	if j, err := h.Engine.PeekQueue(bg, ns, "q"); err != nil || j.ID != keep {
+		t.Fatalf("peek = %+v, %v; want %s", j, err, keep)
 	}
 }
 

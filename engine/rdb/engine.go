@@ -85,12 +85,16 @@ type Engine struct {
 	waitTimeout  time.Duration
 
 	names *memo[*queueNames] // {ns, q, ""} → the queue's key names
+
+	reclaimMu sync.Mutex
+	reclaim   reclaimer // reclaim.go
 }
 
 // Limits on the work of one script call.
 const (
 	consumeScanBudget = 1000 // entries one consume call may pop
 	peekScanBudget    = 1000 // entries one peek may look at
+	sizeScanBudget    = 1000 // stale entries one size may look past
 	deadBatch         = 1000 // dead-letter entries per respawn/delete call
 	destroyBatch      = 1000 // entries per destroy call
 	maxPublishRetries = 3    // fresh IDs tried when a generated ID collides
@@ -158,15 +162,16 @@ type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
-// Run runs the pump and the waiters' Pub/Sub loop until ctx is done. It
-// returns nil after a clean stop.
+// Run runs the pump, the reclaimer and the waiters' Pub/Sub loop until ctx
+// is done. It returns nil after a clean stop.
 func (e *Engine) Run(ctx context.Context) error {
 	if e.autoPipe {
 		e.pipe.Store(newAutoPipeline(e.rdb, autoPipelineSenders, autoPipelineBatch))
 	}
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); e.runPump(ctx) }()
+	go func() { defer wg.Done(); e.runReclaim(ctx) }()
 	go func() { defer wg.Done(); e.waiters.run(ctx) }()
 	wg.Wait()
 	if p := e.pipe.Swap(nil); p != nil {
@@ -992,18 +997,16 @@ func (e *Engine) PeekJob(ctx context.Context, ns, q, id string) (*engine.Job, er
 	return makeStoredJob(ns, q, id, []byte(value), pttl, e.now())
 }
 
-// Size implements engine.Engine.
+// Size implements engine.Engine: the queue's ready jobs, not counting the
+// entries of jobs that are gone (expired or deleted) at its consume end.
+// Entries of gone jobs stranded behind live ones count until the reclaimer
+// (reclaim.go) removes them.
 func (e *Engine) Size(ctx context.Context, ns, q string) (int64, error) {
-	var l, z *redis.IntCmd
-	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		l = p.LLen(ctx, readyKey(ns, q))
-		z = p.ZCard(ctx, prioKey(ns, q))
-		return nil
-	})
+	n, err := sizeScript.Run(ctx, e.rdb, []string{readyKey(ns, q), prioKey(ns, q)}, jobKeyPrefix(ns, q), sizeScanBudget).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("size %s/%s: %w", ns, q, err)
 	}
-	return l.Val() + z.Val(), nil
+	return n, nil
 }
 
 // Destroy implements engine.Engine.

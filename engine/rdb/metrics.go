@@ -29,6 +29,7 @@ type Metrics struct {
 	consumeQueue *prometheus.CounterVec
 	timerDue     *prometheus.CounterVec
 	fullBatches  *prometheus.CounterVec
+	reclaim      *prometheus.CounterVec
 	elapsed      *prometheus.HistogramVec
 	poolAdd      *prometheus.CounterVec
 	poolGet      *prometheus.CounterVec
@@ -67,6 +68,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		consumeQueue: counter("consume_queue_jobs", "Jobs delivered to consumers, per queue.", queue),
 		timerDue:     counter("timer_due_jobs", "Timer entries handled by the pump (made ready, dead-lettered or dropped).", pool),
 		fullBatches:  counter("timer_full_batches", "Pump batches that were full (more was due).", pool),
+		reclaim: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "kairos", Name: "reclaimed_entries_total",
+			Help: "Entries of gone jobs (expired or deleted while waiting) removed by the reclaimer (ready lists, priority sets, timers, dead letters)."}, pool),
 		elapsed: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "job_elapsed_ms",
 			Help: "Milliseconds from publish to delivery (delay included).", Buckets: jobBuckets}, queue),
 		poolAdd: counter("pool_add_jobs", "Job bodies stored (every published job: body and queue entry are written in one step).", pool),
@@ -92,7 +95,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m.consumeSeries = newMemo(func(k [3]string) prometheus.Counter { return m.consumeQueue.WithLabelValues(k[:]...) })
 	m.elapsedSeries = newMemo(func(k [3]string) prometheus.Observer { return m.elapsed.WithLabelValues(k[:]...) })
 	m.ackElapsedSeries = newMemo(func(k [3]string) prometheus.Observer { return m.ackElapsed.WithLabelValues(k[:]...) })
-	for _, c := range []prometheus.Collector{m.publish, m.publishQueue, m.consume, m.consumeQueue, m.timerDue, m.fullBatches, m.elapsed,
+	for _, c := range []prometheus.Collector{m.publish, m.publishQueue, m.consume, m.consumeQueue, m.timerDue, m.fullBatches, m.reclaim, m.elapsed,
 		m.poolAdd, m.poolGet, m.poolDelete, m.timerAdd, m.directPush, m.queuePop, m.respawn, m.ackElapsed, m.cmdLatency, m.cmdCount} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -108,9 +111,9 @@ type poolMetrics struct {
 	m    *Metrics
 	pool string
 
-	publish, poolAdd, directPush, timerAdd prometheus.Counter
-	consume, poolGet, queuePop, poolDelete prometheus.Counter
-	respawn, timerDue, fullBatches         prometheus.Counter
+	publish, poolAdd, directPush, timerAdd  prometheus.Counter
+	consume, poolGet, queuePop, poolDelete  prometheus.Counter
+	respawn, timerDue, fullBatches, reclaim prometheus.Counter
 }
 
 // forPool returns the series of pool, or nil when m is nil.
@@ -125,7 +128,7 @@ func (m *Metrics) forPool(pool string) *poolMetrics {
 		consume: m.consume.WithLabelValues(pool), poolGet: m.poolGet.WithLabelValues(pool),
 		queuePop: m.queuePop.WithLabelValues(pool), poolDelete: m.poolDelete.WithLabelValues(pool),
 		respawn: m.respawn.WithLabelValues(pool), timerDue: m.timerDue.WithLabelValues(pool),
-		fullBatches: m.fullBatches.WithLabelValues(pool),
+		fullBatches: m.fullBatches.WithLabelValues(pool), reclaim: m.reclaim.WithLabelValues(pool),
 	}
 }
 
@@ -302,6 +305,14 @@ func (h *commandHook) record(k commandKey, start time.Time) {
 	s.latency.Observe(float64(time.Since(start)) / float64(time.Millisecond))
 }
 
+// reclaimed counts n entries of gone jobs removed by the reclaimer.
+func (pm *poolMetrics) reclaimed(n int64) {
+	if pm == nil || n <= 0 {
+		return
+	}
+	pm.reclaim.Add(float64(n))
+}
+
 // StatsCollector exports, at scrape time, the sizes of every queue of the
 // given engines (lmstfy's queue_sizes and deadletter_sizes per queue, and
 // timer_sizes per pool, with Kairos's per-queue timer sizes beside them).
@@ -318,7 +329,7 @@ func NewStatsCollector(engines ...*Engine) *StatsCollector {
 	labels := []string{"pool", "namespace", "queue"}
 	return &StatsCollector{
 		engines: engines,
-		queue:   prometheus.NewDesc("infra_lmstfy_redis_queue_sizes", "Ready jobs per queue (stale entries included).", labels, nil),
+		queue:   prometheus.NewDesc("infra_lmstfy_redis_queue_sizes", "Ready jobs per queue (entries of gone jobs included until the reclaimer removes them).", labels, nil),
 		dead:    prometheus.NewDesc("infra_lmstfy_redis_deadletter_sizes", "Dead jobs per queue.", labels, nil),
 		timer: prometheus.NewDesc("infra_lmstfy_redis_timer_sizes",
 			"Delayed and in-flight jobs of the pool (entries of its queues' timers).", []string{"pool"}, nil),

@@ -851,10 +851,208 @@ redis.call('DEL', KEYS[1])
 return id
 `)
 
+// reclaimScript drops the entries of one queue whose job is gone (its TTL
+// ran out, or it was deleted while waiting), without a consumer: the
+// background reclaimer (reclaim.go) runs it on the queues of the pool.
+// Liveness is each structure's consumer's own rule: a ready or priority
+// entry is live while its job is ready ('r', or 'd' made ready by the
+// pump), as consume takes it; a dead-letter entry while its job is dead
+// ('x'), as respawn takes it; a timer entry while its job exists, as the
+// pump takes it.
+//
+// With ARGV[3] = 0, the consume ends: stale entries at the right end of
+// the ready list and of the dead letter (where RPOP takes) are cut with one
+// LTRIM, and those at the low end of the priority set removed; jobs of a
+// queue with one TTL expire in publish order, so this catches the common
+// case. The reply says when to look again: the shortest PTTL of the live
+// jobs found at the ends (nothing can expire at an end before), at most
+// 60 s for a job without TTL, 30 s for an empty structure, 0 when the
+// budget ran out.
+//
+// With ARGV[3] > 0, one window of ARGV[3] entries of each structure at its
+// cursor (ARGV[4..7]; lists counted from the right end, sets by rank):
+// stale set members are removed with ZREM (O(log n)); stale list entries
+// are overwritten with a 4-byte tombstone (LSET), and the tombstones at
+// most ARGV[8] entries from an end removed with one LREM from that end (one
+// from each end at most). LREM walks the list (about 40 ns an entry on
+// Redis 7.0: 40 ms for a million), so deeper tombstones stay until an end
+// comes within reach; every script skips them as stale (their ID is empty,
+// their job key never exists).
+//
+//	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] timer   KEYS[4] dead letter
+//	ARGV[1] job key prefix j/{ns/q}/   ARGV[2] most entries to look at
+//	ARGV[3] window (entries; 0 = the consume ends)
+//	ARGV[4..7] cursors of the ready list, priority set, timer, dead letter
+//	ARGV[8] most entries an LREM may walk
+//
+// Returns {entries removed, entries looked at, tombstones left, the four
+// next cursors (0 once a structure was scanned to its end), ms until the
+// ends are worth a look again}.
+var reclaimScript = script(`
+local jp, budget, win, walk = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[8])
+local TOMB = '\0\0\0\0'
+local removed, looked, left = 0, 0, 0
+local again = 60000
+local function state(e) return redis.call('GETRANGE', jp .. eid(e), 1, 1) end
+local function ready_live(e) local s = state(e) return s == 'r' or s == 'd' end
+local function dead_live(e) return state(e) == 'x' end
+local function timer_live(id) return redis.call('EXISTS', jp .. id) == 1 end
+-- until notes when the live entry e at an end may expire.
+local function until_(e)
+  local t = redis.call('PTTL', jp .. eid(e))
+  if t > 0 and t < again then again = t end
+end
+-- tail cuts the stale entries at the right end of list k.
+local function tail(k, live)
+  local n = 16
+  while true do
+    if budget <= 0 then again = 0 return end
+    local es = redis.call('LRANGE', k, -n, -1)
+    if #es == 0 then again = math.min(again, 30000) return end
+    local stale, hit = 0, false
+    for j = #es, 1, -1 do
+      if budget <= 0 then break end
+      if live(es[j]) then hit = es[j] break end
+      budget = budget - 1
+      looked = looked + 1
+      stale = stale + 1
+    end
+    if stale > 0 then
+      redis.call('LTRIM', k, 0, -(stale + 1))
+      removed = removed + stale
+    end
+    if hit then until_(hit) return end
+    if stale < #es then again = 0 return end
+    if #es < n then again = math.min(again, 30000) return end
+    n = 256
+  end
+end
+-- zhead removes the stale members at the low end of sorted set k.
+local function zhead(k, live)
+  while true do
+    if budget <= 0 then again = 0 return end
+    local ms = redis.call('ZRANGE', k, 0, 15)
+    if #ms == 0 then again = math.min(again, 30000) return end
+    local stale, hit = {}, false
+    for _, m in ipairs(ms) do
+      if budget <= 0 then break end
+      if live(m) then hit = m break end
+      budget = budget - 1
+      looked = looked + 1
+      stale[#stale + 1] = m
+    end
+    if #stale > 0 then
+      redis.call('ZREM', k, unpack(stale))
+      removed = removed + #stale
+    end
+    if hit then until_(hit) return end
+    if #stale < #ms then again = 0 return end
+    if #ms < 16 then again = math.min(again, 30000) return end
+  end
+end
+local function zwindow(k, cur, live)
+  local ms = redis.call('ZRANGE', k, cur, cur + win - 1)
+  local stale = {}
+  for _, m in ipairs(ms) do
+    if not live(m) then stale[#stale + 1] = m end
+  end
+  looked = looked + #ms
+  budget = budget - #ms
+  if #stale > 0 then
+    redis.call('ZREM', k, unpack(stale))
+    removed = removed + #stale
+  end
+  if #ms < win then return 0 end
+  return cur + #ms - #stale
+end
+local function lwindow(k, cur, live)
+  local es = redis.call('LRANGE', k, -(cur + win), -(cur + 1))
+  if #es == 0 then return 0 end
+  local len = redis.call('LLEN', k)
+  local stale, kr, kl = 0, 0, 0
+  for j = #es, 1, -1 do
+    if es[j] == TOMB or not live(es[j]) then
+      local off = cur + #es - j -- from the right end
+      stale = stale + 1
+      if es[j] ~= TOMB then redis.call('LSET', k, -(off + 1), TOMB) end
+      if off < walk then kr = kr + 1 elseif len - 1 - off < walk then kl = kl + 1 end
+    end
+  end
+  looked = looked + #es
+  budget = budget - #es
+  local gone = 0
+  if kr > 0 then gone = gone + redis.call('LREM', k, -kr, TOMB) end
+  if kl > 0 then gone = gone + redis.call('LREM', k, kl, TOMB) end
+  removed = removed + gone
+  if stale > gone then left = left + stale - gone end
+  if #es < win then return 0 end
+  return cur + #es - gone
+end
+local cur = {tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])}
+if win == 0 then
+  tail(KEYS[1], ready_live)
+  zhead(KEYS[2], ready_live)
+  tail(KEYS[4], dead_live)
+else
+  again = 0
+  if budget > 0 then cur[1] = lwindow(KEYS[1], cur[1], ready_live) end
+  if budget > 0 then cur[2] = zwindow(KEYS[2], cur[2], ready_live) end
+  if budget > 0 then cur[3] = zwindow(KEYS[3], cur[3], timer_live) end
+  if budget > 0 then cur[4] = lwindow(KEYS[4], cur[4], dead_live) end
+end
+return {removed, looked, left, cur[1], cur[2], cur[3], cur[4], again}
+`)
+
+// sizeScript counts a queue's ready jobs: the ready list's and priority
+// set's lengths, less the stale entries at their consume ends (looking at
+// most at ARGV[2] entries), so that the jobs of a queue with one TTL stop
+// counting as soon as they expire, before the reclaimer removes their
+// entries. It writes nothing: the size routes are public.
+//
+//	KEYS[1] ready list   KEYS[2] priority set
+//	ARGV[1] job key prefix   ARGV[2] most entries to look at
+//
+// Returns the count.
+var sizeScript = script(`
+local jp, budget = ARGV[1], tonumber(ARGV[2])
+local function live(e)
+  local s = redis.call('GETRANGE', jp .. eid(e), 1, 1)
+  return s == 'r' or s == 'd'
+end
+local stale = 0
+local zn = redis.call('ZCARD', KEYS[2])
+local off = 0
+while budget > 0 and off < zn do
+  local ms = redis.call('ZRANGE', KEYS[2], off, off + 99)
+  local all = true
+  for _, m in ipairs(ms) do
+    budget = budget - 1
+    if live(m) then all = false break end
+    stale = stale + 1
+  end
+  if not all then break end
+  off = off + #ms
+end
+local ln = redis.call('LLEN', KEYS[1])
+off = 0
+while budget > 0 and off < ln do
+  local es = redis.call('LRANGE', KEYS[1], -(off + 100), -(off + 1))
+  local all = true
+  for j = #es, 1, -1 do
+    budget = budget - 1
+    if live(es[j]) then all = false break end
+    stale = stale + 1
+  end
+  if not all or #es == 0 then break end
+  off = off + #es
+end
+return ln + zn - stale
+`)
+
 // allScripts are loaded by New so that a broken script fails at start and
 // pipelined calls never meet NOSCRIPT.
 var allScripts = []*redis.Script{
 	publishScript, publishManyScript, consumeScript, pumpScript, peekQueueScript, peekJobScript, ackManyScript,
 	releaseScript, touchScript, respawnScript, respawnOneScript, deleteDeadScript,
-	deleteDeadOneScript, listDeadScript, destroyScript, cancelKeyScript,
+	deleteDeadOneScript, listDeadScript, destroyScript, cancelKeyScript, reclaimScript, sizeScript,
 }

@@ -19,8 +19,9 @@ import (
 // SIGKILLs of a real kairos-server, one SCRIPT FLUSH and one CLIENT PAUSE
 // of a real redis-server (AOF everysec) and a consumer dropping jobs, while
 // jobs flow. It fails when an acknowledged job is lost, when a job is left
-// behind, or when a disruption did not happen. `make chaos` is the full
-// suite.
+// behind, or when a disruption did not happen; then a 14 s soak checks
+// that the entries of expired jobs of unconsumed queues are reclaimed.
+// `make chaos` is the full suite, `make soak` the long soak.
 func TestChaosCI(t *testing.T) {
 	redisBin := redistest.Binary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -59,6 +60,22 @@ func TestChaosCI(t *testing.T) {
 	}
 	if !res.Pass {
 		t.Errorf("scenario failed: %v", res.Failures)
+	}
+
+	// A short soak with the same server: two queues nobody consumes, whose
+	// jobs expire after 2 or 4 s; their entries must go without a consumer
+	// (make soak is the long run that also judges memory and keys).
+	start = time.Now()
+	soak, err := runSoak(ctx, rc, soakConfig{Duration: 14 * time.Second, Rate: 300, Queues: 10, Unconsumed: 2,
+		TTLs: []int{2, 4}, Every: time.Second, StaleOnly: true})
+	if err != nil {
+		t.Fatalf("soak: %v", err)
+	}
+	var out bytes.Buffer
+	writeSoak(&out, soak)
+	t.Logf("soak in %v:\n%s", time.Since(start).Round(time.Millisecond), out.String())
+	if !soak.Pass {
+		t.Errorf("soak failed: %v", soak.Failures)
 	}
 }
 
@@ -308,6 +325,8 @@ func TestParseFlags(t *testing.T) {
 		{"two", []string{"-scenario", "server-kill, failover"}, []string{"server-kill", "failover"}, false, false},
 		{"ci", []string{"-scenario", "ci"}, []string{"ci"}, false, false},
 		{"wait-cost only", []string{"-scenario", "wait-cost"}, nil, true, false},
+		{"soak only", []string{"-scenario", "soak"}, nil, false, false},
+		{"bad soak", []string{"-scenario", "soak", "-soak-unconsumed", "50"}, nil, false, true},
 		{"unknown", []string{"-scenario", "nope"}, nil, false, true},
 		{"bad rate", []string{"-rate", "0"}, nil, false, true},
 		{"stray argument", []string{"x"}, nil, false, true},
@@ -329,6 +348,9 @@ func TestParseFlags(t *testing.T) {
 			}
 			if !slices.Equal(names, tc.want) {
 				t.Errorf("scenarios = %v, want %v", names, tc.want)
+			}
+			if want := strings.Contains(strings.Join(tc.args, " "), "soak"); o.wantSoak() != want {
+				t.Errorf("wantSoak = %v, want %v", o.wantSoak(), want)
 			}
 			if o.wantWaitCost() != tc.wait {
 				t.Errorf("wantWaitCost = %v, want %v", o.wantWaitCost(), tc.wait)

@@ -53,6 +53,7 @@ type options struct {
 	publishers  int
 	consumers   int
 	waitCostN   int
+	soak        soakConfig
 	serverBin   string
 	redisBin    string
 	jsonOnly    bool
@@ -76,6 +77,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.publishers, "publishers", 4, "publishing goroutines (the first publishes in bulk)")
 	fs.IntVar(&o.consumers, "consumers", 4, "consuming goroutines (the last takes up to 8 jobs a request)")
 	fs.IntVar(&o.waitCostN, "wait-cost-n", 3000, "publishes per variant in the wait-cost measurement")
+	fs.DurationVar(&o.soak.Duration, "soak-duration", 4*time.Minute, "length of the soak (-scenario soak)")
+	fs.IntVar(&o.soak.Rate, "soak-rate", 1000, "publishes per second in the soak")
+	fs.IntVar(&o.soak.Queues, "soak-queues", 50, "queues of the soak")
+	fs.IntVar(&o.soak.Unconsumed, "soak-unconsumed", 5, "queues of the soak that nobody consumes (their jobs have a TTL of 10 s or 30 s)")
 	fs.StringVar(&o.serverBin, "server-bin", "", "kairos-server binary (default: go build it into the temporary directory)")
 	fs.StringVar(&o.redisBin, "redis-bin", "", "redis-server binary (default: from PATH)")
 	fs.BoolVar(&o.jsonOnly, "json", false, "print only the JSON lines (no table)")
@@ -93,6 +98,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if _, err := o.selected(); err != nil {
 		return o, err
 	}
+	if o.soak.Duration <= 0 || o.soak.Rate <= 0 || o.soak.Unconsumed <= 0 || o.soak.Queues <= o.soak.Unconsumed {
+		return o, errors.New("-soak-duration, -soak-rate and -soak-unconsumed must be positive, and -soak-queues larger than -soak-unconsumed")
+	}
+	o.soak.TTLs = []int{10, 30}
+	o.soak.Every = min(10*time.Second, max(2*time.Second, o.soak.Duration/24))
 	return o, nil
 }
 
@@ -102,7 +112,7 @@ func scenarioNames() []string {
 	for _, sc := range catalog(options{duration: time.Second}) {
 		names = append(names, sc.Name)
 	}
-	return append(names, "wait-cost", "ci")
+	return append(names, "wait-cost", "soak", "ci")
 }
 
 // catalog is every scenario, in the order "all" runs them (all but the
@@ -155,7 +165,7 @@ func (o options) selected() ([]scenario, error) {
 		case "ci":
 			out = append(out, ciScenario(min(o.duration, 15*time.Second)))
 			continue
-		case "wait-cost":
+		case "wait-cost", "soak":
 			continue
 		}
 		i := slices.IndexFunc(all, func(sc scenario) bool { return sc.Name == name })
@@ -171,6 +181,16 @@ func (o options) wantWaitCost() bool {
 	for _, name := range strings.Split(o.scenarios, ",") {
 		if n := strings.TrimSpace(name); n == "all" || n == "wait-cost" {
 			return o.waitCostN > 0
+		}
+	}
+	return false
+}
+
+// wantSoak reports whether the soak (opt-in, by name) was asked for.
+func (o options) wantSoak() bool {
+	for _, name := range strings.Split(o.scenarios, ",") {
+		if strings.TrimSpace(name) == "soak" {
+			return true
 		}
 	}
 	return false
@@ -200,7 +220,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	startInfo := machineInfo(ctx, o.redisBin)
 	start := time.Now()
-	results, wc, werr := runAll(ctx, o, log, stdout)
+	results, wc, soak, werr := runAll(ctx, o, log, stdout)
 	if !o.jsonOnly && len(results) > 0 {
 		fmt.Fprintf(stdout, "\n%s; %s; ran %v; load average at the end %s\n\n",
 			start.UTC().Format("2006-01-02 15:04 UTC"), startInfo, time.Since(start).Round(time.Second), loadAverage())
@@ -208,6 +228,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if !o.jsonOnly && wc != nil {
 		writeWaitCost(stdout, *wc)
+	}
+	if !o.jsonOnly && soak != nil {
+		writeSoak(stdout, *soak)
 	}
 	if werr != nil {
 		log.WithError(werr).Error("chaos harness failed")
@@ -218,16 +241,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
+	if soak != nil && !soak.Pass {
+		return 1
+	}
 	return 0
 }
 
 // runAll runs the selected scenarios in a temporary directory, printing
 // each JSON line as it comes; the directory is removed unless -keep (or a
 // failure) asks to keep it.
-func runAll(ctx context.Context, o options, log logrus.FieldLogger, stdout io.Writer) (results []Result, wc *WaitCost, err error) {
+func runAll(ctx context.Context, o options, log logrus.FieldLogger, stdout io.Writer) (results []Result, wc *WaitCost, soak *Soak, err error) {
 	dir, err := os.MkdirTemp("", "kairos-chaos-")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	keep := o.keep
 	defer func() {
@@ -243,17 +269,17 @@ func runAll(ctx context.Context, o options, log logrus.FieldLogger, stdout io.Wr
 	}
 	if rc.RedisBin == "" {
 		if rc.RedisBin, err = exec.LookPath("redis-server"); err != nil {
-			return nil, nil, fmt.Errorf("redis-server not found (scripts/install-redis.sh installs it): %w", err)
+			return nil, nil, nil, fmt.Errorf("redis-server not found (scripts/install-redis.sh installs it): %w", err)
 		}
 	}
 	scs, err := o.selected()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	if rc.ServerBin == "" && len(scs) > 0 {
+	if rc.ServerBin == "" && (len(scs) > 0 || o.wantSoak()) {
 		log.Info("building kairos-server")
 		if rc.ServerBin, err = buildServer(ctx, dir); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	enc := json.NewEncoder(stdout)
@@ -261,14 +287,14 @@ func runAll(ctx context.Context, o options, log logrus.FieldLogger, stdout io.Wr
 		res, err := sc.run(ctx, rc)
 		if err != nil {
 			keep = true
-			return results, nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
+			return results, nil, nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
 		}
 		if !res.Pass {
 			keep = true
 		}
 		results = append(results, res)
 		if err := enc.Encode(res); err != nil {
-			return results, nil, err
+			return results, nil, nil, err
 		}
 		log.WithField("scenario", sc.Name).Infof("acknowledged %d, delivered %d, dead %d, lost %d, duplicates %d, pass %v",
 			res.Acknowledged, res.Delivered, res.DeadLettered, res.Lost, res.Duplicates, res.Pass)
@@ -277,14 +303,28 @@ func runAll(ctx context.Context, o options, log logrus.FieldLogger, stdout io.Wr
 		m, err := measureWaitCost(ctx, rc, o.waitCostN)
 		if err != nil {
 			keep = true
-			return results, nil, fmt.Errorf("wait-cost: %w", err)
+			return results, nil, nil, fmt.Errorf("wait-cost: %w", err)
 		}
 		if err := enc.Encode(m); err != nil {
-			return results, nil, err
+			return results, nil, nil, err
 		}
 		wc = &m
 	}
-	return results, wc, nil
+	if o.wantSoak() {
+		r, err := runSoak(ctx, rc, o.soak)
+		if err != nil {
+			keep = true
+			return results, wc, nil, fmt.Errorf("soak: %w", err)
+		}
+		if !r.Pass {
+			keep = true
+		}
+		if err := enc.Encode(r); err != nil {
+			return results, wc, nil, err
+		}
+		soak = &r
+	}
+	return results, wc, soak, nil
 }
 
 // buildServer builds ./server/cmd/kairos-server of the enclosing module into
