@@ -63,6 +63,35 @@ func TestMillisecondParams(t *testing.T) {
 	wantErr(t, "DueAt with Delay", err, client.ErrBadRequest, 0)
 }
 
+// TestDueAtExact: a job published with DueAt is due at exactly that
+// instant, rounded up to the millisecond (never before it), for Publish and
+// BatchPublish.
+func TestDueAtExact(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	ms := time.Now().Add(time.Hour).UnixMilli()
+	for _, tc := range []struct {
+		name string
+		due  time.Time
+		want time.Time
+	}{
+		{"whole ms", time.UnixMilli(ms), time.UnixMilli(ms)},
+		{"a fraction of a ms", time.UnixMilli(ms).Add(400 * time.Microsecond), time.UnixMilli(ms + 1)},
+	} {
+		id := publish(t, e.C, "due", "at", client.DueAt(tc.due))
+		ids, err := e.C.BatchPublish(ctx, "due", []any{"a", "b"}, client.DueAt(tc.due))
+		if err != nil {
+			t.Fatalf("%s: BatchPublish: %v", tc.name, err)
+		}
+		for _, id := range append(ids, id) {
+			j, err := e.C.PeekJob(ctx, "due", id)
+			if err != nil || !j.DueAt.Equal(tc.want) {
+				t.Errorf("%s: job %s due at %v (%v), want %v", tc.name, id, j.DueAt, err, tc.want)
+			}
+		}
+	}
+}
+
 func TestReceiptsReleaseTouch(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t)

@@ -150,19 +150,21 @@ func TestExtPublish(t *testing.T) {
 		{name: "delay_ms too large", query: "delay_ms=4294967295001", status: 400, resp: `{"error":"invalid delay_ms"}`},
 		{name: "bad ttl_ms", query: "ttl_ms=1.5", status: 400, resp: `{"error":"invalid ttl_ms"}`},
 		{name: "lmstfy's delay check comes first", query: "delay=x&delay_ms=y", status: 400, resp: `{"error":"invalid delay"}`},
+		// due_at goes to the engine as the instant itself (which stores it
+		// as is), not as a delay from the server's clock.
 		{name: "due_at RFC 3339", query: "due_at=2026-01-02T03:04:07.250Z", status: 201, resp: created,
-			want: base(func(r *engine.PublishRequest) { r.Delay = 2250 * time.Millisecond })},
+			want: base(func(r *engine.PublishRequest) { r.DueAt = time.Date(2026, 1, 2, 3, 4, 7, 250e6, time.UTC) })},
 		{name: "due_at with an offset", query: "due_at=2026-01-02T04:04:08%2B01:00", status: 201, resp: created,
-			want: base(func(r *engine.PublishRequest) { r.Delay = 3 * time.Second })},
+			want: base(func(r *engine.PublishRequest) { r.DueAt = time.Date(2026, 1, 2, 3, 4, 8, 0, time.UTC) })},
 		{name: "due_at with an unencoded plus", query: "due_at=2026-01-02T04:04:08+01:00", status: 201, resp: created,
-			want: base(func(r *engine.PublishRequest) { r.Delay = 3 * time.Second })},
+			want: base(func(r *engine.PublishRequest) { r.DueAt = time.Date(2026, 1, 2, 3, 4, 8, 0, time.UTC) })},
 		{name: "due_at Unix ms", query: "due_at=" + strconv.FormatInt(time.Date(2026, 1, 2, 3, 4, 6, 0, time.UTC).UnixMilli(), 10), status: 201, resp: created,
-			want: base(func(r *engine.PublishRequest) { r.Delay = time.Second })},
-		{name: "due_at in the past is now", query: "due_at=2020-01-01T00:00:00Z", status: 201, resp: created,
-			want: base(func(*engine.PublishRequest) {})},
+			want: base(func(r *engine.PublishRequest) { r.DueAt = time.Date(2026, 1, 2, 3, 4, 6, 0, time.UTC) })},
+		{name: "due_at in the past is now (the engine's call)", query: "due_at=2020-01-01T00:00:00Z", status: 201, resp: created,
+			want: base(func(r *engine.PublishRequest) { r.DueAt = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC) })},
 		{name: "due_at beyond the ttl", query: "due_at=2026-01-04T03:04:05Z", status: 400, resp: `{"error":"ttl is shorter than delay"}`},
 		{name: "due_at beyond the ttl, ttl 0", query: "due_at=2026-01-04T03:04:05Z&ttl=0", status: 201, resp: created,
-			want: base(func(r *engine.PublishRequest) { r.Delay, r.TTL = 48*time.Hour, 0 })},
+			want: base(func(r *engine.PublishRequest) { r.DueAt, r.TTL = time.Date(2026, 1, 4, 3, 4, 5, 0, time.UTC), 0 })},
 		{name: "due_at and delay", query: "due_at=2026-01-02T03:04:07Z&delay=1", status: 400, resp: `{"error":"due_at conflicts with delay"}`},
 		{name: "due_at and delay_ms", query: "due_at=2026-01-02T03:04:07Z&delay_ms=1", status: 400, resp: `{"error":"due_at conflicts with delay"}`},
 		{name: "bad due_at", query: "due_at=tomorrow", status: 400, resp: `{"error":"invalid due_at"}`},
@@ -208,6 +210,9 @@ func TestExtPublish(t *testing.T) {
 					t.Fatalf("engine called with %+v", got)
 				}
 				return
+			}
+			if got != nil {
+				got.DueAt = got.DueAt.UTC() // the same instant, whatever the zone it was written in
 			}
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("engine got %+v\nwant %+v", got, tc.want)

@@ -72,6 +72,7 @@ type liveOptions struct {
 	client   redis.UniversalClient // nil: a fresh miniredis
 	cacheTTL time.Duration         // token cache; 0: auth's default
 	config   func(*config.Config)
+	now      func() time.Time // the server's and the engine's clock; nil: time.Now
 }
 
 // startLive starts a server over opts.client (a fresh miniredis by
@@ -97,7 +98,7 @@ func startLive(t testing.TB, opts liveOptions) *live {
 	logger.SetLevel(logrus.DebugLevel)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	eng, err := rdb.New(ctx, client, rdb.Options{Logger: logger})
+	eng, err := rdb.New(ctx, client, rdb.Options{Logger: logger, Now: opts.now})
 	if err != nil {
 		cancel()
 		t.Fatalf("rdb.New: %v", err)
@@ -125,6 +126,7 @@ func startLive(t testing.TB, opts liveOptions) *live {
 		Throttler: l.throttler,
 		Webhooks:  hooks, // not run: the admin routes only manage subscriptions
 		Logger:    logger,
+		Now:       opts.now,
 	})
 	if err != nil {
 		cancel()
