@@ -305,6 +305,19 @@ func TestAdminQueueConfigAndWebhooks(t *testing.T) {
 	if all, err := e.Admin.Webhooks(ctx); err != nil || len(all) != 1 || all[0] != w {
 		t.Fatalf("Webhooks: %+v, %v", all, err)
 	}
+	// Zero fields take the server's defaults; a TTR under a whole ms is
+	// rounded up, not cut to an invalid one.
+	if w, err := e.Admin.SetWebhook(ctx, client.Webhook{Namespace: e.NS, Queue: "defaults", URL: hook.URL, Secret: "s"}); err != nil ||
+		w.Concurrency != 1 || w.TTR != 30*time.Second || w.Timeout != 10*time.Second {
+		t.Fatalf("SetWebhook with zero settings: %+v, %v; want the defaults", w, err)
+	}
+	if w, err := e.Admin.SetWebhook(ctx, client.Webhook{Namespace: e.NS, Queue: "defaults", URL: hook.URL, Secret: "s", TTR: 1500 * time.Microsecond}); err != nil ||
+		w.TTR != 2*time.Millisecond || w.Timeout != time.Millisecond {
+		t.Fatalf("SetWebhook with a TTR of 1.5 ms: %+v, %v; want 2 ms and a 1 ms timeout", w, err)
+	}
+	if err := e.Admin.DeleteWebhook(ctx, "", e.NS, "defaults"); err != nil {
+		t.Fatalf("DeleteWebhook: %v", err)
+	}
 	if err := e.Admin.DeleteWebhook(ctx, "", e.NS, "hooked"); err != nil {
 		t.Fatalf("DeleteWebhook: %v", err)
 	}
