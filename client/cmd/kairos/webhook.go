@@ -31,7 +31,7 @@ else releases it under the queue's backoff, tries and dead letter.`,
 		Use:     "set QUEUE",
 		Short:   "Create or replace the subscription of QUEUE in --namespace",
 		Example: `  kairos webhook set emails --url https://hooks.example/emails --secret s3cret --concurrency 8`,
-		Args:    args(cobra.ExactArgs(1)),
+		Args:    queueArgs(cobra.ExactArgs(1), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			ns, err := c.namespaceArg(nil)
 			if err != nil {
@@ -78,7 +78,7 @@ else releases it under the queue's backoff, tries and dead letter.`,
 	get := &cobra.Command{
 		Use:   "get QUEUE",
 		Short: "Show the subscription of QUEUE in --namespace",
-		Args:  args(cobra.ExactArgs(1)),
+		Args:  queueArgs(cobra.ExactArgs(1), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			ns, err := c.namespaceArg(nil)
 			if err != nil {
@@ -98,7 +98,7 @@ else releases it under the queue's backoff, tries and dead letter.`,
 	del := &cobra.Command{
 		Use:   "delete QUEUE",
 		Short: "Delete the subscription of QUEUE in --namespace",
-		Args:  args(cobra.ExactArgs(1)),
+		Args:  queueArgs(cobra.ExactArgs(1), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			ns, err := c.namespaceArg(nil)
 			if err != nil {
