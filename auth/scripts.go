@@ -156,7 +156,7 @@ if pinned then
 	if pin - now > ttl then
 		ttl = pin - now
 	end
-else
+elseif s[5] or s[6] then
 	redis.call("HDEL", KEYS[1], "pin", "off")
 end
 redis.call("PEXPIRE", KEYS[1], math.ceil(ttl))
