@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"io"
 	"net"
@@ -73,6 +74,9 @@ type liveOptions struct {
 	cacheTTL time.Duration         // token cache; 0: auth's default
 	config   func(*config.Config)
 	now      func() time.Time // the server's and the engine's clock; nil: time.Now
+	// throttleRefresh is how often the throttler reloads the limits; 0:
+	// 50 ms.
+	throttleRefresh time.Duration
 }
 
 // startLive starts a server over opts.client (a fresh miniredis by
@@ -111,7 +115,7 @@ func startLive(t testing.TB, opts liveOptions) *live {
 			HashTokens: cfg.Kairos.HashTokens, CacheTTL: opts.cacheTTL,
 		}),
 		throttler: auth.NewThrottler(client, logger, auth.ThrottlerOptions{
-			HashTokens: cfg.Kairos.HashTokens, Refresh: 50 * time.Millisecond,
+			HashTokens: cfg.Kairos.HashTokens, Refresh: cmp.Or(opts.throttleRefresh, 50*time.Millisecond),
 		}),
 	}
 	hooks, err := webhook.NewManager(webhook.NewStore(client), map[string]webhook.Engine{auth.DefaultPool: eng},
