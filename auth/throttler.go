@@ -68,7 +68,7 @@ type ThrottlerOptions struct {
 	// DefaultRefresh. It bounds how long a limit added on another instance
 	// takes to apply here; a limit changed or deleted on another instance
 	// applies at once (the change is written into the token's buckets and
-	// pinned there for 2×Refresh, see Set).
+	// pinned there for two reload periods, see Set).
 	Refresh time.Duration
 	// Now is the clock (passed to the bucket script); default time.Now.
 	Now func() time.Time
@@ -128,8 +128,10 @@ func NewThrottler(client redis.UniversalClient, logger logrus.FieldLogger, opts 
 		refresh: opts.Refresh,
 		now:     opts.Now,
 		hash:    opts.HashTokens,
-		pin:     2 * opts.Refresh,
-		limits:  make(map[limitKey]Limit),
+		// Other instances may reload less often than this one: at least
+		// two default periods.
+		pin:    2 * max(opts.Refresh, DefaultRefresh),
+		limits: make(map[limitKey]Limit),
 	}
 }
 
@@ -464,7 +466,7 @@ func (t *Throttler) resolveExisting(ctx context.Context, pool, namespace, token 
 // Delete removes the token's limit, in either form, and marks the buckets
 // of the form it was stored in so that every instance lets the token's
 // next requests through, even one that has not reloaded yet (the marks
-// expire after 2×Refresh). The token may be a fingerprint. A token without
+// expire after two reload periods, at least 2 s). The token may be a fingerprint. A token without
 // a limit is not an error.
 func (t *Throttler) Delete(ctx context.Context, pool, namespace, token string) error {
 	pool = normPool(pool)
