@@ -53,6 +53,9 @@ server has [Accounts]).`,
 				return usagef("--description is required")
 			}
 			opts.Queues, opts.Roles = splitList(queues), splitList(roles)
+			if err := checkQueues(opts.Queues...); err != nil {
+				return usagef("--queues: %v", err)
+			}
 			adm, err := c.admin()
 			if err != nil {
 				return err
