@@ -65,8 +65,10 @@ type LimitEntry struct {
 // ThrottlerOptions tune a Throttler. The zero value gives the defaults.
 type ThrottlerOptions struct {
 	// Refresh is how often Run reloads the limits from Redis; default
-	// DefaultRefresh. It bounds how long a limit changed on another
-	// instance takes to apply here.
+	// DefaultRefresh. It bounds how long a limit added on another instance
+	// takes to apply here; a limit changed or deleted on another instance
+	// applies at once (the change is written into the token's buckets and
+	// pinned there for two reload periods, see Set).
 	Refresh time.Duration
 	// Now is the clock (passed to the bucket script); default time.Now.
 	Now func() time.Time
@@ -78,7 +80,9 @@ type ThrottlerOptions struct {
 
 // Throttler enforces per-token request rates across all server instances
 // with an atomic Lua token bucket (capacity = limit, refill = limit per
-// interval), per (pool, namespace, token, direction). Limits are stored
+// interval), per (pool, namespace, token, direction). The bucket keeps the
+// limit it is judged by, so that a limit changed or deleted on one instance
+// applies to the next request on every instance. Limits are stored
 // lmstfy-compatibly in the admin Redis hash `__throttler_keys__` field
 // "{pool}/{ns}/{token}" → JSON Limit, and cached in-process; each token has
 // its own limit (lmstfy's aliasing bug does not exist here). With
@@ -90,6 +94,9 @@ type Throttler struct {
 	refresh time.Duration
 	now     func() time.Time
 	hash    bool
+	// pin is how long a limit written by Add, Set or Delete overrides the
+	// limits other instances have cached: until they have reloaded.
+	pin time.Duration
 
 	mu     sync.RWMutex
 	limits map[limitKey]Limit
@@ -121,7 +128,10 @@ func NewThrottler(client redis.UniversalClient, logger logrus.FieldLogger, opts 
 		refresh: opts.Refresh,
 		now:     opts.Now,
 		hash:    opts.HashTokens,
-		limits:  make(map[limitKey]Limit),
+		// Other instances may reload less often than this one: at least
+		// two default periods.
+		pin:    2 * max(opts.Refresh, DefaultRefresh),
+		limits: make(map[limitKey]Limit),
 	}
 }
 
@@ -299,10 +309,9 @@ func (t *Throttler) Refund(ctx context.Context, pool, namespace, token string, w
 }
 
 func (t *Throttler) runBucket(ctx context.Context, pool, namespace, token string, write bool, l Limit, cost int) (bool, error) {
-	intervalMs := l.Interval * 1000
 	res, err := bucketScript.Run(ctx, t.client,
 		[]string{bucketKey(pool, namespace, token, write)},
-		l.perInterval(write), intervalMs, t.now().UnixMilli(), cost, 2*intervalMs).Int()
+		l.perInterval(write), l.Interval*1000, t.now().UnixMilli(), cost).Int()
 	if err != nil {
 		return false, fmt.Errorf("auth: throttle %s/%s: %w", pool, namespace, err)
 	}
@@ -383,13 +392,35 @@ func (t *Throttler) Add(ctx context.Context, pool, namespace, token string, l Li
 		return ErrLimitExists
 	}
 	t.setCached(limitKey{pool, namespace, target}, l, true)
+	// The buckets may still say "no limit" after a recent Delete.
+	if _, err := t.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		t.retune(ctx, p, pool, namespace, target, l)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("auth: add limit of %s/%s: %w", pool, namespace, err)
+	}
 	return nil
 }
 
+// retune queues, on p, the writing of limit l (Limit{} for none) into the
+// token's buckets of both directions, pinned for t.pin: every instance
+// judges the token's next request by l, even one that has not reloaded
+// yet (see retuneScript).
+func (t *Throttler) retune(ctx context.Context, p redis.Pipeliner, pool, namespace, token string, l Limit) {
+	now := t.now().UnixMilli()
+	for _, write := range []bool{false, true} {
+		// Eval, not Run: a pipeline cannot fall back from EVALSHA.
+		retuneScript.Eval(ctx, p, []string{bucketKey(pool, namespace, token, write)},
+			max(l.perInterval(write), 0), l.Interval*1000, now, t.pin.Milliseconds())
+	}
+}
+
 // Set creates or replaces the token's limit (stored in the form HashTokens
-// asks for; a limit stored in the other form moves). The token's buckets
-// keep their state, clamped to the new limit. The token may be a
-// fingerprint of an existing token. Errors: ErrInvalidLimit,
+// asks for; a limit stored in the other form moves). The next request of
+// the token, on any instance, is judged by the new limit, as in lmstfy: the
+// requests already made in the interval count against it, so a raised
+// limit admits at once and a lowered one refuses once it is used up. The
+// token may be a fingerprint of an existing token. Errors: ErrInvalidLimit,
 // ErrUnknownFingerprint, ErrAmbiguousFingerprint.
 func (t *Throttler) Set(ctx context.Context, pool, namespace, token string, l Limit) error {
 	pool, target, other, b, err := t.prepareLimit(ctx, pool, namespace, token, l)
@@ -398,7 +429,12 @@ func (t *Throttler) Set(ctx context.Context, pool, namespace, token string, l Li
 	}
 	_, err = t.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, throttlerKey, limitField(pool, namespace, target), b)
+		t.retune(ctx, p, pool, namespace, target, l)
 		if other != "" {
+			// The limit moves between forms (HashTokens was switched):
+			// the secret leaves Redis at once, and instances that have not
+			// reloaded yet judge by the old limit, on a fresh bucket, for
+			// at most Refresh.
 			p.HDel(ctx, throttlerKey, limitField(pool, namespace, other))
 			p.Del(ctx, bucketKey(pool, namespace, other, false), bucketKey(pool, namespace, other, true))
 		}
@@ -427,24 +463,40 @@ func (t *Throttler) resolveExisting(ctx context.Context, pool, namespace, token 
 	return forms, nil
 }
 
-// Delete removes the token's limit and its buckets, in either form. The
-// token may be a fingerprint. A token without a limit is not an error.
+// Delete removes the token's limit, in either form, and marks the buckets
+// of the form it was stored in so that every instance lets the token's
+// next requests through, even one that has not reloaded yet (the marks
+// expire after two reload periods, at least 2 s). The token may be a fingerprint. A token without
+// a limit is not an error.
 func (t *Throttler) Delete(ctx context.Context, pool, namespace, token string) error {
 	pool = normPool(pool)
 	forms, found, err := t.resolve(ctx, pool, namespace, token)
 	if err != nil || !found {
 		return err
 	}
+	deleted := make([]*redis.IntCmd, 0, 2)
 	_, err = t.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for _, f := range forms.all() {
-			p.HDel(ctx, throttlerKey, limitField(pool, namespace, f))
-			p.Del(ctx, bucketKey(pool, namespace, f, false), bucketKey(pool, namespace, f, true))
+			deleted = append(deleted, p.HDel(ctx, throttlerKey, limitField(pool, namespace, f)))
 		}
 		return nil
 	})
 	for _, f := range forms.all() {
 		t.setCached(limitKey{pool, namespace, f}, Limit{}, false)
 	}
+	if err != nil {
+		return fmt.Errorf("auth: delete limit of %s/%s: %w", pool, namespace, err)
+	}
+	// Only a form that held a limit can be in another instance's cache
+	// (and only then may its bucket name hold the secret).
+	_, err = t.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for i, f := range forms.all() {
+			if deleted[i].Val() > 0 {
+				t.retune(ctx, p, pool, namespace, f, Limit{})
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("auth: delete limit of %s/%s: %w", pool, namespace, err)
 	}

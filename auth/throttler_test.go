@@ -45,6 +45,20 @@ func allowN(tb testing.TB, th *Throttler, pool, ns, token string, write bool, n 
 	return allowed
 }
 
+// checkBucketOff checks that a bucket holds only the mark of a deleted
+// limit, which expires once every instance has reloaded (2×Refresh).
+func checkBucketOff(tb testing.TB, c redis.UniversalClient, key string) {
+	tb.Helper()
+	ctx := context.Background()
+	state, err := c.HGetAll(ctx, key).Result()
+	if err != nil || state["off"] != "1" || state["tokens"] != "" {
+		tb.Errorf("bucket %s = %v, %v; want only the mark of a deleted limit", key, state, err)
+	}
+	if ttl, err := c.PTTL(ctx, key).Result(); err != nil || ttl <= 0 || ttl > 2*DefaultRefresh {
+		tb.Errorf("bucket %s PTTL = %v, %v; want in (0, %v]", key, ttl, err, 2*DefaultRefresh)
+	}
+}
+
 func TestLimitValidate(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -267,9 +281,7 @@ func TestThrottlerAddSetGetDelete(t *testing.T) {
 		if got := allowN(t, th, DefaultPool, "ns", "tok", true, 5); got != 5 {
 			t.Fatalf("after Delete: %d of 5 allowed, want all", got)
 		}
-		if n, _ := c.Exists(ctx, bucketKey(DefaultPool, "ns", "tok", true)).Result(); n != 0 {
-			t.Fatal("Delete left the bucket behind")
-		}
+		checkBucketOff(t, c, bucketKey(DefaultPool, "ns", "tok", true))
 		if err := th.Delete(ctx, "", "ns", "never-limited"); err != nil {
 			t.Fatalf("Delete of a missing limit = %v", err)
 		}
@@ -373,4 +385,121 @@ func TestThrottlerConcurrency(t *testing.T) {
 			t.Fatalf("%d requests allowed, want exactly 50", got)
 		}
 	})
+}
+
+// TestThrottlerChangeAppliesEverywhere: a limit changed or deleted through
+// one instance judges the next request on another instance that has not
+// reloaded yet, as lmstfy's shared window does; the requests already made
+// count against the new limit.
+func TestThrottlerChangeAppliesEverywhere(t *testing.T) {
+	const w, r = true, false
+	tests := []struct {
+		name string
+		// before is the limit both instances have loaded; used requests are
+		// then made on b in each direction.
+		before         Limit
+		usedW, usedR   int
+		change         func(ctx context.Context, a *Throttler) error
+		wantW, wantR   int // of 10 further requests on b, which did not reload
+		wantAW, wantAR int // then of 10 on a
+		after20s       int // writes allowed on a after 20 more seconds
+	}{
+		{
+			name:   "raised",
+			before: Limit{Write: 1, Interval: 60}, usedW: 1,
+			change: func(ctx context.Context, a *Throttler) error {
+				return a.Set(ctx, "", "ns", "tok", Limit{Write: 3, Interval: 60})
+			},
+			wantW: 2, wantR: 10, wantAW: 0, wantAR: 10, after20s: 1,
+		},
+		{
+			name:   "lowered below what was used",
+			before: Limit{Write: 10, Read: 10, Interval: 60}, usedW: 5, usedR: 1,
+			change: func(ctx context.Context, a *Throttler) error {
+				return a.Set(ctx, "", "ns", "tok", Limit{Write: 3, Read: 3, Interval: 60})
+			},
+			wantW: 0, wantR: 2, wantAW: 0, wantAR: 0, after20s: 1,
+		},
+		{
+			name:   "interval shortened",
+			before: Limit{Write: 2, Interval: 600}, usedW: 2,
+			change: func(ctx context.Context, a *Throttler) error {
+				return a.Set(ctx, "", "ns", "tok", Limit{Write: 2, Interval: 20})
+			},
+			wantW: 0, wantR: 10, wantAW: 0, wantAR: 10, after20s: 2,
+		},
+		{
+			name:   "one direction unlimited",
+			before: Limit{Write: 1, Read: 1, Interval: 60}, usedW: 1, usedR: 1,
+			change: func(ctx context.Context, a *Throttler) error {
+				return a.Set(ctx, "", "ns", "tok", Limit{Write: 1, Interval: 60})
+			},
+			wantW: 0, wantR: 10, wantAW: 0, wantAR: 10, after20s: 0,
+		},
+		{
+			name:   "deleted",
+			before: Limit{Write: 1, Read: 1, Interval: 60}, usedW: 1, usedR: 1,
+			change: func(ctx context.Context, a *Throttler) error {
+				return a.Delete(ctx, "", "ns", "tok")
+			},
+			wantW: 10, wantR: 10, wantAW: 10, wantAR: 10, after20s: 5,
+		},
+		{
+			name:   "deleted then added",
+			before: Limit{Write: 1, Interval: 60}, usedW: 1,
+			change: func(ctx context.Context, a *Throttler) error {
+				if err := a.Delete(ctx, "", "ns", "tok"); err != nil {
+					return err
+				}
+				return a.Add(ctx, "", "ns", "tok", Limit{Write: 4, Interval: 60})
+			},
+			wantW: 4, wantR: 10, wantAW: 0, wantAR: 10, after20s: 1,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+				ctx := context.Background()
+				clock := newFakeClock()
+				a := newTestThrottler(t, c, clock)
+				b := newTestThrottler(t, c, clock) // another server
+				mustSetLimit(t, a, "", "ns", "tok", tc.before)
+				if err := b.Reload(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if got := allowN(t, b, DefaultPool, "ns", "tok", w, tc.usedW); got != tc.usedW {
+					t.Fatalf("before: %d of %d writes allowed", got, tc.usedW)
+				}
+				if got := allowN(t, b, DefaultPool, "ns", "tok", r, tc.usedR); got != tc.usedR {
+					t.Fatalf("before: %d of %d reads allowed", got, tc.usedR)
+				}
+				clock.Advance(time.Millisecond)
+				if err := tc.change(ctx, a); err != nil {
+					t.Fatal(err)
+				}
+				if got := allowN(t, b, DefaultPool, "ns", "tok", w, 10); got != tc.wantW {
+					t.Errorf("writes on the other server: %d of 10 allowed, want %d", got, tc.wantW)
+				}
+				if got := allowN(t, b, DefaultPool, "ns", "tok", r, 10); got != tc.wantR {
+					t.Errorf("reads on the other server: %d of 10 allowed, want %d", got, tc.wantR)
+				}
+				if got := allowN(t, a, DefaultPool, "ns", "tok", w, 10); got != tc.wantAW {
+					t.Errorf("writes on the changing server: %d of 10 allowed, want %d", got, tc.wantAW)
+				}
+				if got := allowN(t, a, DefaultPool, "ns", "tok", r, 10); got != tc.wantAR {
+					t.Errorf("reads on the changing server: %d of 10 allowed, want %d", got, tc.wantAR)
+				}
+				// Once b has reloaded and the pin is over, both go on
+				// under the new limit.
+				clock.Advance(20 * time.Second)
+				if err := b.Reload(ctx); err != nil {
+					t.Fatal(err)
+				}
+				got := allowN(t, a, DefaultPool, "ns", "tok", w, 5)
+				if got != tc.after20s {
+					t.Errorf("20 s later: %d of 5 writes allowed, want %d", got, tc.after20s)
+				}
+			})
+		})
+	}
 }

@@ -126,6 +126,16 @@ type wireWebhook struct {
 	URL         string `json:"url"`
 }
 
+// ceilMillis is d in milliseconds, rounded up, so that a positive
+// duration under 1 ms is not sent as 0.
+func ceilMillis(d time.Duration) int64 {
+	ms := d.Milliseconds()
+	if d%time.Millisecond > 0 {
+		ms++
+	}
+	return ms
+}
+
 func (w wireWebhook) webhook() Webhook {
 	return Webhook{
 		Pool: w.Pool, Namespace: w.Namespace, Queue: w.Queue, URL: w.URL, Secret: w.Secret,
@@ -135,15 +145,24 @@ func (w wireWebhook) webhook() Webhook {
 }
 
 // SetWebhook creates or replaces the push subscription of w's queue and
-// returns it as stored (zero fields take the server's defaults).
+// returns it as stored. Zero fields are not sent, so they take the
+// server's defaults (concurrency 1, TTR 30 s, timeout 10 s or just under
+// the TTR); durations are sent in milliseconds, rounded up.
 func (a *Admin) SetWebhook(ctx context.Context, w Webhook) (Webhook, error) {
 	if w.Namespace == "" || w.Queue == "" {
 		return Webhook{}, argError("empty namespace or queue")
 	}
-	body, err := json.Marshal(map[string]any{
-		"url": w.URL, "secret": w.Secret, "concurrency": w.Concurrency,
-		"ttr_ms": w.TTR.Milliseconds(), "timeout_ms": w.Timeout.Milliseconds(),
-	})
+	fields := map[string]any{"url": w.URL, "secret": w.Secret}
+	if w.Concurrency != 0 {
+		fields["concurrency"] = w.Concurrency
+	}
+	if w.TTR != 0 {
+		fields["ttr_ms"] = ceilMillis(w.TTR)
+	}
+	if w.Timeout != 0 {
+		fields["timeout_ms"] = ceilMillis(w.Timeout)
+	}
+	body, err := json.Marshal(fields)
 	if err != nil {
 		return Webhook{}, err
 	}

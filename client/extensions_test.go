@@ -63,6 +63,35 @@ func TestMillisecondParams(t *testing.T) {
 	wantErr(t, "DueAt with Delay", err, client.ErrBadRequest, 0)
 }
 
+// TestDueAtExact: a job published with DueAt is due at exactly that
+// instant, rounded up to the millisecond (never before it), for Publish and
+// BatchPublish.
+func TestDueAtExact(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	ms := time.Now().Add(time.Hour).UnixMilli()
+	for _, tc := range []struct {
+		name string
+		due  time.Time
+		want time.Time
+	}{
+		{"whole ms", time.UnixMilli(ms), time.UnixMilli(ms)},
+		{"a fraction of a ms", time.UnixMilli(ms).Add(400 * time.Microsecond), time.UnixMilli(ms + 1)},
+	} {
+		id := publish(t, e.C, "due", "at", client.DueAt(tc.due))
+		ids, err := e.C.BatchPublish(ctx, "due", []any{"a", "b"}, client.DueAt(tc.due))
+		if err != nil {
+			t.Fatalf("%s: BatchPublish: %v", tc.name, err)
+		}
+		for _, id := range append(ids, id) {
+			j, err := e.C.PeekJob(ctx, "due", id)
+			if err != nil || !j.DueAt.Equal(tc.want) {
+				t.Errorf("%s: job %s due at %v (%v), want %v", tc.name, id, j.DueAt, err, tc.want)
+			}
+		}
+	}
+}
+
 func TestReceiptsReleaseTouch(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t)
@@ -275,6 +304,19 @@ func TestAdminQueueConfigAndWebhooks(t *testing.T) {
 	}
 	if all, err := e.Admin.Webhooks(ctx); err != nil || len(all) != 1 || all[0] != w {
 		t.Fatalf("Webhooks: %+v, %v", all, err)
+	}
+	// Zero fields take the server's defaults; a TTR under a whole ms is
+	// rounded up, not cut to an invalid one.
+	if w, err := e.Admin.SetWebhook(ctx, client.Webhook{Namespace: e.NS, Queue: "defaults", URL: hook.URL, Secret: "s"}); err != nil ||
+		w.Concurrency != 1 || w.TTR != 30*time.Second || w.Timeout != 10*time.Second {
+		t.Fatalf("SetWebhook with zero settings: %+v, %v; want the defaults", w, err)
+	}
+	if w, err := e.Admin.SetWebhook(ctx, client.Webhook{Namespace: e.NS, Queue: "defaults", URL: hook.URL, Secret: "s", TTR: 1500 * time.Microsecond}); err != nil ||
+		w.TTR != 2*time.Millisecond || w.Timeout != time.Millisecond {
+		t.Fatalf("SetWebhook with a TTR of 1.5 ms: %+v, %v; want 2 ms and a 1 ms timeout", w, err)
+	}
+	if err := e.Admin.DeleteWebhook(ctx, "", e.NS, "defaults"); err != nil {
+		t.Fatalf("DeleteWebhook: %v", err)
 	}
 	if err := e.Admin.DeleteWebhook(ctx, "", e.NS, "hooked"); err != nil {
 		t.Fatalf("DeleteWebhook: %v", err)

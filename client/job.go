@@ -198,8 +198,10 @@ func JobKey(key string) PublishOption {
 	return func(p *publishParams) { p.key, p.hasKey = key, true }
 }
 
-// DueAt makes the job consumable at t (Kairos extension, to the
-// millisecond; a time in the past means now). Not together with Delay.
+// DueAt makes the job consumable at t (Kairos extension): the server
+// stores t itself, to the millisecond (a finer t is rounded up, so the job
+// is never ready before t); a time in the past means now. Not together
+// with Delay.
 func DueAt(t time.Time) PublishOption {
 	return func(p *publishParams) { p.dueAt = t }
 }
@@ -249,6 +251,15 @@ func setDuration(q url.Values, name string, d time.Duration) error {
 	return nil
 }
 
+// ceilUnixMilli is t in Unix milliseconds, rounded up.
+func ceilUnixMilli(t time.Time) int64 {
+	ms := t.UnixMilli()
+	if t.Sub(time.UnixMilli(ms)) > 0 {
+		ms++
+	}
+	return ms
+}
+
 // query renders the publish parameters and headers.
 func (p *publishParams) query() (url.Values, map[string][]string, error) {
 	q := url.Values{}
@@ -266,7 +277,7 @@ func (p *publishParams) query() (url.Values, map[string][]string, error) {
 		}
 	}
 	if !p.dueAt.IsZero() {
-		q.Set("due_at", strconv.FormatInt(p.dueAt.UnixMilli(), 10))
+		q.Set("due_at", strconv.FormatInt(ceilUnixMilli(p.dueAt), 10))
 	}
 	if p.hasPriority {
 		if p.priority < 0 || p.priority > MaxPriority {

@@ -125,6 +125,12 @@ type PublishRequest struct {
 	TTL time.Duration
 	// Delay is the time before the job becomes ready.
 	Delay time.Duration
+	// DueAt, when not zero, is when the job becomes ready, instead of
+	// Delay (which must then be 0): the engine stores this instant itself,
+	// to the millisecond (a finer one is rounded up), whenever its clock
+	// reads at the publish, rather than a delay added to a later reading.
+	// A DueAt not after the publish makes the job ready at once.
+	DueAt time.Time
 	// Tries is the maximum number of deliveries (≥ 1).
 	Tries uint16
 	// Attributes, when Versioned, are stored with the body.

@@ -96,12 +96,18 @@ func queryMS(c *gin.Context, name string, bad *apiError) (time.Duration, bool, e
 // publishExt is what the Kairos publish parameters add to a publish.
 type publishExt struct {
 	delay, ttl time.Duration // effective, whichever form gave them
-	priority   int
-	key        string
+	// dueAt is due_at, stored as is: delay is only its estimate, for the
+	// checks, as the engine reads its clock later.
+	dueAt    time.Time
+	priority int
+	key      string
 }
 
 func (x *publishExt) apply(req *engine.PublishRequest) {
 	req.Delay, req.TTL, req.Priority, req.Key = x.delay, x.ttl, x.priority, x.key
+	if !x.dueAt.IsZero() {
+		req.Delay, req.DueAt = 0, x.dueAt
+	}
 }
 
 // parsePublishExt reads the Kairos publish parameters, after lmstfy's
@@ -131,7 +137,7 @@ func (s *Server) parsePublishExt(c *gin.Context, p *publishParams) (publishExt, 
 		if err != nil {
 			return x, err
 		}
-		x.delay = max(due.Sub(s.now()), 0)
+		x.dueAt, x.delay = due, max(due.Sub(s.now()), 0)
 		if x.delay > maxParamMS*time.Millisecond {
 			return x, errInvalidDueAt
 		}

@@ -202,13 +202,32 @@ func renderWebhook(w webhook.Subscription) webhookJSON {
 	}
 }
 
-// webhookBody is a PUT /webhook body.
+// webhookBody is a PUT /webhook body. The settings are pointers so that
+// an explicit 0 (out of range) is told apart from an absent key (the
+// default).
 type webhookBody struct {
 	URL         string `json:"url"`
 	Secret      string `json:"secret"`
-	Concurrency int    `json:"concurrency"`
-	TTRMS       int64  `json:"ttr_ms"`
-	TimeoutMS   int64  `json:"timeout_ms"`
+	Concurrency *int   `json:"concurrency"`
+	TTRMS       *int64 `json:"ttr_ms"`
+	TimeoutMS   *int64 `json:"timeout_ms"`
+}
+
+// subscription is the subscription b asks for, normalized: errors wrap
+// webhook.ErrInvalid.
+func (b webhookBody) subscription(pool, ns, q string) (webhook.Subscription, error) {
+	sub := webhook.Subscription{Pool: pool, Namespace: ns, Queue: q, URL: b.URL, Secret: b.Secret}
+	g := webhook.Given{Concurrency: b.Concurrency != nil, TTR: b.TTRMS != nil, Timeout: b.TimeoutMS != nil}
+	if g.Concurrency {
+		sub.Concurrency = *b.Concurrency
+	}
+	if g.TTR {
+		sub.TTRMS = *b.TTRMS
+	}
+	if g.Timeout {
+		sub.TimeoutMS = *b.TimeoutMS
+	}
+	return sub, sub.NormalizeGiven(g)
 }
 
 // webhookTarget checks a webhook route's queue and that webhooks are on.
@@ -232,10 +251,10 @@ func (s *Server) putWebhook(c *gin.Context) {
 	if !s.decodeAdminJSON(c, &b, errInvalidWebhookJS) {
 		return
 	}
-	sub, err := s.webhooks.Put(c.Request.Context(), webhook.Subscription{
-		Pool: pool, Namespace: ns, Queue: q, URL: b.URL, Secret: b.Secret,
-		Concurrency: b.Concurrency, TTRMS: b.TTRMS, TimeoutMS: b.TimeoutMS,
-	})
+	sub, err := b.subscription(pool, ns, q)
+	if err == nil {
+		sub, err = s.webhooks.Put(c.Request.Context(), sub)
+	}
 	if err != nil {
 		s.failAdmin(c, err)
 		return

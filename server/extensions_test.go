@@ -150,19 +150,21 @@ func TestExtPublish(t *testing.T) {
 		{name: "delay_ms too large", query: "delay_ms=4294967295001", status: 400, resp: `{"error":"invalid delay_ms"}`},
 		{name: "bad ttl_ms", query: "ttl_ms=1.5", status: 400, resp: `{"error":"invalid ttl_ms"}`},
 		{name: "lmstfy's delay check comes first", query: "delay=x&delay_ms=y", status: 400, resp: `{"error":"invalid delay"}`},
+		// due_at goes to the engine as the instant itself (which stores it
+		// as is), not as a delay from the server's clock.
 		{name: "due_at RFC 3339", query: "due_at=2026-01-02T03:04:07.250Z", status: 201, resp: created,
-			want: base(func(r *engine.PublishRequest) { r.Delay = 2250 * time.Millisecond })},
+			want: base(func(r *engine.PublishRequest) { r.DueAt = time.Date(2026, 1, 2, 3, 4, 7, 250e6, time.UTC) })},
 		{name: "due_at with an offset", query: "due_at=2026-01-02T04:04:08%2B01:00", status: 201, resp: created,
-			want: base(func(r *engine.PublishRequest) { r.Delay = 3 * time.Second })},
+			want: base(func(r *engine.PublishRequest) { r.DueAt = time.Date(2026, 1, 2, 3, 4, 8, 0, time.UTC) })},
 		{name: "due_at with an unencoded plus", query: "due_at=2026-01-02T04:04:08+01:00", status: 201, resp: created,
-			want: base(func(r *engine.PublishRequest) { r.Delay = 3 * time.Second })},
+			want: base(func(r *engine.PublishRequest) { r.DueAt = time.Date(2026, 1, 2, 3, 4, 8, 0, time.UTC) })},
 		{name: "due_at Unix ms", query: "due_at=" + strconv.FormatInt(time.Date(2026, 1, 2, 3, 4, 6, 0, time.UTC).UnixMilli(), 10), status: 201, resp: created,
-			want: base(func(r *engine.PublishRequest) { r.Delay = time.Second })},
-		{name: "due_at in the past is now", query: "due_at=2020-01-01T00:00:00Z", status: 201, resp: created,
-			want: base(func(*engine.PublishRequest) {})},
+			want: base(func(r *engine.PublishRequest) { r.DueAt = time.Date(2026, 1, 2, 3, 4, 6, 0, time.UTC) })},
+		{name: "due_at in the past is now (the engine's call)", query: "due_at=2020-01-01T00:00:00Z", status: 201, resp: created,
+			want: base(func(r *engine.PublishRequest) { r.DueAt = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC) })},
 		{name: "due_at beyond the ttl", query: "due_at=2026-01-04T03:04:05Z", status: 400, resp: `{"error":"ttl is shorter than delay"}`},
 		{name: "due_at beyond the ttl, ttl 0", query: "due_at=2026-01-04T03:04:05Z&ttl=0", status: 201, resp: created,
-			want: base(func(r *engine.PublishRequest) { r.Delay, r.TTL = 48*time.Hour, 0 })},
+			want: base(func(r *engine.PublishRequest) { r.DueAt, r.TTL = time.Date(2026, 1, 4, 3, 4, 5, 0, time.UTC), 0 })},
 		{name: "due_at and delay", query: "due_at=2026-01-02T03:04:07Z&delay=1", status: 400, resp: `{"error":"due_at conflicts with delay"}`},
 		{name: "due_at and delay_ms", query: "due_at=2026-01-02T03:04:07Z&delay_ms=1", status: 400, resp: `{"error":"due_at conflicts with delay"}`},
 		{name: "bad due_at", query: "due_at=tomorrow", status: 400, resp: `{"error":"invalid due_at"}`},
@@ -208,6 +210,9 @@ func TestExtPublish(t *testing.T) {
 					t.Fatalf("engine called with %+v", got)
 				}
 				return
+			}
+			if got != nil {
+				got.DueAt = got.DueAt.UTC() // the same instant, whatever the zone it was written in
 			}
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("engine got %+v\nwant %+v", got, tc.want)
@@ -759,6 +764,21 @@ func TestExtAdmin(t *testing.T) {
 			`{"error":"invalid webhook: timeout_ms must be at least 1 and shorter than ttr_ms"}`},
 		{"concurrency 65", request{method: "PUT", target: "/webhook/ns/q", body: `{"url":"http://x","secret":"s","concurrency":65}`}, 400,
 			`{"error":"invalid webhook: concurrency must be 1..64"}`},
+		// An explicit 0 is out of range (leaving the key out gives the default).
+		{"concurrency 0", request{method: "PUT", target: "/webhook/ns/q", body: `{"url":"http://x","secret":"s","concurrency":0}`}, 400,
+			`{"error":"invalid webhook: concurrency must be 1..64"}`},
+		{"ttr_ms 0", request{method: "PUT", target: "/webhook/ns/q", body: `{"url":"http://x","secret":"s","ttr_ms":0}`}, 400,
+			`{"error":"invalid webhook: ttr_ms must be 2..86400000"}`},
+		{"ttr_ms over 24 h", request{method: "PUT", target: "/webhook/ns/q", body: `{"url":"http://x","secret":"s","ttr_ms":86400001}`}, 400,
+			`{"error":"invalid webhook: ttr_ms must be 2..86400000"}`},
+		{"timeout_ms 0", request{method: "PUT", target: "/webhook/ns/q", body: `{"url":"http://x","secret":"s","timeout_ms":0}`}, 400,
+			`{"error":"invalid webhook: timeout_ms must be at least 1 and shorter than ttr_ms"}`},
+		{"null is absent", request{method: "PUT", target: "/webhook/ns/q2", body: `{"url":"https://example.com/hook","secret":"s3cret","concurrency":null,"ttr_ms":null,"timeout_ms":null}`}, 200,
+			`{"concurrency":1,"namespace":"ns","pool":"default","queue":"q2","secret":"REDACTED","timeout_ms":10000,"ttr_ms":30000,"url":"https://example.com/hook"}`},
+		{"ttr_ms 1 leaves no room for a timeout", request{method: "PUT", target: "/webhook/ns/q2", body: `{"url":"https://example.com/hook","secret":"s3cret","ttr_ms":1}`}, 400,
+			`{"error":"invalid webhook: ttr_ms must be 2..86400000"}`},
+		{"ttr_ms 2", request{method: "PUT", target: "/webhook/ns/q2", body: `{"url":"https://example.com/hook","secret":"s3cret","ttr_ms":2}`}, 200,
+			`{"concurrency":1,"namespace":"ns","pool":"default","queue":"q2","secret":"REDACTED","timeout_ms":1,"ttr_ms":2,"url":"https://example.com/hook"}`},
 		{"unknown webhook field", request{method: "PUT", target: "/webhook/ns/q", body: `{"url":"http://x","secret":"s","retries":3}`}, 400,
 			`{"error":"invalid webhook: the body should be a JSON object {\"url\":string,\"secret\":string,\"concurrency\":int,\"ttr_ms\":int,\"timeout_ms\":int}"}`},
 		{"webhook on a plain engine", request{method: "PUT", target: "/webhook/ns/q?pool=b", body: `{"url":"http://x","secret":"s"}`}, 501, `{"error":"not supported by this engine"}`},

@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"io"
 	"net"
@@ -72,6 +73,10 @@ type liveOptions struct {
 	client   redis.UniversalClient // nil: a fresh miniredis
 	cacheTTL time.Duration         // token cache; 0: auth's default
 	config   func(*config.Config)
+	now      func() time.Time // the server's and the engine's clock; nil: time.Now
+	// throttleRefresh is how often the throttler reloads the limits; 0:
+	// 50 ms.
+	throttleRefresh time.Duration
 }
 
 // startLive starts a server over opts.client (a fresh miniredis by
@@ -97,7 +102,7 @@ func startLive(t testing.TB, opts liveOptions) *live {
 	logger.SetLevel(logrus.DebugLevel)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	eng, err := rdb.New(ctx, client, rdb.Options{Logger: logger})
+	eng, err := rdb.New(ctx, client, rdb.Options{Logger: logger, Now: opts.now})
 	if err != nil {
 		cancel()
 		t.Fatalf("rdb.New: %v", err)
@@ -110,7 +115,7 @@ func startLive(t testing.TB, opts liveOptions) *live {
 			HashTokens: cfg.Kairos.HashTokens, CacheTTL: opts.cacheTTL,
 		}),
 		throttler: auth.NewThrottler(client, logger, auth.ThrottlerOptions{
-			HashTokens: cfg.Kairos.HashTokens, Refresh: 50 * time.Millisecond,
+			HashTokens: cfg.Kairos.HashTokens, Refresh: cmp.Or(opts.throttleRefresh, 50*time.Millisecond),
 		}),
 	}
 	hooks, err := webhook.NewManager(webhook.NewStore(client), map[string]webhook.Engine{auth.DefaultPool: eng},
@@ -125,6 +130,7 @@ func startLive(t testing.TB, opts liveOptions) *live {
 		Throttler: l.throttler,
 		Webhooks:  hooks, // not run: the admin routes only manage subscriptions
 		Logger:    logger,
+		Now:       opts.now,
 	})
 	if err != nil {
 		cancel()

@@ -365,7 +365,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 			fail(fmt.Errorf("publish %s/%s: %w", r.Namespace, r.Queue, err))
 			return
 		}
-		c.in.id = engine.NewJobID(now, r.Delay, r.Versioned)
+		c.in.id = engine.NewJobID(now, jobDelay(r, now), r.Versioned)
 		p := pos[i]
 		keys[k0+p] = queues[group[i]].names.jobPrefix + c.in.id
 		args[e0+p] = packEntry(r.Tries, c.in.id)
@@ -409,7 +409,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		}
 		// A generated ID collided (48 random bits per millisecond): retry
 		// with a fresh one for that job.
-		batch[k].in.id = engine.NewJobID(now, r.Delay, r.Versioned)
+		batch[k].in.id = engine.NewJobID(now, jobDelay(r, now), r.Versioned)
 		keys[k0+p] = queues[group[k]].names.jobPrefix + batch[k].in.id
 		args[e0+p] = packEntry(r.Tries, batch[k].in.id)
 	}
@@ -431,6 +431,9 @@ func checkPublish(ns, q string, r *engine.PublishRequest) error {
 	}
 	if r.TTL < 0 || r.Delay < 0 || r.Priority < 0 || r.Priority > engine.MaxPriority {
 		return fmt.Errorf("publish: negative ttl or delay, or priority out of 0..%d: %w", engine.MaxPriority, engine.ErrInvalid)
+	}
+	if !r.DueAt.IsZero() && r.Delay != 0 {
+		return fmt.Errorf("publish: a due time and a delay: %w", engine.ErrInvalid)
 	}
 	if len(r.Key) > 256 {
 		return fmt.Errorf("publish: a job key needs a single job and at most 256 bytes: %w", engine.ErrInvalid)
@@ -485,7 +488,7 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 		}
 		id := r.ID
 		if id == "" {
-			id = engine.NewJobID(now, r.Delay, r.Versioned)
+			id = engine.NewJobID(now, jobDelay(r, now), r.Versioned)
 			generated[i] = true
 		}
 		ids[i] = id
@@ -552,10 +555,18 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 		// A generated ID collided (48 random bits per millisecond): retry
 		// that job with a fresh one.
 		r := reqs[k]
-		ids[k] = engine.NewJobID(now, r.Delay, r.Versioned)
+		ids[k] = engine.NewJobID(now, jobDelay(r, now), r.Versioned)
 		keys[7+k] = qn.jobPrefix + ids[k]
 		args[5+5*k] = packEntry(r.Tries, ids[k])
 	}
+}
+
+// jobDelay is the delay of job r published at now, for its ID.
+func jobDelay(r *engine.PublishRequest, now time.Time) time.Duration {
+	if r.DueAt.IsZero() {
+		return r.Delay
+	}
+	return max(r.DueAt.Sub(now), 0)
 }
 
 // scriptDue is a job's due time as the publish scripts take it: 0 when
@@ -579,6 +590,9 @@ func jobValue(r *engine.PublishRequest, nowMS int64) ([]byte, int64, error) {
 		return nil, 0, err
 	}
 	due := nowMS + durMS(r.Delay)
+	if !r.DueAt.IsZero() {
+		due = ceilMS(r.DueAt)
+	}
 	return newValue(due <= nowMS, r.Tries, r.Priority, due, payload), due, nil
 }
 

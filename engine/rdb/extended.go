@@ -242,6 +242,7 @@ func (e *Engine) SetQueueConfig(ctx context.Context, ns, q string, cfg engine.Qu
 		return fmt.Errorf("queue config: negative dead ttl: %w", engine.ErrInvalid)
 	}
 	k := configKey(ns, q)
+	var ready, prio *redis.IntCmd
 	_, err := e.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		if cfg.Backoff != nil {
 			p.HSet(ctx, k, "backoff", luaBackoff(cfg.Backoff), "backoff_text", cfg.Backoff.String())
@@ -257,6 +258,8 @@ func (e *Engine) SetQueueConfig(ctx context.Context, ns, q string, cfg engine.Qu
 			p.HSet(ctx, k, "paused", "1")
 		} else {
 			p.HDel(ctx, k, "paused")
+			ready = p.LLen(ctx, readyKey(ns, q))
+			prio = p.ZCard(ctx, prioKey(ns, q))
 		}
 		return nil
 	})
@@ -264,8 +267,14 @@ func (e *Engine) SetQueueConfig(ctx context.Context, ns, q string, cfg engine.Qu
 		return fmt.Errorf("queue config %s/%s: %w", ns, q, err)
 	}
 	if !cfg.Paused {
-		// Consumers waiting on a resumed queue must look again.
-		e.rdb.Publish(ctx, readyChannel(ns, q), 1)
+		// Consumers waiting on a resumed queue must look again: as many
+		// as there were ready jobs when it resumed (jobs made ready since
+		// send their own message), and at least one, as the message also
+		// tells the servers that the queue is no longer known empty.
+		n := max(ready.Val()+prio.Val(), 1)
+		if err := e.rdb.Publish(ctx, readyChannel(ns, q), n).Err(); err != nil {
+			e.log.WithError(err).Warn("resume: wake-up not published; waiting consumers look at the next sweep")
+		}
 	}
 	return nil
 }

@@ -17,7 +17,9 @@ import (
 // sleeps. The engine keeps one Pub/Sub connection per pool, subscribed to
 // the ready channel of every queue that has waiters here (plus the timer
 // channel); scripts PUBLISH to a queue's channel when they make jobs ready,
-// with the number of jobs, and that many waiters are woken, oldest first.
+// with the number of jobs (and so does a resume of a paused queue, with the
+// number of jobs ready in it), and that many waiters are woken, oldest
+// first.
 // A woken waiter runs the consume script again; if another server took the
 // job, it registers again. A sweep every second re-checks queues with
 // waiters (LLEN and ZCARD, pipelined) to cover messages lost while Pub/Sub
@@ -65,7 +67,11 @@ type chanMark struct {
 }
 
 type waiters struct {
-	e     *Engine
+	e *Engine
+	// sweepEvery is how often run sweeps (the constant sweepEvery); tests
+	// that the sweep must not rescue lengthen it before Run.
+	sweepEvery time.Duration
+
 	mu    sync.Mutex
 	chans map[string]*chanState
 	ps    *redis.PubSub // set while run is running
@@ -76,7 +82,7 @@ type waiters struct {
 // before run starts reading: confirmations and messages wait in the
 // connection until then.
 func newWaiters(e *Engine) *waiters {
-	return &waiters{e: e, chans: make(map[string]*chanState), ps: e.rdb.Subscribe(context.Background())}
+	return &waiters{e: e, sweepEvery: sweepEvery, chans: make(map[string]*chanState), ps: e.rdb.Subscribe(context.Background())}
 }
 
 // run reads the Pub/Sub connection until ctx is done, then closes it.
@@ -91,7 +97,7 @@ func (w *waiters) run(ctx context.Context) {
 		w.e.log.WithError(err).Warn("subscribe to the timer channel failed; go-redis retries on reconnect")
 	}
 	msgs := ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
-	sweep := time.NewTicker(sweepEvery)
+	sweep := time.NewTicker(w.sweepEvery)
 	defer sweep.Stop()
 	defer func() {
 		w.mu.Lock()

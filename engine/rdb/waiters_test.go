@@ -233,3 +233,66 @@ func TestSweepPriority(t *testing.T) {
 		})
 	}
 }
+
+// TestResumeWakesEveryWaiter: resuming a paused queue that holds N jobs
+// hands them to the N consumers waiting on it at once, not one now and
+// the others at the sweep (disabled here, so that it cannot rescue them).
+func TestResumeWakesEveryWaiter(t *testing.T) {
+	for _, tier := range coalesceTiers {
+		t.Run(tier.name, func(t *testing.T) {
+			ctx := context.Background()
+			e, err := New(ctx, tier.client(t), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.waiters.sweepEvery = time.Hour
+			runCtx, cancel := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() { defer close(done); _ = e.Run(runCtx) }()
+			t.Cleanup(func() { cancel(); <-done })
+
+			const ns, q, n = "rs", "q", 5
+			if err := e.SetQueueConfig(ctx, ns, q, engine.QueueConfig{Paused: true}); err != nil {
+				t.Fatal(err)
+			}
+			for i := range n {
+				pri := 0
+				if i%2 == 1 {
+					pri = 3 // priority jobs count too
+				}
+				if _, err := e.Publish(ctx, &engine.PublishRequest{Namespace: ns, Queue: q, Body: []byte("x"), TTL: time.Hour, Tries: 1, Priority: pri}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			type result struct {
+				jobs []*engine.Job
+				at   time.Time
+			}
+			got := make(chan result, n)
+			for range n {
+				go func() {
+					jobs, err := e.Consume(ctx, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, TTR: time.Minute, Count: 1, Timeout: 3 * time.Second})
+					if err != nil {
+						t.Error(err)
+					}
+					got <- result{jobs, time.Now()}
+				}()
+			}
+			waitFor(t, "the waiters", func() bool { return waitingOn(e, ns, q) == n })
+
+			start := time.Now()
+			if err := e.SetQueueConfig(ctx, ns, q, engine.QueueConfig{}); err != nil {
+				t.Fatal(err)
+			}
+			for i := range n {
+				r := <-got
+				if len(r.jobs) != 1 {
+					t.Fatalf("consumer %d got %d jobs after %v, want 1", i, len(r.jobs), r.at.Sub(start))
+				}
+				if d := r.at.Sub(start); d > 300*time.Millisecond {
+					t.Errorf("consumer %d got its job %v after the resume, want well under the 1 s sweep", i, d)
+				}
+			}
+		})
+	}
+}

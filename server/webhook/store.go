@@ -36,7 +36,9 @@ const (
 	// DefaultTimeout is the HTTP timeout of one delivery when a
 	// subscription gives none.
 	DefaultTimeout = 10 * time.Second
-	// MaxTTR caps a subscription's TTR.
+	// MinTTR and MaxTTR bound a subscription's TTR (the delivery timeout,
+	// at least 1 ms, must be shorter than the TTR).
+	MinTTR = 2 * time.Millisecond
 	MaxTTR = 24 * time.Hour
 	// MaxURLLength and MaxSecretLength cap those fields.
 	MaxURLLength    = 2048
@@ -87,10 +89,19 @@ func (s *Subscription) TTR() time.Duration { return time.Duration(s.TTRMS) * tim
 // Timeout returns TimeoutMS as a duration.
 func (s *Subscription) Timeout() time.Duration { return time.Duration(s.TimeoutMS) * time.Millisecond }
 
+// Given says which settings a request gave explicitly (for NormalizeGiven).
+type Given struct{ Concurrency, TTR, Timeout bool }
+
 // Normalize fills the defaults of zero fields (concurrency 1, TTR 30 s,
 // timeout 10 s) and checks the subscription; errors wrap ErrInvalid.
 // Pool, namespace and queue are the caller's to check.
-func (s *Subscription) Normalize() error {
+func (s *Subscription) Normalize() error { return s.NormalizeGiven(Given{}) }
+
+// NormalizeGiven is Normalize for a request that may have set a setting to
+// 0 explicitly (a JSON key present with 0): a setting given is checked as
+// it is, so an explicit 0 is out of range rather than silently the
+// default; only the settings not given take their defaults.
+func (s *Subscription) NormalizeGiven(g Given) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 	}
@@ -110,19 +121,19 @@ func (s *Subscription) Normalize() error {
 	if len(s.Secret) > MaxSecretLength {
 		return bad("secret is longer than %d bytes", MaxSecretLength)
 	}
-	if s.Concurrency == 0 {
+	if s.Concurrency == 0 && !g.Concurrency {
 		s.Concurrency = 1
 	}
 	if s.Concurrency < 1 || s.Concurrency > MaxConcurrency {
 		return bad("concurrency must be 1..%d", MaxConcurrency)
 	}
-	if s.TTRMS == 0 {
+	if s.TTRMS == 0 && !g.TTR {
 		s.TTRMS = DefaultTTR.Milliseconds()
 	}
-	if s.TTRMS < 1 || s.TTRMS > MaxTTR.Milliseconds() {
-		return bad("ttr_ms must be 1..%d", MaxTTR.Milliseconds())
+	if s.TTRMS < MinTTR.Milliseconds() || s.TTRMS > MaxTTR.Milliseconds() {
+		return bad("ttr_ms must be %d..%d", MinTTR.Milliseconds(), MaxTTR.Milliseconds())
 	}
-	if s.TimeoutMS == 0 {
+	if s.TimeoutMS == 0 && !g.Timeout {
 		s.TimeoutMS = min(DefaultTimeout.Milliseconds(), s.TTRMS-1)
 	}
 	if s.TimeoutMS < 1 || s.TimeoutMS >= s.TTRMS {

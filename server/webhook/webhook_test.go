@@ -45,6 +45,8 @@ func TestNormalize(t *testing.T) {
 		{"short ttr gets a shorter default timeout", func(s *Subscription) { s.TTRMS = 500 }, ""},
 		{"negative ttr", func(s *Subscription) { s.TTRMS = -1 }, "ttr_ms must be"},
 		{"ttr too long", func(s *Subscription) { s.TTRMS = MaxTTR.Milliseconds() + 1 }, "ttr_ms must be"},
+		{"ttr 1 ms leaves no room for a timeout", func(s *Subscription) { s.TTRMS = 1 }, "ttr_ms must be 2..86400000"},
+		{"ttr 2 ms", func(s *Subscription) { s.TTRMS = 2 }, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -72,6 +74,39 @@ func TestNormalize(t *testing.T) {
 	s = Subscription{URL: "http://h", Secret: "x", TTRMS: 500}
 	if err := s.Normalize(); err != nil || s.TimeoutMS != 499 {
 		t.Fatalf("default timeout under a short ttr: %+v %v", s, err)
+	}
+}
+
+// TestNormalizeGiven: a setting a request gave explicitly is checked as
+// given, 0 included; only the absent ones take their defaults.
+func TestNormalizeGiven(t *testing.T) {
+	tests := []struct {
+		name  string
+		sub   Subscription
+		given Given
+		want  string // "" = valid
+	}{
+		{"nothing given", Subscription{}, Given{}, ""},
+		{"concurrency 0", Subscription{}, Given{Concurrency: true}, "concurrency must be 1..64"},
+		{"ttr 0", Subscription{}, Given{TTR: true}, "ttr_ms must be 2..86400000"},
+		{"timeout 0", Subscription{}, Given{Timeout: true}, "timeout_ms must be at least 1"},
+		{"all given", Subscription{Concurrency: 3, TTRMS: 2000, TimeoutMS: 1000}, Given{true, true, true}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.sub
+			s.URL, s.Secret = "https://example.com/hook", "s"
+			err := s.NormalizeGiven(tc.given)
+			if tc.want == "" {
+				if err != nil || s.Concurrency < 1 || s.TTRMS < 2 || s.TimeoutMS < 1 {
+					t.Fatalf("NormalizeGiven = %v, %+v", err, s)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("NormalizeGiven = %v, want ErrInvalid mentioning %q", err, tc.want)
+			}
+		})
 	}
 }
 

@@ -17,13 +17,14 @@ import (
 // namespaceArg returns the namespace from an optional argument, else from
 // the settings.
 func (c *cli) namespaceArg(a []string) (string, error) {
+	ns := c.namespace
 	if len(a) > 0 && a[0] != "" {
-		return a[0], nil
+		ns = a[0]
 	}
-	if c.namespace == "" {
+	if ns == "" {
 		return "", usagef("no namespace: give NAMESPACE, --namespace (-n) or KAIROS_NAMESPACE")
 	}
-	return c.namespace, nil
+	return ns, checkNamespace(ns)
 }
 
 func (c *cli) tokenCmd() *cobra.Command {
@@ -52,6 +53,9 @@ server has [Accounts]).`,
 				return usagef("--description is required")
 			}
 			opts.Queues, opts.Roles = splitList(queues), splitList(roles)
+			if err := checkQueues(opts.Queues...); err != nil {
+				return usagef("--queues: %v", err)
+			}
 			adm, err := c.admin()
 			if err != nil {
 				return err
@@ -257,6 +261,11 @@ On a terminal the table is redrawn until interrupted; otherwise (or with
 with --json each refresh is one JSON array on its own line.`,
 		Args: args(cobra.ArbitraryArgs),
 		RunE: func(cmd *cobra.Command, a []string) error {
+			for _, ns := range a {
+				if err := checkNamespace(ns); err != nil {
+					return err
+				}
+			}
 			if interval < 100*time.Millisecond {
 				return usagef("--interval must be at least 100ms")
 			}

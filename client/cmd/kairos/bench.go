@@ -117,7 +117,15 @@ func (c *cli) benchCmd() *cobra.Command {
 			cfg.Addr = httpAddr(c.addr)
 			cfg.Token = c.token
 			if c.namespace != "" {
+				if err := checkNamespace(c.namespace); err != nil {
+					return err
+				}
 				cfg.Namespace = c.namespace
+			}
+			// The scenarios' queues are the prefix and a suffix such as
+			// "-publish": the prefix must be a queue name itself.
+			if err := checkQueues(cfg.Queue); err != nil {
+				return usagef("--queue: %v", err)
 			}
 			ctx := cmd.Context()
 			if serverPID != 0 {

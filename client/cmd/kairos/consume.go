@@ -40,12 +40,15 @@ consume until interrupted, waiting --wait per poll and retrying failures.`,
   kairos consume emails --follow --ack --json | jq -r .data | base64 -d`,
 		Args: args(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			var queues []string
-			for _, arg := range a {
-				queues = append(queues, strings.Split(arg, ",")...)
+			queues, err := splitQueues(a)
+			if err != nil {
+				return err
 			}
 			if count < 1 || count > client.MaxBatchConsume {
 				return usagef("--count must be 1..%d", client.MaxBatchConsume)
+			}
+			if cmd.Flags().Changed("ttr") && ttr <= 0 {
+				return usagef("--ttr must be > 0 (leave it out for the server's default)")
 			}
 			cl, err := c.client("")
 			if err != nil {
@@ -63,11 +66,12 @@ consume until interrupted, waiting --wait per poll and retrying failures.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.Var(newDuration(&ttr, 0), "ttr", "time to run: time to ACK before the job is delivered again (default: server's, 120s)")
-	fl.Var(newDuration(&wait, 10*time.Second), "wait", "how long to wait for a job (long-poll; 0 = do not wait)")
+	fl.Var(newDuration(&ttr, 0), "ttr", "time to run: time to ACK before the job is delivered again, > 0 (default: the server's TTRSecond, 120s unless configured)")
+	fl.Var(newDuration(&wait, 10*time.Second), "wait", "how long to wait for a job (long-poll, capped by the server's MaxTimeoutSecond, 600s unless configured); 0 = do not wait (with --follow: poll every 1s)")
 	fl.IntVar(&count, "count", 1, "most jobs to take at once (1..100)")
 	fl.BoolVar(&ack, "ack", false, "ACK each job once printed")
 	fl.BoolVar(&follow, "follow", false, "keep consuming until interrupted")
+	serverDefault(fl, "ttr")
 	return cmd
 }
 
@@ -196,7 +200,7 @@ func (c *cli) ackCmd() *cobra.Command {
 		Aliases: []string{"del"},
 		Short:   "ACK (delete) jobs: done, never delivered again",
 		Long:    "ACK (delete) jobs of QUEUE. ACKing an unknown job is not an error.",
-		Args:    args(cobra.MinimumNArgs(2)),
+		Args:    queueArgs(cobra.MinimumNArgs(2), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			cl, err := c.client("")
 			if err != nil {
@@ -221,7 +225,7 @@ func (c *cli) peekCmd() *cobra.Command {
 		Short: "Show the next job of a queue, or a job by ID, without consuming it",
 		Long: `Show the job a consume of QUEUE would take next, or job JOB_ID in whatever
 state it is. Exits with status 3 when the queue is empty or the job unknown.`,
-		Args: args(cobra.RangeArgs(1, 2)),
+		Args: queueArgs(cobra.RangeArgs(1, 2), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			cl, err := c.client("")
 			if err != nil {
@@ -247,7 +251,7 @@ func (c *cli) sizeCmd() *cobra.Command {
 		Aliases: []string{"len"},
 		Short:   "Print the number of ready and dead jobs of queues",
 		Long:    "Print the number of ready jobs (not delayed or in flight) and of dead jobs of each QUEUE. Needs no token.",
-		Args:    args(cobra.MinimumNArgs(1)),
+		Args:    queueArgs(cobra.MinimumNArgs(1), -1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			cl, err := c.client("")
 			if err != nil {
@@ -282,7 +286,7 @@ func (c *cli) destroyCmd() *cobra.Command {
 		Use:   "destroy QUEUE",
 		Short: "Delete every ready, delayed and in-flight job of a queue",
 		Long:  "Delete every ready, delayed and in-flight job of QUEUE (its dead letter stays). Needs --yes.",
-		Args:  args(cobra.ExactArgs(1)),
+		Args:  queueArgs(cobra.ExactArgs(1), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			if !yes {
 				return usagef("destroy deletes every job of %s: add --yes to confirm", a[0])
@@ -310,7 +314,7 @@ them.`,
 	cmd.AddCommand(&cobra.Command{
 		Use:   "peek QUEUE",
 		Short: "Print the size of the dead letter and its oldest job's ID",
-		Args:  args(cobra.ExactArgs(1)),
+		Args:  queueArgs(cobra.ExactArgs(1), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			cl, err := c.client("")
 			if err != nil {
@@ -336,7 +340,7 @@ them.`,
 		Long: `Move the --limit oldest dead jobs (a number, or "all") back to the ready queue,
 each with one try and a TTL of --ttl (0 = forever). Prints how many moved.
 With --job, move that one dead job (Kairos).`,
-		Args: args(cobra.ExactArgs(1)),
+		Args: queueArgs(cobra.ExactArgs(1), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			cl, err := c.client("")
 			if err != nil {
@@ -373,7 +377,7 @@ With --job, move that one dead job (Kairos).`,
 	del := &cobra.Command{
 		Use:   "delete QUEUE",
 		Short: "Delete the oldest dead jobs (or one, --job)",
-		Args:  args(cobra.ExactArgs(1)),
+		Args:  queueArgs(cobra.ExactArgs(1), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			cl, err := c.client("")
 			if err != nil {
@@ -410,7 +414,7 @@ With --job, move that one dead job (Kairos).`,
 their bodies, death time and reason. With --json, one job per line; the next
 page's offset is printed last (text) or as {"next_offset":N} (JSON), -1 after
 the last page.`,
-		Args: args(cobra.ExactArgs(1)),
+		Args: queueArgs(cobra.ExactArgs(1), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			cl, err := c.client("")
 			if err != nil {
@@ -437,7 +441,7 @@ the last page.`,
 	cmd.AddCommand(respawn, del, list, &cobra.Command{
 		Use:   "size QUEUE",
 		Short: "Print the size of the dead letter (needs no token)",
-		Args:  args(cobra.ExactArgs(1)),
+		Args:  queueArgs(cobra.ExactArgs(1), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			cl, err := c.client("")
 			if err != nil {

@@ -33,7 +33,7 @@ func (c *cli) releaseCmd() *cobra.Command {
 at once, after --delay, or after the queue's backoff policy when --delay is not
 given. --keep-try gives back the try the delivery spent. The receipt comes from
 the consume output.`,
-		Args: args(cobra.ExactArgs(2)),
+		Args: queueArgs(cobra.ExactArgs(2), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			job, err := receiptJob(a[0], a[1], receipt)
 			if err != nil {
@@ -54,7 +54,8 @@ the consume output.`,
 		},
 	}
 	cmd.Flags().StringVar(&receipt, "receipt", "", "receipt of the delivery (required)")
-	cmd.Flags().Var(newDuration(&delay, 0), "delay", "ready again after this (default: the queue's backoff policy)")
+	cmd.Flags().Var(newDuration(&delay, 0), "delay", "ready again after this, 0 = at once (default: after the queue's backoff policy, at once without one)")
+	serverDefault(cmd.Flags(), "delay")
 	cmd.Flags().BoolVar(&keepTry, "keep-try", false, "give back the try this delivery spent")
 	return cmd
 }
@@ -68,11 +69,14 @@ func (c *cli) touchCmd() *cobra.Command {
 		Use:   "touch QUEUE JOB_ID --receipt RECEIPT",
 		Short: "Restart the TTR of a consumed job (Kairos)",
 		Long:  "Restart the time to run of a consumed job from now, for --ttr (default: the server's). Prints when it now expires.",
-		Args:  args(cobra.ExactArgs(2)),
+		Args:  queueArgs(cobra.ExactArgs(2), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			job, err := receiptJob(a[0], a[1], receipt)
 			if err != nil {
 				return err
+			}
+			if cmd.Flags().Changed("ttr") && ttr <= 0 {
+				return usagef("--ttr must be > 0 (leave it out for the server's default)")
 			}
 			cl, err := c.client("")
 			if err != nil {
@@ -90,7 +94,8 @@ func (c *cli) touchCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&receipt, "receipt", "", "receipt of the delivery (required)")
-	cmd.Flags().Var(newDuration(&ttr, 0), "ttr", "new time to run from now")
+	cmd.Flags().Var(newDuration(&ttr, 0), "ttr", "new time to run from now, > 0 (default: the server's TTRSecond, 120s unless configured)")
+	serverDefault(cmd.Flags(), "ttr")
 	return cmd
 }
 
@@ -99,7 +104,7 @@ func (c *cli) pauseCmds() []*cobra.Command {
 		return &cobra.Command{
 			Use:   use + " QUEUE...",
 			Short: short,
-			Args:  args(cobra.MinimumNArgs(1)),
+			Args:  queueArgs(cobra.MinimumNArgs(1), -1),
 			RunE: func(cmd *cobra.Command, a []string) error {
 				cl, err := c.client("")
 				if err != nil {
@@ -130,7 +135,7 @@ func (c *cli) cancelCmd() *cobra.Command {
 		Use:   "cancel QUEUE JOB_KEY",
 		Short: "Delete the job published with a job key (Kairos)",
 		Long:  "Delete the live job published to QUEUE with --job-key JOB_KEY, and print its ID. Exit status 3 when there is none.",
-		Args:  args(cobra.ExactArgs(2)),
+		Args:  queueArgs(cobra.ExactArgs(2), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			cl, err := c.client("")
 			if err != nil {
@@ -165,7 +170,7 @@ func (c *cli) queueConfigCmd() *cobra.Command {
   --dead-ttl  how long dead jobs are kept (0 = forever)
   --paused / --unpaused`,
 		Example: `  kairos queue-config emails --backoff exponential:1s,factor=2,max=5m --dead-ttl 168h`,
-		Args:    args(cobra.ExactArgs(1)),
+		Args:    queueArgs(cobra.ExactArgs(1), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			ns, err := c.namespaceArg(nil)
 			if err != nil {
@@ -207,8 +212,9 @@ func (c *cli) queueConfigCmd() *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&pool, "pool", "", "pool of the namespace (default: default)")
-	fl.StringVar(&backoff, "backoff", "", "retry policy")
-	fl.Var(newDuration(&deadTTL, 0), "dead-ttl", "how long dead jobs are kept (0 = forever)")
+	fl.StringVar(&backoff, "backoff", "", "retry policy: none, fixed:30s, exponential:1s,factor=2,max=10m,jitter=0.2, or a ladder 10s,30s,1m (left out: unchanged)")
+	fl.Var(newDuration(&deadTTL, 0), "dead-ttl", "how long dead jobs are kept, 0 = forever (left out: unchanged)")
+	serverDefault(fl, "dead-ttl")
 	fl.BoolVar(&pause, "paused", false, "pause the queue")
 	fl.BoolVar(&unpause, "unpaused", false, "resume the queue")
 	return cmd

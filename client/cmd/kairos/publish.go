@@ -59,7 +59,7 @@ func (c *cli) publishCmd() *cobra.Command {
   echo '{"user":42}' | kairos publish emails --delay 30s
   kairos publish emails --body-file mail.json --attr trace=abc
   kairos publish emails --file jobs.jsonl`,
-		Args: args(cobra.RangeArgs(1, 2)),
+		Args: queueArgs(cobra.RangeArgs(1, 2), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			fl := cmd.Flags()
 			f.hasDelay, f.hasTTL, f.hasTries = fl.Changed("delay"), fl.Changed("ttl"), fl.Changed("tries")
@@ -100,18 +100,19 @@ func (c *cli) publishCmd() *cobra.Command {
 		},
 	}
 	fl := cmd.Flags()
-	fl.Var(newDuration(&f.delay, 0), "delay", "delay before the job can be consumed (server default: 0)")
-	fl.Var(newDuration(&f.ttl, 0), "ttl", "time to live; 0 = forever (server default: 24h)")
-	fl.IntVar(&f.tries, "tries", 1, "deliveries before the job goes to the dead letter (server default: 1)")
+	fl.Var(newDuration(&f.delay, 0), "delay", "delay before the job can be consumed (default: the server's DelaySecond, 0 unless configured)")
+	fl.Var(newDuration(&f.ttl, 0), "ttl", "time to live from publish, 0 = forever (default: the server's TTLSecond, 24h unless configured)")
+	fl.IntVar(&f.tries, "tries", 0, "deliveries before the job goes to the dead letter, 1..65535 (default: the server's TriesNum, 1 unless configured)")
 	fl.StringArrayVar(&f.attrs, "attr", nil, "attribute key=value (repeatable, at most 16)")
-	fl.IntVar(&f.priority, "priority", 0, "priority within the queue, 0..255, higher first (Kairos)")
+	fl.IntVar(&f.priority, "priority", 0, "priority within the queue, 0..255, higher first (Kairos; default 0)")
 	fl.StringVar(&f.jobKey, "job-key", "", "idempotency key: a second publish with the same key publishes nothing (Kairos)")
 	fl.StringVar(&f.dueAt, "due-at", "", "when the job becomes consumable: RFC 3339 time or Unix milliseconds (Kairos; not with --delay)")
 	fl.StringVar(&f.bodyFile, "body-file", "", "read the body from this file (- for stdin)")
 	fl.StringVarP(&f.file, "file", "f", "", "bulk-publish every line of this JSON Lines file (- for stdin)")
-	fl.IntVar(&f.concurrency, "concurrency", 4, "bulk requests in flight with --file")
+	fl.IntVar(&f.concurrency, "concurrency", 4, "bulk requests in flight with --file (1..64)")
 	fl.BoolVar(&f.noProgress, "no-progress", false, "no progress output with --file")
 	fl.Var(newDuration(&f.progressEvery, 0), "progress-every", "interval of progress lines (default: 100ms on a terminal, 2s otherwise)")
+	serverDefault(fl, "delay", "ttl", "progress-every")
 	return cmd
 }
 

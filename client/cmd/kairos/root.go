@@ -246,6 +246,9 @@ func (c *cli) client(ns string) (*client.Client, error) {
 	if ns == "" {
 		return nil, usagef("no namespace: use --namespace (-n) or KAIROS_NAMESPACE")
 	}
+	if err := checkNamespace(ns); err != nil {
+		return nil, err
+	}
 	opts := append(c.options(), client.WithNamespace(ns))
 	if c.token != "" {
 		opts = append(opts, client.WithToken(c.token))

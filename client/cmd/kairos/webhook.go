@@ -31,7 +31,7 @@ else releases it under the queue's backoff, tries and dead letter.`,
 		Use:     "set QUEUE",
 		Short:   "Create or replace the subscription of QUEUE in --namespace",
 		Example: `  kairos webhook set emails --url https://hooks.example/emails --secret s3cret --concurrency 8`,
-		Args:    args(cobra.ExactArgs(1)),
+		Args:    queueArgs(cobra.ExactArgs(1), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			ns, err := c.namespaceArg(nil)
 			if err != nil {
@@ -39,6 +39,21 @@ else releases it under the queue's backoff, tries and dead letter.`,
 			}
 			if url == "" || secret == "" {
 				return usagef("--url and --secret are required")
+			}
+			// The client leaves zero settings out (the server's
+			// defaults): refuse them here rather than let an explicit
+			// --concurrency 0 or --ttr 0 become a default.
+			if concurrency < 1 || concurrency > 64 {
+				return usagef("--concurrency must be 1..64")
+			}
+			if ttr < 2*time.Millisecond || ttr > 24*time.Hour {
+				return usagef("--ttr must be 2ms..24h")
+			}
+			if cmd.Flags().Changed("timeout") && (timeout < time.Millisecond || timeout >= ttr) {
+				return usagef("--timeout must be at least 1ms and shorter than --ttr")
+			}
+			if !cmd.Flags().Changed("timeout") {
+				timeout = 0 // the server's default: 10s, or just under --ttr
 			}
 			adm, err := c.admin()
 			if err != nil {
@@ -56,13 +71,14 @@ else releases it under the queue's backoff, tries and dead letter.`,
 	fl.StringVar(&url, "url", "", "http(s) URL the jobs are POSTed to")
 	fl.StringVar(&secret, "secret", "", "HMAC secret of the signature header")
 	fl.IntVar(&concurrency, "concurrency", 4, "requests in flight at once, per server instance (1..64)")
-	fl.Var(newDuration(&ttr, 30*time.Second), "ttr", "time to run of each delivered job")
-	fl.Var(newDuration(&timeout, 10*time.Second), "timeout", "timeout of each request (< ttr)")
+	fl.Var(newDuration(&ttr, 30*time.Second), "ttr", "time to run of each delivered job (2ms..24h)")
+	fl.Var(newDuration(&timeout, 0), "timeout", "timeout of each request, shorter than --ttr (default: the server's, 10s or --ttr minus 1ms if shorter)")
+	fl.Lookup("timeout").DefValue = "" // the help says what the default is
 
 	get := &cobra.Command{
 		Use:   "get QUEUE",
 		Short: "Show the subscription of QUEUE in --namespace",
-		Args:  args(cobra.ExactArgs(1)),
+		Args:  queueArgs(cobra.ExactArgs(1), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			ns, err := c.namespaceArg(nil)
 			if err != nil {
@@ -82,7 +98,7 @@ else releases it under the queue's backoff, tries and dead letter.`,
 	del := &cobra.Command{
 		Use:   "delete QUEUE",
 		Short: "Delete the subscription of QUEUE in --namespace",
-		Args:  args(cobra.ExactArgs(1)),
+		Args:  queueArgs(cobra.ExactArgs(1), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			ns, err := c.namespaceArg(nil)
 			if err != nil {
