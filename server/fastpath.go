@@ -398,8 +398,7 @@ type fastConn interface {
 // what the answer, the metrics and the logs need.
 type fastItem struct {
 	kind      fastKind
-	eng       engine.Batcher
-	full      engine.Engine // eng as an Engine, for a consume that waits
+	eng       engine.Engine
 	pool      string
 	ns, q     string
 	token     string
@@ -434,21 +433,17 @@ const (
 
 // takeFast checks a parsed request as guard and the handler would (names,
 // pool, token, scope, parameters, throttle) and returns it ready for the
-// engine, or false when net/http must answer it (any check fails, or the
-// pool's engine cannot batch). Nothing has happened when it returns false.
+// engine, or false when net/http must answer it (any check fails). Nothing
+// has happened when it returns false.
 func (s *Server) takeFast(ctx context.Context, r *fastRequest, ip string, conn fastConn, now time.Time) (*fastItem, bool) {
 	pool, token := auth.ParseToken(string(r.token))
 	eng, ok := s.engines[pool]
 	if !ok {
 		return nil, false
 	}
-	b, ok := eng.(engine.Batcher)
-	if !ok {
-		return nil, false
-	}
 	ns, q := string(r.namespace), string(r.queue)
 	it := fastPool.Get().(*fastItem)
-	*it = fastItem{kind: r.kind, eng: b, full: eng, pool: pool, ns: ns, q: q, token: token, start: now, ip: ip, conn: conn}
+	*it = fastItem{kind: r.kind, eng: eng, pool: pool, ns: ns, q: q, token: token, start: now, ip: ip, conn: conn}
 	fail := func() (*fastItem, bool) {
 		putFast(it)
 		return nil, false
@@ -552,8 +547,8 @@ func (s *Server) runFast(items []*fastItem, date []byte) {
 		return
 	}
 	ctx := context.Background()
-	// The kinds present, in the order they run; with one engine that can,
-	// their calls share round trips (engine.Pipeliner).
+	// The kinds present, in the order they run; with one engine, their
+	// calls share round trips where it can (engine.Pipeliner).
 	var present [kindAck + 1]bool
 	eng, oneEngine := items[0].eng, true
 	for _, it := range items {
@@ -566,12 +561,12 @@ func (s *Server) runFast(items []*fastItem, date []byte) {
 			kinds = append(kinds, kind)
 		}
 	}
-	if p, ok := eng.(engine.Pipeliner); ok && oneEngine && len(kinds) > 1 {
+	if oneEngine && len(kinds) > 1 {
 		steps := make([]func(context.Context), len(kinds))
 		for i, kind := range kinds {
 			steps[i] = func(ctx context.Context) { s.runKind(ctx, items, kind) }
 		}
-		p.Together(ctx, steps...)
+		eng.Together(ctx, steps...)
 	} else {
 		for _, kind := range kinds {
 			s.runKind(ctx, items, kind)
@@ -594,7 +589,7 @@ func putFast(it *fastItem) {
 // runKind makes the engine calls for the items of one kind.
 func (s *Server) runKind(ctx context.Context, items []*fastItem, kind fastKind) {
 	for {
-		var eng engine.Batcher
+		var eng engine.Engine
 		var mine []*fastItem
 		for _, it := range items {
 			if it.kind != kind || it.ran {

@@ -23,10 +23,7 @@ import (
 	"github.com/kairos-dev/kairos/engine"
 )
 
-var (
-	_ engine.Engine  = (*Engine)(nil)
-	_ engine.Batcher = (*Engine)(nil)
-)
+var _ engine.Engine = (*Engine)(nil)
 
 // Options tune an Engine. The zero value is usable.
 type Options struct {
