@@ -186,7 +186,8 @@ func (e *Engine) Together(ctx context.Context, steps ...func(context.Context)) {
 // pools can watch.
 func (e *Engine) Watch(ns string, queues []string, fn func()) (stop func(), look, ok bool) {
 	var (
-		fired   atomic.Bool
+		fired   atomic.Bool           // a pool's wake-up won
+		stopped atomic.Bool           // stop was called
 		watched = make(chan struct{}) // closed once stops and live are set
 		stops   [2]func()
 		live    bool
@@ -201,8 +202,8 @@ func (e *Engine) Watch(ns string, queues []string, fn func()) (stop func(), look
 			// consumer, whose wake ends a watch of this pool.
 			go func() {
 				<-watched
-				if !live {
-					return // Watch failed and stopped the watches
+				if !live || stopped.Load() {
+					return // the watches are stopped, which passes the wake-up on
 				}
 				fn()
 				stops[other]()
@@ -224,6 +225,7 @@ func (e *Engine) Watch(ns string, queues []string, fn func()) (stop func(), look
 	live = true
 	close(watched)
 	return func() {
+		stopped.Store(true)
 		stops[0]()
 		stops[1]()
 	}, lookOld || lookNew, true
