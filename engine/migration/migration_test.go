@@ -227,6 +227,95 @@ func TestBatchesSpanBothPools(t *testing.T) {
 	}
 }
 
+// A wake-up that a watcher of a migrating pool gets and does not use (the
+// consumer left) goes to the next watcher.
+func TestWatchPassesWakeUpOn(t *testing.T) {
+	m, _ := miniPair(t)
+	q := []string{"q"}
+	take := func() *engine.Job {
+		jobs, err := m.Consume(bg, &engine.ConsumeRequest{Namespace: "ns", Queues: q, Count: 1, TTR: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(jobs) == 0 {
+			return nil
+		}
+		return jobs[0]
+	}
+	// Both pools listen to the queue's channel first, so that no
+	// confirmation of a subscription wakes the watchers below.
+	for _, p := range []engine.Engine{m.Old, m.New} {
+		fired := make(chan struct{}, 1)
+		stop, _, ok := m.Watch("ns", q, func() { fired <- struct{}{} })
+		if !ok {
+			t.Fatal("cannot watch")
+		}
+		if _, err := p.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "q", Tries: 1}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-fired:
+		case <-time.After(2 * time.Second):
+			t.Fatal("warm-up watch not woken")
+		}
+		stop()
+		if take() == nil {
+			t.Fatal("warm-up job not consumed")
+		}
+	}
+	firstC, secondC := make(chan struct{}, 1), make(chan struct{}, 1)
+	stopFirst, _, _ := m.Watch("ns", q, func() { firstC <- struct{}{} })
+	time.Sleep(20 * time.Millisecond)
+	stopSecond, _, _ := m.Watch("ns", q, func() { secondC <- struct{}{} })
+	defer stopSecond()
+	id, err := m.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "q", Tries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-firstC:
+		stopFirst() // the consumer leaves without looking
+	case <-secondC:
+		stopFirst()
+		t.Log("the second watcher was woken first")
+	case <-time.After(2 * time.Second):
+		t.Fatal("no watcher woken by the publish")
+	}
+	select {
+	case <-secondC:
+	case <-time.After(500 * time.Millisecond):
+		t.Fatal("the wake-up the first watcher did not use did not reach the second")
+	}
+	if j := take(); j == nil || j.ID != id {
+		t.Fatalf("second watcher's look got %+v, want %s", j, id)
+	}
+}
+
+// A re-publish in a batch deletes the job it replaces, in the old pool.
+func TestPublishEachReplacesOldJob(t *testing.T) {
+	m, _ := miniPair(t)
+	oldID, err := m.Old.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "q", Tries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, errs := make([]string, 2), make([]error, 2)
+	m.PublishEach(bg, []*engine.PublishRequest{
+		{Namespace: "ns", Queue: "q", Tries: 1, Body: []byte("plain")},
+		{Namespace: "ns", Queue: "q", Tries: 1, Body: []byte("again"), Replaces: oldID},
+	}, ids, errs)
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatal(errs)
+	}
+	if _, err := m.Old.PeekJob(bg, "ns", "q", oldID); !errors.Is(err, engine.ErrJobNotFound) {
+		t.Fatalf("replaced job: %v", err)
+	}
+	for _, id := range ids {
+		if _, err := m.New.PeekJob(bg, "ns", "q", id); err != nil {
+			t.Fatalf("job %s not in the new pool: %v", id, err)
+		}
+	}
+}
+
 func TestMigrationOnRealRedis(t *testing.T) {
 	oldS, newS := redistest.Start(t), redistest.Start(t)
 	m, _ := pair(t, oldS.Client(), newS.Client(), time.Sleep)
