@@ -15,9 +15,9 @@ import (
 // parked consume costs no goroutine: the engine calls back when a job may
 // have become ready, and the loop puts the consume in its next batch for a
 // new look; a timer ends it at its deadline. Otherwise a goroutine waits
-// with the engine's Consume. Either way the outcome reaches the loop as a parkSignal
-// through the wake pipe, and the answer goes out in order, before the
-// connection's next requests.
+// with the engine's Consume. Either way the outcome reaches the loop as a
+// parkSignal through the wake pipe, and the answer goes out in order,
+// before the connection's next requests.
 
 // parkSignal tells the loop about connection c's parked consume number gen.
 type parkSignal struct {
