@@ -265,6 +265,13 @@ type loopConn struct {
 	eof      bool      // the client sent EOF: close once answered
 	dead     bool      // failed: close without answering
 	released bool
+
+	// consume is the connection's consume in the batch or parked: its
+	// next requests are parsed once it is answered (done), so that they
+	// never share a batch with it and their answers follow its own.
+	consume  *fastItem
+	batched  uint64 // the last pass that put a request of it in the batch
+	answered bool   // it was answered at least once
 }
 
 func newEventLoop(s *Server, h *handoffListener, t loopTimeouts) (*eventLoop, error) {
@@ -472,7 +479,7 @@ func (l *eventLoop) read(c *loopConn, now time.Time) {
 // parse takes the fast requests at the head of c's input into the batch,
 // up to the first request that is net/http's.
 func (l *eventLoop) parse(c *loopConn, now time.Time) {
-	if c.dead || c.handoff || c.blocked || c.parked != nil || l.closing {
+	if c.released || c.dead || c.handoff || c.blocked || c.parked != nil || c.consume != nil || l.closing {
 		return
 	}
 	used := 0
@@ -490,11 +497,15 @@ func (l *eventLoop) parse(c *loopConn, now time.Time) {
 			c.handoff = true
 			break
 		}
+		it.after = it.kind == kindConsume && c.batched == l.pass
+		c.batched = l.pass
 		l.items = append(l.items, it)
 		used += l.req.size
 		if it.kind == kindConsume {
-			// Consumes run last in a batch: what follows waits for the
-			// next pass, to keep the connection's order.
+			// Consumes run last in a batch, and one may wait: what
+			// follows waits until it is answered (done), to keep the
+			// connection's order.
+			c.consume = it
 			break
 		}
 	}
@@ -527,6 +538,13 @@ func (l *eventLoop) finish(c *loopConn, now time.Time) {
 	case c.dead:
 		l.drop(c)
 	case c.handoff && !c.blocked:
+		l.handOver(c, time.Time{}, 0)
+	case c.eof && !c.blocked && len(c.in) >= 4, c.eof && !c.blocked && len(c.in) > 0 && !c.answered:
+		// The client sent EOF behind requests the loop has not served
+		// (a part of one, or what followed a consume): net/http answers
+		// them as it would have, EOF included. (Between requests, it
+		// waits for 4 bytes before it reads one: fewer and EOF, it closes
+		// without a word.)
 		l.handOver(c, time.Time{}, 0)
 	case c.eof && !c.blocked:
 		l.drop(c)

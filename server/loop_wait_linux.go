@@ -92,13 +92,21 @@ func (c *loopConn) wait(it *fastItem) {
 	}()
 }
 
-// done implements fastConn: once its parked consume is answered, c reads
-// again, starting with what it had already read.
+// done implements fastConn: once its consume is answered (at once or after
+// waiting), c parses its next requests, starting with what it had already
+// read, in the next pass.
 func (c *loopConn) done(it *fastItem) {
+	l := c.l
+	c.answered = true
+	if c.consume == it {
+		c.consume = nil
+		if c.parked != it && len(c.in) > 0 {
+			l.again = append(l.again, c)
+		}
+	}
 	if c.parked != it {
 		return
 	}
-	l := c.l
 	if it.stop != nil {
 		it.stop() // found a job on a look made with the watch on
 		it.stop = nil
@@ -155,7 +163,7 @@ func (l *eventLoop) resume(now time.Time) {
 // look puts c's parked consume in this pass's batch.
 func (l *eventLoop) look(c *loopConn, it *fastItem) {
 	c.looking = true
-	it.jobs, it.err, it.ran = nil, nil, false
+	it.jobs, it.err, it.ran, it.after = nil, nil, false, false
 	l.items = append(l.items, it)
 	l.touch(c)
 }
