@@ -760,7 +760,7 @@ func (h *handoffListener) Close() error {
 func (h *handoffListener) Addr() net.Addr { return h.addr }
 
 // prefixConn is a handed-over connection: its reads return first the bytes
-// the loop had read.
+// the loop had read, and it half-closes as net/http's own connections do.
 type prefixConn struct {
 	net.Conn
 	pre []byte
@@ -804,4 +804,14 @@ func (c *prefixConn) SetDeadline(t time.Time) error {
 		return err
 	}
 	return c.SetReadDeadline(t)
+}
+
+// CloseWrite half-closes the connection, as net/http does before it closes
+// one whose request it did not read to the end (a 413…): the client then
+// reads the answer and EOF, not a reset.
+func (c *prefixConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
