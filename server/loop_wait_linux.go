@@ -97,7 +97,6 @@ func (c *loopConn) wait(it *fastItem) {
 // read, in the next pass.
 func (c *loopConn) done(it *fastItem) {
 	l := c.l
-	c.answered = true
 	if c.consume == it {
 		c.consume = nil
 		if c.parked != it && len(c.in) > 0 {
