@@ -148,7 +148,7 @@ func (l *eventLoop) resume(now time.Time) {
 				}
 			case parkExpired:
 				if !c.looking { // else the look's answer sees the deadline
-					l.giveUp(c, now)
+					l.lastLook(c, it)
 				}
 			case parkDone:
 				it.cancel = nil
@@ -165,6 +165,19 @@ func (l *eventLoop) look(c *loopConn, it *fastItem) {
 	it.jobs, it.err, it.ran, it.after = nil, nil, false, false
 	l.items = append(l.items, it)
 	l.touch(c)
+}
+
+// lastLook ends c's parked consume at its deadline with one last look, as
+// the goroutine wait (engine.Consume) ends when it could not be sure to
+// hear of a job (a watch not yet confirmed by Redis); the engine answers it
+// without a round trip when it knows the queue to be empty.
+func (l *eventLoop) lastLook(c *loopConn, it *fastItem) {
+	if it.stop != nil {
+		it.stop()
+		it.stop = nil
+	}
+	it.deadline = time.Time{} // the look's answer is the last
+	l.look(c, it)
 }
 
 // giveUp ends c's parked consume now with no job (the client left, the
