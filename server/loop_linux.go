@@ -387,13 +387,20 @@ func (l *eventLoop) run() {
 		}
 		l.pass++
 		now := time.Now()
+		for _, ev := range l.events[:n] {
+			if int(ev.Fd) == l.wakeR {
+				// Before resume takes the signals: a signal sent after
+				// that wakes the next pass.
+				var b [64]byte
+				_, _ = rawRead(l.wakeR, b[:])
+				break
+			}
+		}
 		l.adopt()
 		l.resume(now)
 		for _, ev := range l.events[:n] {
 			fd := int(ev.Fd)
 			if fd == l.wakeR {
-				var b [64]byte
-				_, _ = rawRead(l.wakeR, b[:])
 				continue
 			}
 			c := l.conns[fd]
