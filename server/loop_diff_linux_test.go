@@ -199,8 +199,14 @@ func genSeq(seed uint64) *diffSeq {
 			if rng.IntN(60) == 0 {
 				feed = "" // it waits its whole timeout
 			}
-			raw := head("GET", join("/api/ns/"+w, "timeout=1", tq), "\r\n")
-			d = diffReq{raw: func([]string) string { return raw }, feed: feed, what: "GET " + w + " timeout=1 feed=" + strconv.FormatBool(feed != "")}
+			// A fed consume gets its job at once, but may wait longer
+			// on a loaded machine: it has room.
+			timeout := "timeout=3"
+			if feed == "" {
+				timeout = "timeout=1"
+			}
+			raw := head("GET", join("/api/ns/"+w, timeout, tq), "\r\n")
+			d = diffReq{raw: func([]string) string { return raw }, feed: feed, what: "GET " + w + " " + timeout + " feed=" + strconv.FormatBool(feed != "")}
 		case k < 80: // ACK
 			id := pickID(rng)
 			d = diffReq{raw: func(ids []string) string {
@@ -293,7 +299,7 @@ func (r *diffRun) String() string {
 	return b.String()
 }
 
-// diffTimeout bounds the wait for one answer: above the 1 s waits, with
+// diffTimeout bounds the wait for one answer: above the 3 s waits, with
 // room for a loaded machine.
 const diffTimeout = 5 * time.Second
 
