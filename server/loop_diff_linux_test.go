@@ -42,7 +42,7 @@ import (
 
 // diffDefaultN is the number of sequences `make test` runs (fewer under
 // the race detector, which makes them several times slower).
-const diffDefaultN = 1500
+const diffDefaultN = 2000
 
 func diffN() uint64 {
 	if raceEnabled {
