@@ -408,6 +408,9 @@ type fastItem struct {
 	query     string // raw query, kept only for the access log
 	conn      fastConn
 	ran       bool // the engine call is done
+	// after marks a consume behind requests of its own connection in the
+	// same batch: it runs once their engine calls are done.
+	after bool
 
 	pub      engine.PublishRequest
 	con      engine.ConsumeRequest
@@ -547,11 +550,40 @@ func (s *Server) runFast(items []*fastItem, date []byte) {
 		return
 	}
 	ctx := context.Background()
-	// The kinds present, in the order they run; with one engine, their
-	// calls share round trips where it can (engine.Pipeliner).
-	var present [kindAck + 1]bool
-	eng, oneEngine := items[0].eng, true
+	s.runBatch(ctx, items)
 	for _, it := range items {
+		if s.answerFast(ctx, it, date) {
+			it.conn.done(it)
+			putFast(it)
+		}
+	}
+}
+
+// runBatch makes the engine calls of a batch. The kinds run in the order
+// ACKs, publishes, consumes; with one engine that can, their calls share
+// round trips (engine.Pipeliner). A step of a Pipeliner may make several
+// calls, and a consume's call may then run before an ACK or a publish made
+// by a later call of an earlier step: so the consumes that follow requests
+// of their own connection (after) run once the rest of the batch is done,
+// so that they see what their connection did before them.
+func (s *Server) runBatch(ctx context.Context, items []*fastItem) {
+	var after []*fastItem
+	for _, it := range items {
+		if it.after {
+			it.ran = true // not yet: runKind skips it
+			after = append(after, it)
+		}
+	}
+	var present [kindAck + 1]bool
+	var eng engine.Engine
+	oneEngine := true
+	for _, it := range items {
+		if it.ran {
+			continue
+		}
+		if eng == nil {
+			eng = it.eng
+		}
 		present[it.kind] = true
 		oneEngine = oneEngine && it.eng == eng
 	}
@@ -572,11 +604,11 @@ func (s *Server) runFast(items []*fastItem, date []byte) {
 			s.runKind(ctx, items, kind)
 		}
 	}
-	for _, it := range items {
-		if s.answerFast(ctx, it, date) {
-			it.conn.done(it)
-			putFast(it)
+	if len(after) > 0 {
+		for _, it := range after {
+			it.ran = false
 		}
+		s.runKind(ctx, after, kindConsume)
 	}
 }
 

@@ -30,10 +30,14 @@ import (
 // loop hands the connection, and the bytes it has read, to net/http, which
 // serves it from then on exactly as it serves connections without loops.
 //
-// Loops apply net/http's limits of the [Kairos] table: ReadHeaderTimeout
-// and ReadTimeout for a request that is being received, WriteTimeout for an
-// answer the client does not take, IdleTimeout between requests. Timed-out
-// connections are closed, as net/http closes them.
+// Loops apply net/http's limits of the [Kairos] table as net/http does:
+// ReadHeaderTimeout and ReadTimeout for a request that is being received,
+// from the accept for a connection's first request (so one that never sends
+// a byte is closed after ReadHeaderTimeout) and from its first bytes for a
+// later one; WriteTimeout for an answer the client does not take;
+// IdleTimeout between requests. Timed-out connections are closed, as
+// net/http closes them, at most sweepEvery late. A request handed over to
+// net/http keeps the time it has already spent (prefixConn).
 
 // loopsSupported is whether this platform has event loops.
 const loopsSupported = true
@@ -151,9 +155,13 @@ func (g *loopGroup) accept() {
 	}
 }
 
-// tick wakes every loop twice a second, to close timed-out connections.
+// sweepEvery is how often the loops look for timed-out connections: how
+// late, at most, they close one after net/http would have.
+const sweepEvery = 100 * time.Millisecond
+
+// tick wakes every loop each sweepEvery, to close timed-out connections.
 func (g *loopGroup) tick() {
-	t := time.NewTicker(500 * time.Millisecond)
+	t := time.NewTicker(sweepEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -265,6 +273,13 @@ type loopConn struct {
 	eof      bool      // the client sent EOF: close once answered
 	dead     bool      // failed: close without answering
 	released bool
+
+	// consume is the connection's consume in the batch or parked: its
+	// next requests are parsed once it is answered (done), so that they
+	// never share a batch with it and their answers follow its own.
+	consume  *fastItem
+	batched  uint64 // the last pass that put a request of it in the batch
+	answered bool   // a request of it was taken (and is answered, or parked)
 }
 
 func newEventLoop(s *Server, h *handoffListener, t loopTimeouts) (*eventLoop, error) {
@@ -320,7 +335,8 @@ func (l *eventLoop) wake() { _, _ = rawWrite(l.wakeW, []byte{0}) }
 // add gives the loop a new connection (from the accept goroutine).
 func (l *eventLoop) add(fd int, ip string) {
 	const events = syscall.EPOLLIN | syscall.EPOLLRDHUP
-	c := &loopConn{l: l, fd: fd, ip: ip, last: time.Now(), events: events}
+	now := time.Now()
+	c := &loopConn{l: l, fd: fd, ip: ip, since: now, last: now, events: events}
 	l.mu.Lock()
 	l.incoming = append(l.incoming, c)
 	l.mu.Unlock()
@@ -371,13 +387,20 @@ func (l *eventLoop) run() {
 		}
 		l.pass++
 		now := time.Now()
+		for _, ev := range l.events[:n] {
+			if int(ev.Fd) == l.wakeR {
+				// Before resume takes the signals: a signal sent after
+				// that wakes the next pass.
+				var b [64]byte
+				_, _ = rawRead(l.wakeR, b[:])
+				break
+			}
+		}
 		l.adopt()
 		l.resume(now)
 		for _, ev := range l.events[:n] {
 			fd := int(ev.Fd)
 			if fd == l.wakeR {
-				var b [64]byte
-				_, _ = rawRead(l.wakeR, b[:])
 				continue
 			}
 			c := l.conns[fd]
@@ -416,7 +439,7 @@ func (l *eventLoop) run() {
 		}
 		clear(l.touched)
 		l.touched = l.touched[:0]
-		if now.Sub(l.lastSweep) >= 500*time.Millisecond {
+		if now.Sub(l.lastSweep) >= sweepEvery/2 {
 			l.sweep(now)
 			l.lastSweep = now
 		}
@@ -461,7 +484,10 @@ func (l *eventLoop) read(c *loopConn, now time.Time) {
 		c.eof = true
 		return
 	}
-	if len(c.in) == 0 {
+	if len(c.in) == 0 && c.answered {
+		// The request's timeouts run from its first byte, as net/http's
+		// from the 4 bytes it waits for between requests; a connection's
+		// first request's run from the accept (c.since), as net/http's.
 		c.since = now
 	}
 	c.in = append(c.in, l.rbuf[:m]...)
@@ -472,7 +498,7 @@ func (l *eventLoop) read(c *loopConn, now time.Time) {
 // parse takes the fast requests at the head of c's input into the batch,
 // up to the first request that is net/http's.
 func (l *eventLoop) parse(c *loopConn, now time.Time) {
-	if c.dead || c.handoff || c.blocked || c.parked != nil || l.closing {
+	if c.released || c.dead || c.handoff || c.blocked || c.parked != nil || c.consume != nil || l.closing {
 		return
 	}
 	used := 0
@@ -490,15 +516,20 @@ func (l *eventLoop) parse(c *loopConn, now time.Time) {
 			c.handoff = true
 			break
 		}
+		it.after = it.kind == kindConsume && c.batched == l.pass
+		c.batched = l.pass
 		l.items = append(l.items, it)
 		used += l.req.size
 		if it.kind == kindConsume {
-			// Consumes run last in a batch: what follows waits for the
-			// next pass, to keep the connection's order.
+			// Consumes run last in a batch, and one may wait: what
+			// follows waits until it is answered (done), to keep the
+			// connection's order.
+			c.consume = it
 			break
 		}
 	}
 	if used > 0 {
+		c.answered = true
 		c.in = c.in[:copy(c.in, c.in[used:])]
 		c.since = now
 		if len(c.in) == 0 && cap(c.in) > maxIdleBuffer {
@@ -527,7 +558,14 @@ func (l *eventLoop) finish(c *loopConn, now time.Time) {
 	case c.dead:
 		l.drop(c)
 	case c.handoff && !c.blocked:
-		l.handOver(c, time.Time{}, 0)
+		l.handOver(c)
+	case c.eof && !c.blocked && len(c.in) >= 4, c.eof && !c.blocked && len(c.in) > 0 && !c.answered:
+		// The client sent EOF behind requests the loop has not served
+		// (a part of one, or what followed a consume): net/http answers
+		// them as it would have, EOF included. (Between requests, it
+		// waits for 4 bytes before it reads one: fewer and EOF, it closes
+		// without a word.)
+		l.handOver(c)
 	case c.eof && !c.blocked:
 		l.drop(c)
 	}
@@ -596,10 +634,9 @@ func (l *eventLoop) arm(c *loopConn) {
 }
 
 // handOver gives c, with the bytes read and not served, to net/http. A
-// non-zero notAfter caps the read deadlines net/http sets until it has read
-// the first `need` bytes: the request began in the loop, and its
-// ReadTimeout runs from then.
-func (l *eventLoop) handOver(c *loopConn, notAfter time.Time, need int) {
+// request begun in the loop keeps its timeouts: net/http's read deadlines
+// for it are moved back by the time it spent in the loop (prefixConn).
+func (l *eventLoop) handOver(c *loopConn) {
 	l.forget(c)
 	f := os.NewFile(uintptr(c.fd), "")
 	nc, err := net.FileConn(f)
@@ -608,7 +645,11 @@ func (l *eventLoop) handOver(c *loopConn, notAfter time.Time, need int) {
 		l.s.log.WithError(err).Warn("event loop: cannot hand a connection to net/http")
 		return
 	}
-	l.handoff.give(&prefixConn{Conn: nc, pre: c.in, notAfter: notAfter, need: need})
+	pc := &prefixConn{Conn: nc, pre: c.in}
+	if len(c.in) > 0 {
+		pc.shift.Store(int64(time.Since(c.since)))
+	}
+	l.handoff.give(pc)
 }
 
 // drop closes c.
@@ -644,13 +685,17 @@ func (l *eventLoop) sweep(now time.Time) {
 				// (400 "failed to read body") as it would have, its read
 				// deadline already past.
 				if limit > 0 && now.Sub(from) > limit {
-					l.handOver(c, from.Add(limit), l.req.size)
+					l.handOver(c)
 				}
 				continue
 			}
 			if !bytes.Contains(c.in, []byte("\r\n\r\n")) {
 				limit = t.readHeader
 			}
+		case !c.answered:
+			// net/http gives a new connection ReadHeaderTimeout for its
+			// first request from the accept, not IdleTimeout.
+			limit = t.readHeader
 		default:
 			limit, from = t.idle, c.last
 		}
@@ -742,42 +787,40 @@ func (h *handoffListener) Close() error {
 func (h *handoffListener) Addr() net.Addr { return h.addr }
 
 // prefixConn is a handed-over connection: its reads return first the bytes
-// the loop had read.
+// the loop had read, and it half-closes as net/http's own connections do.
 type prefixConn struct {
 	net.Conn
 	pre []byte
-	// notAfter, while need > 0, caps the read deadline: need is how many
-	// more bytes the request that began in the loop has.
-	mu       sync.Mutex
-	notAfter time.Time
-	need     int
+	// shift, while > 0, is how long the request net/http reads first had
+	// been in the loop: the read deadlines net/http sets for it (header,
+	// then whole request) are moved back by it, so that they run from
+	// when the request began, as they would have without the loop. It
+	// ends with the first answer or the first deadline cleared.
+	shift atomic.Int64
 }
 
 func (c *prefixConn) Read(p []byte) (int, error) {
-	var n int
-	var err error
 	if len(c.pre) > 0 {
-		n = copy(p, c.pre)
+		n := copy(p, c.pre)
 		c.pre = c.pre[n:]
-	} else {
-		n, err = c.Conn.Read(p)
+		return n, nil
 	}
-	c.mu.Lock()
-	if c.need > 0 {
-		if c.need -= n; c.need <= 0 {
-			c.notAfter = time.Time{}
-		}
+	return c.Conn.Read(p)
+}
+
+func (c *prefixConn) Write(p []byte) (int, error) {
+	if c.shift.Load() != 0 {
+		c.shift.Store(0)
 	}
-	c.mu.Unlock()
-	return n, err
+	return c.Conn.Write(p)
 }
 
 func (c *prefixConn) SetReadDeadline(t time.Time) error {
-	c.mu.Lock()
-	if !c.notAfter.IsZero() && (t.IsZero() || t.After(c.notAfter)) {
-		t = c.notAfter
+	if t.IsZero() {
+		c.shift.Store(0)
+	} else if d := c.shift.Load(); d > 0 {
+		t = t.Add(-time.Duration(d))
 	}
-	c.mu.Unlock()
 	return c.Conn.SetReadDeadline(t)
 }
 
@@ -786,4 +829,14 @@ func (c *prefixConn) SetDeadline(t time.Time) error {
 		return err
 	}
 	return c.SetReadDeadline(t)
+}
+
+// CloseWrite half-closes the connection, as net/http does before it closes
+// one whose request it did not read to the end (a 413…): the client then
+// reads the answer and EOF, not a reset.
+func (c *prefixConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }

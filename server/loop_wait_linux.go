@@ -90,13 +90,20 @@ func (c *loopConn) wait(it *fastItem) {
 	}()
 }
 
-// done implements fastConn: once its parked consume is answered, c reads
-// again, starting with what it had already read.
+// done implements fastConn: once its consume is answered (at once or after
+// waiting), c parses its next requests, starting with what it had already
+// read, in the next pass.
 func (c *loopConn) done(it *fastItem) {
+	l := c.l
+	if c.consume == it {
+		c.consume = nil
+		if c.parked != it && len(c.in) > 0 {
+			l.again = append(l.again, c)
+		}
+	}
 	if c.parked != it {
 		return
 	}
-	l := c.l
 	if it.stop != nil {
 		it.stop() // found a job on a look made with the watch on
 		it.stop = nil
@@ -139,7 +146,7 @@ func (l *eventLoop) resume(now time.Time) {
 				}
 			case parkExpired:
 				if !c.looking { // else the look's answer sees the deadline
-					l.giveUp(c, now)
+					l.lastLook(c, it)
 				}
 			case parkDone:
 				it.cancel = nil
@@ -153,9 +160,22 @@ func (l *eventLoop) resume(now time.Time) {
 // look puts c's parked consume in this pass's batch.
 func (l *eventLoop) look(c *loopConn, it *fastItem) {
 	c.looking = true
-	it.jobs, it.err, it.ran = nil, nil, false
+	it.jobs, it.err, it.ran, it.after = nil, nil, false, false
 	l.items = append(l.items, it)
 	l.touch(c)
+}
+
+// lastLook ends c's parked consume at its deadline with one last look, as
+// the goroutine wait (engine.Consume) ends when it could not be sure to
+// hear of a job (a watch not yet confirmed by Redis); the engine answers it
+// without a round trip when it knows the queue to be empty.
+func (l *eventLoop) lastLook(c *loopConn, it *fastItem) {
+	if it.stop != nil {
+		it.stop()
+		it.stop = nil
+	}
+	it.deadline = time.Time{} // the look's answer is the last
+	l.look(c, it)
 }
 
 // giveUp ends c's parked consume now with no job (the client left, the

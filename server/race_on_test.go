@@ -1,0 +1,6 @@
+//go:build race
+
+package server
+
+// raceEnabled is whether the race detector is on: slow tests do less.
+const raceEnabled = true
