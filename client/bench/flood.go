@@ -47,6 +47,7 @@ func Flood(ctx context.Context, cfg Config) (Result, error) {
 	warm.close()
 
 	var ops, errs, bad, refused, badOther atomic.Int64
+	var firstOther atomic.Value // string: the first answer other than 401
 	var lat samples
 	cfg.settle(ctx)
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
@@ -88,6 +89,11 @@ func Flood(ctx context.Context, cfg Config) (Result, error) {
 					refused.Add(1)
 				default:
 					badOther.Add(1)
+					if err != nil {
+						firstOther.CompareAndSwap(nil, err.Error())
+					} else {
+						firstOther.CompareAndSwap(nil, fmt.Sprintf("status %d", st))
+					}
 				}
 			}
 		}()
@@ -97,6 +103,9 @@ func Flood(ctx context.Context, cfg Config) (Result, error) {
 		Note: fmt.Sprintf("%d valid keep-alive publishers beside %d clients sending a random token on a new connection each: "+
 			"%d such requests (%.0f/s), %d answered 401, %d otherwise", pubs, cfg.Concurrency,
 			bad.Load(), float64(bad.Load())/time.Since(start).Seconds(), refused.Load(), badOther.Load())}
+	if first, ok := firstOther.Load().(string); ok {
+		r.Note += " (the first: " + first + ")"
+	}
 	r.PerSec = float64(r.Ops) / r.Seconds
 	lat.fill(&r)
 	r.setCPU(context.WithoutCancel(ctx), &cfg, mark)
