@@ -557,9 +557,16 @@ func (s *Server) runFast(items []*fastItem, date []byte) {
 	// The kinds present, in the order they run; with one engine that can,
 	// their calls share round trips (engine.Pipeliner).
 	var present [kindAck + 1]bool
-	eng, oneEngine := items[0].eng, true
+	var eng engine.Batcher
+	oneEngine := true
 	for _, it := range items {
+		if it.refused {
+			continue // no engine call
+		}
 		present[it.kind] = true
+		if eng == nil {
+			eng = it.eng
+		}
 		oneEngine = oneEngine && it.eng == eng
 	}
 	var kinds []fastKind

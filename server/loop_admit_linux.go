@@ -2,7 +2,11 @@
 
 package server
 
-import "time"
+import (
+	"time"
+
+	"github.com/kairos-dev/kairos/engine"
+)
 
 // Admission off the loop. takeFast admits a request inline when everything
 // admit needs is in memory (a cached token, a token without a rate limit).
@@ -21,7 +25,11 @@ func (l *eventLoop) admitLater(c *loopConn, it *fastItem) {
 	l.admits++
 	s := l.s
 	go func() {
-		s.admitted(it, s.admit(s.pollCtx, &it.adm, false))
+		err := s.admit(s.pollCtx, &it.adm, false)
+		if err != nil && s.pollCtx.Err() != nil {
+			err = engine.ErrClosed // the server stops: 503, as the engine answers
+		}
+		s.admitted(it, err)
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if l.released {

@@ -4,6 +4,7 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -157,5 +158,69 @@ func TestLoopAdmissionRefusedOffLoop(t *testing.T) {
 	}
 	if p := strings.Join(fake.published(), ","); p != "h1,g" {
 		t.Errorf("published %q, want h1,g", p)
+	}
+}
+
+// TestLoopAdmissionEndsAtShutdown: a request whose admission waits on a
+// hung admin Redis does not hold the server's shutdown: the admission is
+// cancelled with the server's long-polls, and Serve returns.
+func TestLoopAdmissionEndsAtShutdown(t *testing.T) {
+	fake := &eachFake{fakeEngine: &fakeEngine{}}
+	env := newEnv(t, func(c *config.Config, d *Deps) {
+		c.Kairos.EventLoops = 1
+		d.Engines["default"] = fake
+	})
+	var verifying atomic.Int32
+	env.tokens.mu.Lock()
+	env.tokens.tokens["default/ns/"+slowToken] = auth.Scope{}
+	env.tokens.uncached = map[string]bool{slowToken: true}
+	env.tokens.hold = func(string) {
+		verifying.Add(1)
+		<-env.srv.pollCtx.Done() // a hung Redis, up to the request's cancellation
+	}
+	env.tokens.mu.Unlock()
+	if err := env.srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- env.srv.Serve(ctx) }()
+	var conn net.Conn
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		env.srv.mu.Lock()
+		started := env.srv.loops != nil
+		env.srv.mu.Unlock()
+		if started {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the event loops did not start")
+		}
+	}
+	conn = dialLoop(t, env.srv.Addr(), 10*time.Second)
+	if _, err := io.WriteString(conn, putWith(slowToken, "x")); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); verifying.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the admission never began")
+		}
+	}
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return with an admission pending")
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("shutdown took %v", d)
+	}
+	if p := fake.published(); len(p) != 0 {
+		t.Errorf("published %q", p)
 	}
 }
