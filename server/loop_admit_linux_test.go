@@ -163,7 +163,8 @@ func TestLoopAdmissionRefusedOffLoop(t *testing.T) {
 
 // TestLoopAdmissionEndsAtShutdown: a request whose admission waits on a
 // hung admin Redis does not hold the server's shutdown: the admission is
-// cancelled with the server's long-polls, and Serve returns.
+// cancelled with the server's long-polls, and Serve returns. (Whether the
+// request is then served depends on when the loop sees the answer.)
 func TestLoopAdmissionEndsAtShutdown(t *testing.T) {
 	fake := &eachFake{fakeEngine: &fakeEngine{}}
 	env := newEnv(t, func(c *config.Config, d *Deps) {
@@ -219,8 +220,5 @@ func TestLoopAdmissionEndsAtShutdown(t *testing.T) {
 	}
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("shutdown took %v", d)
-	}
-	if p := fake.published(); len(p) != 0 {
-		t.Errorf("published %q", p)
 	}
 }
