@@ -18,17 +18,6 @@ func ParseToken(raw string) (pool, token string) {
 	return DefaultPool, raw
 }
 
-// ParsePool is ParseToken's pool, for a raw token in bytes (it does not
-// allocate).
-func ParsePool(raw []byte) string {
-	for i, c := range raw {
-		if c == ':' {
-			return normPool(string(raw[:i]))
-		}
-	}
-	return DefaultPool
-}
-
 // FormatToken is the inverse of ParseToken: the token as clients must send
 // it, "pool:token" for non-default pools and the bare token for the default
 // pool.

@@ -172,7 +172,24 @@ type DeadLetter struct {
 
 // Engine is the storage contract the server drives. One Engine serves one
 // pool. Every method is safe for concurrent use.
+//
+// It is lmstfy's operations (Core), the Kairos extensions (Extensions),
+// and the forms of the hot operations that the server's event loops use
+// (Batcher, Pipeliner, Watcher). Every engine has all of them, so that no
+// pool loses a route or the event loops for want of a method (a migrating
+// pool once lost the loops that way, found by a type assertion): an engine
+// with nothing better to offer for the last three gets a correct generic
+// form from Serial. The contract suite (engine/enginetest) covers it all.
 type Engine interface {
+	Core
+	Extensions
+	Batcher
+	Pipeliner
+	Watcher
+}
+
+// Core is lmstfy's operations: what every queue engine does.
+type Core interface {
 	// Publish stores one job atomically and returns its ID.
 	Publish(ctx context.Context, req *PublishRequest) (string, error)
 	// PublishBatch stores several jobs of one queue in one atomic step:
@@ -236,8 +253,8 @@ type QueueConfig struct {
 	Paused bool `json:"paused"`
 }
 
-// Batcher is an optional Engine capability that the server's event loops
-// use: the hot operations of many independent requests, of any queues, in
+// Batcher is the part of Engine that the server's event loops use: the
+// hot operations of many independent requests, of any queues, in
 // as few storage round trips as it can. Unlike PublishBatch the operations
 // do not share a fate by contract: each gets its own result.
 type Batcher interface {
@@ -255,9 +272,10 @@ type Batcher interface {
 	DeleteEach(ctx context.Context, refs []JobRef, errs []error)
 }
 
-// Pipeliner is an optional capability of a Batcher: an event loop's pass
-// makes its ACKs, publishes and consumes in one storage round trip instead
-// of one each.
+// Pipeliner is the part of Engine that lets an event loop's pass make its
+// ACKs, publishes and consumes in one storage round trip instead of one
+// each. Running the steps one after the other is a correct Together
+// (Serial's).
 type Pipeliner interface {
 	// Together runs the steps concurrently and returns when all have
 	// returned. Their storage calls are sent together, in step order: a
@@ -267,8 +285,9 @@ type Pipeliner interface {
 	Together(ctx context.Context, steps ...func(context.Context))
 }
 
-// Watcher is an optional capability of a Batcher: it lets an event loop
-// long-poll for many consumers without a goroutine each.
+// Watcher is the part of Engine that lets an event loop long-poll for
+// many consumers without a goroutine each. An engine that cannot watch
+// answers ok false (Serial's Watch): the loop then waits with Consume.
 type Watcher interface {
 	// Watch arranges for fn to be called once, from another goroutine,
 	// when a job may have become ready in one of ns's queues: the caller
@@ -288,10 +307,10 @@ type JobRef struct {
 	Namespace, Queue, ID string
 }
 
-// Extended is what the Redis engine offers beyond lmstfy's operations. The
-// server type-asserts it, so other engines may implement only Engine.
-type Extended interface {
-	Engine
+// Extensions is what Kairos offers beyond lmstfy's operations: receipts,
+// release, touch, idempotency keys, queue settings and dead-letter
+// browsing.
+type Extensions interface {
 	// Ack deletes a job only if receipt matches its current delivery.
 	Ack(ctx context.Context, namespace, queue, jobID, receipt string) error
 	// Release hands an in-flight job back, now or later.

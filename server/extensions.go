@@ -18,8 +18,8 @@ import (
 // extensions"): receipts, release (nack), touch, millisecond parameters,
 // due_at, priority, idempotency keys, pause/resume, dead-letter browsing and
 // job inspection. Each is a new route or a new optional parameter; without
-// them every lmstfy route answers exactly as before. The server reaches the
-// extensions by type-asserting the pool's engine to engine.Extended.
+// them every lmstfy route answers exactly as before. Every engine has the
+// extensions (engine.Extensions is part of engine.Engine).
 
 // extHeader opts a request into the Kairos fields of lmstfy's job
 // responses: receipt in consume, state and friends in peek and peek job.
@@ -42,7 +42,6 @@ const (
 
 // Errors of the extensions.
 var (
-	errNotSupported     = newAPIError(http.StatusNotImplemented, "error", "not supported by this engine")
 	errStaleReceipt     = newAPIError(http.StatusConflict, "error", "stale receipt")
 	errKeyNotFound      = newAPIError(http.StatusNotFound, "error", "job key not found")
 	errMissingReceipt   = badRequest("missing receipt")
@@ -69,14 +68,6 @@ func wantsExt(c *gin.Context) bool {
 		return true
 	}
 	return false
-}
-
-// extended returns the request's engine as an engine.Extended, or the 501.
-func extended(c *gin.Context) (engine.Extended, error) {
-	if x, ok := state(c).eng.(engine.Extended); ok {
-		return x, nil
-	}
-	return nil, errNotSupported
 }
 
 // queryMS parses an optional millisecond parameter (unsigned decimal, at
@@ -161,11 +152,6 @@ func (s *Server) parsePublishExt(c *gin.Context, p *publishParams) (publishExt, 
 		x.key = qk
 	default:
 		x.key = hk
-	}
-	if x.priority > 0 || x.key != "" {
-		if _, err := extended(c); err != nil {
-			return x, err
-		}
 	}
 	return x, nil
 }
@@ -280,11 +266,7 @@ func parseReceipt(c *gin.Context) (string, error) {
 // the ACK of one delivery. 204 when the receipt is the job's current
 // delivery, 409 when it is stale, 404 when there is no such job.
 func (s *Server) ackReceipt(c *gin.Context) {
-	x, err := extended(c)
-	if err != nil {
-		s.failAPI(c, err)
-		return
-	}
+	x := state(c).eng
 	receipt, err := parseReceipt(c)
 	if err != nil {
 		s.failAPI(c, err)
@@ -302,11 +284,7 @@ func (s *Server) ackReceipt(c *gin.Context) {
 // seconds), or after the queue's backoff policy when neither is given.
 // keep_try=true gives back the try the delivery spent.
 func (s *Server) release(c *gin.Context) {
-	x, err := extended(c)
-	if err != nil {
-		s.failAPI(c, err)
-		return
-	}
+	x := state(c).eng
 	receipt, err := parseReceipt(c)
 	if err != nil {
 		s.failAPI(c, err)
@@ -360,11 +338,7 @@ type touchResponse struct {
 // touch serves PUT /api/:namespace/:queue/job/:job_id/touch: the delivery's
 // TTR restarts from now with ttr_ms (or ttr seconds, default TTRSecond).
 func (s *Server) touch(c *gin.Context) {
-	x, err := extended(c)
-	if err != nil {
-		s.failAPI(c, err)
-		return
-	}
+	x := state(c).eng
 	receipt, err := parseReceipt(c)
 	if err != nil {
 		s.failAPI(c, err)
@@ -395,11 +369,7 @@ func (s *Server) touch(c *gin.Context) {
 // job published with that idempotency key (any bytes but an empty key;
 // percent-encode '/').
 func (s *Server) cancelKey(c *gin.Context) {
-	x, err := extended(c)
-	if err != nil {
-		s.failAPI(c, err)
-		return
-	}
+	x := state(c).eng
 	key := strings.TrimPrefix(c.Param("key"), "/")
 	if key == "" || len(key) > maxJobKey {
 		s.failAPI(c, errInvalidJobKey)
@@ -421,11 +391,7 @@ func (s *Server) cancelKey(c *gin.Context) {
 // paused flag of the queue's settings changes.
 func (s *Server) setPaused(paused bool) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		x, err := extended(c)
-		if err != nil {
-			s.failAPI(c, err)
-			return
-		}
+		x := state(c).eng
 		ctx, ns, q := c.Request.Context(), c.Param("namespace"), c.Param("queue")
 		cfg, err := x.QueueConfig(ctx, ns, q)
 		if err != nil {
@@ -452,11 +418,7 @@ type deadJobsResponse struct {
 // dead jobs oldest first, with bodies, reasons and times. next_offset is
 // the offset of the next page, -1 after the last one.
 func (s *Server) listDeadLetter(c *gin.Context) {
-	x, err := extended(c)
-	if err != nil {
-		s.failAPI(c, err)
-		return
-	}
+	x := state(c).eng
 	offset, err := queryInt64(c, "offset", 0, 0, errInvalidOffset)
 	if err != nil {
 		s.failAPI(c, err)
@@ -500,11 +462,7 @@ func (s *Server) listDeadLetter(c *gin.Context) {
 // one dead job back to the ready queue with one try (404 when it is not
 // dead).
 func (s *Server) respawnDeadJob(c *gin.Context) {
-	x, err := extended(c)
-	if err != nil {
-		s.failAPI(c, err)
-		return
-	}
+	x := state(c).eng
 	ttl, err := queryInt64(c, "ttl", int64(s.def.ttl), 0, errInvalidTTL)
 	if err != nil || ttl > maxDurationSeconds {
 		s.failAPI(c, errInvalidTTL)
@@ -521,11 +479,7 @@ func (s *Server) respawnDeadJob(c *gin.Context) {
 // deleteDeadJob serves DELETE /api/:namespace/:queue/deadletter/job/:job_id
 // (404 when it is not dead).
 func (s *Server) deleteDeadJob(c *gin.Context) {
-	x, err := extended(c)
-	if err != nil {
-		s.failAPI(c, err)
-		return
-	}
+	x := state(c).eng
 	if err := x.DeleteDeadJob(c.Request.Context(), c.Param("namespace"), c.Param("queue"), c.Param("job_id")); err != nil {
 		s.failAPI(c, err)
 		return

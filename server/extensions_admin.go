@@ -45,8 +45,8 @@ var (
 const redactedSecret = "REDACTED"
 
 // adminQueue reads and checks the pool, namespace and queue of an admin
-// queue route and returns the pool's engine as an engine.Extended.
-func (s *Server) adminQueue(c *gin.Context) (pool, ns, q string, x engine.Extended, ok bool) {
+// queue route and returns the pool's engine.
+func (s *Server) adminQueue(c *gin.Context) (pool, ns, q string, x engine.Engine, ok bool) {
 	ns, q = c.Param("namespace"), c.Param("queue")
 	if err := validateNames(ns, q); err != nil {
 		s.failAdmin(c, err)
@@ -61,12 +61,7 @@ func (s *Server) adminQueue(c *gin.Context) (pool, ns, q string, x engine.Extend
 		s.failAdmin(c, errAdminPool)
 		return "", "", "", nil, false
 	}
-	x, isExt := eng.(engine.Extended)
-	if !isExt {
-		s.failAdmin(c, errNotSupported)
-		return "", "", "", nil, false
-	}
-	return pool, ns, q, x, true
+	return pool, ns, q, eng, true
 }
 
 // decodeAdminJSON decodes a JSON object body of at most maxAdminBody bytes

@@ -15,100 +15,11 @@ import (
 	"github.com/kairos-dev/kairos/server/webhook"
 )
 
-// fakeExt is an engine.Extended: the fakeEngine plus function fields for
-// the extensions (nil answers errUnexpected). Every call is recorded.
-type fakeExt struct {
-	*fakeEngine
-	ack            func(ctx context.Context, ns, q, id, receipt string) error
-	release        func(ctx context.Context, r *engine.ReleaseRequest) error
-	touch          func(ctx context.Context, ns, q, id, receipt string, ttr time.Duration) (time.Time, error)
-	cancelKey      func(ctx context.Context, ns, q, key string) (string, error)
-	queueConfig    func(ctx context.Context, ns, q string) (engine.QueueConfig, error)
-	setQueueConfig func(ctx context.Context, ns, q string, cfg engine.QueueConfig) error
-	listDead       func(ctx context.Context, ns, q string, offset, limit int64) ([]*engine.Job, error)
-	respawnOne     func(ctx context.Context, ns, q, id string, ttl time.Duration) error
-	deleteOne      func(ctx context.Context, ns, q, id string) error
-}
-
-var _ engine.Extended = (*fakeExt)(nil)
-
-func (f *fakeExt) Ack(ctx context.Context, ns, q, id, receipt string) error {
-	f.record("Ack")
-	if f.ack == nil {
-		return errUnexpected
-	}
-	return f.ack(ctx, ns, q, id, receipt)
-}
-
-func (f *fakeExt) Release(ctx context.Context, r *engine.ReleaseRequest) error {
-	f.record("Release")
-	if f.release == nil {
-		return errUnexpected
-	}
-	return f.release(ctx, r)
-}
-
-func (f *fakeExt) Touch(ctx context.Context, ns, q, id, receipt string, ttr time.Duration) (time.Time, error) {
-	f.record("Touch")
-	if f.touch == nil {
-		return time.Time{}, errUnexpected
-	}
-	return f.touch(ctx, ns, q, id, receipt, ttr)
-}
-
-func (f *fakeExt) CancelKey(ctx context.Context, ns, q, key string) (string, error) {
-	f.record("CancelKey")
-	if f.cancelKey == nil {
-		return "", errUnexpected
-	}
-	return f.cancelKey(ctx, ns, q, key)
-}
-
-func (f *fakeExt) QueueConfig(ctx context.Context, ns, q string) (engine.QueueConfig, error) {
-	f.record("QueueConfig")
-	if f.queueConfig == nil {
-		return engine.QueueConfig{}, errUnexpected
-	}
-	return f.queueConfig(ctx, ns, q)
-}
-
-func (f *fakeExt) SetQueueConfig(ctx context.Context, ns, q string, cfg engine.QueueConfig) error {
-	f.record("SetQueueConfig")
-	if f.setQueueConfig == nil {
-		return errUnexpected
-	}
-	return f.setQueueConfig(ctx, ns, q, cfg)
-}
-
-func (f *fakeExt) ListDeadLetter(ctx context.Context, ns, q string, offset, limit int64) ([]*engine.Job, error) {
-	f.record("ListDeadLetter")
-	if f.listDead == nil {
-		return nil, errUnexpected
-	}
-	return f.listDead(ctx, ns, q, offset, limit)
-}
-
-func (f *fakeExt) RespawnDeadJob(ctx context.Context, ns, q, id string, ttl time.Duration) error {
-	f.record("RespawnDeadJob")
-	if f.respawnOne == nil {
-		return errUnexpected
-	}
-	return f.respawnOne(ctx, ns, q, id, ttl)
-}
-
-func (f *fakeExt) DeleteDeadJob(ctx context.Context, ns, q, id string) error {
-	f.record("DeleteDeadJob")
-	if f.deleteOne == nil {
-		return errUnexpected
-	}
-	return f.deleteOne(ctx, ns, q, id)
-}
-
-// newExtEnv is newEnv with an extended fake engine for the default pool
-// (pool "b" keeps the plain fakeEngine, for the 501 cases).
-func newExtEnv(t testing.TB, opts ...envOption) (*testEnv, *fakeExt) {
+// newExtEnv is newEnv with a fresh fake engine for the default pool,
+// returned for the tests to set up.
+func newExtEnv(t testing.TB, opts ...envOption) (*testEnv, *fakeEngine) {
 	t.Helper()
-	x := &fakeExt{fakeEngine: &fakeEngine{}}
+	x := &fakeEngine{}
 	opts = append([]envOption{func(_ *config.Config, d *Deps) { d.Engines["default"] = x }}, opts...)
 	env := newEnv(t, opts...)
 	return env, x
@@ -256,17 +167,6 @@ func TestExtPublish(t *testing.T) {
 			expect(t, w, 400, `{"error":"job_key is not allowed in bulk publish"}`)
 		}
 	})
-	t.Run("an engine without the extensions", func(t *testing.T) {
-		env := newEnv(t)
-		env.engB.publish = func(_ context.Context, r *engine.PublishRequest) (string, error) { return id, nil }
-		for _, q := range []string{"priority=1", "job_key=k"} {
-			w := env.api(t, request{method: "PUT", target: "/api/ns/q?" + q, body: "x", header: tok(poolBToken)})
-			expect(t, w, 501, `{"error":"not supported by this engine"}`)
-		}
-		// Millisecond delays need nothing more than the Engine interface.
-		w := env.api(t, request{method: "PUT", target: "/api/ns/q?delay_ms=5&priority=0", body: "x", header: tok(poolBToken)})
-		expect(t, w, 201, created)
-	})
 }
 
 // TestExtConsume covers ttr_ms, timeout_ms and the receipt.
@@ -346,23 +246,23 @@ func TestExtJobRoutes(t *testing.T) {
 	tests := []struct {
 		name   string
 		req    request
-		setup  func(x *fakeExt, got *[]any)
+		setup  func(x *fakeEngine, got *[]any)
 		status int
 		resp   string
 		args   []any
 	}{
 		// ACK with a receipt.
 		{name: "ack with receipt", req: request{method: "DELETE", target: "/api/ns/q/job/J?receipt=" + testReceipt, header: tok(goodToken)},
-			setup: func(x *fakeExt, got *[]any) {
+			setup: func(x *fakeEngine, got *[]any) {
 				x.ack = func(_ context.Context, ns, q, id, r string) error { *got = append(*got, ns, q, id, r); return nil }
 			}, status: 204, args: []any{"ns", "q", "J", testReceipt}},
 		{name: "ack stale", req: request{method: "DELETE", target: "/api/ns/q/job/J?receipt=" + testReceipt, header: tok(goodToken)},
-			setup: func(x *fakeExt, _ *[]any) {
+			setup: func(x *fakeEngine, _ *[]any) {
 				x.ack = func(context.Context, string, string, string, string) error { return stale }
 			},
 			status: 409, resp: `{"error":"stale receipt"}`},
 		{name: "ack unknown", req: request{method: "DELETE", target: "/api/ns/q/job/J?receipt=" + testReceipt, header: tok(goodToken)},
-			setup: func(x *fakeExt, _ *[]any) {
+			setup: func(x *fakeEngine, _ *[]any) {
 				x.ack = func(context.Context, string, string, string, string) error { return missing }
 			},
 			status: 404, resp: `{"error":"job not found"}`},
@@ -371,33 +271,33 @@ func TestExtJobRoutes(t *testing.T) {
 		{name: "ack bad receipt", req: request{method: "DELETE", target: "/api/ns/q/job/J?receipt=0123456789abcdeg", header: tok(goodToken)},
 			status: 400, resp: `{"error":"invalid receipt"}`},
 		{name: "ack without receipt is lmstfy's", req: request{method: "DELETE", target: "/api/ns/q/job/J", header: tok(goodToken)},
-			setup: func(x *fakeExt, got *[]any) {
+			setup: func(x *fakeEngine, got *[]any) {
 				x.del = func(_ context.Context, ns, q, id string) error { *got = append(*got, ns, q, id); return nil }
 			}, status: 204, args: []any{"ns", "q", "J"}},
 
 		// Release.
 		{name: "release with the policy", req: request{method: "PUT", target: "/api/ns/q/job/J/release?receipt=" + testReceipt, header: tok(goodToken)},
-			setup: func(x *fakeExt, got *[]any) {
+			setup: func(x *fakeEngine, got *[]any) {
 				x.release = func(_ context.Context, r *engine.ReleaseRequest) error { *got = append(*got, *r); return nil }
 			}, status: 204,
 			args: []any{engine.ReleaseRequest{Namespace: "ns", Queue: "q", ID: "J", Receipt: testReceipt, UsePolicy: true, Reason: engine.ReasonNacked}}},
 		{name: "release delay_ms keep_try", req: request{method: "PUT", target: "/api/ns/q/job/J/release?receipt=" + testReceipt + "&delay_ms=250&delay=9&keep_try=true", header: tok(goodToken)},
-			setup: func(x *fakeExt, got *[]any) {
+			setup: func(x *fakeEngine, got *[]any) {
 				x.release = func(_ context.Context, r *engine.ReleaseRequest) error { *got = append(*got, *r); return nil }
 			}, status: 204,
 			args: []any{engine.ReleaseRequest{Namespace: "ns", Queue: "q", ID: "J", Receipt: testReceipt, Delay: 250 * time.Millisecond, KeepTry: true, Reason: engine.ReasonNacked}}},
 		{name: "release delay 0", req: request{method: "PUT", target: "/api/ns/q/job/J/release?receipt=" + testReceipt + "&delay=0&keep_try=0", header: tok(goodToken)},
-			setup: func(x *fakeExt, got *[]any) {
+			setup: func(x *fakeEngine, got *[]any) {
 				x.release = func(_ context.Context, r *engine.ReleaseRequest) error { *got = append(*got, *r); return nil }
 			}, status: 204,
 			args: []any{engine.ReleaseRequest{Namespace: "ns", Queue: "q", ID: "J", Receipt: testReceipt, Reason: engine.ReasonNacked}}},
 		{name: "release stale", req: request{method: "PUT", target: "/api/ns/q/job/J/release?receipt=" + testReceipt, header: tok(goodToken)},
-			setup: func(x *fakeExt, _ *[]any) {
+			setup: func(x *fakeEngine, _ *[]any) {
 				x.release = func(context.Context, *engine.ReleaseRequest) error { return stale }
 			},
 			status: 409, resp: `{"error":"stale receipt"}`},
 		{name: "release unknown", req: request{method: "PUT", target: "/api/ns/q/job/J/release?receipt=" + testReceipt, header: tok(goodToken)},
-			setup: func(x *fakeExt, _ *[]any) {
+			setup: func(x *fakeEngine, _ *[]any) {
 				x.release = func(context.Context, *engine.ReleaseRequest) error { return missing }
 			},
 			status: 404, resp: `{"error":"job not found"}`},
@@ -414,28 +314,28 @@ func TestExtJobRoutes(t *testing.T) {
 
 		// Touch.
 		{name: "touch ttr_ms", req: request{method: "PUT", target: "/api/ns/q/job/J/touch?receipt=" + testReceipt + "&ttr=9&ttr_ms=1500", header: tok(goodToken)},
-			setup: func(x *fakeExt, got *[]any) {
+			setup: func(x *fakeEngine, got *[]any) {
 				x.touch = func(_ context.Context, ns, q, id, r string, ttr time.Duration) (time.Time, error) {
 					*got = append(*got, ns, q, id, r, ttr)
 					return time.UnixMilli(1700000001500), nil
 				}
 			}, status: 200, resp: `{"due_at_ms":1700000001500,"job_id":"J"}`, args: []any{"ns", "q", "J", testReceipt, 1500 * time.Millisecond}},
 		{name: "touch ttr", req: request{method: "PUT", target: "/api/ns/q/job/J/touch?receipt=" + testReceipt + "&ttr=30", header: tok(goodToken)},
-			setup: func(x *fakeExt, got *[]any) {
+			setup: func(x *fakeEngine, got *[]any) {
 				x.touch = func(_ context.Context, _, _, _, _ string, ttr time.Duration) (time.Time, error) {
 					*got = append(*got, ttr)
 					return time.UnixMilli(5), nil
 				}
 			}, status: 200, resp: `{"due_at_ms":5,"job_id":"J"}`, args: []any{30 * time.Second}},
 		{name: "touch default ttr", req: request{method: "PUT", target: "/api/ns/q/job/J/touch?receipt=" + testReceipt, header: tok(goodToken)},
-			setup: func(x *fakeExt, got *[]any) {
+			setup: func(x *fakeEngine, got *[]any) {
 				x.touch = func(_ context.Context, _, _, _, _ string, ttr time.Duration) (time.Time, error) {
 					*got = append(*got, ttr)
 					return time.UnixMilli(5), nil
 				}
 			}, status: 200, resp: `{"due_at_ms":5,"job_id":"J"}`, args: []any{120 * time.Second}},
 		{name: "touch stale", req: request{method: "PUT", target: "/api/ns/q/job/J/touch?receipt=" + testReceipt, header: tok(goodToken)},
-			setup: func(x *fakeExt, _ *[]any) {
+			setup: func(x *fakeEngine, _ *[]any) {
 				x.touch = func(context.Context, string, string, string, string, time.Duration) (time.Time, error) {
 					return time.Time{}, stale
 				}
@@ -447,18 +347,18 @@ func TestExtJobRoutes(t *testing.T) {
 
 		// Cancel by key.
 		{name: "cancel key", req: request{method: "DELETE", target: "/api/ns/q/job_key/order-42", header: tok(goodToken)},
-			setup: func(x *fakeExt, got *[]any) {
+			setup: func(x *fakeEngine, got *[]any) {
 				x.cancelKey = func(_ context.Context, ns, q, k string) (string, error) {
 					*got = append(*got, ns, q, k)
 					return "ID1", nil
 				}
 			}, status: 200, resp: `{"job_id":"ID1","msg":"cancelled"}`, args: []any{"ns", "q", "order-42"}},
 		{name: "cancel key with a slash", req: request{method: "DELETE", target: "/api/ns/q/job_key/a%2Fb/c", header: tok(goodToken)},
-			setup: func(x *fakeExt, got *[]any) {
+			setup: func(x *fakeEngine, got *[]any) {
 				x.cancelKey = func(_ context.Context, _, _, k string) (string, error) { *got = append(*got, k); return "ID1", nil }
 			}, status: 200, resp: `{"job_id":"ID1","msg":"cancelled"}`, args: []any{"a/b/c"}},
 		{name: "cancel unknown key", req: request{method: "DELETE", target: "/api/ns/q/job_key/nope", header: tok(goodToken)},
-			setup: func(x *fakeExt, _ *[]any) {
+			setup: func(x *fakeEngine, _ *[]any) {
 				x.cancelKey = func(context.Context, string, string, string) (string, error) { return "", missing }
 			},
 			status: 404, resp: `{"error":"job key not found"}`},
@@ -467,7 +367,7 @@ func TestExtJobRoutes(t *testing.T) {
 
 		// Pause and resume keep the other settings.
 		{name: "pause", req: request{method: "PUT", target: "/api/ns/q/pause", header: tok(goodToken)},
-			setup: func(x *fakeExt, got *[]any) {
+			setup: func(x *fakeEngine, got *[]any) {
 				x.queueConfig = func(context.Context, string, string) (engine.QueueConfig, error) {
 					return engine.QueueConfig{Backoff: &engine.Backoff{Kind: "fixed", Base: time.Second}, DeadTTL: time.Hour}, nil
 				}
@@ -477,7 +377,7 @@ func TestExtJobRoutes(t *testing.T) {
 				}
 			}, status: 204, args: []any{"ns", "q", "fixed:1s", time.Hour, true}},
 		{name: "resume", req: request{method: "PUT", target: "/api/ns/q/resume", header: tok(goodToken)},
-			setup: func(x *fakeExt, got *[]any) {
+			setup: func(x *fakeEngine, got *[]any) {
 				x.queueConfig = func(context.Context, string, string) (engine.QueueConfig, error) {
 					return engine.QueueConfig{Paused: true}, nil
 				}
@@ -491,26 +391,26 @@ func TestExtJobRoutes(t *testing.T) {
 
 		// Peek with the Kairos fields.
 		{name: "peek job with the header", req: request{method: "GET", target: "/api/ns/q/job/" + id, header: extHdr},
-			setup: func(x *fakeExt, _ *[]any) {
+			setup: func(x *fakeEngine, _ *[]any) {
 				x.peekJob = func(context.Context, string, string, string) (*engine.Job, error) { return deadJob, nil }
 			}, status: 200, resp: deadJSON},
 		{name: "peek in-flight job with the header", req: request{method: "GET", target: "/api/ns/q/job/" + id, header: extHdr},
-			setup: func(x *fakeExt, _ *[]any) {
+			setup: func(x *fakeEngine, _ *[]any) {
 				x.peekJob = func(context.Context, string, string, string) (*engine.Job, error) { return flying, nil }
 			}, status: 200, resp: flyingJSON},
 		{name: "peek job without the header is lmstfy's", req: request{method: "GET", target: "/api/ns/q/job/" + id, header: tok(goodToken)},
-			setup: func(x *fakeExt, _ *[]any) {
+			setup: func(x *fakeEngine, _ *[]any) {
 				x.peekJob = func(context.Context, string, string, string) (*engine.Job, error) { return flying, nil }
 			}, status: 200,
 			resp: `{"attributes":null,"data":"aGk=","elapsed_ms":1500,"job_id":"` + id + `","namespace":"ns","queue":"q","remain_tries":1,"ttl":10}`},
 		{name: "peek queue with the header", req: request{method: "GET", target: "/api/ns/q/peek", header: extHdr},
-			setup: func(x *fakeExt, _ *[]any) {
+			setup: func(x *fakeEngine, _ *[]any) {
 				x.peekQueue = func(context.Context, string, string) (*engine.Job, error) { return flying, nil }
 			}, status: 200, resp: flyingJSON},
 
 		// Dead letter browsing.
 		{name: "list dead letter, full page", req: request{method: "GET", target: "/api/ns/q/deadletter/jobs?offset=2&limit=1", header: tok(goodToken)},
-			setup: func(x *fakeExt, got *[]any) {
+			setup: func(x *fakeEngine, got *[]any) {
 				x.listDead = func(_ context.Context, ns, q string, off, lim int64) ([]*engine.Job, error) {
 					*got = append(*got, ns, q, off, lim)
 					return []*engine.Job{deadJob}, nil
@@ -518,7 +418,7 @@ func TestExtJobRoutes(t *testing.T) {
 				x.deadLetterSize = func(context.Context, string, string) (int64, error) { return 5, nil }
 			}, status: 200, resp: `{"jobs":[` + deadJSON + `],"next_offset":3}`, args: []any{"ns", "q", int64(2), int64(1)}},
 		{name: "list dead letter, last page", req: request{method: "GET", target: "/api/ns/q/deadletter/jobs", header: tok(goodToken)},
-			setup: func(x *fakeExt, got *[]any) {
+			setup: func(x *fakeEngine, got *[]any) {
 				x.listDead = func(_ context.Context, _, _ string, off, lim int64) ([]*engine.Job, error) {
 					*got = append(*got, off, lim)
 					return []*engine.Job{deadJob, deadJob}, nil
@@ -526,14 +426,14 @@ func TestExtJobRoutes(t *testing.T) {
 				x.deadLetterSize = func(context.Context, string, string) (int64, error) { return 2, nil }
 			}, status: 200, resp: `{"jobs":[` + deadJSON + `,` + deadJSON + `],"next_offset":-1}`, args: []any{int64(0), int64(20)}},
 		{name: "list dead letter, short page with more behind (stale entries skipped)", req: request{method: "GET", target: "/api/ns/q/deadletter/jobs?limit=2", header: tok(goodToken)},
-			setup: func(x *fakeExt, _ *[]any) {
+			setup: func(x *fakeEngine, _ *[]any) {
 				x.listDead = func(context.Context, string, string, int64, int64) ([]*engine.Job, error) {
 					return []*engine.Job{deadJob}, nil
 				}
 				x.deadLetterSize = func(context.Context, string, string) (int64, error) { return 3, nil }
 			}, status: 200, resp: `{"jobs":[` + deadJSON + `],"next_offset":2}`},
 		{name: "list empty dead letter", req: request{method: "GET", target: "/api/ns/q/deadletter/jobs", header: tok(goodToken)},
-			setup: func(x *fakeExt, _ *[]any) {
+			setup: func(x *fakeEngine, _ *[]any) {
 				x.listDead = func(context.Context, string, string, int64, int64) ([]*engine.Job, error) { return nil, nil }
 				x.deadLetterSize = func(context.Context, string, string) (int64, error) { return 0, nil }
 			}, status: 200, resp: `{"jobs":[],"next_offset":-1}`},
@@ -542,40 +442,40 @@ func TestExtJobRoutes(t *testing.T) {
 		{name: "list bad offset", req: request{method: "GET", target: "/api/ns/q/deadletter/jobs?offset=-1", header: tok(goodToken)}, status: 400, resp: `{"error":"invalid offset"}`},
 		{name: "list huge offset", req: request{method: "GET", target: "/api/ns/q/deadletter/jobs?offset=9223372036854775807", header: tok(goodToken)}, status: 400, resp: `{"error":"invalid offset"}`},
 		{name: "respawn one", req: request{method: "PUT", target: "/api/ns/q/deadletter/job/J?ttl=60", header: tok(goodToken)},
-			setup: func(x *fakeExt, got *[]any) {
+			setup: func(x *fakeEngine, got *[]any) {
 				x.respawnOne = func(_ context.Context, ns, q, id string, ttl time.Duration) error {
 					*got = append(*got, ns, q, id, ttl)
 					return nil
 				}
 			}, status: 204, args: []any{"ns", "q", "J", time.Minute}},
 		{name: "respawn one, default ttl", req: request{method: "PUT", target: "/api/ns/q/deadletter/job/J", header: tok(goodToken)},
-			setup: func(x *fakeExt, got *[]any) {
+			setup: func(x *fakeEngine, got *[]any) {
 				x.respawnOne = func(_ context.Context, _, _, _ string, ttl time.Duration) error { *got = append(*got, ttl); return nil }
 			}, status: 204, args: []any{86400 * time.Second}},
 		{name: "respawn one not dead", req: request{method: "PUT", target: "/api/ns/q/deadletter/job/J", header: tok(goodToken)},
-			setup: func(x *fakeExt, _ *[]any) {
+			setup: func(x *fakeEngine, _ *[]any) {
 				x.respawnOne = func(context.Context, string, string, string, time.Duration) error { return missing }
 			},
 			status: 404, resp: `{"error":"job not found"}`},
 		{name: "respawn one bad ttl", req: request{method: "PUT", target: "/api/ns/q/deadletter/job/J?ttl=-1", header: tok(goodToken)}, status: 400, resp: `{"error":"invalid ttl"}`},
 		{name: "delete one", req: request{method: "DELETE", target: "/api/ns/q/deadletter/job/J", header: tok(goodToken)},
-			setup: func(x *fakeExt, got *[]any) {
+			setup: func(x *fakeEngine, got *[]any) {
 				x.deleteOne = func(_ context.Context, ns, q, id string) error { *got = append(*got, ns, q, id); return nil }
 			}, status: 204, args: []any{"ns", "q", "J"}},
 		{name: "delete one not dead", req: request{method: "DELETE", target: "/api/ns/q/deadletter/job/J", header: tok(goodToken)},
-			setup: func(x *fakeExt, _ *[]any) {
+			setup: func(x *fakeEngine, _ *[]any) {
 				x.deleteOne = func(context.Context, string, string, string) error { return missing }
 			},
 			status: 404, resp: `{"error":"job not found"}`},
 		{name: "respawn all", req: request{method: "PUT", target: "/api/ns/q/deadletter?limit=all&ttl=10", header: tok(goodToken)},
-			setup: func(x *fakeExt, got *[]any) {
+			setup: func(x *fakeEngine, got *[]any) {
 				x.respawn = func(_ context.Context, _, _ string, limit int64, ttl time.Duration) (int64, error) {
 					*got = append(*got, limit, ttl)
 					return 7, nil
 				}
 			}, status: 200, resp: `{"count":7,"msg":"respawned"}`, args: []any{int64(1<<63 - 1), 10 * time.Second}},
 		{name: "delete all", req: request{method: "DELETE", target: "/api/ns/q/deadletter?limit=all", header: tok(goodToken)},
-			setup: func(x *fakeExt, got *[]any) {
+			setup: func(x *fakeEngine, got *[]any) {
 				x.deleteDead = func(_ context.Context, _, _ string, limit int64) (int64, error) {
 					*got = append(*got, limit)
 					return 7, nil
@@ -600,29 +500,6 @@ func TestExtJobRoutes(t *testing.T) {
 				t.Fatalf("engine called: %v", x.Calls())
 			}
 		})
-	}
-}
-
-// TestExtNotSupported: every extension route answers 501 on an engine
-// without the extensions (pool b's plain fake).
-func TestExtNotSupported(t *testing.T) {
-	env := newEnv(t)
-	for _, r := range []struct{ method, target string }{
-		{"DELETE", "/api/ns/q/job/J?receipt=" + testReceipt},
-		{"PUT", "/api/ns/q/job/J/release?receipt=" + testReceipt},
-		{"PUT", "/api/ns/q/job/J/touch?receipt=" + testReceipt},
-		{"DELETE", "/api/ns/q/job_key/k"},
-		{"PUT", "/api/ns/q/pause"},
-		{"PUT", "/api/ns/q/resume"},
-		{"GET", "/api/ns/q/deadletter/jobs"},
-		{"PUT", "/api/ns/q/deadletter/job/J"},
-		{"DELETE", "/api/ns/q/deadletter/job/J"},
-	} {
-		w := env.api(t, request{method: r.method, target: r.target, header: tok(poolBToken)})
-		expect(t, w, 501, `{"error":"not supported by this engine"}`)
-	}
-	if calls := env.engB.Calls(); len(calls) != 0 {
-		t.Fatalf("engine called: %v", calls)
 	}
 }
 
@@ -750,7 +627,6 @@ func TestExtAdmin(t *testing.T) {
 			`{"error":"invalid queue config: the body should be a JSON object {\"backoff\":string,\"dead_ttl_ms\":int,\"paused\":bool}"}`},
 		{"body too large", request{method: "PUT", target: "/queue/ns/q/config", body: `{"backoff":"` + strings.Repeat("1s,", 30000) + `"}`}, 413, `{"error":"body too large"}`},
 		{"unknown pool", request{method: "GET", target: "/queue/ns/q/config?pool=nope"}, 400, `{"error":"the pool was not exists"}`},
-		{"plain engine", request{method: "GET", target: "/queue/ns/q/config?pool=b"}, 501, `{"error":"not supported by this engine"}`},
 		{"bad queue name", request{method: "GET", target: "/queue/ns/_q/config"}, 400, `{"error":"queue name contains forbidden characters"}`},
 
 		{"no webhook", request{method: "GET", target: "/webhook/ns/q"}, 404, `{"error":"webhook not found"}`},
@@ -781,7 +657,6 @@ func TestExtAdmin(t *testing.T) {
 			`{"concurrency":1,"namespace":"ns","pool":"default","queue":"q2","secret":"REDACTED","timeout_ms":1,"ttr_ms":2,"url":"https://example.com/hook"}`},
 		{"unknown webhook field", request{method: "PUT", target: "/webhook/ns/q", body: `{"url":"http://x","secret":"s","retries":3}`}, 400,
 			`{"error":"invalid webhook: the body should be a JSON object {\"url\":string,\"secret\":string,\"concurrency\":int,\"ttr_ms\":int,\"timeout_ms\":int}"}`},
-		{"webhook on a plain engine", request{method: "PUT", target: "/webhook/ns/q?pool=b", body: `{"url":"http://x","secret":"s"}`}, 501, `{"error":"not supported by this engine"}`},
 		{"delete it", request{method: "DELETE", target: "/webhook/ns/q"}, 204, ""},
 		{"delete it again", request{method: "DELETE", target: "/webhook/ns/q"}, 404, `{"error":"webhook not found"}`},
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/sirupsen/logrus"
 
-	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/engine"
 )
 
@@ -400,8 +399,7 @@ type fastConn interface {
 // what the answer, the metrics and the logs need.
 type fastItem struct {
 	kind    fastKind
-	eng     engine.Batcher
-	full    engine.Engine // eng as an Engine, for a consume that waits
+	eng     engine.Engine
 	pool    string
 	ns, q   string
 	token   string
@@ -440,18 +438,11 @@ const (
 // admits it (admit, inline: no I/O), and returns it: ready for the engine,
 // refused (it.refused: answer it.err), or to admit again off the loop
 // (it.later). It returns false when net/http must answer the request (a
-// parameter it does not take, or the pool's engine cannot batch); nothing
-// has happened then.
+// parameter it does not take); nothing has happened then.
 func (s *Server) takeFast(ctx context.Context, r *fastRequest, ip string, conn fastConn, now time.Time) (*fastItem, bool) {
-	var b engine.Batcher
-	if eng, ok := s.engines[auth.ParsePool(r.token)]; ok {
-		if b, ok = eng.(engine.Batcher); !ok {
-			return nil, false
-		}
-	}
 	ns, q := string(r.namespace), string(r.queue)
 	it := fastPool.Get().(*fastItem)
-	*it = fastItem{kind: r.kind, eng: b, ns: ns, q: q, start: now, ip: ip, conn: conn}
+	*it = fastItem{kind: r.kind, ns: ns, q: q, start: now, ip: ip, conn: conn}
 	fail := func() (*fastItem, bool) {
 		putFast(it)
 		return nil, false
@@ -512,7 +503,7 @@ func (s *Server) takeFast(ctx context.Context, r *fastRequest, ip string, conn f
 func (s *Server) admitted(it *fastItem, err error) {
 	a := &it.adm
 	it.pool, it.token, it.later = a.pool, a.token, false
-	it.full = a.eng
+	it.eng = a.eng
 	switch {
 	case errors.Is(err, errAdmitLater):
 		it.later = true
@@ -554,10 +545,10 @@ func (s *Server) runFast(items []*fastItem, date []byte) {
 		return
 	}
 	ctx := context.Background()
-	// The kinds present, in the order they run; with one engine that can,
-	// their calls share round trips (engine.Pipeliner).
+	// The kinds present, in the order they run; with one engine, their
+	// calls share round trips where it can (engine.Pipeliner).
 	var present [kindAck + 1]bool
-	var eng engine.Batcher
+	var eng engine.Engine
 	oneEngine := true
 	for _, it := range items {
 		if it.refused {
@@ -575,12 +566,12 @@ func (s *Server) runFast(items []*fastItem, date []byte) {
 			kinds = append(kinds, kind)
 		}
 	}
-	if p, ok := eng.(engine.Pipeliner); ok && oneEngine && len(kinds) > 1 {
+	if oneEngine && len(kinds) > 1 {
 		steps := make([]func(context.Context), len(kinds))
 		for i, kind := range kinds {
 			steps[i] = func(ctx context.Context) { s.runKind(ctx, items, kind) }
 		}
-		p.Together(ctx, steps...)
+		eng.Together(ctx, steps...)
 	} else {
 		for _, kind := range kinds {
 			s.runKind(ctx, items, kind)
@@ -603,7 +594,7 @@ func putFast(it *fastItem) {
 // runKind makes the engine calls for the items of one kind.
 func (s *Server) runKind(ctx context.Context, items []*fastItem, kind fastKind) {
 	for {
-		var eng engine.Batcher
+		var eng engine.Engine
 		var mine []*fastItem
 		for _, it := range items {
 			if it.kind != kind || it.ran {

@@ -404,10 +404,9 @@ func FuzzRequest(f *testing.F) {
 	})
 }
 
-// notConfigured are the 501 answers of a server whose engine lacks the
-// Kairos extensions or that has no webhook manager, as FuzzRequest's fakes.
+// notConfigured are the 501 answers of a server that has no webhook
+// manager, as FuzzRequest's.
 var notConfigured = map[string]bool{
-	`{"error":"not supported by this engine"}`:            true,
 	`{"error":"webhooks are not enabled on this server"}`: true,
 }
 

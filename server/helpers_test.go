@@ -42,9 +42,116 @@ type fakeEngine struct {
 	respawn        func(ctx context.Context, ns, q string, limit int64, ttl time.Duration) (int64, error)
 	deleteDead     func(ctx context.Context, ns, q string, limit int64) (int64, error)
 	info           func(ctx context.Context) (map[string][]string, error)
+
+	// The extensions.
+	ack            func(ctx context.Context, ns, q, id, receipt string) error
+	release        func(ctx context.Context, r *engine.ReleaseRequest) error
+	touch          func(ctx context.Context, ns, q, id, receipt string, ttr time.Duration) (time.Time, error)
+	cancelKey      func(ctx context.Context, ns, q, key string) (string, error)
+	queueConfig    func(ctx context.Context, ns, q string) (engine.QueueConfig, error)
+	setQueueConfig func(ctx context.Context, ns, q string, cfg engine.QueueConfig) error
+	listDead       func(ctx context.Context, ns, q string, offset, limit int64) ([]*engine.Job, error)
+	respawnOne     func(ctx context.Context, ns, q, id string, ttl time.Duration) error
+	deleteOne      func(ctx context.Context, ns, q, id string) error
 }
 
 var _ engine.Engine = (*fakeEngine)(nil)
+
+// The event loops' forms of the hot operations: engine.Serial's, over the
+// function fields above (so a batch records "Publish", "Consume" or
+// "Delete" per request).
+
+func (f *fakeEngine) PublishEach(ctx context.Context, reqs []*engine.PublishRequest, ids []string, errs []error) {
+	engine.Serial{E: f}.PublishEach(ctx, reqs, ids, errs)
+}
+
+func (f *fakeEngine) ConsumeEach(ctx context.Context, reqs []*engine.ConsumeRequest, jobs [][]*engine.Job, errs []error) {
+	engine.Serial{E: f}.ConsumeEach(ctx, reqs, jobs, errs)
+}
+
+func (f *fakeEngine) DeleteEach(ctx context.Context, refs []engine.JobRef, errs []error) {
+	engine.Serial{E: f}.DeleteEach(ctx, refs, errs)
+}
+
+func (f *fakeEngine) Together(ctx context.Context, steps ...func(context.Context)) {
+	engine.Serial{}.Together(ctx, steps...)
+}
+
+func (f *fakeEngine) Watch(ns string, queues []string, fn func()) (stop func(), look, ok bool) {
+	return engine.Serial{}.Watch(ns, queues, fn)
+}
+
+func (f *fakeEngine) Ack(ctx context.Context, ns, q, id, receipt string) error {
+	f.record("Ack")
+	if f.ack == nil {
+		return errUnexpected
+	}
+	return f.ack(ctx, ns, q, id, receipt)
+}
+
+func (f *fakeEngine) Release(ctx context.Context, r *engine.ReleaseRequest) error {
+	f.record("Release")
+	if f.release == nil {
+		return errUnexpected
+	}
+	return f.release(ctx, r)
+}
+
+func (f *fakeEngine) Touch(ctx context.Context, ns, q, id, receipt string, ttr time.Duration) (time.Time, error) {
+	f.record("Touch")
+	if f.touch == nil {
+		return time.Time{}, errUnexpected
+	}
+	return f.touch(ctx, ns, q, id, receipt, ttr)
+}
+
+func (f *fakeEngine) CancelKey(ctx context.Context, ns, q, key string) (string, error) {
+	f.record("CancelKey")
+	if f.cancelKey == nil {
+		return "", errUnexpected
+	}
+	return f.cancelKey(ctx, ns, q, key)
+}
+
+func (f *fakeEngine) QueueConfig(ctx context.Context, ns, q string) (engine.QueueConfig, error) {
+	f.record("QueueConfig")
+	if f.queueConfig == nil {
+		return engine.QueueConfig{}, errUnexpected
+	}
+	return f.queueConfig(ctx, ns, q)
+}
+
+func (f *fakeEngine) SetQueueConfig(ctx context.Context, ns, q string, cfg engine.QueueConfig) error {
+	f.record("SetQueueConfig")
+	if f.setQueueConfig == nil {
+		return errUnexpected
+	}
+	return f.setQueueConfig(ctx, ns, q, cfg)
+}
+
+func (f *fakeEngine) ListDeadLetter(ctx context.Context, ns, q string, offset, limit int64) ([]*engine.Job, error) {
+	f.record("ListDeadLetter")
+	if f.listDead == nil {
+		return nil, errUnexpected
+	}
+	return f.listDead(ctx, ns, q, offset, limit)
+}
+
+func (f *fakeEngine) RespawnDeadJob(ctx context.Context, ns, q, id string, ttl time.Duration) error {
+	f.record("RespawnDeadJob")
+	if f.respawnOne == nil {
+		return errUnexpected
+	}
+	return f.respawnOne(ctx, ns, q, id, ttl)
+}
+
+func (f *fakeEngine) DeleteDeadJob(ctx context.Context, ns, q, id string) error {
+	f.record("DeleteDeadJob")
+	if f.deleteOne == nil {
+		return errUnexpected
+	}
+	return f.deleteOne(ctx, ns, q, id)
+}
 
 func (f *fakeEngine) record(name string) {
 	f.mu.Lock()

@@ -5,21 +5,19 @@ package server
 import (
 	"context"
 	"time"
-
-	"github.com/kairos-dev/kairos/engine"
 )
 
 // Long-polls on the event loops. A consume that finds nothing and may wait
 // is parked on its connection: the connection reads nothing more (the loop
 // watches it only for the client leaving) until the consume is answered.
 //
-// With an engine that can watch (engine.Watcher), a parked consume costs no
-// goroutine: the engine calls back when a job may have become ready, and
-// the loop puts the consume in its next batch for a new look; a timer ends
-// it at its deadline. With any other engine, a goroutine waits with the
-// engine's Consume. Either way the outcome reaches the loop as a parkSignal
-// through the wake pipe, and the answer goes out in order, before the
-// connection's next requests.
+// With an engine that can watch (engine.Watcher's Watch answers ok), a
+// parked consume costs no goroutine: the engine calls back when a job may
+// have become ready, and the loop puts the consume in its next batch for a
+// new look; a timer ends it at its deadline. Otherwise a goroutine waits
+// with the engine's Consume. Either way the outcome reaches the loop as a
+// parkSignal through the wake pipe, and the answer goes out in order,
+// before the connection's next requests.
 
 // parkSignal tells the loop about connection c's parked consume number gen.
 type parkSignal struct {
@@ -64,8 +62,8 @@ func (c *loopConn) wait(it *fastItem) {
 	if it.stop != nil {
 		return // still watched: that look was made with the watch on
 	}
-	if w, ok := it.eng.(engine.Watcher); ok && !l.closing {
-		stop, look, ok := w.Watch(it.ns, it.con.Queues, func() { l.signal(parkSignal{c, gen, parkFired}) })
+	if !l.closing {
+		stop, look, ok := it.eng.Watch(it.ns, it.con.Queues, func() { l.signal(parkSignal{c, gen, parkFired}) })
 		if ok {
 			it.stop = stop
 			if it.timer == nil {
@@ -82,7 +80,7 @@ func (c *loopConn) wait(it *fastItem) {
 	req := it.con
 	req.Timeout = time.Until(it.deadline)
 	go func() {
-		jobs, err := it.full.Consume(ctx, &req)
+		jobs, err := it.eng.Consume(ctx, &req)
 		if len(jobs) == 0 && ctx.Err() != nil {
 			err = nil // cancelled: no job, as the gin handler answers
 		}

@@ -1,7 +1,9 @@
 // Package enginetest is the contract every engine.Engine implementation
-// must pass. An implementation's tests call Run with a factory; the suite
-// then drives the engine only through the engine.Engine interface, plus a
-// clock it can move and a way to let stored TTLs elapse.
+// must pass. An implementation's tests call Run (lmstfy's operations and
+// the event loops' batches, passes and watches) and RunExtended (the Kairos
+// extensions) with a factory; the suite then drives the engine only
+// through the engine.Engine interface, plus a clock it can move and a way
+// to let stored TTLs elapse.
 package enginetest
 
 import (
@@ -62,6 +64,11 @@ func Run(t *testing.T, f Factory) {
 		{"ConcurrentConsumersNoDuplicates", testConcurrentConsumers},
 		{"Info", testInfo},
 		{"InvalidInput", testInvalid},
+		{"PublishEach", testPublishEach},
+		{"ConsumeEach", testConsumeEach},
+		{"DeleteEach", testDeleteEach},
+		{"Together", testTogether},
+		{"Watch", testWatch},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f(t)) })
 	}

@@ -8,11 +8,11 @@ import (
 	"github.com/kairos-dev/kairos/engine"
 )
 
-// RunExtended runs the suite of the Kairos extensions (engine.Extended).
+// RunExtended runs the suite of the Kairos extensions (engine.Extensions).
 func RunExtended(t *testing.T, f Factory) {
 	for _, tc := range []struct {
 		name string
-		fn   func(*testing.T, *Harness, engine.Extended)
+		fn   func(*testing.T, *Harness, engine.Engine)
 	}{
 		{"ReleaseAndReceipts", testRelease},
 		{"ReleaseDelayed", testReleaseDelayed},
@@ -29,16 +29,12 @@ func RunExtended(t *testing.T, f Factory) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := f(t)
-			x, ok := h.Engine.(engine.Extended)
-			if !ok {
-				t.Skip("engine does not implement engine.Extended")
-			}
-			tc.fn(t, h, x)
+			tc.fn(t, h, h.Engine)
 		})
 	}
 }
 
-func testRelease(t *testing.T, h *Harness, x engine.Extended) {
+func testRelease(t *testing.T, h *Harness, x engine.Engine) {
 	id := pub(t, h, "q", "r", func(r *engine.PublishRequest) { r.Tries = 2 })
 	first := one(t, h, time.Second, "q")
 	if first.Receipt == "" || first.Deliveries != 1 || first.Tries != 1 {
@@ -82,7 +78,7 @@ func testRelease(t *testing.T, h *Harness, x engine.Extended) {
 	}
 }
 
-func testReleaseDelayed(t *testing.T, h *Harness, x engine.Extended) {
+func testReleaseDelayed(t *testing.T, h *Harness, x engine.Engine) {
 	id := pub(t, h, "q", "r", func(r *engine.PublishRequest) { r.Tries = 3 })
 	d := one(t, h, time.Minute, "q")
 	if err := x.Release(bg, &engine.ReleaseRequest{Namespace: ns, Queue: "q", ID: id, Receipt: d.Receipt, Delay: 2 * time.Second}); err != nil {
@@ -101,7 +97,7 @@ func testReleaseDelayed(t *testing.T, h *Harness, x engine.Extended) {
 	}
 }
 
-func testReleaseDies(t *testing.T, h *Harness, x engine.Extended) {
+func testReleaseDies(t *testing.T, h *Harness, x engine.Engine) {
 	id := pub(t, h, "q", "r", nil)
 	d := one(t, h, time.Minute, "q")
 	if err := x.Release(bg, &engine.ReleaseRequest{Namespace: ns, Queue: "q", ID: id, Receipt: d.Receipt}); err != nil {
@@ -117,7 +113,7 @@ func testReleaseDies(t *testing.T, h *Harness, x engine.Extended) {
 	}
 }
 
-func testBackoffLadder(t *testing.T, h *Harness, x engine.Extended) {
+func testBackoffLadder(t *testing.T, h *Harness, x engine.Engine) {
 	b, err := engine.ParseBackoff("1s,3s")
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +149,7 @@ func testBackoffLadder(t *testing.T, h *Harness, x engine.Extended) {
 	}
 }
 
-func testBackoffOnNack(t *testing.T, h *Harness, x engine.Extended) {
+func testBackoffOnNack(t *testing.T, h *Harness, x engine.Engine) {
 	b, _ := engine.ParseBackoff("fixed:2s")
 	if err := x.SetQueueConfig(bg, ns, "q", engine.QueueConfig{Backoff: b}); err != nil {
 		t.Fatal(err)
@@ -171,7 +167,7 @@ func testBackoffOnNack(t *testing.T, h *Harness, x engine.Extended) {
 	}
 }
 
-func testTouch(t *testing.T, h *Harness, x engine.Extended) {
+func testTouch(t *testing.T, h *Harness, x engine.Engine) {
 	id := pub(t, h, "q", "t", func(r *engine.PublishRequest) { r.Tries = 2 })
 	d := one(t, h, time.Second, "q")
 	due, err := x.Touch(bg, ns, "q", id, d.Receipt, 5*time.Second)
@@ -189,7 +185,7 @@ func testTouch(t *testing.T, h *Harness, x engine.Extended) {
 	}
 }
 
-func testJobPriority(t *testing.T, h *Harness, x engine.Extended) {
+func testJobPriority(t *testing.T, h *Harness, x engine.Engine) {
 	a := pub(t, h, "q", "a", nil)
 	b := pub(t, h, "q", "b", func(r *engine.PublishRequest) { r.Priority = 5 })
 	c := pub(t, h, "q", "c", func(r *engine.PublishRequest) { r.Priority = 5 })
@@ -212,7 +208,7 @@ func testJobPriority(t *testing.T, h *Harness, x engine.Extended) {
 	}
 }
 
-func testIdempotencyKey(t *testing.T, h *Harness, x engine.Extended) {
+func testIdempotencyKey(t *testing.T, h *Harness, x engine.Engine) {
 	first := pub(t, h, "q", "once", func(r *engine.PublishRequest) { r.Key = "order-42" })
 	again, err := h.Engine.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: "q", Body: []byte("twice"), Tries: 1, TTL: time.Hour, Key: "order-42"})
 	if !errors.Is(err, engine.ErrKeyExists) || again != first {
@@ -238,7 +234,7 @@ func testIdempotencyKey(t *testing.T, h *Harness, x engine.Extended) {
 	pub(t, h, "q", "later", func(r *engine.PublishRequest) { r.Key = "k2" })
 }
 
-func testPause(t *testing.T, h *Harness, x engine.Extended) {
+func testPause(t *testing.T, h *Harness, x engine.Engine) {
 	if err := x.SetQueueConfig(bg, ns, "q", engine.QueueConfig{Paused: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +262,7 @@ func testPause(t *testing.T, h *Harness, x engine.Extended) {
 	}
 }
 
-func testDeadLetterBrowsing(t *testing.T, h *Harness, x engine.Extended) {
+func testDeadLetterBrowsing(t *testing.T, h *Harness, x engine.Engine) {
 	ids := killThree(t, h)
 	page, err := x.ListDeadLetter(bg, ns, "q", 0, 2)
 	if err != nil || len(page) != 2 || page[0].ID != ids[0] || page[1].ID != ids[1] {
@@ -299,7 +295,7 @@ func testDeadLetterBrowsing(t *testing.T, h *Harness, x engine.Extended) {
 	}
 }
 
-func testDeadTTL(t *testing.T, h *Harness, x engine.Extended) {
+func testDeadTTL(t *testing.T, h *Harness, x engine.Engine) {
 	if err := x.SetQueueConfig(bg, ns, "q", engine.QueueConfig{DeadTTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +308,7 @@ func testDeadTTL(t *testing.T, h *Harness, x engine.Extended) {
 	}
 }
 
-func testInspection(t *testing.T, h *Harness, x engine.Extended) {
+func testInspection(t *testing.T, h *Harness, x engine.Engine) {
 	id := pub(t, h, "q", "i", func(r *engine.PublishRequest) { r.Delay = time.Second; r.Tries = 2 })
 	j, err := h.Engine.PeekJob(bg, ns, "q", id)
 	if err != nil || j.State != engine.StateDelayed || j.Tries != 2 || j.DueAt.IsZero() {

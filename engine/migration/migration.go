@@ -10,6 +10,8 @@ package migration
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kairos-dev/kairos/engine"
@@ -17,13 +19,13 @@ import (
 
 // Engine serves one pool that is migrating from Old to New.
 type Engine struct {
-	Old, New engine.Extended
+	Old, New engine.Engine
 }
 
-var _ engine.Extended = (*Engine)(nil)
+var _ engine.Engine = (*Engine)(nil)
 
 // New returns an Engine migrating from old to new.
-func New(old, new engine.Extended) *Engine { return &Engine{Old: old, New: new} }
+func New(old, new engine.Engine) *Engine { return &Engine{Old: old, New: new} }
 
 // Publish implements engine.Engine: new jobs go to the new pool only.
 func (e *Engine) Publish(ctx context.Context, req *engine.PublishRequest) (string, error) {
@@ -41,17 +43,192 @@ func (e *Engine) PublishBatch(ctx context.Context, reqs []*engine.PublishRequest
 	return e.New.PublishBatch(ctx, reqs)
 }
 
-// Consume implements engine.Engine: the old pool first without waiting,
-// then the new one with the caller's timeout (lmstfy's order: an old
-// pool's low-priority queue beats the new pool's high-priority one).
+// Consume implements engine.Engine: the old pool first, then the new one
+// (lmstfy's order: an old pool's low-priority queue beats the new pool's
+// high-priority one). A consumer that waits is woken by a job made ready
+// in either pool: a delayed, released or timed-out job of the old pool
+// comes back there, not in the new one.
 func (e *Engine) Consume(ctx context.Context, req *engine.ConsumeRequest) ([]*engine.Job, error) {
-	now := *req
-	now.Timeout = 0
+	if req == nil || req.Timeout <= 0 {
+		return e.consumeNow(ctx, req)
+	}
+	deadline := time.NewTimer(req.Timeout)
+	defer deadline.Stop()
+	jobs, err := e.consumeNow(ctx, req)
+	if err != nil || len(jobs) > 0 {
+		return jobs, err
+	}
+	for {
+		fired := make(chan struct{}, 1)
+		stop, look, ok := e.Watch(req.Namespace, req.Queues, func() { fired <- struct{}{} })
+		if !ok {
+			// The pools cannot watch (not running): wait on the new one.
+			return e.New.Consume(ctx, req)
+		}
+		if look {
+			jobs, err := e.consumeNow(ctx, req)
+			if err != nil || len(jobs) > 0 {
+				stop()
+				return jobs, err
+			}
+		}
+		select {
+		case <-fired: // the watch is used up: look again
+		case <-deadline.C:
+			stop()
+			return nil, nil
+		case <-ctx.Done():
+			stop()
+			return nil, nil
+		}
+	}
+}
+
+// consumeNow takes the jobs ready now: the old pool's, else the new
+// pool's.
+func (e *Engine) consumeNow(ctx context.Context, req *engine.ConsumeRequest) ([]*engine.Job, error) {
+	var now engine.ConsumeRequest
+	if req != nil {
+		now = *req
+		now.Timeout = 0
+	}
 	jobs, err := e.Old.Consume(ctx, &now)
 	if err != nil || len(jobs) > 0 {
 		return jobs, err
 	}
-	return e.New.Consume(ctx, req)
+	return e.New.Consume(ctx, &now)
+}
+
+// PublishEach implements engine.Batcher: to the new pool, as Publish.
+func (e *Engine) PublishEach(ctx context.Context, reqs []*engine.PublishRequest, ids []string, errs []error) {
+	var plain []int
+	for i, r := range reqs {
+		if r.Replaces != "" {
+			ids[i], errs[i] = e.Publish(ctx, r) // the replaced job may be old
+			continue
+		}
+		plain = append(plain, i)
+	}
+	if len(plain) == len(reqs) {
+		e.New.PublishEach(ctx, reqs, ids, errs)
+		return
+	}
+	sub := make([]*engine.PublishRequest, len(plain))
+	for k, i := range plain {
+		sub[k] = reqs[i]
+	}
+	subIDs, subErrs := make([]string, len(plain)), make([]error, len(plain))
+	e.New.PublishEach(ctx, sub, subIDs, subErrs)
+	for k, i := range plain {
+		ids[i], errs[i] = subIDs[k], subErrs[k]
+	}
+}
+
+// ConsumeEach implements engine.Batcher as Consume looks: the old pool
+// first, then the new one for the requests the old one left without a job
+// or an error. Skipping a look at queues known to be empty is left to each
+// pool: Watch watches both.
+func (e *Engine) ConsumeEach(ctx context.Context, reqs []*engine.ConsumeRequest, jobs [][]*engine.Job, errs []error) {
+	e.Old.ConsumeEach(ctx, reqs, jobs, errs)
+	var rest []int
+	for i := range reqs {
+		if errs[i] == nil && len(jobs[i]) == 0 {
+			rest = append(rest, i)
+		}
+	}
+	if len(rest) == 0 {
+		return
+	}
+	sub := make([]*engine.ConsumeRequest, len(rest))
+	for k, i := range rest {
+		sub[k] = reqs[i]
+	}
+	subJobs, subErrs := make([][]*engine.Job, len(rest)), make([]error, len(rest))
+	e.New.ConsumeEach(ctx, sub, subJobs, subErrs)
+	for k, i := range rest {
+		jobs[i], errs[i] = subJobs[k], subErrs[k]
+	}
+}
+
+// DeleteEach implements engine.Batcher as Delete does: in both pools.
+func (e *Engine) DeleteEach(ctx context.Context, refs []engine.JobRef, errs []error) {
+	e.Old.DeleteEach(ctx, refs, errs)
+	var rest []int
+	for i := range refs {
+		if errs[i] == nil {
+			rest = append(rest, i)
+		}
+	}
+	if len(rest) == 0 {
+		return
+	}
+	sub := make([]engine.JobRef, len(rest))
+	for k, i := range rest {
+		sub[k] = refs[i]
+	}
+	subErrs := make([]error, len(rest))
+	e.New.DeleteEach(ctx, sub, subErrs)
+	for k, i := range rest {
+		errs[i] = subErrs[k]
+	}
+}
+
+// Together implements engine.Pipeliner: the steps run one after the other.
+// A step's calls go to two pools, and a pass of one pool's engine cannot
+// carry the other's calls, so there is nothing to send together.
+func (e *Engine) Together(ctx context.Context, steps ...func(context.Context)) {
+	engine.Serial{}.Together(ctx, steps...)
+}
+
+// Watch implements engine.Watcher: a watch on both pools. The first
+// wake-up calls fn and ends the other pool's watch (a wake-up that the
+// other got meanwhile goes to another consumer). ok is false unless both
+// pools can watch.
+func (e *Engine) Watch(ns string, queues []string, fn func()) (stop func(), look, ok bool) {
+	var (
+		fired   atomic.Bool           // a pool's wake-up won
+		stopped atomic.Bool           // stop was called
+		watched = make(chan struct{}) // closed once stops and live are set
+		stops   [2]func()
+		live    bool
+	)
+	wake := func(other int) func() {
+		return func() {
+			if !fired.CompareAndSwap(false, true) {
+				return // the other pool's wake-up won; stopping this watch passes this one on
+			}
+			// Not on this goroutine: the pool calls wake with its lock
+			// held, and ending the other pool's watch may wake another
+			// consumer, whose wake ends a watch of this pool.
+			go func() {
+				<-watched
+				if !live || stopped.Load() {
+					return // the watches are stopped, which passes the wake-up on
+				}
+				fn()
+				stops[other]()
+			}()
+		}
+	}
+	stopOld, lookOld, okOld := e.Old.Watch(ns, queues, wake(1))
+	if !okOld {
+		close(watched)
+		return nil, false, false
+	}
+	stopNew, lookNew, okNew := e.New.Watch(ns, queues, wake(0))
+	if !okNew {
+		stopOld()
+		close(watched)
+		return nil, false, false
+	}
+	stops = [2]func(){sync.OnceFunc(stopOld), sync.OnceFunc(stopNew)}
+	live = true
+	close(watched)
+	return func() {
+		stopped.Store(true)
+		stops[0]()
+		stops[1]()
+	}, lookOld || lookNew, true
 }
 
 // firstFound runs op on the old pool and, when the job is not there, on
@@ -177,7 +354,7 @@ func (e *Engine) Info(ctx context.Context) (map[string][]string, error) {
 	return n, nil
 }
 
-// Ack implements engine.Extended.
+// Ack implements engine.Engine.
 func (e *Engine) Ack(ctx context.Context, ns, q, id, receipt string) error {
 	if receipt == "" {
 		return e.Delete(ctx, ns, q, id)
@@ -185,13 +362,13 @@ func (e *Engine) Ack(ctx context.Context, ns, q, id, receipt string) error {
 	return firstFound(func() error { return e.Old.Ack(ctx, ns, q, id, receipt) }, func() error { return e.New.Ack(ctx, ns, q, id, receipt) })
 }
 
-// Release implements engine.Extended: the job goes back to the pool it
+// Release implements engine.Engine: the job goes back to the pool it
 // was consumed from.
 func (e *Engine) Release(ctx context.Context, r *engine.ReleaseRequest) error {
 	return firstFound(func() error { return e.Old.Release(ctx, r) }, func() error { return e.New.Release(ctx, r) })
 }
 
-// Touch implements engine.Extended.
+// Touch implements engine.Engine.
 func (e *Engine) Touch(ctx context.Context, ns, q, id, receipt string, ttr time.Duration) (due time.Time, err error) {
 	err = firstFound(
 		func() (err error) { due, err = e.Old.Touch(ctx, ns, q, id, receipt, ttr); return },
@@ -199,7 +376,7 @@ func (e *Engine) Touch(ctx context.Context, ns, q, id, receipt string, ttr time.
 	return due, err
 }
 
-// CancelKey implements engine.Extended.
+// CancelKey implements engine.Engine.
 func (e *Engine) CancelKey(ctx context.Context, ns, q, key string) (id string, err error) {
 	err = firstFound(
 		func() (err error) { id, err = e.Old.CancelKey(ctx, ns, q, key); return },
@@ -207,12 +384,12 @@ func (e *Engine) CancelKey(ctx context.Context, ns, q, key string) (id string, e
 	return id, err
 }
 
-// QueueConfig implements engine.Extended: the new pool's settings.
+// QueueConfig implements engine.Engine: the new pool's settings.
 func (e *Engine) QueueConfig(ctx context.Context, ns, q string) (engine.QueueConfig, error) {
 	return e.New.QueueConfig(ctx, ns, q)
 }
 
-// SetQueueConfig implements engine.Extended: both pools, so that jobs
+// SetQueueConfig implements engine.Engine: both pools, so that jobs
 // still in the old one follow the same rules.
 func (e *Engine) SetQueueConfig(ctx context.Context, ns, q string, cfg engine.QueueConfig) error {
 	if err := e.Old.SetQueueConfig(ctx, ns, q, cfg); err != nil {
@@ -221,7 +398,7 @@ func (e *Engine) SetQueueConfig(ctx context.Context, ns, q string, cfg engine.Qu
 	return e.New.SetQueueConfig(ctx, ns, q, cfg)
 }
 
-// ListDeadLetter implements engine.Extended: the old pool's dead jobs,
+// ListDeadLetter implements engine.Engine: the old pool's dead jobs,
 // then the new pool's, as one list.
 func (e *Engine) ListDeadLetter(ctx context.Context, ns, q string, offset, limit int64) ([]*engine.Job, error) {
 	oldN, err := e.Old.DeadLetterSize(ctx, ns, q)
@@ -239,12 +416,12 @@ func (e *Engine) ListDeadLetter(ctx context.Context, ns, q string, offset, limit
 	return append(jobs, more...), err
 }
 
-// RespawnDeadJob implements engine.Extended.
+// RespawnDeadJob implements engine.Engine.
 func (e *Engine) RespawnDeadJob(ctx context.Context, ns, q, id string, ttl time.Duration) error {
 	return firstFound(func() error { return e.Old.RespawnDeadJob(ctx, ns, q, id, ttl) }, func() error { return e.New.RespawnDeadJob(ctx, ns, q, id, ttl) })
 }
 
-// DeleteDeadJob implements engine.Extended.
+// DeleteDeadJob implements engine.Engine.
 func (e *Engine) DeleteDeadJob(ctx context.Context, ns, q, id string) error {
 	return firstFound(func() error { return e.Old.DeleteDeadJob(ctx, ns, q, id) }, func() error { return e.New.DeleteDeadJob(ctx, ns, q, id) })
 }

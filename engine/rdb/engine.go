@@ -23,10 +23,7 @@ import (
 	"github.com/kairos-dev/kairos/engine"
 )
 
-var (
-	_ engine.Engine  = (*Engine)(nil)
-	_ engine.Batcher = (*Engine)(nil)
-)
+var _ engine.Engine = (*Engine)(nil)
 
 // Options tune an Engine. The zero value is usable.
 type Options struct {
@@ -182,9 +179,11 @@ func (e *Engine) Run(ctx context.Context) error {
 
 // runScript runs a hot-path script: with the other calls of its pass
 // (pass.go) or through the auto-pipeline while Run runs, else in its own
-// round trip.
+// round trip. A step of another engine's pass (a decorator over two pools
+// calls both with one context) is no pass here: its pipeline goes to the
+// other engine's Redis.
 func (e *Engine) runScript(ctx context.Context, s *redis.Script, keys []string, args ...interface{}) *redis.Cmd {
-	if st := stepOf(ctx); st != nil {
+	if st := stepOf(ctx); st != nil && st.p.e == e {
 		return st.run(ctx, s, keys, args)
 	}
 	if p := e.pipe.Load(); p != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/kairos-dev/kairos/engine"
 	"github.com/kairos-dev/kairos/engine/enginetest"
 	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 )
@@ -97,5 +98,41 @@ func TestExtendedRealRedis(t *testing.T) {
 			t.Fatal(err)
 		}
 		return harness(t, client, time.Sleep)
+	})
+}
+
+// serialEngine is the Redis engine with engine.Serial's generic batches,
+// passes and (absent) watches, so that the contract suite checks Serial.
+type serialEngine struct{ *Engine }
+
+func (s serialEngine) PublishEach(ctx context.Context, reqs []*engine.PublishRequest, ids []string, errs []error) {
+	engine.Serial{E: s.Engine}.PublishEach(ctx, reqs, ids, errs)
+}
+
+func (s serialEngine) ConsumeEach(ctx context.Context, reqs []*engine.ConsumeRequest, jobs [][]*engine.Job, errs []error) {
+	engine.Serial{E: s.Engine}.ConsumeEach(ctx, reqs, jobs, errs)
+}
+
+func (s serialEngine) DeleteEach(ctx context.Context, refs []engine.JobRef, errs []error) {
+	engine.Serial{E: s.Engine}.DeleteEach(ctx, refs, errs)
+}
+
+func (s serialEngine) Together(ctx context.Context, steps ...func(context.Context)) {
+	engine.Serial{}.Together(ctx, steps...)
+}
+
+func (s serialEngine) Watch(ns string, queues []string, fn func()) (stop func(), look, ok bool) {
+	return engine.Serial{}.Watch(ns, queues, fn)
+}
+
+// engine.Serial passes the contract over the Redis engine's Core methods.
+func TestContractSerial(t *testing.T) {
+	enginetest.Run(t, func(t *testing.T) *enginetest.Harness {
+		m := miniredis.RunT(t)
+		client := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = client.Close() })
+		h := harness(t, client, m.FastForward)
+		h.Engine = serialEngine{h.Engine.(*Engine)}
+		return h
 	})
 }

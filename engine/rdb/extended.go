@@ -15,13 +15,7 @@ import (
 	"github.com/kairos-dev/kairos/engine"
 )
 
-// The Kairos extensions of the Redis engine (engine.Extended).
-
-var (
-	_ engine.Extended = (*Engine)(nil)
-	_ engine.Batcher  = (*Engine)(nil)
-	_ engine.Watcher  = (*Engine)(nil)
-)
+// The Kairos extensions of the Redis engine (engine.Extensions).
 
 // decodeReceipt turns a receipt as clients see it (16 hex digits) into the
 // 8 bytes stored in the job header.
@@ -44,7 +38,7 @@ func receiptResult(op, ns, q, id string, code int64) error {
 	return nil
 }
 
-// Ack implements engine.Extended. An empty receipt is lmstfy's ACK: the job
+// Ack implements engine.Extensions. An empty receipt is lmstfy's ACK: the job
 // is deleted whatever its state, and an unknown job is not an error.
 func (e *Engine) Ack(ctx context.Context, ns, q, id, receipt string) error {
 	if err := checkNames(ns, q); err != nil {
@@ -114,7 +108,7 @@ func (e *Engine) ackCoalesced(ctx context.Context, batch []*batchCall[ackOp]) {
 	}
 }
 
-// Release implements engine.Extended.
+// Release implements engine.Extensions.
 func (e *Engine) Release(ctx context.Context, r *engine.ReleaseRequest) error {
 	if err := checkNames(r.Namespace, r.Queue); err != nil {
 		return fmt.Errorf("release: %w", err)
@@ -151,7 +145,7 @@ func (e *Engine) Release(ctx context.Context, r *engine.ReleaseRequest) error {
 	return receiptResult("release", ns, q, r.ID, code)
 }
 
-// Touch implements engine.Extended.
+// Touch implements engine.Extensions.
 func (e *Engine) Touch(ctx context.Context, ns, q, id, receipt string, ttr time.Duration) (time.Time, error) {
 	if err := checkNames(ns, q); err != nil {
 		return time.Time{}, fmt.Errorf("touch: %w", err)
@@ -176,7 +170,7 @@ func (e *Engine) Touch(ctx context.Context, ns, q, id, receipt string, ttr time.
 	return time.UnixMilli(due), nil
 }
 
-// CancelKey implements engine.Extended.
+// CancelKey implements engine.Extensions.
 func (e *Engine) CancelKey(ctx context.Context, ns, q, key string) (string, error) {
 	if err := checkNames(ns, q); err != nil {
 		return "", fmt.Errorf("cancel: %w", err)
@@ -210,7 +204,7 @@ func luaBackoff(b *engine.Backoff) string {
 	}
 }
 
-// QueueConfig implements engine.Extended.
+// QueueConfig implements engine.Extensions.
 func (e *Engine) QueueConfig(ctx context.Context, ns, q string) (engine.QueueConfig, error) {
 	var cfg engine.QueueConfig
 	if err := checkNames(ns, q); err != nil {
@@ -233,7 +227,7 @@ func (e *Engine) QueueConfig(ctx context.Context, ns, q string) (engine.QueueCon
 	return cfg, nil
 }
 
-// SetQueueConfig implements engine.Extended.
+// SetQueueConfig implements engine.Extensions.
 func (e *Engine) SetQueueConfig(ctx context.Context, ns, q string, cfg engine.QueueConfig) error {
 	if err := checkNames(ns, q); err != nil {
 		return fmt.Errorf("queue config: %w", err)
@@ -279,7 +273,7 @@ func (e *Engine) SetQueueConfig(ctx context.Context, ns, q string, cfg engine.Qu
 	return nil
 }
 
-// ListDeadLetter implements engine.Extended.
+// ListDeadLetter implements engine.Extensions.
 func (e *Engine) ListDeadLetter(ctx context.Context, ns, q string, offset, limit int64) ([]*engine.Job, error) {
 	if err := checkNames(ns, q); err != nil {
 		return nil, fmt.Errorf("list dead letter: %w", err)
@@ -307,7 +301,7 @@ func (e *Engine) ListDeadLetter(ctx context.Context, ns, q string, offset, limit
 	return jobs, nil
 }
 
-// RespawnDeadJob implements engine.Extended.
+// RespawnDeadJob implements engine.Extensions.
 func (e *Engine) RespawnDeadJob(ctx context.Context, ns, q, id string, ttl time.Duration) error {
 	if err := checkNames(ns, q); err != nil {
 		return fmt.Errorf("respawn: %w", err)
@@ -326,7 +320,7 @@ func (e *Engine) RespawnDeadJob(ctx context.Context, ns, q, id string, ttl time.
 	return receiptResult("respawn", ns, q, id, code)
 }
 
-// DeleteDeadJob implements engine.Extended.
+// DeleteDeadJob implements engine.Extensions.
 func (e *Engine) DeleteDeadJob(ctx context.Context, ns, q, id string) error {
 	if err := checkNames(ns, q); err != nil {
 		return fmt.Errorf("delete dead job: %w", err)

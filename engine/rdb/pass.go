@@ -19,6 +19,7 @@ import (
 
 // pass gathers the script calls of the steps of one Together.
 type pass struct {
+	e      *Engine // whose pass: only its calls join the rounds
 	pipe   *autoPipeline
 	mu     sync.Mutex
 	active int         // steps not finished
@@ -44,7 +45,7 @@ func (e *Engine) Together(ctx context.Context, steps ...func(context.Context)) {
 		}
 		return
 	}
-	ps := &pass{pipe: p, active: len(steps), calls: make([]*pipeCall, 0, len(steps))}
+	ps := &pass{e: e, pipe: p, active: len(steps), calls: make([]*pipeCall, 0, len(steps))}
 	var wg sync.WaitGroup
 	for i := 1; i < len(steps); i++ {
 		wg.Add(1)

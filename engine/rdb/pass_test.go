@@ -136,3 +136,49 @@ func TestTogether(t *testing.T) {
 		})
 	}
 }
+
+// TestTogetherOtherEngine: a pass step that calls another engine (a
+// decorator over two pools, such as the migration engine, may) reaches
+// that engine's Redis, not the pass's.
+func TestTogetherOtherEngine(t *testing.T) {
+	ctx := context.Background()
+	mini := coalesceTiers[0].client
+	a := startEngine(t, mini(t), newTestClock())
+	b := startEngine(t, mini(t), newTestClock())
+	for end := time.Now().Add(5 * time.Second); (a.pipe.Load() == nil || b.pipe.Load() == nil) && time.Now().Before(end); {
+		time.Sleep(time.Millisecond) // Run starts the pipelines
+	}
+	ids := map[*Engine]string{}
+	for _, e := range []*Engine{a, b} {
+		id, err := e.Publish(ctx, &engine.PublishRequest{Namespace: "ns", Queue: "q", Tries: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[e] = id
+	}
+	var got [][]*engine.Job
+	var ackErr error
+	a.Together(ctx,
+		func(ctx context.Context) {
+			got = make([][]*engine.Job, 1)
+			errs := make([]error, 1)
+			b.ConsumeEach(ctx, []*engine.ConsumeRequest{{Namespace: "ns", Queues: []string{"q"}, TTR: time.Minute, Count: 1}}, got, errs)
+			if errs[0] != nil {
+				t.Error(errs[0])
+			}
+		},
+		func(ctx context.Context) {
+			errs := make([]error, 1)
+			b.DeleteEach(ctx, []engine.JobRef{{Namespace: "ns", Queue: "q", ID: "01M7YVBFN8AAS205RQ04000000"}}, errs)
+			ackErr = errs[0]
+		})
+	if ackErr != nil {
+		t.Fatal(ackErr)
+	}
+	if len(got[0]) != 1 || got[0][0].ID != ids[b] {
+		t.Fatalf("b's consume in a's pass got %v, want b's job %s", got[0], ids[b])
+	}
+	if _, err := a.PeekQueue(ctx, "ns", "q"); err != nil {
+		t.Fatalf("a's job is gone from a's queue: %v", err)
+	}
+}

@@ -96,7 +96,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 		if err != nil {
 			return nil, err
 		}
-		ready = append(ready, readyCheck("pool "+name, client))
+		ready = append(ready, readyCheck("pool "+name, client, cfg.UsesEmbedded(cfg.Pool[name])))
 		e, err := rdb.New(ctx, client, rdb.Options{
 			Pool: name, Logger: opts.Logger, Now: opts.Now, PumpBatch: cfg.Kairos.PumpBatch, Metrics: metrics,
 			WaitReplicas: cfg.Pool[name].WaitReplicas, WaitTimeout: time.Duration(cfg.Pool[name].WaitTimeoutMs) * time.Millisecond,
@@ -121,7 +121,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 	if err != nil {
 		return nil, err
 	}
-	ready = append(ready, readyCheck("admin redis", admin))
+	ready = append(ready, readyCheck("admin redis", admin, cfg.UsesEmbedded(cfg.AdminRedis)))
 	a.Tokens = auth.NewStore(admin, cfg.PoolNames(), opts.Logger, auth.StoreOptions{HashTokens: cfg.Kairos.HashTokens})
 	a.Throttler = auth.NewThrottler(admin, opts.Logger, auth.ThrottlerOptions{HashTokens: cfg.Kairos.HashTokens})
 	if err := a.Throttler.Reload(ctx); err != nil {
@@ -265,9 +265,17 @@ func (a *App) checkDurable(ctx context.Context, key string, client redis.Univers
 // readyCheck is the /readyz check of one Redis: it answers INFO within the
 // deadline, is not loading its dataset, and is a master. Every pool and the
 // admin Redis take writes (publish, consume, tokens, rate limits), so a
-// replica is never ready.
-func readyCheck(name string, client redis.UniversalClient) server.ReadyCheck {
+// replica is never ready. The embedded in-memory store lives in the
+// process, never loads nor replicates, and has no INFO sections for
+// either: it is ready when it answers PING.
+func readyCheck(name string, client redis.UniversalClient, embedded bool) server.ReadyCheck {
 	return server.ReadyCheck{Name: name, Check: func(ctx context.Context) error {
+		if embedded {
+			if err := client.Ping(ctx).Err(); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			return nil
+		}
 		info, err := client.Info(ctx, "persistence", "replication").Result()
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)

@@ -3,6 +3,8 @@ package app_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -94,4 +96,22 @@ func canceled() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	return ctx
+}
+
+// TestEmbeddedReady: a server on the embedded store (make run) is ready:
+// the in-memory store has no INFO replication or persistence sections, and
+// needs none (it never loads nor replicates).
+func TestEmbeddedReady(t *testing.T) {
+	k := startKairos(t, redisConfig(""))
+	for _, base := range []string{k.API, k.Admin} {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"ready":true`) {
+			t.Errorf("GET %s/readyz = %d %s, want 200 ready", base, resp.StatusCode, body)
+		}
+	}
 }

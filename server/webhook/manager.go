@@ -17,7 +17,7 @@ import (
 	"github.com/kairos-dev/kairos/engine"
 )
 
-// Engine is what the workers need from a pool's engine (engine.Extended
+// Engine is what the workers need from a pool's engine (engine.Engine
 // offers it).
 type Engine interface {
 	Consume(ctx context.Context, req *engine.ConsumeRequest) ([]*engine.Job, error)
