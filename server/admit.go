@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/engine"
@@ -85,7 +86,7 @@ func (s *Server) admit(ctx context.Context, a *admission, inline bool) error {
 	if err != nil {
 		return err
 	}
-	if o.multi && containsComma(a.queue) {
+	if o.multi && strings.Contains(a.queue, ",") {
 		a.queues = splitQueues(a.queue)
 	} else {
 		a.one[0] = a.queue
@@ -180,13 +181,4 @@ func (s *Server) refundAdmission(ctx context.Context, a *admission) error {
 	}
 	a.throttled = false
 	return s.throttler.Refund(ctx, a.pool, a.ns, a.token, a.opts.throttle == throttleProduce)
-}
-
-func containsComma(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] == ',' {
-			return true
-		}
-	}
-	return false
 }
