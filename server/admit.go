@@ -58,8 +58,9 @@ type admission struct {
 	rawToken  string // "[pool:]secret" from X-Token, else ?token=
 	opts      routeOpts
 
-	queues      []string // the queues, split
-	one         [1]string
+	// queues are the queues of a multi route's "q1,q2,…", split; nil
+	// when there is one queue, queue.
+	queues      []string
 	pool, token string        // the token's pool (once it exists) and secret
 	eng         engine.Engine // the pool's engine
 	// authenticated is set once the token and scope passed (the namespace
@@ -88,9 +89,6 @@ func (s *Server) admit(ctx context.Context, a *admission, inline bool) error {
 	}
 	if o.multi && strings.Contains(a.queue, ",") {
 		a.queues = splitQueues(a.queue)
-	} else {
-		a.one[0] = a.queue
-		a.queues = a.one[:]
 	}
 
 	pool, token := auth.ParseToken(a.rawToken)
@@ -102,7 +100,7 @@ func (s *Server) admit(ctx context.Context, a *admission, inline bool) error {
 
 	if !o.public {
 		if !s.skipVerify {
-			if err := s.verify(ctx, pool, a.ns, token, a.queues, o.role, inline); err != nil {
+			if err := s.verify(ctx, pool, a.ns, token, a.queue, a.queues, o.role, inline); err != nil {
 				return err
 			}
 		}
@@ -130,10 +128,10 @@ func (s *Server) admit(ctx context.Context, a *admission, inline bool) error {
 	return nil
 }
 
-// verify checks the token and its scope for every queue of the request;
-// with inline set, only from the token store's memory (errAdmitLater when
-// that is not enough).
-func (s *Server) verify(ctx context.Context, pool, ns, token string, queues []string, role auth.Role, inline bool) error {
+// verify checks the token and its scope for every queue of the request
+// (queues, or queue when there is no list); with inline set, only from the
+// token store's memory (errAdmitLater when that is not enough).
+func (s *Server) verify(ctx context.Context, pool, ns, token, queue string, queues []string, role auth.Role, inline bool) error {
 	if token == "" {
 		return errTokenNotFound
 	}
@@ -153,6 +151,9 @@ func (s *Server) verify(ctx context.Context, pool, ns, token string, queues []st
 	}
 	if err != nil {
 		return fmt.Errorf("verify token: %w", err)
+	}
+	if queues == nil && !scope.Allows(queue, role) {
+		return errForbidden(role, queue)
 	}
 	for _, q := range queues {
 		if !scope.Allows(q, role) {

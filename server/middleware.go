@@ -259,8 +259,11 @@ func (s *Server) guard(o routeOpts) gin.HandlerFunc {
 		}
 		a := admission{ns: c.Param("namespace"), queue: c.Param("queue"), rawToken: raw, opts: o}
 		err := s.admit(c.Request.Context(), &a, false)
-		if o.multi {
+		if o.multi && err == nil {
 			st.queues = a.queues
+			if st.queues == nil {
+				st.queues = []string{a.queue}
+			}
 		}
 		st.pool, st.token, st.eng = a.pool, a.token, a.eng
 		if a.authenticated {
