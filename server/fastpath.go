@@ -749,8 +749,8 @@ func (s *Server) refund(ctx context.Context, it *fastItem, reqID []byte) {
 	}
 	a := it.adm
 	it.adm.throttled = false
-	log := s.fastLogger(it, reqID)
 	if s.refundNeedsIO(&a) {
+		log := s.fastLogger(it, reqID)
 		go func() {
 			if err := s.refundAdmission(context.WithoutCancel(ctx), &a); err != nil {
 				log.WithError(err).Warn("throttle refund failed")
@@ -759,7 +759,7 @@ func (s *Server) refund(ctx context.Context, it *fastItem, reqID []byte) {
 		return
 	}
 	if err := s.refundAdmission(ctx, &a); err != nil {
-		log.WithError(err).Warn("throttle refund failed")
+		s.fastLogger(it, reqID).WithError(err).Warn("throttle refund failed")
 	}
 }
 
