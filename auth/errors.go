@@ -14,6 +14,9 @@ var (
 	ErrTokenTooShort = errors.New("the user token was too short")
 	// ErrInvalidToken means the token does not exist for the namespace.
 	ErrInvalidToken = errors.New("invalid token")
+	// ErrNotCached means Store.VerifyCached cannot answer from memory: only
+	// Verify, with a round trip to the admin Redis, can.
+	ErrNotCached = errors.New("auth: token not in the cache")
 	// ErrLimitExists means Throttler.Add found a limit already set.
 	ErrLimitExists = errors.New("throttler limit already exists")
 	// ErrInvalidLimit means a Limit fails Validate; it is wrapped with the

@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -32,8 +33,9 @@ type StoreOptions struct {
 	Now func() time.Time
 	// MaxCacheEntries bounds the verification cache (requests with random
 	// tokens must not grow it without limit); default
-	// DefaultMaxCacheEntries. When full, expired entries are dropped, and
-	// if that is not enough the cache starts over.
+	// DefaultMaxCacheEntries. When full, expired entries are dropped, then
+	// the negative ones (unknown tokens), and if that is not enough the
+	// cache starts over.
 	MaxCacheEntries int
 	// HashTokens stores new tokens hashed (see HashToken) instead of in
 	// clear, and makes List show fingerprints. Verify accepts both forms
@@ -276,23 +278,13 @@ func resolveFingerprint(fields []string, fp string) ([]string, error) {
 // errors are not cached.
 func (s *Store) Verify(ctx context.Context, pool, namespace, token string) (Scope, error) {
 	pool = normPool(pool)
-	if !s.HasPool(pool) {
-		return Scope{}, ErrPoolNotFound
+	key, gen, scope, err := s.verifyLocal(pool, namespace, token)
+	if !errors.Is(err, ErrNotCached) {
+		return scope, err
 	}
-	if token == "" || namespace == "" || reservedToken(token) {
-		return Scope{}, ErrInvalidToken
-	}
-	hashed := HashToken(token)
-	key := cacheKey{pool, namespace, hashed}
-	e, ok, gen := s.lookup(key)
-	if ok {
-		if !e.ok {
-			return Scope{}, ErrInvalidToken
-		}
-		return e.scope, nil
-	}
+	hashed := key.hashed
 	var descs, scopes *redis.SliceCmd
-	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		descs = p.HMGet(ctx, tokenKey(pool, namespace), hashed, token)
 		scopes = p.HMGet(ctx, scopeKey(pool, namespace), hashed, token)
 		return nil
@@ -312,7 +304,6 @@ func (s *Store) Verify(ctx context.Context, pool, namespace, token string) (Scop
 		s.storeIfCurrent(key, cacheEntry{}, gen)
 		return Scope{}, ErrInvalidToken
 	}
-	var scope Scope
 	switch raw := scopes.Val()[form].(type) {
 	case nil:
 	case string:
@@ -325,6 +316,36 @@ func (s *Store) Verify(ctx context.Context, pool, namespace, token string) (Scop
 	}
 	s.storeIfCurrent(key, cacheEntry{scope: scope, ok: true}, gen)
 	return scope, nil
+}
+
+// VerifyCached is Verify without I/O, for callers that must not wait (the
+// server's event loops): it answers what Verify would answer when that
+// needs no round trip (an unknown pool, an empty or reserved token, a
+// cached answer), and ErrNotCached otherwise.
+func (s *Store) VerifyCached(pool, namespace, token string) (Scope, error) {
+	_, _, scope, err := s.verifyLocal(normPool(pool), namespace, token)
+	return scope, err
+}
+
+// verifyLocal is the part of Verify that needs no I/O: ErrNotCached when
+// Redis must be asked, with the cache key and the delete generation to
+// store the answer under.
+func (s *Store) verifyLocal(pool, namespace, token string) (cacheKey, uint64, Scope, error) {
+	if !s.HasPool(pool) {
+		return cacheKey{}, 0, Scope{}, ErrPoolNotFound
+	}
+	if token == "" || namespace == "" || reservedToken(token) {
+		return cacheKey{}, 0, Scope{}, ErrInvalidToken
+	}
+	key := cacheKey{pool, namespace, HashToken(token)}
+	e, ok, gen := s.lookup(key)
+	switch {
+	case !ok:
+		return key, gen, Scope{}, ErrNotCached
+	case !e.ok:
+		return key, gen, Scope{}, ErrInvalidToken
+	}
+	return key, gen, e.scope, nil
 }
 
 // cutToken splits "pool:secret"; ok is false without a colon.
@@ -369,6 +390,15 @@ func (s *Store) storeIfCurrent(k cacheKey, e cacheEntry, gen uint64) {
 		for ck, ce := range s.cache {
 			if !now.Before(ce.expires) {
 				delete(s.cache, ck)
+			}
+		}
+		if len(s.cache) >= s.maxCache {
+			// A flood of unknown tokens must not evict the known ones:
+			// the negative answers go first.
+			for ck, ce := range s.cache {
+				if !ce.ok {
+					delete(s.cache, ck)
+				}
 			}
 		}
 		if len(s.cache) >= s.maxCache {

@@ -368,3 +368,78 @@ func TestStoreCrossInstanceRevocationRealClock(t *testing.T) {
 	}
 	t.Logf("refused by the other instance after %v", time.Since(start).Round(time.Millisecond))
 }
+
+// TestStoreVerifyCached: VerifyCached answers without Redis what Verify
+// would answer from memory, and ErrNotCached otherwise: before the first
+// Verify, once the entry expired, and once the token was deleted here. A
+// token deleted on another instance is refused within 1 s by both.
+func TestStoreVerifyCached(t *testing.T) {
+	ctx := context.Background()
+	c := newMiniredisClient(t)
+	clock := newFakeClock()
+	a, b := newTestStore(t, c, clock), newTestStore(t, c, clock)
+	tok := mustCreate(t, a, "", "ns", "d", "", Scope{Roles: []Role{RolePublish}})
+	cases := []struct {
+		name, pool, token string
+		want              error
+	}{
+		{"unknown pool", "nopool", tok, ErrPoolNotFound},
+		{"empty token", DefaultPool, "", ErrInvalidToken},
+		{"reserved form", DefaultPool, HashToken(tok), ErrInvalidToken},
+		{"never verified", DefaultPool, tok, ErrNotCached},
+		{"unknown, never verified", DefaultPool, "unknown-token-0123456789", ErrNotCached},
+	}
+	for _, tc := range cases {
+		if _, err := b.VerifyCached(tc.pool, "ns", tc.token); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	if _, err := b.Verify(ctx, DefaultPool, "ns", tok); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Verify(ctx, DefaultPool, "ns", "unknown-token-0123456789"); !errors.Is(err, ErrInvalidToken) {
+		t.Fatal(err)
+	}
+	if scope, err := b.VerifyCached(DefaultPool, "ns", tok); err != nil || !scope.Allows("q", RolePublish) || scope.Allows("q", RoleConsume) {
+		t.Errorf("cached: %+v %v, want the token's scope", scope, err)
+	}
+	if _, err := b.VerifyCached(DefaultPool, "ns", "unknown-token-0123456789"); !errors.Is(err, ErrInvalidToken) {
+		t.Errorf("cached unknown token: %v, want ErrInvalidToken (negative cache)", err)
+	}
+	if err := a.Delete(ctx, "", "ns", tok); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	if _, err := b.VerifyCached(DefaultPool, "ns", tok); !errors.Is(err, ErrNotCached) {
+		t.Errorf("1 s after a delete elsewhere: %v, want ErrNotCached", err)
+	}
+	if _, err := b.Verify(ctx, DefaultPool, "ns", tok); !errors.Is(err, ErrInvalidToken) {
+		t.Errorf("1 s after a delete elsewhere: %v, want ErrInvalidToken", err)
+	}
+}
+
+// TestStoreFloodKeepsKnownTokens: a full cache makes room by dropping the
+// answers about unknown tokens first, so that a flood of random tokens does
+// not send every known token back to Redis.
+func TestStoreFloodKeepsKnownTokens(t *testing.T) {
+	ctx := context.Background()
+	c := newMiniredisClient(t)
+	s := NewStore(c, testPools, quietLogger(), StoreOptions{MaxCacheEntries: 8})
+	var known []string
+	for i := range 4 {
+		known = append(known, mustCreate(t, s, "", "ns", fmt.Sprint(i), "", Scope{}))
+		if _, err := s.Verify(ctx, DefaultPool, "ns", known[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 100 {
+		if _, err := s.Verify(ctx, DefaultPool, "ns", fmt.Sprintf("random-%d", i)); !errors.Is(err, ErrInvalidToken) {
+			t.Fatal(err)
+		}
+	}
+	for _, tok := range known {
+		if _, err := s.VerifyCached(DefaultPool, "ns", tok); err != nil {
+			t.Errorf("known token after a flood of unknown ones: %v, want cached", err)
+		}
+	}
+}

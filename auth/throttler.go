@@ -297,6 +297,14 @@ func (t *Throttler) Allow(ctx context.Context, pool, namespace, token string, wr
 	return allowed, nil
 }
 
+// Unlimited reports, without I/O, whether the token has no limit in that
+// direction as far as this instance knows: Allow then admits it and Refund
+// does nothing, neither with a round trip to Redis.
+func (t *Throttler) Unlimited(pool, namespace, token string, write bool) bool {
+	l, _, ok := t.cached(pool, namespace, token)
+	return !ok || l.perInterval(write) <= 0
+}
+
 // Refund gives back one request taken by Allow (a consume that found no
 // job, a publish that failed), never above the limit.
 func (t *Throttler) Refund(ctx context.Context, pool, namespace, token string, write bool) error {

@@ -53,28 +53,36 @@ func matrixRoutes(jobID string) []matrixRoute {
 // TestAuthMatrix: every public route × {no token, wrong token, another
 // namespace's token, scoped token outside its scope, revoked token, valid
 // token}, with the token in X-Token and in ?token=, with and without
-// hashed tokens: only the valid token gets through. The size routes are
-// open (lmstfy) unless AuthenticateSize is set.
+// hashed tokens, with the event loops on and off (the hot routes are then
+// admitted by the fast path): only the valid token gets through. The size
+// routes are open (lmstfy) unless AuthenticateSize is set. A rate-limited
+// token gets its limit and then lmstfy's 429 on both paths.
 func TestAuthMatrix(t *testing.T) {
-	for _, hash := range []bool{false, true} {
-		for _, authSize := range []bool{false, true} {
-			t.Run(fmt.Sprintf("HashTokens=%v/AuthenticateSize=%v", hash, authSize), func(t *testing.T) {
-				t.Parallel()
-				testAuthMatrix(t, hash, authSize)
-			})
+	for _, loops := range []int{0, -1} {
+		for _, hash := range []bool{false, true} {
+			for _, authSize := range []bool{false, true} {
+				t.Run(fmt.Sprintf("EventLoops=%d/HashTokens=%v/AuthenticateSize=%v", loops, hash, authSize), func(t *testing.T) {
+					t.Parallel()
+					testAuthMatrix(t, loops, hash, authSize)
+				})
+			}
 		}
 	}
 }
 
-func testAuthMatrix(t *testing.T, hash, authSize bool) {
+func testAuthMatrix(t *testing.T, loops int, hash, authSize bool) {
 	l := startLive(t, liveOptions{
 		cacheTTL: 300 * time.Millisecond,
 		config: func(c *config.Config) {
+			c.Kairos.EventLoops = loops
 			c.Kairos.HashTokens = hash
 			c.Kairos.AuthenticateSize = authSize
 			c.EnableAccessLog = false
 		},
 	})
+	if served := l.srv.eventLoops() > 0; served != (loops >= 0) {
+		t.Fatalf("event loops: %v, want %v", served, loops >= 0)
+	}
 	valid := l.token(t, "ns", auth.Scope{})
 	other := l.token(t, "ns2", auth.Scope{})
 	scoped := l.token(t, "ns", auth.Scope{Queues: []string{"other"}})
@@ -134,6 +142,53 @@ func testAuthMatrix(t *testing.T, hash, authSize bool) {
 				}
 			}
 		}
+	}
+	testLimitedToken(t, l)
+}
+
+// testLimitedToken: a token limited to one publish and one consume per
+// long interval gets exactly those, then lmstfy's 429s; an ACK is not
+// throttled, and a consume that finds no job gives its turn back.
+func testLimitedToken(t *testing.T, l *live) {
+	t.Helper()
+	tok := l.token(t, "ns", auth.Scope{})
+	if r := liveDo(t, "POST", l.admin+"/token/ns/"+tok+"/limit", strings.NewReader(`{"read":1,"write":1,"interval":1000}`), nil); r.status != 201 {
+		t.Fatalf("set limit: %d %s", r.status, r.body)
+	}
+	hdr := map[string]string{"X-Token": tok}
+	limited := func(action string) liveResponse {
+		return liveResponse{status: 429, body: fmt.Sprintf(`{"msg":"token(%s) %s reach the limit rate, please retry later"}`, tok, action)}
+	}
+	if r := liveDo(t, "GET", l.api+"/api/ns/limited", nil, hdr); r.status != 404 {
+		t.Fatalf("consume of an empty queue: %d %s", r.status, r.body) // refunded
+	}
+	pub := liveDo(t, "PUT", l.api+"/api/ns/limited", strings.NewReader("x"), hdr)
+	if pub.status != 201 {
+		t.Fatalf("first publish: %d %s", pub.status, pub.body)
+	}
+	steps := []struct {
+		method string
+		want   liveResponse
+	}{
+		{"PUT", limited("produce")},
+		{"GET", liveResponse{status: 200}},
+		{"GET", limited("consume")},
+	}
+	for _, st := range steps {
+		var body *strings.Reader
+		if st.method == "PUT" {
+			body = strings.NewReader("y")
+		} else {
+			body = strings.NewReader("")
+		}
+		r := liveDo(t, st.method, l.api+"/api/ns/limited", body, hdr)
+		if r.status != st.want.status || st.want.body != "" && r.body != st.want.body {
+			t.Errorf("limited token, %s: %d %s, want %d %s", st.method, r.status, r.body, st.want.status, st.want.body)
+		}
+	}
+	jobID := pub.body[len(`{"job_id":"`) : len(`{"job_id":"`)+26]
+	if r := liveDo(t, "DELETE", l.api+"/api/ns/limited/job/"+jobID, nil, hdr); r.status != 204 {
+		t.Errorf("limited token, ACK: %d %s, want 204", r.status, r.body)
 	}
 }
 

@@ -14,7 +14,6 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/sirupsen/logrus"
 
-	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/engine"
 )
 
@@ -29,12 +28,14 @@ import (
 //     timeout, count and token;
 //   - ACK, DELETE /api/:namespace/:queue/job/:job_id with at most token;
 //
-// with no extension header. It answers only requests that will succeed up
-// to the engine call; every other request (another route, an unusual
-// header, a parameter out of range, a bad token, a rate limit reached, a
-// consume that finds no job and must wait) goes with its connection to
-// net/http and gin, which answer it exactly as before. So the fast path
-// renders the successes and the engine's errors, and nothing else.
+// with no extension header. Such a request is admitted by admit, as gin's
+// guard admits it, and its refusal (401, 403, 404 pool, 429) answered by
+// the fast path; a check that needs the admin Redis runs off the loop
+// (loop_admit_linux.go). Every other request (another route, an unusual
+// header, a parameter out of range) goes with its connection to net/http
+// and gin, which answer it exactly as before. So the fast path renders the
+// successes, the refusals of admission and the engine's errors, and
+// nothing else.
 
 // fastMaxHead is the largest request head (request line and headers) the
 // fast path parses; a longer one goes to net/http.
@@ -397,17 +398,19 @@ type fastConn interface {
 // fastItem is one request the fast path took: what the engine needs and
 // what the answer, the metrics and the logs need.
 type fastItem struct {
-	kind      fastKind
-	eng       engine.Engine
-	pool      string
-	ns, q     string
-	token     string
-	throttled bool // a throttle token was taken: refund it if this fails
-	start     time.Time
-	ip        string
-	query     string // raw query, kept only for the access log
-	conn      fastConn
-	ran       bool // the engine call is done
+	kind    fastKind
+	eng     engine.Engine
+	pool    string
+	ns, q   string
+	token   string
+	adm     admission
+	later   bool // admission needs the admin Redis: admit again off the loop
+	refused bool // admission refused it: err is the answer
+	start   time.Time
+	ip      string
+	query   string // raw query, kept only for the access log
+	conn    fastConn
+	ran     bool // the engine call is done (or refused: none to make)
 	// after marks a consume behind requests of its own connection in the
 	// same batch: it runs once their engine calls are done.
 	after bool
@@ -434,24 +437,20 @@ const (
 	routeJob   = "/api/:namespace/:queue/job/:job_id"
 )
 
-// takeFast checks a parsed request as guard and the handler would (names,
-// pool, token, scope, parameters, throttle) and returns it ready for the
-// engine, or false when net/http must answer it (any check fails). Nothing
-// has happened when it returns false.
+// takeFast checks a parsed request's parameters as the handler would and
+// admits it (admit, inline: no I/O), and returns it: ready for the engine,
+// refused (it.refused: answer it.err), or to admit again off the loop
+// (it.later). It returns false when net/http must answer the request (a
+// parameter it does not take); nothing has happened then.
 func (s *Server) takeFast(ctx context.Context, r *fastRequest, ip string, conn fastConn, now time.Time) (*fastItem, bool) {
-	pool, token := auth.ParseToken(string(r.token))
-	eng, ok := s.engines[pool]
-	if !ok {
-		return nil, false
-	}
 	ns, q := string(r.namespace), string(r.queue)
 	it := fastPool.Get().(*fastItem)
-	*it = fastItem{kind: r.kind, eng: eng, pool: pool, ns: ns, q: q, token: token, start: now, ip: ip, conn: conn}
+	*it = fastItem{kind: r.kind, ns: ns, q: q, start: now, ip: ip, conn: conn}
 	fail := func() (*fastItem, bool) {
 		putFast(it)
 		return nil, false
 	}
-	role, throttle := auth.RolePublish, throttleProduce
+	opts := optsPublish
 	switch r.kind {
 	case kindPublish:
 		delay, ok := r.uintParam(pDelay, 32, s.def.delay)
@@ -471,7 +470,7 @@ func (s *Server) takeFast(ctx context.Context, r *fastRequest, ip string, conn f
 			TTL: secs(ttl), Delay: secs(delay), Tries: uint16(tries),
 		}
 	case kindConsume:
-		role, throttle = auth.RoleConsume, throttleConsume
+		opts = optsConsume
 		ttr, ok := r.uintParam(pTTR, 32, s.def.ttr)
 		if !ok {
 			return fail()
@@ -492,29 +491,28 @@ func (s *Server) takeFast(ctx context.Context, r *fastRequest, ip string, conn f
 			it.deadline = now.Add(wait)
 		}
 	case kindAck:
-		role, throttle = auth.RoleConsume, throttleNone
+		opts = optsAck
 		it.jobID = string(r.jobID)
-	}
-	if !s.skipVerify {
-		if token == "" {
-			return fail()
-		}
-		scope, err := s.tokens.Verify(ctx, pool, ns, token)
-		if err != nil || !scope.Allows(q, role) {
-			return fail()
-		}
-	}
-	if throttle != throttleNone && s.throttler != nil {
-		allowed, err := s.throttler.Allow(ctx, pool, ns, token, throttle == throttleProduce)
-		if err != nil || !allowed {
-			return fail()
-		}
-		it.throttled = true
 	}
 	if s.accessLog.Load() {
 		it.query = string(r.query)
 	}
+	it.adm = admission{ns: ns, queue: q, rawToken: string(r.token), opts: opts}
+	s.admitted(it, s.admit(ctx, &it.adm, true))
 	return it, true
+}
+
+// admitted records admit's answer for it.
+func (s *Server) admitted(it *fastItem, err error) {
+	a := &it.adm
+	it.pool, it.token, it.later = a.pool, a.token, false
+	it.eng = a.eng
+	switch {
+	case errors.Is(err, errAdmitLater):
+		it.later = true
+	case err != nil:
+		it.err, it.refused, it.ran = err, true, true
+	}
 }
 
 // decimalParam parses an optional query parameter as strconv.ParseUint(v,
@@ -569,7 +567,7 @@ func (s *Server) runFast(items []*fastItem, date []byte) {
 func (s *Server) runBatch(ctx context.Context, items []*fastItem) {
 	var after []*fastItem
 	for _, it := range items {
-		if it.after {
+		if it.after && !it.ran { // ran: refused, no engine call
 			it.ran = true // not yet: runKind skips it
 			after = append(after, it)
 		}
@@ -585,6 +583,9 @@ func (s *Server) runBatch(ctx context.Context, items []*fastItem) {
 			eng = it.eng
 		}
 		present[it.kind] = true
+		if eng == nil {
+			eng = it.eng
+		}
 		oneEngine = oneEngine && it.eng == eng
 	}
 	var kinds []fastKind
@@ -686,7 +687,15 @@ func (s *Server) answerFast(ctx context.Context, it *fastItem, date []byte) bool
 	var scratch [96]byte
 	code, route, method := 0, routeQueue, http.MethodPut
 	switch it.kind {
-	case kindPublish:
+	case kindConsume:
+		method = http.MethodGet
+	case kindAck:
+		route, method = routeJob, http.MethodDelete
+	}
+	switch {
+	case it.refused:
+		ae = mapAPIError(ctx, it.err)
+	case it.kind == kindPublish:
 		if it.err != nil {
 			ae = mapAPIError(ctx, publishFailure(it.err, it.id))
 			break
@@ -699,8 +708,7 @@ func (s *Server) answerFast(ctx context.Context, it *fastItem, date []byte) bool
 				"ttl": uint64(it.pub.TTL / time.Second), "tries": it.pub.Tries,
 			}).Debug("job published")
 		}
-	case kindConsume:
-		method = http.MethodGet
+	case it.kind == kindConsume:
 		if len(it.jobs) == 0 {
 			if it.err == nil || errors.Is(it.err, engine.ErrClosed) {
 				if !it.deadline.IsZero() && time.Now().Before(it.deadline) {
@@ -724,8 +732,7 @@ func (s *Server) answerFast(ctx context.Context, it *fastItem, date []byte) bool
 			break
 		}
 		code = http.StatusOK
-	case kindAck:
-		route, method = routeJob, http.MethodDelete
+	case it.kind == kindAck:
 		if it.err != nil {
 			ae = mapAPIError(ctx, it.err)
 			break
@@ -743,7 +750,11 @@ func (s *Server) answerFast(ctx context.Context, it *fastItem, date []byte) bool
 	out := it.conn.output()
 	*out = appendFastResponse(*out, code, retryAfter, reqID[:], date, body)
 
-	r := s.metrics.route(routeLabels{it.pool, it.ns, route, method, code})
+	nsLabel := it.ns
+	if !it.adm.authenticated {
+		nsLabel = "" // a refused token does not choose metric labels
+	}
+	r := s.metrics.route(routeLabels{it.pool, nsLabel, route, method, code})
 	if r.latency != nil {
 		r.latency.Observe(float64(time.Since(it.start)) / float64(time.Millisecond))
 	}
@@ -758,13 +769,24 @@ func (s *Server) answerFast(ctx context.Context, it *fastItem, date []byte) bool
 	return true
 }
 
-// refund gives back the throttle token of a request that did not deliver.
+// refund gives back the throttle token of a request that did not deliver;
+// off the loop when that needs the admin Redis.
 func (s *Server) refund(ctx context.Context, it *fastItem, reqID []byte) {
-	if !it.throttled {
+	if !it.adm.throttled {
 		return
 	}
-	it.throttled = false
-	if err := s.throttler.Refund(ctx, it.pool, it.ns, it.token, it.kind == kindPublish); err != nil {
+	a := it.adm
+	it.adm.throttled = false
+	if s.refundNeedsIO(&a) {
+		log := s.fastLogger(it, reqID)
+		go func() {
+			if err := s.refundAdmission(context.WithoutCancel(ctx), &a); err != nil {
+				log.WithError(err).Warn("throttle refund failed")
+			}
+		}()
+		return
+	}
+	if err := s.refundAdmission(ctx, &a); err != nil {
 		s.fastLogger(it, reqID).WithError(err).Warn("throttle refund failed")
 	}
 }

@@ -276,6 +276,12 @@ type fakeTokens struct {
 	pools  []string
 	tokens map[string]auth.Scope
 	err    error // returned by Verify when set
+	// hold, when set, runs at the start of Verify (not VerifyCached),
+	// outside the lock: a test can make the admin Redis slow or hang.
+	hold func(token string)
+	// uncached tokens are not in the cache: VerifyCached answers
+	// auth.ErrNotCached for them.
+	uncached map[string]bool
 
 	create func(ctx context.Context, pool, ns, desc, token string, scope auth.Scope) (string, error)
 	list   func(ctx context.Context, pool, ns string, prefix bool) (map[string]string, error)
@@ -293,6 +299,16 @@ func (f *fakeTokens) HasPool(pool string) bool {
 
 func (f *fakeTokens) Verify(_ context.Context, pool, ns, token string) (auth.Scope, error) {
 	f.mu.Lock()
+	hold := f.hold
+	f.mu.Unlock()
+	if hold != nil {
+		hold(token)
+	}
+	return f.verify(pool, ns, token)
+}
+
+func (f *fakeTokens) verify(pool, ns, token string) (auth.Scope, error) {
+	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
 		return auth.Scope{}, f.err
@@ -302,6 +318,17 @@ func (f *fakeTokens) Verify(_ context.Context, pool, ns, token string) (auth.Sco
 		return auth.Scope{}, auth.ErrInvalidToken
 	}
 	return scope, nil
+}
+
+// VerifyCached answers as Verify: the fake keeps everything in memory.
+func (f *fakeTokens) VerifyCached(pool, ns, token string) (auth.Scope, error) {
+	f.mu.Lock()
+	uncached := f.uncached[token]
+	f.mu.Unlock()
+	if uncached {
+		return auth.Scope{}, auth.ErrNotCached
+	}
+	return f.verify(pool, ns, token)
 }
 
 func (f *fakeTokens) Create(ctx context.Context, pool, ns, desc, token string, scope auth.Scope) (string, error) {
@@ -339,6 +366,8 @@ type fakeThrottler struct {
 	budget map[string]int
 	calls  []throttleCall
 	err    error
+	// hold, when set, runs at the start of Allow, outside the lock.
+	hold func(token string)
 
 	get  func(ctx context.Context, pool, ns, token string) (auth.Limit, bool, error)
 	add  func(ctx context.Context, pool, ns, token string, l auth.Limit) error
@@ -348,6 +377,12 @@ type fakeThrottler struct {
 }
 
 func (f *fakeThrottler) Allow(_ context.Context, pool, ns, token string, write bool) (bool, error) {
+	f.mu.Lock()
+	hold := f.hold
+	f.mu.Unlock()
+	if hold != nil {
+		hold(token)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, throttleCall{"allow", pool, ns, token, write})
@@ -363,6 +398,15 @@ func (f *fakeThrottler) Allow(_ context.Context, pool, ns, token string, write b
 	}
 	f.budget[token] = n - 1
 	return true, nil
+}
+
+// Unlimited reports whether token has no budget (Allow then always
+// admits it).
+func (f *fakeThrottler) Unlimited(_, _, token string, _ bool) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, limited := f.budget[token]
+	return !limited && f.err == nil
 }
 
 func (f *fakeThrottler) Refund(_ context.Context, pool, ns, token string, write bool) error {

@@ -237,6 +237,9 @@ type eventLoop struct {
 	ended    sync.Cond    // on mu: signals grew (for closeAll)
 	released bool         // on mu: the wake pipe is closed
 	closing  bool         // closeAll runs: read requests are not served
+	// admittedq (on mu) are requests admitted off the loop
+	// (loop_admit_linux.go); ended is signalled when it grows too.
+	admittedq []*fastItem
 
 	conns     map[int]*loopConn
 	events    []syscall.EpollEvent
@@ -251,6 +254,8 @@ type eventLoop struct {
 	lastSweep time.Time
 	dateSec   int64
 	date      []byte
+
+	admits int // connections whose request is admitted off the loop
 }
 
 // loopConn is one client connection of a loop.
@@ -280,6 +285,9 @@ type loopConn struct {
 	consume  *fastItem
 	batched  uint64 // the last pass that put a request of it in the batch
 	answered bool   // a request of it was taken (and is answered, or parked)
+	// admitting is a request being admitted off the loop
+	// (loop_admit_linux.go); reads are paused meanwhile.
+	admitting *fastItem
 }
 
 func newEventLoop(s *Server, h *handoffListener, t loopTimeouts) (*eventLoop, error) {
@@ -398,6 +406,7 @@ func (l *eventLoop) run() {
 		}
 		l.adopt()
 		l.resume(now)
+		l.readmit(now)
 		for _, ev := range l.events[:n] {
 			fd := int(ev.Fd)
 			if fd == l.wakeR {
@@ -410,6 +419,9 @@ func (l *eventLoop) run() {
 			l.touch(c)
 			if c.blocked && ev.Events&syscall.EPOLLOUT != 0 {
 				l.flush(c, now)
+			}
+			if c.admitting != nil {
+				continue // answered once admitted; then it reads again
 			}
 			if c.parked != nil {
 				if ev.Events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
@@ -495,10 +507,26 @@ func (l *eventLoop) read(c *loopConn, now time.Time) {
 	l.parse(c, now)
 }
 
+// batch puts it, a request of c, into this pass's batch, and reports
+// whether it is a consume: consumes run last in a batch, and one may
+// wait, so what follows it waits until it is answered (done), to keep the
+// connection's order. A consume behind requests of c already in the batch
+// runs after their engine calls (it.after).
+func (l *eventLoop) batch(c *loopConn, it *fastItem) bool {
+	it.after = it.kind == kindConsume && c.batched == l.pass
+	c.batched = l.pass
+	l.items = append(l.items, it)
+	if it.kind == kindConsume {
+		c.consume = it
+		return true
+	}
+	return false
+}
+
 // parse takes the fast requests at the head of c's input into the batch,
 // up to the first request that is net/http's.
 func (l *eventLoop) parse(c *loopConn, now time.Time) {
-	if c.released || c.dead || c.handoff || c.blocked || c.parked != nil || c.consume != nil || l.closing {
+	if c.released || c.dead || c.handoff || c.blocked || c.parked != nil || c.consume != nil || c.admitting != nil || l.closing {
 		return
 	}
 	used := 0
@@ -516,15 +544,14 @@ func (l *eventLoop) parse(c *loopConn, now time.Time) {
 			c.handoff = true
 			break
 		}
-		it.after = it.kind == kindConsume && c.batched == l.pass
-		c.batched = l.pass
-		l.items = append(l.items, it)
 		used += l.req.size
-		if it.kind == kindConsume {
-			// Consumes run last in a batch, and one may wait: what
-			// follows waits until it is answered (done), to keep the
-			// connection's order.
-			c.consume = it
+		if it.later {
+			// Its admission needs the admin Redis: it leaves the loop,
+			// and what follows waits for its answer.
+			l.admitLater(c, it)
+			break
+		}
+		if l.batch(c, it) {
 			break
 		}
 	}
@@ -550,7 +577,7 @@ func (l *eventLoop) finish(c *loopConn, now time.Time) {
 	if c.parked != nil && c.dead {
 		l.giveUp(c, now) // the answer has nowhere to go
 	}
-	if c.parked != nil {
+	if c.parked != nil || c.admitting != nil {
 		l.arm(c)
 		return
 	}
@@ -619,7 +646,7 @@ func (l *eventLoop) arm(c *loopConn) {
 		events = syscall.EPOLLONESHOT // errors at most once more
 	case c.blocked:
 		events = syscall.EPOLLOUT
-	case c.parked != nil:
+	case c.parked != nil, c.admitting != nil:
 		events = syscall.EPOLLRDHUP | syscall.EPOLLONESHOT
 	default:
 		events = syscall.EPOLLIN | syscall.EPOLLRDHUP
@@ -669,8 +696,9 @@ func (l *eventLoop) forget(c *loopConn) {
 func (l *eventLoop) sweep(now time.Time) {
 	t := l.timeouts
 	for _, c := range l.conns {
-		if c.parked != nil {
-			// Bounded by MaxTimeoutSecond; timeouts apply once answered.
+		if c.parked != nil || c.admitting != nil {
+			// Bounded by MaxTimeoutSecond, or by the admin Redis's
+			// timeouts; timeouts apply once answered.
 			continue
 		}
 		var limit time.Duration
@@ -717,14 +745,15 @@ func (l *eventLoop) closeAll() {
 			l.giveUp(c, now)
 		}
 	}
-	for l.parked > 0 { // goroutine waits, ending
+	for l.parked > 0 || l.admits > 0 { // goroutine waits and admissions, ending
 		l.mu.Lock()
-		for len(l.signals) == 0 {
+		for len(l.signals) == 0 && len(l.admittedq) == 0 {
 			l.ended.Wait()
 		}
 		l.mu.Unlock()
 		l.pass++
 		l.resume(time.Now())
+		l.readmit(time.Now())
 	}
 	for _, c := range l.conns {
 		if c.blocked || len(c.out) > c.outOff {

@@ -266,8 +266,8 @@ func TestLoopHandsOver(t *testing.T) {
 }
 
 // TestLoopRefusesToNetHTTP: requests that fail a check before the engine
-// get net/http's and gin's answers, byte for byte the same as without
-// loops; nothing is published.
+// (parameters, handed to net/http; admission, answered by the loop) get
+// gin's answers, the same as without loops; nothing is published.
 func TestLoopRefusesToNetHTTP(t *testing.T) {
 	env, fake, addr := serveLoops(t)
 	env.throttler.budget["limited-token"] = 0

@@ -246,76 +246,45 @@ type routeOpts struct {
 	throttle throttleAction
 }
 
-// guard runs the checks of lmstfy's middleware chain in lmstfy's order:
-// name validation → pool (404) → token (401) → scope (403) → throttle
-// (429), then the handler, then a refund of the throttle when the request
-// did not deliver (consume not 200, publish not 201).
+// guard admits the request (admit: names → pool (404) → token (401) →
+// scope (403) → throttle (429), lmstfy's order), then runs the handler,
+// then refunds the throttle when the request did not deliver (consume not
+// 200, publish not 201).
 func (s *Server) guard(o routeOpts) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		st := state(c)
-		ns, q := c.Param("namespace"), c.Param("queue")
-		var err error
-		if o.multi {
-			err = validateMulti(ns, q)
-		} else {
-			err = validateNames(ns, q)
+		raw := c.GetHeader("X-Token")
+		if raw == "" {
+			raw = queryString(c, "token")
+		}
+		a := admission{ns: c.Param("namespace"), queue: c.Param("queue"), rawToken: raw, opts: o}
+		err := s.admit(c.Request.Context(), &a, false)
+		if o.multi && err == nil {
+			st.queues = a.queues
+			if st.queues == nil {
+				st.queues = []string{a.queue}
+			}
+		}
+		st.pool, st.token, st.eng = a.pool, a.token, a.eng
+		if a.authenticated {
+			st.nsLabel = a.ns
 		}
 		if err != nil {
 			s.failAPI(c, err)
 			return
 		}
-		queues := []string{q}
-		if o.multi {
-			queues = splitQueues(q)
-			st.queues = queues
-		}
-
-		raw := c.GetHeader("X-Token")
-		if raw == "" {
-			raw = queryString(c, "token")
-		}
-		pool, token := auth.ParseToken(raw)
-		eng, ok := s.engines[pool]
-		if !ok {
-			s.failAPI(c, errPoolNotFound)
-			return
-		}
-		st.pool, st.token, st.eng = pool, token, eng
-
-		if !o.public {
-			if !s.skipVerify {
-				if err := s.verify(c.Request.Context(), pool, ns, token, queues, o.role); err != nil {
-					s.failAPI(c, err)
-					return
-				}
-			}
-			st.nsLabel = ns
-		}
-
-		if o.throttle == throttleNone || s.throttler == nil {
-			c.Next()
-			return
-		}
-		write := o.throttle == throttleProduce
-		allowed, err := s.throttler.Allow(c.Request.Context(), pool, ns, token, write)
-		if err != nil {
-			s.failAPI(c, fmt.Errorf("throttle: %w", throttlerError{err}))
-			return
-		}
-		if !allowed {
-			s.metrics.rateLimit.WithLabelValues(pool, ns, s.tokenLabel(token), o.throttle.String()).Inc()
-			s.failAPI(c, errRateLimited(token, o.throttle.String()))
-			return
-		}
 		c.Next()
+		if !a.throttled {
+			return
+		}
 		want := http.StatusOK
-		if write {
+		if o.throttle == throttleProduce {
 			want = http.StatusCreated
 		}
 		if c.Writer.Status() != want {
 			// The client may be gone; the refund must happen anyway.
 			ctx := context.WithoutCancel(c.Request.Context())
-			if err := s.throttler.Refund(ctx, pool, ns, token, write); err != nil {
+			if err := s.refundAdmission(ctx, &a); err != nil {
 				s.reqLogger(c).WithError(err).Warn("throttle refund failed")
 			}
 		}
@@ -328,23 +297,6 @@ type throttlerError struct{ err error }
 
 func (e throttlerError) Error() string { return e.err.Error() }
 func (e throttlerError) Unwrap() error { return e.err }
-
-// verify checks the token and its scope for every queue of the request.
-func (s *Server) verify(ctx context.Context, pool, ns, token string, queues []string, role auth.Role) error {
-	if token == "" {
-		return errTokenNotFound
-	}
-	scope, err := s.tokens.Verify(ctx, pool, ns, token)
-	if err != nil {
-		return fmt.Errorf("verify token: %w", err)
-	}
-	for _, q := range queues {
-		if !scope.Allows(q, role) {
-			return errForbidden(role, q)
-		}
-	}
-	return nil
-}
 
 // validateNames is lmstfy's ValidateParams.
 func validateNames(ns, q string) error {

@@ -14,9 +14,9 @@ func (s *Server) apiRoutes() *gin.Engine {
 	r := newGin()
 	r.Use(requestState, s.accessLogger(false), s.collectMetrics, s.recovery)
 
-	publish := s.guard(routeOpts{role: auth.RolePublish, throttle: throttleProduce})
-	consume := s.guard(routeOpts{multi: true, role: auth.RoleConsume, throttle: throttleConsume})
-	ack := s.guard(routeOpts{role: auth.RoleConsume})
+	publish := s.guard(optsPublish)
+	consume := s.guard(optsConsume)
+	ack := s.guard(optsAck)
 	read := s.guard(routeOpts{role: auth.RoleRead})
 	manage := s.guard(routeOpts{role: auth.RoleManage})
 	public := s.sizeGuard() // no token check unless Kairos.AuthenticateSize

@@ -40,7 +40,9 @@ import (
 var ErrInvalidConfig = errors.New("server: invalid configuration")
 
 // TokenStore is what the server needs from the token store (auth.Store):
-// verification on the API, management on the admin API.
+// verification on the API, management on the admin API. A store that can
+// also verify from memory (VerifyCached, as auth.Store) lets the event
+// loops admit cached tokens without leaving the loop (admit.go).
 type TokenStore interface {
 	// HasPool reports whether pool is configured.
 	HasPool(pool string) bool
@@ -56,6 +58,9 @@ type TokenStore interface {
 }
 
 // Throttler is what the server needs from the rate limiter (auth.Throttler).
+// One that can also tell without I/O that a token has no limit (Unlimited,
+// as auth.Throttler) lets the event loops admit it without leaving the
+// loop (admit.go).
 type Throttler interface {
 	// Allow takes one request from the token's bucket (write = publish).
 	Allow(ctx context.Context, pool, namespace, token string, write bool) (bool, error)

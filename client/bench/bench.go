@@ -43,6 +43,9 @@ type Config struct {
 	BulkSize int
 	// Queues spreads the publish scenario over this many queues (default 1).
 	Queues int
+	// Publishers is the number of valid publishers of the flood scenario
+	// (default DefaultFloodPublishers); Concurrency is its flood's clients.
+	Publishers int
 	// ServerCPU, when set, meters the CPU time of the server under test
 	// (ProcessCPU for a local one); RedisCPU meters Redis's (RedisProbe.CPU). The
 	// load generator's own CPU time is always metered.

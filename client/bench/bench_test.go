@@ -1,8 +1,13 @@
 package bench
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"io"
+	"net"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 )
@@ -23,5 +28,69 @@ func TestScenariosOnCeiling(t *testing.T) {
 		if r.Ops == 0 || r.Errors != 0 || r.PerSec <= 0 || r.P99MS < r.P50MS {
 			t.Fatalf("%s: %+v", name, r)
 		}
+	}
+}
+
+// TestFloodOnCeiling runs the flood scenario briefly against the
+// do-nothing server, which accepts any token: the valid publishers count,
+// and every flood request is reported as not refused.
+func TestFloodOnCeiling(t *testing.T) {
+	srv := httptest.NewServer(&Ceiling{})
+	t.Cleanup(srv.Close)
+	r, err := Flood(context.Background(), Config{Addr: srv.URL, Concurrency: 2, Publishers: 2, Duration: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Ops == 0 || r.Errors != 0 || r.P99MS < r.P50MS || !strings.Contains(r.Note, " 0 answered 401") {
+		t.Fatalf("%+v", r)
+	}
+}
+
+// TestDelayProxy: bytes go through unchanged both ways, each way at least
+// the delay later, and pipelined writes are not serialised by it.
+func TestDelayProxy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() { // an echo server
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	const delay = 20 * time.Millisecond
+	p, err := StartDelayProxy("127.0.0.1:0", ln.Addr().String(), delay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	for i := range 10 { // pipelined: 10 writes, 1 ms apart
+		fmt.Fprintf(c, "ping %d\n", i)
+		time.Sleep(time.Millisecond)
+	}
+	br := bufio.NewReader(c)
+	for i := range 10 {
+		line, err := br.ReadString('\n')
+		if err != nil || line != fmt.Sprintf("ping %d\n", i) {
+			t.Fatalf("line %d: %q %v", i, line, err)
+		}
+		if i == 0 && time.Since(start) < 2*delay {
+			t.Fatalf("first echo after %v, want >= %v", time.Since(start), 2*delay)
+		}
+	}
+	if d := time.Since(start); d > 2*delay+200*time.Millisecond {
+		t.Errorf("10 pipelined echoes took %v: the proxy serialises", d)
 	}
 }

@@ -30,6 +30,7 @@ var benchScenarios = []struct {
 	{"delayed", bench.Delayed, false},
 	{"burst", bench.Burst, false},
 	{"idle", bench.Idle, false},
+	{"flood", bench.Flood, false},
 }
 
 const benchLong = `Measure an lmstfy-compatible server (Kairos or lmstfy itself) under load.
@@ -42,6 +43,9 @@ Scenarios (default: publish bulk consume latency delayed burst):
   delayed   --jobs jobs delayed 1-5 s: lateness (delivery - due); a negative min means early
   burst     --jobs jobs due in the same second: time until all are ready
   idle      --concurrency long-polling consumers, then one job per 100 of them
+  flood     --publishers (8) keep-alive publishers with --token beside --concurrency
+            clients sending a publish with a random token on a new connection each:
+            the valid publishers' jobs and latency under a flood of bad tokens
 
 --ceiling runs the same scenarios against a do-nothing server of the same API,
 started as a child process (this binary's hidden "bench ceiling-server"), and
@@ -57,7 +61,11 @@ printed for the load generator itself (getrusage), the ceiling server (its
 --redis HOST:PORT (INFO cpu: used_cpu_sys + used_cpu_user). With --redis, each
 measured phase also starts only once that Redis runs no snapshot or AOF
 rewrite (INFO persistence), so that a rewrite set off by a preload or a fill
-does not land in the measurement; the wait is printed.`
+does not land in the measurement; the wait is printed.
+
+"kairos bench delay-proxy --to HOST:PORT --delay 1ms" forwards TCP to HOST:PORT
+with that delay each way and prints its address: point the server's AdminRedis
+at it to measure the flood scenario with the admin Redis 1 ms away.`
 
 // ceilingServerCmd is the hidden `kairos bench ceiling-server`: the
 // do-nothing server --ceiling runs as a child process.
@@ -89,6 +97,43 @@ func (c *cli) ceilingServerCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address to listen on")
 	cmd.Flags().BoolVar(&exitOnEOF, "exit-on-stdin-eof", false, "exit when the standard input closes (as --ceiling's child)")
+	return cmd
+}
+
+// delayProxyCmd is `kairos bench delay-proxy`: a TCP proxy that delays
+// each way (bench.DelayProxy), to put a dependency "1 ms away".
+func (c *cli) delayProxyCmd() *cobra.Command {
+	var listen, to string
+	var delay time.Duration
+	cmd := &cobra.Command{
+		Use:   "delay-proxy",
+		Short: "Forward TCP to --to with --delay each way (a Redis 1 ms away)",
+		Long: "Forward every connection to --to, delaying what goes each way by --delay without limiting throughput, " +
+			"until interrupted; the first line of the output is the address it listens on. Point a server's AdminRedis " +
+			"at it to measure the flood scenario with the admin Redis 1 ms away.",
+		Args: args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if to == "" {
+				return usagef("--to is required")
+			}
+			if delay < 0 {
+				return usagef("--delay must not be negative")
+			}
+			p, err := bench.StartDelayProxy(listen, to, delay)
+			if err != nil {
+				return usagef("--listen: %v", err)
+			}
+			defer func() { _ = p.Close() }()
+			if _, err := fmt.Fprintln(c.io.out, p.Addr()); err != nil {
+				return err
+			}
+			<-cmd.Context().Done()
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address to listen on")
+	cmd.Flags().StringVar(&to, "to", "", "address to forward to (HOST:PORT)")
+	cmd.Flags().DurationVar(&delay, "delay", time.Millisecond, "delay each way")
 	return cmd
 }
 
@@ -230,10 +275,11 @@ func (c *cli) benchCmd() *cobra.Command {
 	f.StringVar(&redisAddr, "redis-benchmark", "", "also run redis-benchmark against this Redis (HOST:PORT)")
 	f.IntVar(&runs, "runs", 1, "runs per scenario; the median is printed with min-max")
 	f.IntVar(&cfg.Queues, "queues", 1, "spread the publish scenario over this many queues")
+	f.IntVar(&cfg.Publishers, "publishers", bench.DefaultFloodPublishers, "valid publishers of the flood scenario (--concurrency is its flood's clients)")
 	f.IntVar(&preload, "preload-delayed", 0, "first publish this many jobs delayed by an hour (a large timer), destroyed at the end")
 	f.IntVar(&serverPID, "server-pid", 0, "PID of the server under test, on this machine: print its CPU µs per job (/proc/PID/stat)")
 	f.StringVar(&redisCPUAddr, "redis", "", "the server's Redis (HOST:PORT or redis:// URL): print its CPU µs per job (INFO cpu); each measured phase waits until it runs no snapshot or AOF rewrite")
-	cmd.AddCommand(c.ceilingServerCmd())
+	cmd.AddCommand(c.ceilingServerCmd(), c.delayProxyCmd())
 	return cmd
 }
 

@@ -1,0 +1,134 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultFloodPublishers is how many valid publishers the flood scenario
+// runs when Config.Publishers is not set.
+const DefaultFloodPublishers = 8
+
+// Flood measures Publishers (default 8) keep-alive publishers with the
+// configured token for Duration while Concurrency clients flood the same
+// server with publishes that each carry a random token, on a new
+// connection each: what a flood of bad requests costs the good ones. The
+// result is the valid publishers' (jobs, latency); the note counts the
+// flood's requests and their answers. Against Kairos, run it with the
+// admin Redis behind a DelayProxy: a token the server does not know costs
+// it a round trip to the admin Redis.
+func Flood(ctx context.Context, cfg Config) (Result, error) {
+	cfg.defaults()
+	c, err := newClient(cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	pubs := cfg.Publishers
+	if pubs <= 0 {
+		pubs = DefaultFloodPublishers
+	}
+	path := escQueue(runQueue(cfg.Queue, "flood"))
+	body, query := c.body(0), publishQuery(0)
+
+	// The valid publishers start first, so that their tokens are known
+	// before the flood begins, as a server's regular clients' are.
+	warm := c.conn()
+	if err := warm.publish(ctx, path, query, body); err != nil {
+		warm.close()
+		return Result{}, fmt.Errorf("flood: a valid publish: %w", err)
+	}
+	warm.close()
+
+	var ops, errs, bad, refused, badOther atomic.Int64
+	var firstOther atomic.Value // string: the first answer other than 401
+	var lat samples
+	cfg.settle(ctx)
+	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
+	defer cancel()
+	mark := cfg.cpuMark(ctx)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range pubs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cn := c.conn()
+			defer cn.close()
+			for ctx.Err() == nil {
+				t := time.Now()
+				if err := cn.publish(ctx, path, query, body); err != nil {
+					if ctx.Err() == nil {
+						errs.Add(1)
+					}
+					continue
+				}
+				lat.add(time.Since(t))
+				ops.Add(1)
+			}
+		}()
+	}
+	for range cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				st, err := c.randomTokenPublish(ctx, path, query, body)
+				if ctx.Err() != nil {
+					return
+				}
+				bad.Add(1)
+				switch {
+				case err == nil && st == http.StatusUnauthorized:
+					refused.Add(1)
+				default:
+					badOther.Add(1)
+					if err != nil {
+						firstOther.CompareAndSwap(nil, err.Error())
+					} else {
+						firstOther.CompareAndSwap(nil, fmt.Sprintf("status %d", st))
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	r := Result{Scenario: "flood", Ops: ops.Load(), Errors: errs.Load(), Seconds: time.Since(start).Seconds(),
+		Note: fmt.Sprintf("%d valid keep-alive publishers beside %d clients sending a random token on a new connection each: "+
+			"%d such requests (%.0f/s), %d answered 401, %d otherwise", pubs, cfg.Concurrency,
+			bad.Load(), float64(bad.Load())/time.Since(start).Seconds(), refused.Load(), badOther.Load())}
+	if first, ok := firstOther.Load().(string); ok {
+		r.Note += " (the first: " + first + ")"
+	}
+	r.PerSec = float64(r.Ops) / r.Seconds
+	lat.fill(&r)
+	r.setCPU(context.WithoutCancel(ctx), &cfg, mark)
+	return r, nil
+}
+
+// randomTokenPublish publishes body with a random token on a connection
+// of its own, and returns the status.
+func (c *client) randomTokenPublish(ctx context.Context, path, query string, body []byte) (int, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return 0, err
+	}
+	bc := *c
+	bc.token = hex.EncodeToString(b[:])
+	cn := bc.conn()
+	defer cn.close()
+	st, err := cn.do(ctx, http.MethodPut, path, nil, query, body, 0)
+	if err != nil {
+		return 0, err
+	}
+	if st == http.StatusCreated {
+		return st, errors.New("flood: a random token was accepted")
+	}
+	return st, nil
+}

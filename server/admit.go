@@ -1,0 +1,185 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/kairos-dev/kairos/auth"
+	"github.com/kairos-dev/kairos/engine"
+)
+
+// Admission: the one place that decides whether a request of the public
+// API may reach its handler, for gin's routes (guard) and for the event
+// loops' fast path (takeFast) alike, in lmstfy's order: names (400) →
+// pool (404) → token (401) → scope (403) → rate limit (429). A request that
+// took a rate-limit token and then did not deliver gives it back
+// (refundAdmission).
+//
+// The event loops call admit with inline set: it then never waits on I/O.
+// When a check needs the admin Redis (a token not in the store's cache, a
+// token with a rate limit), it returns errAdmitLater having done nothing,
+// and the loop runs admit again, without inline, off the loop
+// (loop_admit_linux.go).
+
+// Route options of the routes the fast path serves too: the fast path and
+// gin's routes must admit them alike.
+var (
+	optsPublish = routeOpts{role: auth.RolePublish, throttle: throttleProduce}
+	optsConsume = routeOpts{multi: true, role: auth.RoleConsume, throttle: throttleConsume}
+	optsAck     = routeOpts{role: auth.RoleConsume}
+)
+
+// errAdmitLater is admit's answer, with inline set, when deciding needs a
+// round trip to the admin Redis.
+var errAdmitLater = errors.New("server: admission needs the admin Redis")
+
+// localTokens is a TokenStore that can answer from memory; auth.Store is
+// one. Without it, the event loops verify every token off the loop.
+type localTokens interface {
+	// VerifyCached is Verify without I/O: auth.ErrNotCached when only the
+	// admin Redis can tell.
+	VerifyCached(pool, namespace, token string) (auth.Scope, error)
+}
+
+// localThrottler is a Throttler that can tell without I/O that a token has
+// no limit in one direction (Allow and Refund then do no I/O either);
+// auth.Throttler is one. Without it, the event loops run every throttled
+// request's Allow off the loop.
+type localThrottler interface {
+	Unlimited(pool, namespace, token string, write bool) bool
+}
+
+// admission is one request's admission: what the request asks for (set
+// by the caller) and what admit found.
+type admission struct {
+	ns, queue string // path segments; queue is "q1,q2,…" on a multi route
+	rawToken  string // "[pool:]secret" from X-Token, else ?token=
+	opts      routeOpts
+
+	// queues are the queues of a multi route's "q1,q2,…", split; nil
+	// when there is one queue, queue.
+	queues      []string
+	pool, token string        // the token's pool (once it exists) and secret
+	eng         engine.Engine // the pool's engine
+	// authenticated is set once the token and scope passed (the namespace
+	// may then label metrics).
+	authenticated bool
+	// throttled is set once a rate-limit token was taken: refund it if the
+	// request does not deliver.
+	throttled bool
+}
+
+// admit decides a's admission; nil means the request may go on. With
+// inline set it does no I/O: errAdmitLater means nothing was decided and
+// admit must run again without inline. Errors are the API's renderings
+// (apiError), or a token store or throttler failure, which mapAPIError
+// renders.
+func (s *Server) admit(ctx context.Context, a *admission, inline bool) error {
+	o := a.opts
+	var err error
+	if o.multi {
+		err = validateMulti(a.ns, a.queue)
+	} else {
+		err = validateNames(a.ns, a.queue)
+	}
+	if err != nil {
+		return err
+	}
+	if o.multi && strings.Contains(a.queue, ",") {
+		a.queues = splitQueues(a.queue)
+	}
+
+	pool, token := auth.ParseToken(a.rawToken)
+	eng, ok := s.engines[pool]
+	if !ok {
+		return errPoolNotFound
+	}
+	a.pool, a.token, a.eng = pool, token, eng
+
+	if !o.public {
+		if !s.skipVerify {
+			if err := s.verify(ctx, pool, a.ns, token, a.queue, a.queues, o.role, inline); err != nil {
+				return err
+			}
+		}
+		a.authenticated = true
+	}
+
+	if o.throttle == throttleNone || s.throttler == nil {
+		return nil
+	}
+	write := o.throttle == throttleProduce
+	if inline {
+		if lt, ok := s.throttler.(localThrottler); !ok || !lt.Unlimited(pool, a.ns, token, write) {
+			return errAdmitLater
+		}
+	}
+	allowed, err := s.throttler.Allow(ctx, pool, a.ns, token, write)
+	if err != nil {
+		return fmt.Errorf("throttle: %w", throttlerError{err})
+	}
+	if !allowed {
+		s.metrics.rateLimit.WithLabelValues(pool, a.ns, s.tokenLabel(token), o.throttle.String()).Inc()
+		return errRateLimited(token, o.throttle.String())
+	}
+	a.throttled = true
+	return nil
+}
+
+// verify checks the token and its scope for every queue of the request
+// (queues, or queue when there is no list); with inline set, only from the
+// token store's memory (errAdmitLater when that is not enough).
+func (s *Server) verify(ctx context.Context, pool, ns, token, queue string, queues []string, role auth.Role, inline bool) error {
+	if token == "" {
+		return errTokenNotFound
+	}
+	var scope auth.Scope
+	var err error
+	if inline {
+		lt, ok := s.tokens.(localTokens)
+		if !ok {
+			return errAdmitLater
+		}
+		scope, err = lt.VerifyCached(pool, ns, token)
+		if errors.Is(err, auth.ErrNotCached) {
+			return errAdmitLater
+		}
+	} else {
+		scope, err = s.tokens.Verify(ctx, pool, ns, token)
+	}
+	if err != nil {
+		return fmt.Errorf("verify token: %w", err)
+	}
+	if queues == nil && !scope.Allows(queue, role) {
+		return errForbidden(role, queue)
+	}
+	for _, q := range queues {
+		if !scope.Allows(q, role) {
+			return errForbidden(role, q)
+		}
+	}
+	return nil
+}
+
+// refundNeedsIO reports whether refundAdmission may wait on the admin
+// Redis (the event loops then refund off the loop).
+func (s *Server) refundNeedsIO(a *admission) bool {
+	if !a.throttled {
+		return false
+	}
+	lt, ok := s.throttler.(localThrottler)
+	return !ok || !lt.Unlimited(a.pool, a.ns, a.token, a.opts.throttle == throttleProduce)
+}
+
+// refundAdmission gives back the rate-limit token of an admitted request
+// that did not deliver (a consume without a job, a failed publish); it
+// does nothing when none was taken, and at most once.
+func (s *Server) refundAdmission(ctx context.Context, a *admission) error {
+	if !a.throttled {
+		return nil
+	}
+	a.throttled = false
+	return s.throttler.Refund(ctx, a.pool, a.ns, a.token, a.opts.throttle == throttleProduce)
+}

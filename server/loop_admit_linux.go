@@ -1,0 +1,75 @@
+//go:build linux
+
+package server
+
+import (
+	"time"
+
+	"github.com/kairos-dev/kairos/engine"
+)
+
+// Admission off the loop. takeFast admits a request inline when everything
+// admit needs is in memory (a cached token, a token without a rate limit).
+// When it needs the admin Redis (it.later), the loop never waits for it: a
+// goroutine runs admit, and the connection reads and parses nothing more
+// (as while a consume is parked) until the answer comes back through the
+// wake pipe; the request then joins the loop's next batch, admitted or
+// refused, ahead of the connection's next requests. A flood of unknown
+// tokens, or a slow or hung admin Redis, so delays only the requests that
+// need it.
+
+// admitLater sends it, the request c's parse just took, to be admitted off
+// the loop.
+func (l *eventLoop) admitLater(c *loopConn, it *fastItem) {
+	c.admitting = it
+	l.admits++
+	s := l.s
+	go func() {
+		err := s.admit(s.pollCtx, &it.adm, false)
+		if err != nil && s.pollCtx.Err() != nil {
+			err = engine.ErrClosed // the server stops: 503, as the engine answers
+		}
+		s.admitted(it, err)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.released {
+			return
+		}
+		l.admittedq = append(l.admittedq, it)
+		l.ended.Broadcast()
+		if len(l.admittedq) == 1 {
+			l.wake()
+		}
+	}()
+}
+
+// readmit puts the requests admitted off the loop into this pass's batch.
+func (l *eventLoop) readmit(now time.Time) {
+	l.mu.Lock()
+	done := l.admittedq
+	l.admittedq = nil
+	l.mu.Unlock()
+	for _, it := range done {
+		l.admits--
+		c := it.conn.(*loopConn)
+		c.admitting = nil
+		if c.released || c.dead || l.closing {
+			// Nobody to answer: what admission took goes back.
+			l.s.refund(l.s.pollCtx, it, nil)
+			putFast(it)
+			if !c.released {
+				l.touch(c) // finish closes it
+			}
+			continue
+		}
+		c.since, c.last = now, now
+		consume := l.batch(c, it)
+		l.touch(c)
+		l.arm(c)
+		if !consume && len(c.in) > 0 {
+			// What follows joins the batch after it (consumes run last:
+			// what follows one waits for the next pass).
+			l.again = append(l.again, c)
+		}
+	}
+}
