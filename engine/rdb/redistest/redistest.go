@@ -121,6 +121,7 @@ func (s *Server) start(bin string, loading bool) error {
 	}
 	s.cmd = exec.Command(bin, cfg)
 	s.cmd.Dir = s.Dir
+	s.cmd.SysProcAttr = procAttr()
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
