@@ -296,6 +296,48 @@ func (c *Cluster) Masters(tb testing.TB) []string {
 	return out
 }
 
+// MasterOf returns the address of the master serving key's slot.
+func (c *Cluster) MasterOf(tb testing.TB, key string) string {
+	tb.Helper()
+	slot := int(crc16([]byte(hashTag(key))) % 16384)
+	for _, sh := range c.Shards(tb) {
+		for _, r := range sh.Slots {
+			if slot >= r[0] && slot <= r[1] {
+				return sh.Master
+			}
+		}
+	}
+	tb.Fatalf("redistest: no master serves slot %d of %q", slot, key)
+	return ""
+}
+
+// hashTag returns the part of key that Redis Cluster hashes: the text
+// between the first { and the next } when it is not empty, else key.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
+}
+
+// crc16 is Redis Cluster's CRC16 (XMODEM: polynomial 0x1021, initial 0).
+func crc16(b []byte) uint16 {
+	var crc uint16
+	for _, c := range b {
+		crc ^= uint16(c) << 8
+		for i := 0; i < 8; i++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
 // Client returns a cluster client seeded with every node, closed at tb's
 // cleanup.
 func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {

@@ -78,10 +78,14 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("GET %s = %q, %v; want %q", k, got, err, "v-"+k)
 		}
 		slot := int(redisSlot(t, cl, k))
+		wantMaster := c.MasterOf(t, k)
 		for _, sh := range shards {
 			for _, r := range sh.Slots {
 				if slot >= r[0] && slot <= r[1] {
 					masters[sh.Master] = true
+					if sh.Master != wantMaster {
+						t.Errorf("MasterOf(%q) = %s, want %s (slot %d)", k, wantMaster, sh.Master, slot)
+					}
 					wantOnNode(t, sh.Master, k, "v-"+k, false)
 					wantOnNode(t, sh.Replicas[0], k, "v-"+k, true)
 				}
