@@ -236,6 +236,10 @@ func embeddedList(sections []string) string {
 // lose or evict jobs.
 var ErrNotDurable = errors.New("redis is not durable")
 
+// ErrRedisCluster is returned when a pool or the admin Redis is a Redis
+// Cluster node, which Kairos cannot serve yet (issue #22).
+var ErrRedisCluster = errors.New("Kairos does not support Redis Cluster yet (issue #22)")
+
 // checkDurable warns (or refuses, with RequireDurableRedis) when a Redis
 // has AOF off or a maxmemory-policy that evicts keys: either loses jobs.
 func (a *App) checkDurable(ctx context.Context, key string, client redis.UniversalClient) error {
