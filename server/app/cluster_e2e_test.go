@@ -35,18 +35,26 @@ func TestE2ERedisClusterRefused(t *testing.T) {
 		name    string
 		cfg     func() *config.Config
 		section string
+		what    string // what the message asks to point elsewhere
 	}{
-		{"default pool", func() *config.Config { return redisConfig(node) }, "Pool.default"},
+		{"default pool", func() *config.Config { return redisConfig(node) }, "Pool.default", "the pool"},
 		{"admin redis", func() *config.Config {
 			cfg := redisConfig(standalone.Addr)
 			cfg.AdminRedis = config.RedisConf{Addr: node}
 			return cfg
-		}, "AdminRedis"},
+		}, "AdminRedis", "AdminRedis"},
 		{"another pool", func() *config.Config {
 			cfg := redisConfig(standalone.Addr)
 			cfg.Pool["b"] = config.RedisConf{Addr: node}
 			return cfg
-		}, "Pool.b"},
+		}, "Pool.b", "the pool"},
+		// A DB other than 0 fails at the connection's SELECT, before
+		// INFO: the message is the same.
+		{"pool with DB 1", func() *config.Config {
+			cfg := redisConfig(standalone.Addr)
+			cfg.Pool["b"] = config.RedisConf{Addr: node, DB: 1}
+			return cfg
+		}, "Pool.b", "the pool"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -58,7 +66,7 @@ func TestE2ERedisClusterRefused(t *testing.T) {
 				t.Fatalf("app.New accepted %s at the Redis Cluster node %s; then %s", tc.section, node, afterStart(t, a, cfg))
 			}
 			want := tc.section + ": " + node + " is a Redis Cluster node; Kairos does not support Redis Cluster yet (issue #22): " +
-				"point the pool at a standalone or Sentinel-managed Redis"
+				"point " + tc.what + " at a standalone or Sentinel-managed Redis"
 			if got := err.Error(); got != want {
 				t.Errorf("app.New error:\n got %s\nwant %s", got, want)
 			}
