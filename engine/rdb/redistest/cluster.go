@@ -175,8 +175,9 @@ func clusterPorts(n int) ([]int, error) {
 }
 
 // Wait waits until every running node says cluster_state:ok and sees
-// every slot served by a master with at least one replica, as after a
-// restart or a failover (at most 30s).
+// every slot served, and, when no node is killed, every master with a
+// replica: after a Kill, until a replica has taken over; after a Restart,
+// until the node is back (at most 30s).
 func (c *Cluster) Wait(tb testing.TB) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -203,13 +204,17 @@ func (c *Cluster) wait(ctx context.Context) error {
 
 // healthy checks every running node's view of the cluster.
 func (c *Cluster) healthy(ctx context.Context) error {
+	whole := true
+	for _, s := range c.nodes {
+		whole = whole && s.cmd != nil
+	}
 	for _, addr := range c.Addrs {
 		s := c.nodes[addr]
 		if s.cmd == nil {
 			continue // killed
 		}
 		n := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
-		err := nodeHealthy(ctx, n)
+		err := c.nodeHealthy(ctx, n, whole)
 		_ = n.Close()
 		if err != nil {
 			return fmt.Errorf("%s: %w", addr, err)
@@ -218,7 +223,7 @@ func (c *Cluster) healthy(ctx context.Context) error {
 	return nil
 }
 
-func nodeHealthy(ctx context.Context, n *redis.Client) error {
+func (c *Cluster) nodeHealthy(ctx context.Context, n *redis.Client, replicas bool) error {
 	info, err := n.ClusterInfo(ctx).Result()
 	if err != nil {
 		return err
@@ -232,7 +237,10 @@ func nodeHealthy(ctx context.Context, n *redis.Client) error {
 	}
 	covered := 0
 	for _, s := range slots {
-		if len(s.Nodes) < 2 {
+		if m := c.nodes[s.Nodes[0].Addr]; m != nil && m.cmd == nil {
+			return fmt.Errorf("slots %d-%d are still served by the killed %s", s.Start, s.End, m.Addr)
+		}
+		if replicas && len(s.Nodes) < 2 {
 			return fmt.Errorf("slots %d-%d have no replica", s.Start, s.End)
 		}
 		covered += s.End - s.Start + 1

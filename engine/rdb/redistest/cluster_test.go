@@ -159,3 +159,57 @@ func TestSharedCluster(t *testing.T) {
 		t.Fatalf("DBSIZE after Flush = %d, %v; want 0", n, err)
 	}
 }
+
+// TestClusterFailover: a killed master's replica takes over, and the
+// master restarted on its port and directory rejoins as a replica.
+func TestClusterFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failover takes the node timeout (3s) and more")
+	}
+	c := redistest.StartCluster(t)
+	ctx := context.Background()
+	cl := c.Client(t)
+	if err := cl.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+	old := c.MasterOf(t, "k")
+	var replica string
+	for _, sh := range c.Shards(t) {
+		if sh.Master == old {
+			replica = sh.Replicas[0]
+		}
+	}
+	wantOnNode(t, replica, "k", "v", true) // replicated before the kill
+	start := time.Now()
+	c.Kill(t, old)
+	c.Wait(t)
+	if got := c.MasterOf(t, "k"); got != replica {
+		t.Fatalf("after killing %s, k is served by %s, want its replica %s", old, got, replica)
+	}
+	t.Logf("failover in %v", time.Since(start).Round(time.Millisecond))
+	// go-redis's cluster client keeps dialling the dead master until its
+	// state is 10s old or a MOVED arrives: reload it.
+	cl.ReloadState(ctx)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := cl.Get(ctx, "k").Result()
+		if err == nil && got == "v" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET k through the cluster client after the failover = %q, %v", got, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.Restart(t, old)
+	c.Wait(t)
+	for _, sh := range c.Shards(t) {
+		if sh.Master == replica {
+			if len(sh.Replicas) != 1 || sh.Replicas[0] != old {
+				t.Fatalf("after the restart, %s has replicas %v, want [%s]", replica, sh.Replicas, old)
+			}
+			return
+		}
+	}
+	t.Fatalf("after the restart, %s is no master: %+v", replica, c.Shards(t))
+}
