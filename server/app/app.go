@@ -242,9 +242,16 @@ func embeddedList(sections []string) string {
 // lose or evict jobs.
 var ErrNotDurable = errors.New("redis is not durable")
 
-// ErrRedisCluster is returned when a pool or the admin Redis is a Redis
-// Cluster node, which Kairos cannot serve yet (issue #22).
-var ErrRedisCluster = errors.New("Kairos does not support Redis Cluster yet (issue #22)")
+// ErrRedisCluster is returned (wrapped, with the section and the address)
+// when a pool or the admin Redis is a Redis Cluster node, which Kairos
+// cannot serve yet (issue #22).
+var ErrRedisCluster = errors.New("redis cluster is not supported yet (issue #22)")
+
+// clusterError is ErrRedisCluster with the words an operator reads.
+type clusterError struct{ msg string }
+
+func (e *clusterError) Error() string { return e.msg }
+func (e *clusterError) Unwrap() error { return ErrRedisCluster }
 
 // checkNotCluster refuses a Redis Cluster node. Its scripts touch keys of
 // several hash slots, which a cluster answers with CROSSSLOT (or MOVED):
@@ -274,7 +281,8 @@ func notCluster(key string, rc config.RedisConf) error {
 	if rc.IsSentinel() {
 		addr = "the master " + rc.MasterName + " of the Sentinels " + rc.Addr
 	}
-	return fmt.Errorf("%s: %s is a Redis Cluster node; %w: point %s at a standalone or Sentinel-managed Redis", key, addr, ErrRedisCluster, what)
+	return &clusterError{fmt.Sprintf("%s: %s is a Redis Cluster node; Kairos does not support Redis Cluster yet (issue #22): "+
+		"point %s at a standalone or Sentinel-managed Redis", key, addr, what)}
 }
 
 // checkDurable warns (or refuses, with RequireDurableRedis) when a Redis
