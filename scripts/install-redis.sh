@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# install-redis.sh makes sure redis-server is on PATH, because the real-Redis
-# test tier (engine/rdb/redistest) starts throwaway redis-server processes.
+# install-redis.sh makes sure redis-server and redis-cli are on PATH, because
+# the real-Redis test tier (engine/rdb/redistest) starts throwaway
+# redis-server processes, and builds its throwaway Redis Clusters with
+# redis-cli --cluster create.
 #
-# It does nothing when redis-server is already there. Otherwise it installs
-# Debian's redis-server package with apt-get (through sudo when not root) and
+# It does nothing when both are already there. Otherwise it installs Debian's
+# redis-server and redis-tools (redis-cli) packages with apt-get (through sudo
+# when not root) and
 # keeps the package from starting the system Redis service: the tests start
 # their own servers on free ports. It is quiet unless it installs or fails.
 set -euo pipefail
 
-if command -v redis-server >/dev/null 2>&1; then
+if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then
 	exit 0
 fi
 
@@ -18,12 +21,12 @@ die() {
 }
 
 command -v apt-get >/dev/null 2>&1 ||
-	die "redis-server is not on PATH and apt-get is not available; install Redis 6.2+ (redis-server) by hand"
+	die "redis-server or redis-cli is not on PATH and apt-get is not available; install Redis 6.2+ (redis-server and redis-cli) by hand"
 
 sudo=()
 if [ "$(id -u)" -ne 0 ]; then
 	command -v sudo >/dev/null 2>&1 ||
-		die "redis-server is not on PATH; installing it needs root and sudo is not available (run: apt-get install redis-server)"
+		die "redis-server or redis-cli is not on PATH; installing them needs root and sudo is not available (run: apt-get install redis-server redis-tools)"
 	sudo=(sudo)
 fi
 as_root() { "${sudo[@]}" "$@"; }
@@ -43,11 +46,13 @@ if [ ! -e "$policy" ]; then
 fi
 
 if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >"$log" 2>&1 ||
-	! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >>"$log" 2>&1; then
+	! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >>"$log" 2>&1; then
 	cat "$log" >&2
-	die "apt-get could not install redis-server (output above)"
+	die "apt-get could not install redis-server and redis-tools (output above)"
 fi
 
-command -v redis-server >/dev/null 2>&1 ||
-	die "apt-get installed redis-server but it is still not on PATH ($PATH)"
+for bin in redis-server redis-cli; do
+	command -v "$bin" >/dev/null 2>&1 ||
+		die "apt-get installed redis-server and redis-tools but $bin is still not on PATH ($PATH)"
+done
 echo "install-redis.sh: installed $(redis-server --version | head -n 1)" >&2

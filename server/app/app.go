@@ -207,9 +207,15 @@ func (a *App) connect(ctx context.Context, key string, rc config.RedisConf) (red
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := client.Ping(pctx).Err(); err != nil {
+		if strings.Contains(err.Error(), "SELECT is not allowed in cluster mode") { // DB > 0
+			return nil, notCluster(key, rc)
+		}
 		return nil, fmt.Errorf("%s: connect to %s: %w", key, rc.Addr, err)
 	}
 	if !a.cfg.UsesEmbedded(rc) {
+		if err := a.checkNotCluster(pctx, key, rc, client); err != nil {
+			return nil, err
+		}
 		if err := a.checkDurable(pctx, key, client); err != nil {
 			return nil, err
 		}
@@ -235,6 +241,49 @@ func embeddedList(sections []string) string {
 // ErrNotDurable is returned when RequireDurableRedis is set and a Redis may
 // lose or evict jobs.
 var ErrNotDurable = errors.New("redis is not durable")
+
+// ErrRedisCluster is returned (wrapped, with the section and the address)
+// when a pool or the admin Redis is a Redis Cluster node, which Kairos
+// cannot serve yet (issue #22).
+var ErrRedisCluster = errors.New("redis cluster is not supported yet (issue #22)")
+
+// clusterError is ErrRedisCluster with the words an operator reads.
+type clusterError struct{ msg string }
+
+func (e *clusterError) Error() string { return e.msg }
+func (e *clusterError) Unwrap() error { return ErrRedisCluster }
+
+// checkNotCluster refuses a Redis Cluster node. Its scripts touch keys of
+// several hash slots, which a cluster answers with CROSSSLOT (or MOVED):
+// the server would start and then fail every publish, consume and token
+// creation with a 500. INFO takes one section, as Redis 6.2 requires; if
+// it cannot be read (a renamed or forbidden INFO) the server warns and
+// goes on, as checkDurable does.
+func (a *App) checkNotCluster(ctx context.Context, key string, rc config.RedisConf, client redis.UniversalClient) error {
+	info, err := client.Info(ctx, "cluster").Result()
+	if err != nil {
+		a.log.WithError(err).WithField("redis", key).Warn("cannot read INFO cluster to check that this Redis is not a Redis Cluster node (which Kairos does not support yet)")
+		return nil
+	}
+	if infoField(info, "cluster_enabled") == "1" {
+		return notCluster(key, rc)
+	}
+	return nil
+}
+
+// notCluster is the error for a Redis Cluster node at section key.
+func notCluster(key string, rc config.RedisConf) error {
+	what := "the pool"
+	if !strings.HasPrefix(key, "Pool.") {
+		what = key
+	}
+	addr := rc.Addr
+	if rc.IsSentinel() {
+		addr = "the master " + rc.MasterName + " of the Sentinels " + rc.Addr
+	}
+	return &clusterError{fmt.Sprintf("%s: %s is a Redis Cluster node; Kairos does not support Redis Cluster yet (issue #22): "+
+		"point %s at a standalone or Sentinel-managed Redis", key, addr, what)}
+}
 
 // checkDurable warns (or refuses, with RequireDurableRedis) when a Redis
 // has AOF off or a maxmemory-policy that evicts keys: either loses jobs.

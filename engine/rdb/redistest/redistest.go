@@ -1,10 +1,15 @@
 // Package redistest starts throwaway redis-server processes for tests.
 //
 // Each server listens on a free 127.0.0.1 port, keeps nothing on disk unless
-// asked, and is killed when the test ends. When the redis-server binary is
-// missing the test is skipped, unless REQUIRE_REDIS or CI is set, in which
-// case it fails: the real-Redis tier can never be skipped silently in CI.
+// asked, and is killed when the test ends (on Linux, also when the test
+// binary dies without cleaning up). When the redis-server binary is missing
+// the test is skipped, unless REQUIRE_REDIS or CI is set, in which case it
+// fails: the real-Redis tier can never be skipped silently in CI.
 // scripts/install-redis.sh installs the binary.
+//
+// StartCluster and SharedCluster start a throwaway Redis Cluster of six
+// servers (three masters with one replica each) with redis-cli, which they
+// need as well.
 package redistest
 
 import (
@@ -121,6 +126,7 @@ func (s *Server) start(bin string, loading bool) error {
 	}
 	s.cmd = exec.Command(bin, cfg)
 	s.cmd.Dir = s.Dir
+	s.cmd.SysProcAttr = procAttr()
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
