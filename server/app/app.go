@@ -288,7 +288,7 @@ func notCluster(key string, rc config.RedisConf) error {
 // checkDurable warns (or refuses, with RequireDurableRedis) when a Redis
 // has AOF off or a maxmemory-policy that evicts keys: either loses jobs.
 func (a *App) checkDurable(ctx context.Context, key string, client redis.UniversalClient) error {
-	info, err := client.Info(ctx, "persistence", "memory").Result()
+	info, err := infoSections(ctx, client, "persistence", "memory")
 	if err != nil {
 		a.log.WithError(err).WithField("redis", key).Warn("cannot read INFO to check durability")
 		return nil
@@ -325,7 +325,7 @@ func readyCheck(name string, client redis.UniversalClient, embedded bool) server
 			}
 			return nil
 		}
-		info, err := client.Info(ctx, "persistence", "replication").Result()
+		info, err := infoSections(ctx, client, "persistence", "replication")
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -347,6 +347,27 @@ type RedisLogger struct{ Log logrus.FieldLogger }
 // Printf implements go-redis's internal.Logging.
 func (l RedisLogger) Printf(_ context.Context, format string, v ...interface{}) {
 	l.Log.WithField("component", "redis").Warnf(format, v...)
+}
+
+// infoSections reads INFO sections one INFO command each, in one round
+// trip: Redis before 7.0 answers an INFO of several sections with a syntax
+// error, and Kairos supports Redis 6.2.
+func infoSections(ctx context.Context, client redis.UniversalClient, sections ...string) (string, error) {
+	cmds := make([]*redis.StringCmd, len(sections))
+	_, err := client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, s := range sections {
+			cmds[i] = p.Info(ctx, s)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, c := range cmds {
+		b.WriteString(c.Val())
+	}
+	return b.String(), nil
 }
 
 func infoField(info, name string) string {
