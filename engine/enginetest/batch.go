@@ -3,6 +3,7 @@ package enginetest
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,7 +139,7 @@ func testTogether(t *testing.T, h *Harness) {
 	for round := range 3 {
 		var id string
 		var jobs [][]*engine.Job
-		ran := 0
+		var ran atomic.Int32 // the steps run side by side
 		h.Engine.Together(bg,
 			func(ctx context.Context) {
 				errs := make([]error, 1)
@@ -146,7 +147,7 @@ func testTogether(t *testing.T, h *Harness) {
 				if errs[0] != nil {
 					t.Errorf("round %d: ACK: %v", round, errs[0])
 				}
-				ran++
+				ran.Add(1)
 			},
 			func(ctx context.Context) {
 				ids, errs := make([]string, 1), make([]error, 1)
@@ -155,7 +156,7 @@ func testTogether(t *testing.T, h *Harness) {
 					t.Errorf("round %d: publish: %v", round, errs[0])
 				}
 				id = ids[0]
-				ran++
+				ran.Add(1)
 			},
 			func(ctx context.Context) {
 				jobs = make([][]*engine.Job, 1)
@@ -164,14 +165,14 @@ func testTogether(t *testing.T, h *Harness) {
 				if errs[0] != nil {
 					t.Errorf("round %d: consume: %v", round, errs[0])
 				}
-				ran++
+				ran.Add(1)
 			})
 		if t.Failed() {
 			t.FailNow()
 		}
 		// Together returns once every step has: no lock needed to read.
-		if ran != 3 || len(jobs[0]) != 1 || jobs[0][0].ID != id {
-			t.Fatalf("round %d: %d steps ran, consumed %v, want the job %s published before", round, ran, jobs[0], id)
+		if ran.Load() != 3 || len(jobs[0]) != 1 || jobs[0][0].ID != id {
+			t.Fatalf("round %d: %d steps ran, consumed %v, want the job %s published before", round, ran.Load(), jobs[0], id)
 		}
 		if _, err := h.Engine.PeekJob(bg, ns, "q", old); !errors.Is(err, engine.ErrJobNotFound) {
 			t.Fatalf("round %d: job ACKed in the pass: %v", round, err)
