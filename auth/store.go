@@ -240,7 +240,7 @@ func (s *Store) Delete(ctx context.Context, pool, namespace, token string) error
 			return nil
 		}
 	}
-	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := txPipelined(ctx, s.client, func(p redis.Pipeliner) error {
 		p.HDel(ctx, tokenKey(pool, namespace), fields...)
 		p.HDel(ctx, scopeKey(pool, namespace), fields...)
 		return nil

@@ -401,7 +401,7 @@ func (t *Throttler) Add(ctx context.Context, pool, namespace, token string, l Li
 	}
 	t.setCached(limitKey{pool, namespace, target}, l, true)
 	// The buckets may still say "no limit" after a recent Delete.
-	if _, err := t.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	if _, err := txPipelined(ctx, t.client, func(p redis.Pipeliner) error {
 		t.retune(ctx, p, pool, namespace, target, l)
 		return nil
 	}); err != nil {
@@ -435,7 +435,7 @@ func (t *Throttler) Set(ctx context.Context, pool, namespace, token string, l Li
 	if err != nil {
 		return err
 	}
-	_, err = t.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = txPipelined(ctx, t.client, func(p redis.Pipeliner) error {
 		p.HSet(ctx, throttlerKey, limitField(pool, namespace, target), b)
 		t.retune(ctx, p, pool, namespace, target, l)
 		if other != "" {
@@ -483,7 +483,7 @@ func (t *Throttler) Delete(ctx context.Context, pool, namespace, token string) e
 		return err
 	}
 	deleted := make([]*redis.IntCmd, 0, 2)
-	_, err = t.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = txPipelined(ctx, t.client, func(p redis.Pipeliner) error {
 		for _, f := range forms.all() {
 			deleted = append(deleted, p.HDel(ctx, throttlerKey, limitField(pool, namespace, f)))
 		}
@@ -497,7 +497,7 @@ func (t *Throttler) Delete(ctx context.Context, pool, namespace, token string) e
 	}
 	// Only a form that held a limit can be in another instance's cache
 	// (and only then may its bucket name hold the secret).
-	_, err = t.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = txPipelined(ctx, t.client, func(p redis.Pipeliner) error {
 		for i, f := range forms.all() {
 			if deleted[i].Val() > 0 {
 				t.retune(ctx, p, pool, namespace, f, Limit{})

@@ -152,8 +152,9 @@ func publishFailure(err error, ids ...string) error {
 // serve the request for now: the engine's ErrUnavailable, a connection that
 // cannot be made or broke, a timeout that is not the client's own, an
 // exhausted or closed connection pool, or Redis refusing while it loads,
-// is read-only, fails over or cannot persist. Those are 503s: a retry later
-// may succeed, and nothing is wrong with the request. ctx is the request's:
+// is read-only, fails over, cannot persist or is full (OOM: maxmemory
+// reached under noeviction, until consumers make room). Those are 503s: a
+// retry later may succeed, and nothing is wrong with the request. ctx is the request's:
 // when it is done, the client went away (499), which is not an outage.
 func unavailable(ctx context.Context, err error) bool {
 	switch {
@@ -165,7 +166,8 @@ func unavailable(ctx context.Context, err error) bool {
 	case redis.IsLoadingError(err), redis.IsReadOnlyError(err), redis.IsClusterDownError(err),
 		redis.IsMasterDownError(err), redis.IsTryAgainError(err):
 		return true
-	case redis.HasErrorPrefix(err, "MISCONF"), redis.HasErrorPrefix(err, "NOREPLICAS"), redis.HasErrorPrefix(err, "BUSY"):
+	case redis.HasErrorPrefix(err, "MISCONF"), redis.HasErrorPrefix(err, "NOREPLICAS"), redis.HasErrorPrefix(err, "BUSY"),
+		redis.HasErrorPrefix(err, "OOM"):
 		return true
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):

@@ -44,6 +44,10 @@ func TestUnavailableErrors(t *testing.T) {
 		{"throttler bug", ctx, fmt.Errorf("throttle: %w", throttlerError{errors.New("x")}), errThrottler},
 		{"invalid token", ctx, auth.ErrInvalidToken, errInvalidToken},
 		{"not replicated", ctx, fmt.Errorf("publish: %w", engine.ErrNotReplicated), errNotReplicated},
+		// maxmemory reached under noeviction (what doc/config.md asks
+		// for): writes are refused until consumers make room.
+		{"oom", ctx, fmt.Errorf("publish: %w", redisReply("OOM command not allowed when used memory > 'maxmemory'. script: 6644f33, on @user_script:38.")), errUnavailable},
+		{"redis bug", ctx, fmt.Errorf("publish: %w", redisReply("ERR wrong number of arguments")), errInternal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := mapAPIError(tc.ctx, tc.err); got != tc.want {
@@ -96,3 +100,9 @@ func TestOutageRoutes(t *testing.T) {
 		expect(t, w, 503, `{"error":"publish not replicated: the job may exist","job_id":"01JX0000000000000000000000"}`)
 	})
 }
+
+// redisReply is an error reply of Redis, as go-redis returns it.
+type redisReply string
+
+func (e redisReply) Error() string { return string(e) }
+func (redisReply) RedisError()     {}

@@ -5,6 +5,7 @@
 package rdb
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/hex"
@@ -402,6 +403,21 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		}
 		k := at[p]
 		r := batch[k].in.req
+		if p == 0 && e.ownEarlierWrite(ctx, keys[k0], args[v0]) {
+			// The script ran already (atomic: every job is there).
+			if delayed > 0 {
+				e.wakePump()
+			}
+			for _, qu := range queues {
+				if qu.record {
+					qu.names.recorded.Store(true)
+				}
+				e.metrics.publishedQueue(qu.ns, qu.q, qu.names, qu.jobs)
+			}
+			e.metrics.publishedPool(len(batch), delayed)
+			fail(e.replicaShortfall("publish", replicas))
+			return
+		}
 		if attempt >= maxPublishRetries {
 			fail(fmt.Errorf("publish %s/%s job %s: %w", r.Namespace, r.Queue, batch[k].in.id, engine.ErrJobExists))
 			return
@@ -548,6 +564,21 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 		if k < 0 || k >= len(reqs) {
 			return nil, fmt.Errorf("publish %s/%s: unexpected reply %v", ns, q, res)
 		}
+		if k == 0 && generated[0] && e.ownEarlierWrite(ctx, keys[7], args[6]) {
+			// The script ran already (atomic: every job is there).
+			if delayed > 0 {
+				e.wakePump()
+			}
+			if record {
+				qn.recorded.Store(true)
+			}
+			if err := e.replicaShortfall("publish "+ns+"/"+q, replicas); err != nil {
+				return ids, err
+			}
+			e.metrics.publishedPool(len(reqs), delayed)
+			e.metrics.publishedQueue(ns, q, qn, len(reqs))
+			return ids, nil
+		}
 		if !generated[k] || attempt >= maxPublishRetries {
 			return nil, fmt.Errorf("publish %s/%s job %s: %w", ns, q, ids[k], engine.ErrJobExists)
 		}
@@ -558,6 +589,21 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 		keys[7+k] = qn.jobPrefix + ids[k]
 		args[5+5*k] = packEntry(r.Tries, ids[k])
 	}
+}
+
+// ownEarlierWrite reports whether the job key a publish found taken holds
+// value, the job this very publish wrote: go-redis sends a script again
+// after a read timeout or a broken connection (a Redis stalled for longer
+// than its read timeout), and the first run may have gone through. A job
+// ID has 64 random bits, so the key of another job is all but impossible;
+// a fresh ID would publish the job twice.
+func (e *Engine) ownEarlierWrite(ctx context.Context, key string, value interface{}) bool {
+	want, ok := value.([]byte)
+	if !ok {
+		return false
+	}
+	got, err := e.rdb.Get(ctx, key).Bytes()
+	return err == nil && bytes.Equal(got, want)
 }
 
 // jobDelay is the delay of job r published at now, for its ID.

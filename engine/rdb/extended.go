@@ -237,7 +237,7 @@ func (e *Engine) SetQueueConfig(ctx context.Context, ns, q string, cfg engine.Qu
 	}
 	k := configKey(ns, q)
 	var ready, prio *redis.IntCmd
-	_, err := e.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	cmds, err := e.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		if cfg.Backoff != nil {
 			p.HSet(ctx, k, "backoff", luaBackoff(cfg.Backoff), "backoff_text", cfg.Backoff.String())
 		} else {
@@ -258,7 +258,7 @@ func (e *Engine) SetQueueConfig(ctx context.Context, ns, q string, cfg engine.Qu
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("queue config %s/%s: %w", ns, q, err)
+		return fmt.Errorf("queue config %s/%s: %w", ns, q, execAbortCause(cmds, err))
 	}
 	if !cfg.Paused {
 		// Consumers waiting on a resumed queue must look again: as many
@@ -330,4 +330,20 @@ func (e *Engine) DeleteDeadJob(ctx context.Context, ns, q, id string) error {
 		return fmt.Errorf("delete dead job %s/%s/%s: %w", ns, q, id, err)
 	}
 	return receiptResult("delete dead job", ns, q, id, code)
+}
+
+// execAbortCause returns, for the EXECABORT of a MULTI/EXEC whose queued
+// command Redis refused (LOADING, READONLY, OOM, MASTERDOWN...), that
+// refusal, which says why (an outage the server answers 503), and any
+// other err unchanged.
+func execAbortCause(cmds []redis.Cmder, err error) error {
+	if err == nil || !redis.IsExecAbortError(err) {
+		return err
+	}
+	for _, c := range cmds {
+		if e := c.Err(); e != nil && !redis.IsExecAbortError(e) {
+			return e
+		}
+	}
+	return err
 }

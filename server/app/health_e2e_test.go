@@ -291,6 +291,20 @@ func TestE2EReplicaNotReady(t *testing.T) {
 	for _, hdr := range []map[string]string{nil, {"Connection": "close"}} {
 		wantUnavailable(t, e.do(t, http.MethodPut, "q", "", []byte("x"), hdr), replica.Addr)
 	}
+	// The admin writes made in a MULTI/EXEC: Redis refuses the queued
+	// command (READONLY, LOADING, OOM...) and EXEC answers EXECABORT, which
+	// said nothing of an outage and answered 500.
+	limit := []byte(`{"read":10,"write":10,"interval":1}`)
+	for _, tc := range []struct {
+		method, path string
+		body         []byte
+	}{
+		{http.MethodDelete, "/token/e2e/" + token, nil},
+		{http.MethodPut, "/token/e2e/" + token + "/limit", limit},
+		{http.MethodPut, "/queue/e2e/q/config", []byte(`{"paused":true}`)},
+	} {
+		wantUnavailable(t, doHTTP(t, tc.method, k.Admin+tc.path, "", tc.body, nil), replica.Addr)
+	}
 }
 
 // TestE2EMasterDown: a Redis turned into a replica whose master is gone,

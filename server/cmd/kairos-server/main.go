@@ -75,7 +75,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 1
 }
 
-const usageText = `usage: kairos-server [-c FILE] [-p FILE] [-sv] [-v]
+const usageText = `usage: kairos-server [-c FILE] [-p FILE] [-sv] [-v] [-probe URL]
 
 Runs Kairos: the lmstfy-compatible public API and the admin API, over the
 Redis pools of the config file. lmstfy config files work unchanged;

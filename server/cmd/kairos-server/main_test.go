@@ -102,3 +102,19 @@ func TestTokenHint(t *testing.T) {
 		t.Errorf("quoting: %q", got)
 	}
 }
+
+// TestUsageLineNamesEveryFlag: the synopsis lists every flag the help
+// describes (it left out -probe).
+func TestUsageLineNamesEveryFlag(t *testing.T) {
+	_, stdout, _ := runMain(t, "--help")
+	lines := strings.Split(stdout, "\n")
+	for _, l := range lines[1:] {
+		if !strings.HasPrefix(l, "  -") {
+			continue
+		}
+		name := strings.Fields(l)[0]
+		if !strings.Contains(lines[0], "["+name+"]") && !strings.Contains(lines[0], "["+name+" ") {
+			t.Errorf("usage line %q does not name %s", lines[0], name)
+		}
+	}
+}
