@@ -12,56 +12,6 @@ import (
 	"github.com/kairos-dev/kairos/engine"
 )
 
-// jobResponse is one job as lmstfy renders it; fields are declared in
-// alphabetical JSON-name order because lmstfy's maps serialise that way.
-// Msg is "new job" for consume and absent for peeks.
-type jobResponse struct {
-	Attributes  map[string]string `json:"attributes"`
-	Data        []byte            `json:"data"`
-	ElapsedMS   int64             `json:"elapsed_ms"`
-	JobID       string            `json:"job_id"`
-	Msg         string            `json:"msg,omitempty"`
-	Namespace   string            `json:"namespace"`
-	Queue       string            `json:"queue"`
-	Receipt     string            `json:"receipt,omitempty"` // Kairos, with X-Kairos-Extensions
-	RemainTries uint16            `json:"remain_tries"`
-	TTL         int64             `json:"ttl"`
-}
-
-// newJobResponse renders job; namespace and queue are the request's where
-// lmstfy uses them (the consumed job's own queue for consume).
-func newJobResponse(job *engine.Job, namespace, queue, msg string, now time.Time) jobResponse {
-	data := job.Body
-	if data == nil {
-		data = []byte{}
-	}
-	return jobResponse{
-		Attributes:  job.Attributes,
-		Data:        data,
-		ElapsedMS:   engine.ElapsedMS(job.ID, now),
-		JobID:       job.ID,
-		Msg:         msg,
-		Namespace:   namespace,
-		Queue:       queue,
-		RemainTries: job.Tries,
-		TTL:         ttlSeconds(job.TTL),
-	}
-}
-
-// ttlSeconds is the remaining TTL in whole seconds, rounded as Redis's TTL
-// command rounds; a job that still expires never reads 0 (which means "no
-// expiry").
-func ttlSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	s := int64((d + time.Second/2) / time.Second)
-	if s == 0 {
-		s = 1
-	}
-	return s
-}
-
 // consume serves GET /api/:namespace/:q1[,:q2,…]: a long-poll over the
 // queues in priority order. count=1 answers one object, count>1 an array.
 func (s *Server) consume(c *gin.Context) {
@@ -156,4 +106,29 @@ func consumedBody(jobs []*engine.Job, ns string, queues []string, count int, rec
 		out[i] = render(j)
 	}
 	return out
+}
+
+// consumeTimes returns consume's TTR and wait: ttr_ms and timeout_ms win
+// over ttr and timeout (seconds, already parsed); the wait is capped at
+// Kairos.MaxTimeoutSecond either way.
+func (s *Server) consumeTimes(c *gin.Context, ttr, timeout uint64) (time.Duration, time.Duration, error) {
+	ttrD := secs(ttr)
+	if d, ok, err := queryMS(c, "ttr_ms", errInvalidTTRMS); err != nil {
+		return 0, 0, err
+	} else if ok {
+		ttrD = d
+	}
+	maxWait := secs(s.def.maxTimeout)
+	wait := secs(min(timeout, s.def.maxTimeout))
+	if v, ok := getQuery(c, "timeout_ms"); ok {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, 0, errInvalidTimeoutMS
+		}
+		wait = maxWait
+		if n < uint64(maxWait/time.Millisecond) {
+			wait = time.Duration(n) * time.Millisecond
+		}
+	}
+	return ttrD, wait, nil
 }

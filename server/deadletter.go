@@ -1,6 +1,7 @@
 package server
 
 import (
+	"math"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -85,4 +86,93 @@ func (s *Server) deadLetterSize(c *gin.Context) {
 		return
 	}
 	writeJSON(c, http.StatusOK, sizeResponse{Namespace: ns, Queue: q, Size: n})
+}
+
+// deadLetterLimit reads the limit of lmstfy's respawn and delete: an int64
+// ≥ 1, or "all" (Kairos).
+func deadLetterLimit(c *gin.Context) (int64, error) {
+	if v, ok := getQuery(c, "limit"); ok && v == "all" {
+		return math.MaxInt64, nil
+	}
+	return queryInt64(c, "limit", 1, 1, errInvalidLimit)
+}
+
+// deadJobsResponse is a page of the dead letter.
+type deadJobsResponse struct {
+	Jobs       []jobDetail `json:"jobs"`
+	NextOffset int64       `json:"next_offset"`
+}
+
+// listDeadLetter serves GET /api/:namespace/:queue/deadletter/jobs?offset=&limit=:
+// dead jobs oldest first, with bodies, reasons and times. next_offset is
+// the offset of the next page, -1 after the last one.
+func (s *Server) listDeadLetter(c *gin.Context) {
+	x := state(c).eng
+	offset, err := queryInt64(c, "offset", 0, 0, errInvalidOffset)
+	if err != nil {
+		s.failAPI(c, err)
+		return
+	}
+	limit, err := queryInt64(c, "limit", defaultDeadPage, 1, errInvalidLimit)
+	if err != nil || limit > maxDeadPage {
+		s.failAPI(c, errInvalidLimit)
+		return
+	}
+	if offset > math.MaxInt64-maxDeadPage {
+		s.failAPI(c, errInvalidOffset)
+		return
+	}
+	ctx, ns, q := c.Request.Context(), c.Param("namespace"), c.Param("queue")
+	jobs, err := x.ListDeadLetter(ctx, ns, q, offset, limit)
+	if err != nil {
+		s.failAPI(c, err)
+		return
+	}
+	// Offsets count dead-letter entries, and a page skips entries whose job
+	// is gone (deleted, or expired by the dead TTL): the next page starts
+	// limit entries later, whatever this page returned.
+	size, err := x.DeadLetterSize(ctx, ns, q)
+	if err != nil {
+		s.failAPI(c, err)
+		return
+	}
+	out := deadJobsResponse{Jobs: make([]jobDetail, len(jobs)), NextOffset: -1}
+	if offset+limit < size {
+		out.NextOffset = offset + limit
+	}
+	now := s.now()
+	for i, j := range jobs {
+		out.Jobs[i] = newJobDetail(j, ns, q, now)
+	}
+	writeJSON(c, http.StatusOK, out)
+}
+
+// respawnDeadJob serves PUT /api/:namespace/:queue/deadletter/job/:job_id?ttl=:
+// one dead job back to the ready queue with one try (404 when it is not
+// dead).
+func (s *Server) respawnDeadJob(c *gin.Context) {
+	x := state(c).eng
+	ttl, err := queryInt64(c, "ttl", int64(s.def.ttl), 0, errInvalidTTL)
+	if err != nil || ttl > maxDurationSeconds {
+		s.failAPI(c, errInvalidTTL)
+		return
+	}
+	if err := x.RespawnDeadJob(c.Request.Context(), c.Param("namespace"), c.Param("queue"), c.Param("job_id"), secs(uint64(ttl))); err != nil {
+		s.failAPI(c, err)
+		return
+	}
+	s.reqLogger(c).Info("dead job respawned")
+	c.Status(http.StatusNoContent)
+}
+
+// deleteDeadJob serves DELETE /api/:namespace/:queue/deadletter/job/:job_id
+// (404 when it is not dead).
+func (s *Server) deleteDeadJob(c *gin.Context) {
+	x := state(c).eng
+	if err := x.DeleteDeadJob(c.Request.Context(), c.Param("namespace"), c.Param("queue"), c.Param("job_id")); err != nil {
+		s.failAPI(c, err)
+		return
+	}
+	s.reqLogger(c).Info("dead job deleted")
+	c.Status(http.StatusNoContent)
 }

@@ -1,8 +1,6 @@
 package server
 
 import (
-	"errors"
-	"io"
 	"math"
 	"net/http"
 	"strconv"
@@ -10,8 +8,6 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-
-	"github.com/kairos-dev/kairos/engine"
 )
 
 // Query parameters are parsed strictly, as lmstfy does: unsigned decimal
@@ -52,140 +48,6 @@ func secs(n uint64) time.Duration { return time.Duration(n) * time.Second }
 // maxDurationSeconds is the largest number of seconds a Duration holds.
 const maxDurationSeconds = math.MaxInt64 / int64(time.Second)
 
-// publishParams are the query parameters of the publish routes.
-type publishParams struct {
-	delay, ttl uint64 // seconds
-	tries      uint16
-	versioned  bool
-	attributes map[string]string
-}
-
-// parsePublish validates publish parameters in lmstfy's order: delay,
-// ttl, ttl ≥ delay, tries. Attributes are collected by parseAttributes,
-// after the body has been read.
-func (s *Server) parsePublish(c *gin.Context) (publishParams, error) {
-	var p publishParams
-	var err error
-	if p.delay, err = queryUint(c, "delay", 32, s.def.delay, errInvalidDelay); err != nil {
-		return p, err
-	}
-	if p.ttl, err = queryUint(c, "ttl", 32, s.def.ttl, errInvalidTTL); err != nil {
-		return p, err
-	}
-	if p.ttl > 0 && p.ttl < p.delay {
-		return p, errTTLShorter
-	}
-	tries, err := queryUint(c, "tries", 16, s.def.tries, errInvalidTries)
-	if err != nil {
-		return p, err
-	}
-	if tries == 0 {
-		return p, errZeroTries
-	}
-	p.tries = uint16(tries)
-	return p, nil
-}
-
-// Attribute limits (lmstfy, spec 3.2).
-const (
-	maxAttributes        = 16
-	maxAttributeKeyLen   = 32
-	maxAttributeValueLen = 128
-	attributePrefix      = "Job-Attr-"
-)
-
-// parseAttributes reads Enable-Job-Version and the Job-Attr-* headers:
-// only with the version header (value "YES", any case) are attributes
-// collected and the job versioned. Keys are what follows "Job-Attr-" in the
-// canonical header name, truncated to 32 bytes and lower-cased; values are
-// the first value when non-empty, truncated to 128 bytes.
-func parseAttributes(c *gin.Context, p *publishParams) error {
-	if !strings.EqualFold(c.GetHeader("Enable-Job-Version"), "YES") {
-		return nil
-	}
-	p.versioned = true
-	var attrs map[string]string
-	for k, v := range c.Request.Header {
-		if !strings.HasPrefix(k, attributePrefix) || len(v) == 0 || v[0] == "" {
-			continue
-		}
-		k = k[len(attributePrefix):]
-		if len(k) > maxAttributeKeyLen {
-			k = k[:maxAttributeKeyLen]
-		}
-		val := v[0]
-		if len(val) > maxAttributeValueLen {
-			val = val[:maxAttributeValueLen]
-		}
-		if attrs == nil {
-			attrs = make(map[string]string)
-		}
-		attrs[strings.ToLower(k)] = val
-	}
-	if len(attrs) > maxAttributes {
-		return errTooManyAttrs
-	}
-	p.attributes = attrs
-	return nil
-}
-
-// readBody reads at most limit bytes of the request body: errTooLarge when
-// there are more (without reading them), errReadBody when reading fails.
-func readBody(c *gin.Context, limit int64, errTooLarge *apiError) ([]byte, error) {
-	r := c.Request
-	if r.ContentLength > limit {
-		return nil, errTooLarge
-	}
-	if r.Body == nil || r.Body == http.NoBody {
-		return []byte{}, nil
-	}
-	// Preallocate what Content-Length announces (+1 to see EOF without
-	// growing), but never more than one job's worth up front: a client
-	// announcing 64 MiB must send them before they are allocated.
-	capHint := int64(512)
-	if r.ContentLength > 0 {
-		capHint = min(r.ContentLength, engine.MaxBodySize) + 1
-	}
-	body := http.MaxBytesReader(c.Writer, r.Body, limit)
-	// A body that outgrows buf is read into chunks (doubling up to one
-	// job's size) joined once at the end: a growing slice would allocate
-	// about five times a large bulk body, a chunk list twice.
-	buf := make([]byte, 0, capHint)
-	var full [][]byte
-	size := 0
-	for {
-		n, err := body.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				return nil, errTooLarge
-			}
-			return nil, errReadBody
-		}
-		if len(buf) == cap(buf) {
-			full = append(full, buf)
-			size += len(buf)
-			buf = make([]byte, 0, min(max(2*len(buf), 4096), engine.MaxBodySize))
-		}
-	}
-	if full == nil {
-		return buf, nil
-	}
-	out := make([]byte, 0, size+len(buf))
-	for _, b := range full {
-		out = append(out, b...)
-	}
-	return append(out, buf...), nil
-}
-
-// maxBulkBody caps a bulk publish body: 64 jobs of 1 MiB plus room for
-// the commas, brackets and whitespace between them.
-const maxBulkBody = engine.MaxBulkPublish*engine.MaxBodySize + 64<<10
-
 // getQuery is gin's c.GetQuery (the first value of a query parameter)
 // without building the url.Values map that gin caches per request: a
 // query of plain name=value pairs (no '%', '+' or ';', so that unescaping
@@ -225,4 +87,77 @@ func plainQuery(raw, name string) (value string, found, plain bool) {
 		}
 	}
 	return "", false, true
+}
+
+// The Kairos extensions of the public API (doc/API.md, "Kairos
+// extensions"): receipts, release (nack), touch, millisecond parameters,
+// due_at, priority, idempotency keys, pause/resume, dead-letter browsing and
+// job inspection. Each is a new route or a new optional parameter; without
+// them every lmstfy route answers exactly as before. Every engine has the
+// extensions (engine.Extensions is part of engine.Engine). Each extension
+// sits in the file of the resource it extends (publish.go, consume.go,
+// ack.go, queue.go, job.go, deadletter.go); what several of them share
+// (the opt-in header, limits, errors, millisecond parameters) is here.
+
+// extHeader opts a request into the Kairos fields of lmstfy's job
+// responses: receipt in consume, state and friends in peek and peek job.
+// Without it those responses stay lmstfy's byte for byte, so that strict
+// lmstfy clients (and the compatibility tests) see no new key.
+const extHeader = "X-Kairos-Extensions"
+
+// Limits of the extension parameters.
+const (
+	// maxParamMS is the largest millisecond delay, TTL or TTR: what the
+	// second forms allow (uint32 seconds).
+	maxParamMS = math.MaxUint32 * 1000
+	// maxJobKey is the longest idempotency key, in bytes.
+	maxJobKey = 256
+	// maxDeadPage is the largest page of the dead-letter listing.
+	maxDeadPage = 100
+	// defaultDeadPage is its default page size.
+	defaultDeadPage = 20
+)
+
+// Errors of the extensions.
+var (
+	errStaleReceipt     = newAPIError(http.StatusConflict, "error", "stale receipt")
+	errKeyNotFound      = newAPIError(http.StatusNotFound, "error", "job key not found")
+	errMissingReceipt   = badRequest("missing receipt")
+	errInvalidReceipt   = badRequest("invalid receipt")
+	errInvalidDelayMS   = badRequest("invalid delay_ms")
+	errInvalidTTLMS     = badRequest("invalid ttl_ms")
+	errInvalidTTRMS     = badRequest("invalid ttr_ms")
+	errInvalidTimeoutMS = badRequest("invalid timeout_ms")
+	errInvalidDueAt     = badRequest("invalid due_at")
+	errDueAtConflict    = badRequest("due_at conflicts with delay")
+	errInvalidPriority  = badRequest("invalid priority")
+	errInvalidJobKey    = badRequest("invalid job_key")
+	errJobKeyConflict   = badRequest("job_key and Idempotency-Key differ")
+	errBulkJobKey       = badRequest("job_key is not allowed in bulk publish")
+	errInvalidKeepTry   = badRequest("invalid keep_try")
+	errInvalidOffset    = badRequest("invalid offset")
+)
+
+// wantsExt reports whether the request asked for the Kairos fields
+// (X-Kairos-Extensions: 1, true or yes, any case).
+func wantsExt(c *gin.Context) bool {
+	switch strings.ToLower(c.GetHeader(extHeader)) {
+	case "1", "true", "yes":
+		return true
+	}
+	return false
+}
+
+// queryMS parses an optional millisecond parameter (unsigned decimal, at
+// most maxParamMS) and reports whether it was given.
+func queryMS(c *gin.Context, name string, bad *apiError) (time.Duration, bool, error) {
+	v, ok := getQuery(c, name)
+	if !ok {
+		return 0, false, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || n > maxParamMS {
+		return 0, true, bad
+	}
+	return time.Duration(n) * time.Millisecond, true, nil
 }

@@ -2,8 +2,13 @@ package server
 
 import (
 	"net/http"
+	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/sirupsen/logrus"
+
+	"github.com/kairos-dev/kairos/engine"
 )
 
 // sizeResponse is {"namespace","queue","size"}.
@@ -33,41 +38,6 @@ func (s *Server) peekQueue(c *gin.Context) {
 	writeJSON(c, http.StatusOK, newJobResponse(job, ns, q, "", s.now()))
 }
 
-// peekJob serves GET /api/:namespace/:queue/job/:job_id: a job by ID in
-// any state.
-func (s *Server) peekJob(c *gin.Context) {
-	ns, q := c.Param("namespace"), c.Param("queue")
-	job, err := state(c).eng.PeekJob(c.Request.Context(), ns, q, c.Param("job_id"))
-	if err != nil {
-		s.failAPI(c, err)
-		return
-	}
-	if job == nil {
-		s.failAPI(c, errJobNotFound)
-		return
-	}
-	if wantsExt(c) {
-		writeJSON(c, http.StatusOK, newJobDetail(job, ns, q, s.now()))
-		return
-	}
-	writeJSON(c, http.StatusOK, newJobResponse(job, ns, q, "", s.now()))
-}
-
-// ack serves DELETE /api/:namespace/:queue/job/:job_id: 204 whether or not
-// the job existed. With a receipt (Kairos) it is the ACK of one delivery.
-func (s *Server) ack(c *gin.Context) {
-	if _, ok := getQuery(c, "receipt"); ok {
-		s.ackReceipt(c)
-		return
-	}
-	err := state(c).eng.Delete(c.Request.Context(), c.Param("namespace"), c.Param("queue"), c.Param("job_id"))
-	if err != nil {
-		s.failAPI(c, err)
-		return
-	}
-	c.Status(http.StatusNoContent)
-}
-
 // size serves GET /api/:namespace/:queue/size (no token check).
 func (s *Server) size(c *gin.Context) {
 	ns, q := c.Param("namespace"), c.Param("queue")
@@ -89,4 +59,112 @@ func (s *Server) destroy(c *gin.Context) {
 	}
 	s.reqLogger(c).WithField("count", n).Info("queue destroyed")
 	c.Status(http.StatusNoContent)
+}
+
+// setPaused serves PUT /api/:namespace/:queue/pause and …/resume: only the
+// paused flag of the queue's settings changes.
+func (s *Server) setPaused(paused bool) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		x := state(c).eng
+		ctx, ns, q := c.Request.Context(), c.Param("namespace"), c.Param("queue")
+		cfg, err := x.QueueConfig(ctx, ns, q)
+		if err != nil {
+			s.failAPI(c, err)
+			return
+		}
+		cfg.Paused = paused
+		if err := x.SetQueueConfig(ctx, ns, q, cfg); err != nil {
+			s.failAPI(c, err)
+			return
+		}
+		s.reqLogger(c).WithField("paused", paused).Info("queue pause changed")
+		c.Status(http.StatusNoContent)
+	}
+}
+
+// queueConfigJSON is a queue's settings on the wire.
+type queueConfigJSON struct {
+	Backoff   string `json:"backoff"`
+	DeadTTLMS int64  `json:"dead_ttl_ms"`
+	Paused    bool   `json:"paused"`
+}
+
+// queueConfigPatch is a PUT body: absent fields keep their value.
+type queueConfigPatch struct {
+	Backoff   *string `json:"backoff"`
+	DeadTTLMS *int64  `json:"dead_ttl_ms"`
+	Paused    *bool   `json:"paused"`
+}
+
+func renderQueueConfig(cfg engine.QueueConfig) queueConfigJSON {
+	return queueConfigJSON{Backoff: tidyDurations(cfg.Backoff.String()), DeadTTLMS: cfg.DeadTTL.Milliseconds(), Paused: cfg.Paused}
+}
+
+// tidyDurations drops the zero units Go prints in durations ("1m0s" →
+// "1m", "1h0m0s" → "1h"), so that a policy reads back as an operator
+// writes it; ParseBackoff reads both forms alike.
+func tidyDurations(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "m0s", "m"), "h0m", "h")
+}
+
+// getQueueConfig serves GET /queue/:namespace/:queue/config?pool=.
+func (s *Server) getQueueConfig(c *gin.Context) {
+	_, ns, q, x, ok := s.adminQueue(c)
+	if !ok {
+		return
+	}
+	cfg, err := x.QueueConfig(c.Request.Context(), ns, q)
+	if err != nil {
+		s.failAdmin(c, err)
+		return
+	}
+	writeJSON(c, http.StatusOK, renderQueueConfig(cfg))
+}
+
+// putQueueConfig serves PUT /queue/:namespace/:queue/config?pool= with a
+// JSON body {"backoff","dead_ttl_ms","paused"}; absent fields keep their
+// value. Answers the whole new config.
+func (s *Server) putQueueConfig(c *gin.Context) {
+	_, ns, q, x, ok := s.adminQueue(c)
+	if !ok {
+		return
+	}
+	var patch queueConfigPatch
+	if !s.decodeAdminJSON(c, &patch, errInvalidQueueConf) {
+		return
+	}
+	var backoff *engine.Backoff
+	if patch.Backoff != nil {
+		var err error
+		if backoff, err = engine.ParseBackoff(*patch.Backoff); err != nil {
+			s.failAdmin(c, badRequest(strings.TrimSuffix(err.Error(), ": "+engine.ErrInvalid.Error())))
+			return
+		}
+	}
+	if patch.DeadTTLMS != nil && (*patch.DeadTTLMS < 0 || *patch.DeadTTLMS > maxParamMS) {
+		s.failAdmin(c, errInvalidDeadTTL)
+		return
+	}
+	ctx := c.Request.Context()
+	cfg, err := x.QueueConfig(ctx, ns, q)
+	if err != nil {
+		s.failAdmin(c, err)
+		return
+	}
+	if patch.Backoff != nil {
+		cfg.Backoff = backoff
+	}
+	if patch.DeadTTLMS != nil {
+		cfg.DeadTTL = time.Duration(*patch.DeadTTLMS) * time.Millisecond
+	}
+	if patch.Paused != nil {
+		cfg.Paused = *patch.Paused
+	}
+	if err := x.SetQueueConfig(ctx, ns, q, cfg); err != nil {
+		s.failAdmin(c, err)
+		return
+	}
+	out := renderQueueConfig(cfg)
+	s.reqLogger(c).WithFields(logrus.Fields{"backoff": out.Backoff, "dead_ttl_ms": out.DeadTTLMS, "paused": out.Paused}).Info("queue config set")
+	writeJSON(c, http.StatusOK, out)
 }

@@ -39,7 +39,7 @@ func (s *Server) apiRoutes() *gin.Engine {
 	g.GET("/:namespace/:queue/size", public, s.size)
 	g.GET("/:namespace/:queue/deadletter/size", public, s.deadLetterSize)
 
-	// Kairos extensions (extensions.go).
+	// Kairos extensions (in the file of the resource each extends).
 	unthrottledPublish := s.guard(routeOpts{role: auth.RolePublish})
 	g.PUT("/:namespace/:queue/job/:job_id/release", ack, s.release)
 	g.PUT("/:namespace/:queue/job/:job_id/touch", ack, s.touch)
@@ -88,7 +88,7 @@ func (s *Server) adminRoutes() *gin.Engine {
 	t.PUT("/:namespace/:token/limit", s.setLimit)
 	t.DELETE("/:namespace/:token/limit", s.deleteLimit)
 
-	// Kairos extensions (extensions_admin.go).
+	// Kairos extensions (queue.go, webhook.go).
 	r.GET("/queue/:namespace/:queue/config", basic, s.getQueueConfig)
 	r.PUT("/queue/:namespace/:queue/config", basic, s.putQueueConfig)
 	r.GET("/webhooks", basic, s.listWebhooks)

@@ -2,23 +2,13 @@ package server
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"io"
 	"net/http"
-	"strings"
-	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/sirupsen/logrus"
 
-	"github.com/kairos-dev/kairos/auth"
-	"github.com/kairos-dev/kairos/engine"
 	"github.com/kairos-dev/kairos/server/webhook"
 )
-
-// The Kairos extensions of the admin API: queue settings (backoff policy,
-// dead TTL, pause) and webhook subscriptions.
 
 // Webhooks is what the admin API needs from the webhook manager
 // (webhook.Manager).
@@ -33,149 +23,8 @@ type Webhooks interface {
 	List(ctx context.Context) ([]webhook.Subscription, error)
 }
 
-var (
-	errWebhookNotFound  = newAPIError(http.StatusNotFound, "error", "webhook not found")
-	errWebhooksDisabled = newAPIError(http.StatusNotImplemented, "error", "webhooks are not enabled on this server")
-	errInvalidQueueConf = badRequest(`invalid queue config: the body should be a JSON object {"backoff":string,"dead_ttl_ms":int,"paused":bool}`)
-	errInvalidDeadTTL   = badRequest("invalid dead_ttl_ms")
-	errInvalidWebhookJS = badRequest(`invalid webhook: the body should be a JSON object {"url":string,"secret":string,"concurrency":int,"ttr_ms":int,"timeout_ms":int}`)
-)
-
 // redactedSecret replaces webhook secrets in responses.
 const redactedSecret = "REDACTED"
-
-// adminQueue reads and checks the pool, namespace and queue of an admin
-// queue route and returns the pool's engine.
-func (s *Server) adminQueue(c *gin.Context) (pool, ns, q string, x engine.Engine, ok bool) {
-	ns, q = c.Param("namespace"), c.Param("queue")
-	if err := validateNames(ns, q); err != nil {
-		s.failAdmin(c, err)
-		return "", "", "", nil, false
-	}
-	pool = c.Query("pool")
-	if pool == "" {
-		pool = auth.DefaultPool
-	}
-	eng, found := s.engines[pool]
-	if !found {
-		s.failAdmin(c, errAdminPool)
-		return "", "", "", nil, false
-	}
-	return pool, ns, q, eng, true
-}
-
-// decodeAdminJSON decodes a JSON object body of at most maxAdminBody bytes
-// with no unknown field.
-func (s *Server) decodeAdminJSON(c *gin.Context, v any, bad *apiError) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(c.Writer, c.Request.Body, maxAdminBody))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("trailing data")
-	}
-	if err == nil {
-		if _, terr := dec.Token(); terr != io.EOF {
-			err = errors.New("trailing data")
-		}
-	}
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			s.failAdmin(c, errBodyTooLarge)
-		} else {
-			s.failAdmin(c, bad)
-		}
-		return false
-	}
-	return true
-}
-
-// queueConfigJSON is a queue's settings on the wire.
-type queueConfigJSON struct {
-	Backoff   string `json:"backoff"`
-	DeadTTLMS int64  `json:"dead_ttl_ms"`
-	Paused    bool   `json:"paused"`
-}
-
-// queueConfigPatch is a PUT body: absent fields keep their value.
-type queueConfigPatch struct {
-	Backoff   *string `json:"backoff"`
-	DeadTTLMS *int64  `json:"dead_ttl_ms"`
-	Paused    *bool   `json:"paused"`
-}
-
-func renderQueueConfig(cfg engine.QueueConfig) queueConfigJSON {
-	return queueConfigJSON{Backoff: tidyDurations(cfg.Backoff.String()), DeadTTLMS: cfg.DeadTTL.Milliseconds(), Paused: cfg.Paused}
-}
-
-// tidyDurations drops the zero units Go prints in durations ("1m0s" →
-// "1m", "1h0m0s" → "1h"), so that a policy reads back as an operator
-// writes it; ParseBackoff reads both forms alike.
-func tidyDurations(s string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(s, "m0s", "m"), "h0m", "h")
-}
-
-// getQueueConfig serves GET /queue/:namespace/:queue/config?pool=.
-func (s *Server) getQueueConfig(c *gin.Context) {
-	_, ns, q, x, ok := s.adminQueue(c)
-	if !ok {
-		return
-	}
-	cfg, err := x.QueueConfig(c.Request.Context(), ns, q)
-	if err != nil {
-		s.failAdmin(c, err)
-		return
-	}
-	writeJSON(c, http.StatusOK, renderQueueConfig(cfg))
-}
-
-// putQueueConfig serves PUT /queue/:namespace/:queue/config?pool= with a
-// JSON body {"backoff","dead_ttl_ms","paused"}; absent fields keep their
-// value. Answers the whole new config.
-func (s *Server) putQueueConfig(c *gin.Context) {
-	_, ns, q, x, ok := s.adminQueue(c)
-	if !ok {
-		return
-	}
-	var patch queueConfigPatch
-	if !s.decodeAdminJSON(c, &patch, errInvalidQueueConf) {
-		return
-	}
-	var backoff *engine.Backoff
-	if patch.Backoff != nil {
-		var err error
-		if backoff, err = engine.ParseBackoff(*patch.Backoff); err != nil {
-			s.failAdmin(c, badRequest(strings.TrimSuffix(err.Error(), ": "+engine.ErrInvalid.Error())))
-			return
-		}
-	}
-	if patch.DeadTTLMS != nil && (*patch.DeadTTLMS < 0 || *patch.DeadTTLMS > maxParamMS) {
-		s.failAdmin(c, errInvalidDeadTTL)
-		return
-	}
-	ctx := c.Request.Context()
-	cfg, err := x.QueueConfig(ctx, ns, q)
-	if err != nil {
-		s.failAdmin(c, err)
-		return
-	}
-	if patch.Backoff != nil {
-		cfg.Backoff = backoff
-	}
-	if patch.DeadTTLMS != nil {
-		cfg.DeadTTL = time.Duration(*patch.DeadTTLMS) * time.Millisecond
-	}
-	if patch.Paused != nil {
-		cfg.Paused = *patch.Paused
-	}
-	if err := x.SetQueueConfig(ctx, ns, q, cfg); err != nil {
-		s.failAdmin(c, err)
-		return
-	}
-	out := renderQueueConfig(cfg)
-	s.reqLogger(c).WithFields(logrus.Fields{"backoff": out.Backoff, "dead_ttl_ms": out.DeadTTLMS, "paused": out.Paused}).Info("queue config set")
-	writeJSON(c, http.StatusOK, out)
-}
 
 // webhookJSON is a subscription on the wire (keys in alphabetical order;
 // the secret is never shown).
