@@ -375,6 +375,22 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 			delayed++
 		}
 	}
+	// published does what follows a batch stored: wake the pump when a
+	// job went to a timer, record the queues, count, and report the
+	// replicas that confirmed it.
+	published := func(wake bool, replicas int64) {
+		if wake {
+			e.wakePump()
+		}
+		for _, qu := range queues {
+			if qu.record {
+				qu.names.recorded.Store(true)
+			}
+			e.metrics.publishedQueue(qu.ns, qu.q, qu.names, qu.jobs)
+		}
+		e.metrics.publishedPool(len(batch), delayed)
+		fail(e.replicaShortfall("publish", replicas))
+	}
 	for attempt := 0; ; attempt++ {
 		res, replicas, err := e.runPublish(ctx, publishManyScript, keys, args)
 		if err != nil {
@@ -383,17 +399,8 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		}
 		code, _ := res[0].(int64)
 		if code == 0 && len(res) == 3 {
-			if earliest, _ := res[2].(int64); earliest > 0 {
-				e.wakePump()
-			}
-			for _, qu := range queues {
-				if qu.record {
-					qu.names.recorded.Store(true)
-				}
-				e.metrics.publishedQueue(qu.ns, qu.q, qu.names, qu.jobs)
-			}
-			e.metrics.publishedPool(len(batch), delayed)
-			fail(e.replicaShortfall("publish", replicas))
+			earliest, _ := res[2].(int64)
+			published(earliest > 0, replicas)
 			return
 		}
 		p := int(code) - 1
@@ -405,17 +412,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		r := batch[k].in.req
 		if p == 0 && e.ownEarlierWrite(ctx, keys[k0], args[v0]) {
 			// The script ran already (atomic: every job is there).
-			if delayed > 0 {
-				e.wakePump()
-			}
-			for _, qu := range queues {
-				if qu.record {
-					qu.names.recorded.Store(true)
-				}
-				e.metrics.publishedQueue(qu.ns, qu.q, qu.names, qu.jobs)
-			}
-			e.metrics.publishedPool(len(batch), delayed)
-			fail(e.replicaShortfall("publish", replicas))
+			published(delayed > 0, replicas)
 			return
 		}
 		if attempt >= maxPublishRetries {
