@@ -187,19 +187,8 @@ func TestLoopAdmissionEndsAtShutdown(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- env.srv.Serve(ctx) }()
-	var conn net.Conn
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		env.srv.mu.Lock()
-		started := env.srv.loops != nil
-		env.srv.mu.Unlock()
-		if started {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the event loops did not start")
-		}
-	}
-	conn = dialLoop(t, env.srv.Addr(), 10*time.Second)
+	waitLoops(t, env.srv)
+	conn := dialLoop(t, env.srv.Addr(), 10*time.Second)
 	if _, err := io.WriteString(conn, putWith(slowToken, "x")); err != nil {
 		t.Fatal(err)
 	}

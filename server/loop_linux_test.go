@@ -126,20 +126,7 @@ func serveLoops(t *testing.T, opts ...envOption) (*testEnv, *eachFake, string) {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	// Serve starts the loops: wait until they answer.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		env.srv.mu.Lock()
-		started := env.srv.loops != nil
-		env.srv.mu.Unlock()
-		if started {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the event loops did not start")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitLoops(t, env.srv) // Serve starts the loops: wait until they answer
 	return env, fake, env.srv.Addr()
 }
 
@@ -958,4 +945,20 @@ func sameHeaderNames(a, b http.Header) bool {
 		return out
 	}
 	return slices.Equal(names(a), names(b))
+}
+
+// waitLoops waits up to 5 s for Serve to have started srv's event loops.
+func waitLoops(t testing.TB, srv *Server) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		srv.mu.Lock()
+		started := srv.loops != nil
+		srv.mu.Unlock()
+		if started {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the event loops did not start")
+		}
+	}
 }

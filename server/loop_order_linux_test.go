@@ -230,19 +230,7 @@ func startDiffServer(t *testing.T, name string, loops int) *diffServer {
 		<-engDone
 	})
 	if loops > 0 {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			env.srv.mu.Lock()
-			started := env.srv.loops != nil
-			env.srv.mu.Unlock()
-			if started {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the event loops did not start")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		waitLoops(t, env.srv)
 	}
 	return &diffServer{name: name, eng: eng, addr: env.srv.Addr()}
 }
