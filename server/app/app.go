@@ -195,7 +195,7 @@ func (a *App) connect(ctx context.Context, key string, rc config.RedisConf) (red
 	case rc.IsSentinel():
 		node = rc.MasterName
 		client = redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName: rc.MasterName, SentinelAddrs: rc.Addrs(), Password: rc.Password,
+			MasterName: rc.MasterName, SentinelAddrs: rc.Endpoints(), Password: rc.Password,
 			SentinelPassword: rc.SentinelPassword, DB: rc.DB, PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1, ContextTimeoutEnabled: true, DisableIdentity: true,
 		})
 	default:
