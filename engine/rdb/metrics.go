@@ -403,27 +403,55 @@ func (c *RedisCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect implements prometheus.Collector: one INFO per pool.
+// Collect implements prometheus.Collector: one INFO per pool; on a Redis
+// Cluster one INFO per master, the gauges summing the masters.
 func (c *RedisCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, e := range c.engines {
-		info, err := e.rdb.Info(ctx).Result()
+		fields, err := poolInfo(ctx, e.rdb)
 		if err != nil {
 			e.log.WithError(err).Warn("collect redis info")
 			continue
 		}
-		db := 0
-		if o, ok := e.rdb.(interface{ Options() *redis.Options }); ok {
-			db = o.Options().DB
-		}
-		fields := parseInfo(info, db)
 		for _, g := range c.gauges {
 			if v, ok := fields[g.field]; ok {
 				ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v, e.pool)
 			}
 		}
 	}
+}
+
+// poolInfo returns the numeric INFO fields of a pool's Redis (see
+// parseInfo); for a Redis Cluster, each field summed over the masters.
+func poolInfo(ctx context.Context, c redis.UniversalClient) (map[string]float64, error) {
+	cc, ok := c.(*redis.ClusterClient)
+	if !ok {
+		info, err := c.Info(ctx).Result()
+		if err != nil {
+			return nil, err
+		}
+		db := 0
+		if o, ok := c.(interface{ Options() *redis.Options }); ok {
+			db = o.Options().DB
+		}
+		return parseInfo(info, db), nil
+	}
+	var mu sync.Mutex
+	sum := make(map[string]float64)
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		info, err := n.Info(ctx).Result()
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for k, v := range parseInfo(info, 0) {
+			sum[k] += v
+		}
+		return nil
+	})
+	return sum, err
 }
 
 // parseInfo returns the numeric fields of an INFO reply, with keys and
