@@ -7,8 +7,10 @@ import "github.com/redis/go-redis/v9"
 // would let it do everything). A token exists already when either of its
 // forms (in clear or hashed) is stored.
 //
-// KEYS[1]: tk/{pool}/{ns}   hash token → description (lmstfy's layout)
-// KEYS[2]: tks/{pool}/{ns}  hash token → JSON Scope
+// KEYS[1]: tk/{pool}/{ns}      hash token → description (lmstfy's layout)
+// KEYS[2]: tks/{tk/{pool}/{ns}} hash token → JSON Scope, in KEYS[1]'s slot
+// KEYS[3]: (optional, not on a Redis Cluster) tks/{pool}/{ns}, the legacy
+// scope hash, written the same way for servers of the earlier version
 // ARGV[1]: the field to create: the secret (without "pool:"), or its
 // hashed form in hashed mode
 // ARGV[2]: description
@@ -23,10 +25,12 @@ end
 if redis.call("HSETNX", KEYS[1], ARGV[1], ARGV[2]) == 0 then
 	return 0
 end
-if ARGV[3] ~= "" then
-	redis.call("HSET", KEYS[2], ARGV[1], ARGV[3])
-else
-	redis.call("HDEL", KEYS[2], ARGV[1])
+for i = 2, #KEYS do
+	if ARGV[3] ~= "" then
+		redis.call("HSET", KEYS[i], ARGV[1], ARGV[3])
+	else
+		redis.call("HDEL", KEYS[i], ARGV[1])
+	end
 end
 return 1
 `)
