@@ -168,7 +168,12 @@ func (a *App) connect(ctx context.Context, key string, rc config.RedisConf) (red
 	if size <= 0 {
 		size = DefaultPoolSize
 	}
-	same := fmt.Sprintf("%s|%q|%t|%s|%d|%d|%s|%s", rc.Addr, rc.Addrs, rc.Cluster, rc.Password, rc.DB, size, rc.MasterName, rc.SentinelPassword)
+	// A cluster's seed nodes may be written in Addr or Addrs, in any order.
+	seeds := rc.Endpoints()
+	if rc.IsCluster() {
+		sort.Strings(seeds)
+	}
+	same := fmt.Sprintf("%q|%t|%s|%d|%d|%s|%s", seeds, rc.Cluster, rc.Password, rc.DB, size, rc.MasterName, rc.SentinelPassword)
 	if c, ok := a.byConf[same]; ok {
 		return c, nil
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/engine/rdb/redistest"
@@ -129,4 +130,39 @@ func TestE2EClusterReady(t *testing.T) {
 	if strings.Contains(string(r.Body), "127.0.0.1") {
 		t.Errorf("/readyz names an address: %s", r.Body)
 	}
+}
+
+// TestE2EClusterFailover: when a master of the cluster dies, /readyz turns
+// 503 (the pool and the admin Redis "unreachable" or "cluster down", no
+// address), /healthz stays 200, and once its replica has taken over
+// /readyz is 200 again without a restart of Kairos.
+func TestE2EClusterFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failover takes the node timeout (3s) and more")
+	}
+	c := redistest.StartCluster(t)
+	k := startKairos(t, clusterConfig(c))
+	waitReady(t, k.API, http.StatusOK, 5*time.Second)
+
+	victim := c.Masters(t)[0]
+	c.Kill(t, victim)
+	r := waitReady(t, k.API, http.StatusServiceUnavailable, 5*time.Second)
+	var body struct {
+		Ready  bool
+		Checks map[string]string
+	}
+	r.decode(t, &body)
+	for _, check := range []string{"pool default", "admin redis"} {
+		if st := body.Checks[check]; st != "unreachable" && st != "cluster down" {
+			t.Errorf("/readyz with master %s dead: %s is %q, want unreachable or cluster down (%s)", victim, check, st, r.Body)
+		}
+	}
+	if strings.Contains(string(r.Body), "127.0.0.1") || r.Header.Get("Retry-After") != "1" {
+		t.Errorf("/readyz: %v: want Retry-After 1 and no address", r)
+	}
+	doHTTP(t, http.MethodGet, k.API+"/healthz", "", nil, nil).wantStatus(t, http.StatusOK)
+
+	c.Wait(t) // the replica took over
+	r = waitReady(t, k.API, http.StatusOK, 15*time.Second)
+	r.wantBody(t, `{"ready":true,"checks":{"admin redis":"ok","pool default":"ok"}}`)
 }
