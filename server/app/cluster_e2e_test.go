@@ -166,3 +166,38 @@ func TestE2EClusterFailover(t *testing.T) {
 	r = waitReady(t, k.API, http.StatusOK, 15*time.Second)
 	r.wantBody(t, `{"ready":true,"checks":{"admin redis":"ok","pool default":"ok"}}`)
 }
+
+// TestE2EScopesOfEarlierVersion: scoped tokens made before Redis Cluster
+// support, their scope in tks/POOL/NS (since moved to the token hash's
+// slot, tks/{tk/POOL/NS}), keep their scope on upgrade: no migration step,
+// the token may still consume and may not publish. And a scoped token made
+// now is written where servers of the earlier version look too, so that a
+// rolling upgrade never runs one unrestricted.
+func TestE2EScopesOfEarlierVersion(t *testing.T) {
+	rs := redistest.StartWith(t, redistest.Options{AppendOnly: true})
+	rc := rs.Client()
+	ctx := context.Background()
+	const token = "earlier-scoped-token-0123"
+	if err := rc.HSet(ctx, "tk/default/ns", token, "made by an earlier version").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.HSet(ctx, "tks/default/ns", token, `{"roles":["consume"]}`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	k := startKairos(t, redisConfig(rs.Addr))
+	api := k.API + "/api/ns/q"
+	r := doHTTP(t, http.MethodPut, api, token, []byte("x"), nil)
+	r.wantStatus(t, http.StatusForbidden)
+	r.wantBody(t, `{"error":"token is not allowed to publish queue q"}`)
+	doHTTP(t, http.MethodGet, api, token, nil, nil).wantStatus(t, http.StatusNotFound) // may consume: no job
+
+	r = doHTTP(t, http.MethodPost, k.Admin+"/token/ns?description=now&roles=consume", "", nil, nil)
+	r.wantStatus(t, http.StatusCreated)
+	var out struct{ Token string }
+	r.decode(t, &out)
+	for _, key := range []string{"tks/{tk/default/ns}", "tks/default/ns"} {
+		if v, err := rc.HGet(ctx, key, out.Token).Result(); err != nil || v != `{"roles":["consume"]}` {
+			t.Errorf("HGET %s %s = %q, %v; want the scope", key, out.Token, v, err)
+		}
+	}
+}
