@@ -3,10 +3,13 @@ package app_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/engine/rdb/redistest"
@@ -198,6 +201,60 @@ func TestE2EScopesOfEarlierVersion(t *testing.T) {
 	for _, key := range []string{"tks/{tk/default/ns}", "tks/default/ns"} {
 		if v, err := rc.HGet(ctx, key, out.Token).Result(); err != nil || v != `{"roles":["consume"]}` {
 			t.Errorf("HGET %s %s = %q, %v; want the scope", key, out.Token, v, err)
+		}
+	}
+}
+
+// TestE2EClusterRedisGauges: the Redis gauges of a cluster pool (keys,
+// memory, connections) add up every master, not one node picked at
+// random.
+func TestE2EClusterRedisGauges(t *testing.T) {
+	c := redistest.SharedCluster(t)
+	c.Flush(t)
+	ctx := context.Background()
+	cl := c.Client(t)
+	for i := range 60 { // spread over the three masters
+		if err := cl.Set(ctx, fmt.Sprintf("gauge-test-%d", i), "x", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := startKairos(t, clusterConfig(c))
+	e := &e2e{kairos: k}
+	sum := func() (keys float64) {
+		for _, m := range c.Masters(t) {
+			n := redis.NewClient(&redis.Options{Addr: m})
+			size, err := n.DBSize(ctx).Result()
+			_ = n.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if size == 0 {
+				t.Fatalf("master %s holds no key: the test keys did not spread", m)
+			}
+			keys += float64(size)
+		}
+		return keys
+	}
+	for attempt := 0; ; attempt++ {
+		before := sum()
+		fams := scrapeMetrics(t, e)
+		after := sum()
+		f := servedFamily(fams, "infra_lmstfy_redis_total_keys")
+		if f == nil || len(f.Metric) != 1 {
+			t.Fatalf("infra_lmstfy_redis_total_keys: %v", f)
+		}
+		got := f.Metric[0].GetGauge().GetValue()
+		if got >= before && got <= after {
+			break
+		}
+		if before == after || attempt >= 5 { // else Kairos wrote a key meanwhile
+			t.Fatalf("infra_lmstfy_redis_total_keys = %v, want the masters' sum %v", got, after)
+		}
+	}
+	for _, name := range []string{"infra_lmstfy_redis_used_mem_bytes", "infra_lmstfy_redis_connections"} {
+		f := servedFamily(scrapeMetrics(t, e), name)
+		if f == nil || len(f.Metric) != 1 || f.Metric[0].GetGauge().GetValue() <= 0 {
+			t.Errorf("%s: %v, want one positive series", name, f)
 		}
 	}
 }
