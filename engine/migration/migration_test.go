@@ -328,7 +328,7 @@ func TestMigrationOnRealRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := newS.Client().Exists(bg, "j/{ns/q}/"+newID).Result(); n != 1 {
+	if n, _ := newS.Client().Exists(bg, rdb.JobKey("ns", "q", newID)).Result(); n != 1 {
 		t.Fatal("a publish during migration did not land in the new pool")
 	}
 	if n, _ := m.Size(bg, "ns", "q"); n != 2 {

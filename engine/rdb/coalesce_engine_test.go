@@ -408,17 +408,14 @@ func TestCoalescePublishAcrossQueues(t *testing.T) {
 				}
 				if w.delayed > 0 {
 					first := client.ZRangeWithScores(ctx, timerKey(ns, q), 0, 0).Val()
-					idx, err := client.ZScore(ctx, timerIndexKey, queueMember(ns, q)).Result()
+					idx, err := client.ZScore(ctx, timerIndexKey(slotGroup(ns, q)), queueMember(ns, q)).Result()
 					if err != nil || len(first) != 1 || idx != first[0].Score {
 						t.Errorf("%s: index score %v (%v), earliest timer entry %v", q, idx, err, first)
 					}
 				}
-				if !client.HExists(ctx, metaQueuesKey(ns), q).Val() {
+				if !inRegistry(ctx, client, ns, q) {
 					t.Errorf("%s: not in the queue registry", q)
 				}
-			}
-			if !client.HExists(ctx, metaNamespacesKey, ns).Val() {
-				t.Error("namespace not in the registry")
 			}
 			// Every ready job is consumable once, with its body, priority
 			// jobs of a queue before its plain ones.
@@ -449,18 +446,20 @@ func TestCoalescePublishAcrossQueues(t *testing.T) {
 			}
 			fresh := engine.NewJobID(clock.Now(), 0, false)
 			now := clock.Now().UnixMilli()
-			keys := []string{timerIndexKey, metaNamespacesKey, jobKey(ns, "a", fresh), jobKey(ns, "b", taken)}
-			args := []interface{}{timerChannel, 2, queueMember(ns, "a"), 1, queueMember(ns, "b"), 1,
+			qa, qb := newQueueNames(ns, "a"), newQueueNames(ns, "b")
+			keys := []string{qa.ready, qa.timer, qa.prio, qa.config, qa.index, qa.registry,
+				qb.ready, qb.timer, qb.prio, qb.config, qb.index, qb.registry,
+				jobKey(ns, "a", fresh), jobKey(ns, "b", taken)}
+			args := []interface{}{"PUBLISH", 2, qa.member, 1, qa.channel, qa.wake, "1", qb.member, 1, qb.channel, qb.wake, "1",
 				packEntry(1, fresh), packEntry(1, taken),
 				newValue(true, 1, 0, now, []byte("a")), 0, 0, 0,
-				newValue(true, 1, 0, now, []byte("b")), 0, 0, 0,
-				queueMember(ns, "a"), queueMember(ns, "b")}
+				newValue(true, 1, 0, now, []byte("b")), 0, 0, 0}
 			res, err := publishManyScript.Run(ctx, client, keys, args...).Int64Slice()
 			if err != nil || len(res) != 1 || res[0] != 2 {
 				t.Fatalf("publishManyScript with a taken key = %v, %v; want [2]", res, err)
 			}
 			if client.Exists(ctx, jobKey(ns, "a", fresh)).Val() != 0 || client.LLen(ctx, readyKey(ns, "a")).Val() != 0 ||
-				client.HExists(ctx, metaQueuesKey(ns), "a").Val() {
+				inRegistry(ctx, client, ns, "a") {
 				t.Fatal("a batch with a taken key wrote part of itself")
 			}
 		})
@@ -521,7 +520,7 @@ func TestCoalescePublishInterleaved(t *testing.T) {
 				}
 			}
 			for _, q := range []string{"a", "b", "c"} {
-				if !client.HExists(ctx, metaQueuesKey(ns), q).Val() {
+				if !inRegistry(ctx, client, ns, q) {
 					t.Errorf("%s: not in the queue registry", q)
 				}
 			}
@@ -657,16 +656,21 @@ func TestRegistryAfterDestroy(t *testing.T) {
 				if err := publishes[path](); err != nil {
 					t.Fatalf("%s publish: %v", path, err)
 				}
-				if !client.HExists(ctx, metaQueuesKey(ns), q).Val() {
+				if !inRegistry(ctx, client, ns, q) {
 					t.Fatalf("after a %s publish the queue is not in the registry", path)
 				}
 				if _, err := e.Destroy(ctx, ns, q); err != nil {
 					t.Fatal(err)
 				}
-				if client.HExists(ctx, metaQueuesKey(ns), q).Val() {
+				if inRegistry(ctx, client, ns, q) {
 					t.Fatal("the destroyed queue is still in the registry")
 				}
 			}
 		})
 	}
+}
+
+// inRegistry reports whether queue ns/q is in its slot group's registry.
+func inRegistry(ctx context.Context, client redis.UniversalClient, ns, q string) bool {
+	return client.HExists(ctx, registryKey(slotGroup(ns, q)), queueMember(ns, q)).Val()
 }
