@@ -1,6 +1,11 @@
 package auth
 
-import "github.com/redis/go-redis/v9"
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // createTokenScript creates a token and its scope in one atomic step, so a
 // scoped token can never exist, even for a moment, without its scope (which
@@ -210,3 +215,20 @@ end
 redis.call("PEXPIRE", KEYS[1], ttl)
 return 1
 `)
+
+// evalshaScripts are the scripts the package runs with EVALSHA (Run);
+// retuneScript goes by EVAL in pipelines.
+var evalshaScripts = []*redis.Script{createTokenScript, addLimitScript, bucketScript}
+
+// LoadScripts loads the scripts the token store and the throttler run into
+// the admin Redis (on a Redis Cluster, into every master), so that their
+// first runs meet no NOSCRIPT (which Run would answer with an EVAL, but the
+// command metrics would count as a failed EVALSHA).
+func LoadScripts(ctx context.Context, client redis.UniversalClient) error {
+	for _, s := range evalshaScripts {
+		if err := s.Load(ctx, client).Err(); err != nil {
+			return fmt.Errorf("auth: load scripts: %w", err)
+		}
+	}
+	return nil
+}
