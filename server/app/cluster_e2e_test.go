@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -146,6 +147,7 @@ func TestE2EClusterFailover(t *testing.T) {
 	c := redistest.StartCluster(t)
 	k := startKairos(t, clusterConfig(c))
 	waitReady(t, k.API, http.StatusOK, 5*time.Second)
+	token := k.newToken(t, "ns")
 
 	victim := c.Masters(t)[0]
 	c.Kill(t, victim)
@@ -164,10 +166,31 @@ func TestE2EClusterFailover(t *testing.T) {
 		t.Errorf("/readyz: %v: want Retry-After 1 and no address", r)
 	}
 	doHTTP(t, http.MethodGet, k.API+"/healthz", "", nil, nil).wantStatus(t, http.StatusOK)
+	// Publishes to queues on the dead master answer 503 + Retry-After (the
+	// others 201), never 500, never an address.
+	unavailable := 0
+	for i := range 12 {
+		r := doHTTP(t, http.MethodPut, k.API+"/api/ns/q"+strconv.Itoa(i), token, []byte("x"), nil)
+		switch r.Status {
+		case http.StatusCreated:
+		case http.StatusServiceUnavailable:
+			unavailable++
+			wantUnavailable(t, r, victim)
+		default:
+			t.Errorf("publish to q%d with master %s dead: %v, want 201 or 503", i, victim, r)
+		}
+	}
+	if unavailable == 0 {
+		t.Errorf("no publish to 12 queues met the dead master %s", victim)
+	}
 
 	c.Wait(t) // the replica took over
 	r = waitReady(t, k.API, http.StatusOK, 15*time.Second)
 	r.wantBody(t, `{"ready":true,"checks":{"admin redis":"ok","pool default":"ok"}}`)
+	for i := range 12 {
+		q := k.API + "/api/ns/q" + strconv.Itoa(i)
+		doHTTP(t, http.MethodPut, q, token, []byte("y"), nil).wantStatus(t, http.StatusCreated)
+	}
 }
 
 // TestE2EScopesOfEarlierVersion: scoped tokens made before Redis Cluster
