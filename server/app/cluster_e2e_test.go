@@ -281,3 +281,24 @@ func TestE2EClusterRedisGauges(t *testing.T) {
 		}
 	}
 }
+
+// TestE2EClusterDurabilityCheck: RequireDurableRedis checks every master
+// of a cluster and names each that would lose jobs (the shared cluster
+// runs without AOF).
+func TestE2EClusterDurabilityCheck(t *testing.T) {
+	c := redistest.SharedCluster(t)
+	cfg := clusterConfig(c)
+	cfg.Kairos.RequireDurableRedis = true
+	_, err := app.New(context.Background(), cfg, app.Options{Logger: testLogger(t)})
+	if !errors.Is(err, app.ErrNotDurable) {
+		t.Fatalf("app.New = %v, want ErrNotDurable", err)
+	}
+	for _, m := range c.Masters(t) {
+		if want := "node " + m + ": appendonly is off"; !strings.Contains(err.Error(), want) {
+			t.Errorf("app.New error %q does not say %q", err, want)
+		}
+	}
+	if !strings.HasPrefix(err.Error(), "redis is not durable: Pool.default: node ") {
+		t.Errorf("app.New error %q: want it to name Pool.default first", err)
+	}
+}
