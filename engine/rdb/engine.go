@@ -155,6 +155,11 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 	} else {
 		e.pub = "PUBLISH"
 	}
+	if n, err := e.upgrade(ctx); err != nil {
+		return nil, fmt.Errorf("rdb: move pool %s to the slot-group layout: %w", opts.Pool, err)
+	} else if n > 0 {
+		e.log.WithField("queues", n).Warn("moved the pool's queues from the layout before slot groups (doc/keys.md)")
+	}
 	e.waiters = newWaiters(e)
 	e.autoPipe = !opts.NoAutoPipeline
 	if e.autoPipe {
