@@ -53,6 +53,12 @@ type Options struct {
 	// publish fails with engine.ErrNotReplicated.
 	WaitReplicas int
 	WaitTimeout  time.Duration
+	// ClusterRetry bounds how long a script call on a cluster pool is
+	// retried while Redis answers TRYAGAIN, CLUSTERDOWN, MASTERDOWN or
+	// LOADING (a slot migration, a failover), errors answered before
+	// anything ran (retry.go). Default 5 s; negative: no retry beyond
+	// go-redis's own.
+	ClusterRetry time.Duration
 }
 
 // Engine is the Redis engine of one pool.
@@ -87,8 +93,9 @@ type Engine struct {
 	// layout and scripts; on a cluster, calls never mix slot groups
 	// (publish lanes are groups, a consume over queues of several groups
 	// is one call per group), and messages go out with SPUBLISH.
-	cluster bool
-	pub     string // PUBLISH, or SPUBLISH on a cluster
+	cluster  bool
+	pub      string        // PUBLISH, or SPUBLISH on a cluster
+	retryFor time.Duration // Options.ClusterRetry on a cluster, else 0
 
 	names *memo[*queueNames] // {ns, q, ""} → the queue's key names
 
@@ -152,8 +159,17 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 	if _, ok := client.(*redis.ClusterClient); ok {
 		e.cluster = true
 		e.pub = "SPUBLISH"
+		e.retryFor = opts.ClusterRetry
+		if e.retryFor == 0 {
+			e.retryFor = 5 * time.Second
+		}
 	} else {
 		e.pub = "PUBLISH"
+	}
+	if n, err := e.upgrade(ctx); err != nil {
+		return nil, fmt.Errorf("rdb: move pool %s to the slot-group layout: %w", opts.Pool, err)
+	} else if n > 0 {
+		e.log.WithField("queues", n).Warn("moved the pool's queues from the layout before slot groups (doc/keys.md)")
 	}
 	e.waiters = newWaiters(e)
 	e.autoPipe = !opts.NoAutoPipeline
@@ -178,7 +194,7 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 // is done. It returns nil after a clean stop.
 func (e *Engine) Run(ctx context.Context) error {
 	if e.autoPipe {
-		e.pipe.Store(newAutoPipeline(e.rdb, autoPipelineSenders, autoPipelineBatch))
+		e.pipe.Store(newAutoPipeline(e.rdb, autoPipelineSenders, autoPipelineBatch, e.retryFor))
 	}
 	var wg sync.WaitGroup
 	wg.Add(3)
@@ -204,7 +220,7 @@ func (e *Engine) runScript(ctx context.Context, s *redis.Script, keys []string, 
 	if p := e.pipe.Load(); p != nil {
 		return p.run(ctx, s, keys, args...)
 	}
-	return s.Run(ctx, e.rdb, keys, args...)
+	return e.run(ctx, s, keys, args...)
 }
 
 // ms is t in Unix milliseconds, rounded down: the pump moves entries whose
@@ -1107,7 +1123,7 @@ func (e *Engine) PeekQueue(ctx context.Context, ns, q string) (*engine.Job, erro
 	if err := checkNames(ns, q); err != nil {
 		return nil, fmt.Errorf("peek: %w", err)
 	}
-	res, err := peekQueueScript.Run(ctx, e.rdb, []string{readyKey(ns, q), prioKey(ns, q), jobKeyPrefix(ns, q)}, peekScanBudget).Slice()
+	res, err := e.run(ctx, peekQueueScript, []string{readyKey(ns, q), prioKey(ns, q), jobKeyPrefix(ns, q)}, peekScanBudget).Slice()
 	if errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("peek %s/%s: %w", ns, q, engine.ErrQueueEmpty)
 	}
@@ -1130,7 +1146,7 @@ func (e *Engine) PeekJob(ctx context.Context, ns, q, id string) (*engine.Job, er
 	if err := checkNames(ns, q); err != nil {
 		return nil, fmt.Errorf("peek job: %w", err)
 	}
-	res, err := peekJobScript.Run(ctx, e.rdb, []string{jobKey(ns, q, id)}).Slice()
+	res, err := e.run(ctx, peekJobScript, []string{jobKey(ns, q, id)}).Slice()
 	if errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("peek job %s/%s/%s: %w", ns, q, id, engine.ErrJobNotFound)
 	}
@@ -1151,7 +1167,7 @@ func (e *Engine) PeekJob(ctx context.Context, ns, q, id string) (*engine.Job, er
 // Entries of gone jobs stranded behind live ones count until the reclaimer
 // (reclaim.go) removes them.
 func (e *Engine) Size(ctx context.Context, ns, q string) (int64, error) {
-	n, err := sizeScript.Run(ctx, e.rdb, []string{readyKey(ns, q), prioKey(ns, q), jobKeyPrefix(ns, q)}, sizeScanBudget).Int64()
+	n, err := e.run(ctx, sizeScript, []string{readyKey(ns, q), prioKey(ns, q), jobKeyPrefix(ns, q)}, sizeScanBudget).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("size %s/%s: %w", ns, q, err)
 	}
@@ -1167,7 +1183,7 @@ func (e *Engine) Destroy(ctx context.Context, ns, q string) (int64, error) {
 	keys := []string{qn.ready, qn.timer, qn.index, qn.prio, qn.jobPrefix}
 	var total int64
 	for {
-		n, err := destroyScript.Run(ctx, e.rdb, keys, destroyBatch, qn.member).Int64()
+		n, err := e.run(ctx, destroyScript, keys, destroyBatch, qn.member).Int64()
 		if err != nil {
 			return total, fmt.Errorf("destroy %s/%s: %w", ns, q, err)
 		}
@@ -1230,7 +1246,7 @@ func (e *Engine) RespawnDeadLetter(ctx context.Context, ns, q string, limit int6
 		if want > deadBatch {
 			want = deadBatch
 		}
-		res, err := respawnScript.Run(ctx, e.rdb, keys, want, durMS(ttl), e.pub, readyChannel(ns, q), deadBatch).Int64Slice()
+		res, err := e.run(ctx, respawnScript, keys, want, durMS(ttl), e.pub, readyChannel(ns, q), deadBatch).Int64Slice()
 		if err != nil {
 			return total, fmt.Errorf("respawn %s/%s: %w", ns, q, err)
 		}
@@ -1257,7 +1273,7 @@ func (e *Engine) DeleteDeadLetter(ctx context.Context, ns, q string, limit int64
 		if want > deadBatch {
 			want = deadBatch
 		}
-		n, err := deleteDeadScript.Run(ctx, e.rdb, []string{deadKey(ns, q), jobKeyPrefix(ns, q)}, want).Int64()
+		n, err := e.run(ctx, deleteDeadScript, []string{deadKey(ns, q), jobKeyPrefix(ns, q)}, want).Int64()
 		if err != nil {
 			return total, fmt.Errorf("delete dead letter %s/%s: %w", ns, q, err)
 		}

@@ -148,10 +148,11 @@ func (e *Engine) pumpGroups(ctx context.Context, groups []int) (more []int, next
 		return nil
 	})
 	for i, c := range calls {
-		if err := c.cmd.Err(); err != nil && isNoScript(err) {
-			// The script cache was flushed (or a node restarted): EVALSHA,
-			// then EVAL.
-			c.cmd = pumpScript.Run(ctx, e.rdb, keys[i], args[i]...)
+		if err := c.cmd.Err(); err != nil && (isNoScript(err) || e.retryFor > 0 && clusterRetryable(err)) {
+			// The script cache was flushed (or a node restarted), or a
+			// cluster answered TRYAGAIN or CLUSTERDOWN (nothing ran): EVALSHA,
+			// then EVAL, retried (retry.go).
+			c.cmd = e.run(ctx, pumpScript, keys[i], args[i]...)
 		}
 		res, err := c.cmd.Int64Slice()
 		if err != nil {
