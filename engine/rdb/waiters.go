@@ -483,10 +483,15 @@ func (w *waiters) remove(wt *waiter) {
 // ctx is done (a shutting-down server cancels waits so that consumers are
 // answered at once).
 func (w *waiters) wait(ctx context.Context, req *engine.ConsumeRequest) ([]*engine.Job, error) {
-	deadline := time.NewTimer(req.Timeout)
+	// A channel closed at the timeout, not a timer's channel: add may
+	// receive its one tick (a confirmation slower than the timeout), and
+	// the select below must still see it, or the consumer waits until it
+	// goes away.
+	expired := make(chan time.Time)
+	deadline := time.AfterFunc(req.Timeout, func() { close(expired) })
 	defer deadline.Stop()
 	for {
-		wt, empty := w.add(ctx, req.Namespace, req.Queues, deadline.C)
+		wt, empty := w.add(ctx, req.Namespace, req.Queues, expired)
 		if !empty {
 			jobs, err := w.e.consumeNow(ctx, req)
 			if err != nil || len(jobs) > 0 {
@@ -511,7 +516,7 @@ func (w *waiters) wait(ctx context.Context, req *engine.ConsumeRequest) ([]*engi
 			w.mu.Unlock()
 		case <-poll:
 			w.remove(wt)
-		case <-deadline.C:
+		case <-expired:
 			w.remove(wt)
 			return nil, nil
 		case <-ctx.Done():
