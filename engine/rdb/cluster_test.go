@@ -226,3 +226,27 @@ func TestClusterWaitReplicas(t *testing.T) {
 		t.Fatalf("publish waiting for 2 replicas of 1: %q, %v; want its ID and ErrNotReplicated", id, err)
 	}
 }
+
+// TestClusterRedisInfo: the pool's INFO figures on a cluster are the sums
+// over its masters (a cluster client sends INFO to one node).
+func TestClusterRedisInfo(t *testing.T) {
+	c := redistest.SharedCluster(t)
+	c.Flush(t)
+	client := c.Client(t)
+	e, err := New(bg, client, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 60 {
+		if err := client.Set(bg, fmt.Sprintf("info-%d", i), "x", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := e.redisInfo(bg)
+	if err != nil || f["keys"] != 60 {
+		t.Fatalf("keys = %v (%v), want the 60 keys of the three masters", f["keys"], err)
+	}
+	if f["connected_clients"] < 3 {
+		t.Errorf("connected_clients = %v, want a sum over three masters", f["connected_clients"])
+	}
+}
