@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 )
 
 // coalesceTiers are the servers the engine-level coalescing tests run on.
@@ -28,8 +29,18 @@ var coalesceTiers = []struct {
 	{"redis", func(t *testing.T) redis.UniversalClient { return realClient(t) }},
 }
 
+// engineTiers are coalesceTiers and the shared 6-node cluster (flushed).
+var engineTiers = append(coalesceTiers[:len(coalesceTiers):len(coalesceTiers)], struct {
+	name   string
+	client func(t *testing.T) redis.UniversalClient
+}{"cluster", func(t *testing.T) redis.UniversalClient {
+	c := redistest.SharedCluster(t)
+	c.Flush(t)
+	return c.Client(t)
+}})
+
 func TestCoalesceEngine(t *testing.T) {
-	for _, tier := range coalesceTiers {
+	for _, tier := range engineTiers {
 		t.Run(tier.name, func(t *testing.T) {
 			client := tier.client(t)
 			t.Run("roundtrip", func(t *testing.T) {
@@ -326,7 +337,7 @@ func testAckManyScript(t *testing.T, e *Engine, client redis.UniversalClient) {
 // plain jobs, and checks every queue's ready jobs, timer, registries and
 // due index entry; then that a batch is all or nothing.
 func TestCoalescePublishAcrossQueues(t *testing.T) {
-	for _, tier := range coalesceTiers {
+	for _, tier := range engineTiers {
 		t.Run(tier.name, func(t *testing.T) {
 			ctx := context.Background()
 			client := tier.client(t)
@@ -471,7 +482,7 @@ func TestCoalescePublishAcrossQueues(t *testing.T) {
 // queue, and each queue must still get its jobs in the batch's order, plain
 // ones in one LPUSH, a queue with delayed and priority jobs the slow way.
 func TestCoalescePublishInterleaved(t *testing.T) {
-	for _, tier := range coalesceTiers {
+	for _, tier := range engineTiers {
 		t.Run(tier.name, func(t *testing.T) {
 			ctx := context.Background()
 			client := tier.client(t)
@@ -535,7 +546,7 @@ func TestCoalescePublishInterleaved(t *testing.T) {
 // hands out every ready job once, with its body, to consumers that share
 // calls, and DeleteEach acknowledges them.
 func TestPublishEach(t *testing.T) {
-	for _, tier := range coalesceTiers {
+	for _, tier := range engineTiers {
 		t.Run(tier.name, func(t *testing.T) {
 			ctx := context.Background()
 			client := tier.client(t)
@@ -639,7 +650,7 @@ func TestPublishEach(t *testing.T) {
 // its first publish through this engine, and again at the first publish
 // after it was destroyed, on both publish paths (coalesced and batch).
 func TestRegistryAfterDestroy(t *testing.T) {
-	for _, tier := range coalesceTiers {
+	for _, tier := range engineTiers {
 		t.Run(tier.name, func(t *testing.T) {
 			ctx := context.Background()
 			client := tier.client(t)

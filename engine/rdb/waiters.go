@@ -378,8 +378,10 @@ func (w *waiters) sawEmpty(marks []chanMark) {
 // add registers a waiter under channels, subscribing to the ones this
 // server does not listen to yet and waiting (bounded) for confirmation. It
 // reports whether the queues were known to be empty when the waiter was
-// registered: then there is no need to look.
-func (w *waiters) add(ctx context.Context, ns string, queues []string, deadline <-chan time.Time) (*waiter, bool) {
+// registered: then there is no need to look. deadline is closed when the
+// wait's time is up (a closed channel: waiting on it here must not use up
+// the wait's own deadline).
+func (w *waiters) add(ctx context.Context, ns string, queues []string, deadline <-chan struct{}) (*waiter, bool) {
 	wt := &waiter{ch: make(chan struct{}, 1), elems: make(map[string]*list.Element, len(queues))}
 	w.mu.Lock()
 	empty := w.knownEmptyLocked(ns, queues)
@@ -483,10 +485,14 @@ func (w *waiters) remove(wt *waiter) {
 // ctx is done (a shutting-down server cancels waits so that consumers are
 // answered at once).
 func (w *waiters) wait(ctx context.Context, req *engine.ConsumeRequest) ([]*engine.Job, error) {
-	deadline := time.NewTimer(req.Timeout)
+	// The deadline is a channel closed at the timeout, not a timer's: add
+	// may wait on it too (for a slow subscription confirmation), and a
+	// timer's single tick taken there left this wait without a deadline.
+	expired := make(chan struct{})
+	deadline := time.AfterFunc(req.Timeout, func() { close(expired) })
 	defer deadline.Stop()
 	for {
-		wt, empty := w.add(ctx, req.Namespace, req.Queues, deadline.C)
+		wt, empty := w.add(ctx, req.Namespace, req.Queues, expired)
 		if !empty {
 			jobs, err := w.e.consumeNow(ctx, req)
 			if err != nil || len(jobs) > 0 {
@@ -511,7 +517,7 @@ func (w *waiters) wait(ctx context.Context, req *engine.ConsumeRequest) ([]*engi
 			w.mu.Unlock()
 		case <-poll:
 			w.remove(wt)
-		case <-deadline.C:
+		case <-expired:
 			w.remove(wt)
 			return nil, nil
 		case <-ctx.Done():
