@@ -5,6 +5,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -77,6 +78,10 @@ type waiters struct {
 	mu    sync.Mutex
 	chans map[string]*chanState
 	ps    *subscriber // set while run is running
+
+	// wakeSubs counts the confirmed subscriptions to the groups' wake-up
+	// channels (again after a reconnection), for tests.
+	wakeSubs atomic.Int64
 }
 
 // subscriber is the pool's Pub/Sub: one connection on one Redis (or
@@ -116,16 +121,20 @@ func (s *subscriber) byConn(channels []string) map[int][]string {
 	return out
 }
 
+// subscribe subscribes to channels, on their groups' connections at once
+// on a cluster (the first subscription of a group dials its node).
 func (s *subscriber) subscribe(ctx context.Context, channels []string) error {
+	if !s.cluster {
+		return s.conns[0].Subscribe(ctx, channels...)
+	}
+	by := s.byConn(channels)
+	errs := make(chan error, len(by))
+	for g, cs := range by {
+		go func() { errs <- s.conns[g].SSubscribe(ctx, cs...) }()
+	}
 	var first error
-	for g, cs := range s.byConn(channels) {
-		var err error
-		if s.cluster {
-			err = s.conns[g].SSubscribe(ctx, cs...)
-		} else {
-			err = s.conns[g].Subscribe(ctx, cs...)
-		}
-		if err != nil && first == nil {
+	for range by {
+		if err := <-errs; err != nil && first == nil {
 			first = err
 		}
 	}
@@ -223,6 +232,9 @@ func (w *waiters) run(ctx context.Context) {
 			switch m := m.(type) {
 			case *redis.Subscription:
 				if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+					if isWakeChannel(m.Channel) {
+						w.wakeSubs.Add(1)
+					}
 					w.confirm(m.Channel)
 				}
 			case *redis.Message:

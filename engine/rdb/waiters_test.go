@@ -51,6 +51,14 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// listeningAll waits until e's Pub/Sub is subscribed to every group's
+// wake-up channel: on a cluster, Run dials a connection per group, and a
+// first wait's subscription queues behind that.
+func listeningAll(t *testing.T, e *Engine) {
+	t.Helper()
+	waitFor(t, "the wake-up subscriptions", func() bool { return e.waiters.wakeSubs.Load() >= slotGroups })
+}
+
 // waitingOn is the number of consumers waiting on ns/q in e.
 func waitingOn(e *Engine, ns, q string) int {
 	e.waiters.mu.Lock()
@@ -72,6 +80,7 @@ func TestKnownEmpty(t *testing.T) {
 			h := &looks{}
 			client.AddHook(h)
 			e := startEngine(t, client, newTestClock())
+			listeningAll(t, e)
 			const ns, q = "ke", "q"
 			queues := []string{q}
 			wait := &engine.ConsumeRequest{Namespace: ns, Queues: queues, TTR: time.Minute, Count: 1, Timeout: 50 * time.Millisecond}
@@ -186,6 +195,7 @@ func TestSweepPriority(t *testing.T) {
 			client := tier.client(t)
 			clock := newTestClock()
 			e := startEngine(t, client, clock)
+			listeningAll(t, e)
 			const ns, q = "sw", "q"
 			req := engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, TTR: time.Minute, Count: 1, Timeout: 50 * time.Millisecond}
 			// A first wait leaves the queue known empty, so that the next
