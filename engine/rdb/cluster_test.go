@@ -2,6 +2,7 @@ package rdb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -167,5 +168,85 @@ func TestClusterConsumeAcrossGroups(t *testing.T) {
 		if err := e.Delete(ctx, ns, j.Queue, j.ID); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestClusterWaitReplicas: WaitReplicas on a cluster pool. go-redis's
+// cluster pipeline sends a keyless command (WAIT) to the node of the
+// command before it, over the same connection, so a publish returns once
+// the master's replica has the job, on every master; asking for more
+// replicas than there are fails with ErrNotReplicated, naming the job.
+func TestClusterWaitReplicas(t *testing.T) {
+	c := redistest.SharedCluster(t)
+	client := c.Client(t)
+	replicaOf := map[string]string{}
+	for _, sh := range c.Shards(t) {
+		if len(sh.Replicas) != 1 {
+			t.Fatalf("shard %v: want one replica", sh)
+		}
+		replicaOf[sh.Master] = sh.Replicas[0]
+	}
+	const ns = "waitrep"
+	e, err := New(bg, client, Options{WaitReplicas: 1, WaitTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range queuesOnMasters(ns) {
+		for _, key := range []string{"", "k"} {
+			id, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Tries: 1, Body: []byte("x"), Key: key})
+			if err != nil {
+				t.Fatalf("%s: publish with a replica: %v", q, err)
+			}
+			k := jobKey(ns, q, id)
+			r := redis.NewClient(&redis.Options{Addr: replicaOf[c.MasterOf(t, k)]})
+			n, err := r.Do(bg, "READONLY").Err(), error(nil)
+			if n == nil {
+				var v int64
+				v, err = r.Exists(bg, k).Result()
+				if err == nil && v != 1 {
+					err = fmt.Errorf("not there")
+				}
+			} else {
+				err = n
+			}
+			_ = r.Close()
+			if err != nil {
+				t.Fatalf("%s: job %s not on the replica when publish returned: %v", q, id, err)
+			}
+		}
+		if again, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Tries: 1, Key: "k"}); !errors.Is(err, engine.ErrKeyExists) || again == "" {
+			t.Fatalf("%s: keyed retry: %q, %v; want the first ID and ErrKeyExists", q, again, err)
+		}
+	}
+	two, err := New(bg, client, Options{WaitReplicas: 2, WaitTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := two.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: "q", Tries: 1}); !errors.Is(err, engine.ErrNotReplicated) || id == "" {
+		t.Fatalf("publish waiting for 2 replicas of 1: %q, %v; want its ID and ErrNotReplicated", id, err)
+	}
+}
+
+// TestClusterRedisInfo: the pool's INFO figures on a cluster are the sums
+// over its masters (a cluster client sends INFO to one node).
+func TestClusterRedisInfo(t *testing.T) {
+	c := redistest.SharedCluster(t)
+	c.Flush(t)
+	client := c.Client(t)
+	e, err := New(bg, client, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 60 {
+		if err := client.Set(bg, fmt.Sprintf("info-%d", i), "x", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := e.redisInfo(bg)
+	if err != nil || f["keys"] != 60 {
+		t.Fatalf("keys = %v (%v), want the 60 keys of the three masters", f["keys"], err)
+	}
+	if f["connected_clients"] < 3 {
+		t.Errorf("connected_clients = %v, want a sum over three masters", f["connected_clients"])
 	}
 }

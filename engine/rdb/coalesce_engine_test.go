@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 )
 
 // coalesceTiers are the servers the engine-level coalescing tests run on.
@@ -28,8 +29,18 @@ var coalesceTiers = []struct {
 	{"redis", func(t *testing.T) redis.UniversalClient { return realClient(t) }},
 }
 
+// engineTiers are coalesceTiers and the shared 6-node cluster (flushed).
+var engineTiers = append(coalesceTiers[:len(coalesceTiers):len(coalesceTiers)], struct {
+	name   string
+	client func(t *testing.T) redis.UniversalClient
+}{"cluster", func(t *testing.T) redis.UniversalClient {
+	c := redistest.SharedCluster(t)
+	c.Flush(t)
+	return c.Client(t)
+}})
+
 func TestCoalesceEngine(t *testing.T) {
-	for _, tier := range coalesceTiers {
+	for _, tier := range engineTiers {
 		t.Run(tier.name, func(t *testing.T) {
 			client := tier.client(t)
 			t.Run("roundtrip", func(t *testing.T) {
@@ -326,7 +337,7 @@ func testAckManyScript(t *testing.T, e *Engine, client redis.UniversalClient) {
 // plain jobs, and checks every queue's ready jobs, timer, registries and
 // due index entry; then that a batch is all or nothing.
 func TestCoalescePublishAcrossQueues(t *testing.T) {
-	for _, tier := range coalesceTiers {
+	for _, tier := range engineTiers {
 		t.Run(tier.name, func(t *testing.T) {
 			ctx := context.Background()
 			client := tier.client(t)
@@ -439,17 +450,18 @@ func TestCoalescePublishAcrossQueues(t *testing.T) {
 			}
 
 			// All or nothing: job 2's body key exists, so job 1 (another
-			// queue) is not written either.
+			// queue of the group) is not written either.
+			mates := groupMates(ns, 2)
 			taken := engine.NewJobID(clock.Now(), 0, false)
-			if err := client.Set(ctx, jobKey(ns, "b", taken), "x", 0).Err(); err != nil {
+			if err := client.Set(ctx, jobKey(ns, mates[1], taken), "x", 0).Err(); err != nil {
 				t.Fatal(err)
 			}
 			fresh := engine.NewJobID(clock.Now(), 0, false)
 			now := clock.Now().UnixMilli()
-			qa, qb := newQueueNames(ns, "a"), newQueueNames(ns, "b")
+			qa, qb := newQueueNames(ns, "a"), newQueueNames(ns, mates[1])
 			keys := []string{qa.ready, qa.timer, qa.prio, qa.config, qa.index, qa.registry,
 				qb.ready, qb.timer, qb.prio, qb.config, qb.index, qb.registry,
-				jobKey(ns, "a", fresh), jobKey(ns, "b", taken)}
+				jobKey(ns, "a", fresh), jobKey(ns, mates[1], taken)}
 			args := []interface{}{"PUBLISH", 2, qa.member, 1, qa.channel, qa.wake, "1", qb.member, 1, qb.channel, qb.wake, "1",
 				packEntry(1, fresh), packEntry(1, taken),
 				newValue(true, 1, 0, now, []byte("a")), 0, 0, 0,
@@ -471,20 +483,24 @@ func TestCoalescePublishAcrossQueues(t *testing.T) {
 // queue, and each queue must still get its jobs in the batch's order, plain
 // ones in one LPUSH, a queue with delayed and priority jobs the slow way.
 func TestCoalescePublishInterleaved(t *testing.T) {
-	for _, tier := range coalesceTiers {
+	for _, tier := range engineTiers {
 		t.Run(tier.name, func(t *testing.T) {
 			ctx := context.Background()
 			client := tier.client(t)
 			e := startEngine(t, client, newTestClock())
 			const ns = "il"
-			queues := []string{"a", "b", "a", "c", "b", "a", "c", "c", "a", "b"}
+			// Three queues of one slot group, as a publish lane's batch
+			// is on a cluster.
+			g := groupMates(ns, 3)
+			qa, qb, qc := g[0], g[1], g[2]
+			queues := []string{qa, qb, qa, qc, qb, qa, qc, qc, qa, qb}
 			var batch []*batchCall[pubOp]
 			for i, q := range queues {
 				req := &engine.PublishRequest{Namespace: ns, Queue: q, Tries: 1, TTL: time.Hour, Body: []byte(fmt.Sprint(i))}
 				switch {
-				case q == "c" && i == 6:
+				case q == qc && i == 6:
 					req.Delay = time.Hour
-				case q == "c" && i == 7:
+				case q == qc && i == 7:
 					req.Priority = 3
 				}
 				batch = append(batch, &batchCall[pubOp]{in: pubOp{req: req}})
@@ -495,13 +511,13 @@ func TestCoalescePublishInterleaved(t *testing.T) {
 					t.Fatalf("job %d: id %q, err %v", i, c.in.id, c.err)
 				}
 			}
-			if n := client.ZCard(ctx, timerKey(ns, "c")).Val(); n != 1 {
+			if n := client.ZCard(ctx, timerKey(ns, qc)).Val(); n != 1 {
 				t.Errorf("queue c: %d timer entries, want the delayed job", n)
 			}
 			want := map[string][]string{ // queue → bodies in consume order
-				"a": {"0", "2", "5", "8"},
-				"b": {"1", "4", "9"},
-				"c": {"7", "3"}, // the priority job first; 6 is delayed
+				qa: {"0", "2", "5", "8"},
+				qb: {"1", "4", "9"},
+				qc: {"7", "3"}, // the priority job first; 6 is delayed
 			}
 			for q, bodies := range want {
 				var got []string
@@ -519,7 +535,7 @@ func TestCoalescePublishInterleaved(t *testing.T) {
 					t.Errorf("queue %s gave %v, want %v", q, got, bodies)
 				}
 			}
-			for _, q := range []string{"a", "b", "c"} {
+			for _, q := range g {
 				if !inRegistry(ctx, client, ns, q) {
 					t.Errorf("%s: not in the queue registry", q)
 				}
@@ -535,7 +551,7 @@ func TestCoalescePublishInterleaved(t *testing.T) {
 // hands out every ready job once, with its body, to consumers that share
 // calls, and DeleteEach acknowledges them.
 func TestPublishEach(t *testing.T) {
-	for _, tier := range coalesceTiers {
+	for _, tier := range engineTiers {
 		t.Run(tier.name, func(t *testing.T) {
 			ctx := context.Background()
 			client := tier.client(t)
@@ -639,7 +655,7 @@ func TestPublishEach(t *testing.T) {
 // its first publish through this engine, and again at the first publish
 // after it was destroyed, on both publish paths (coalesced and batch).
 func TestRegistryAfterDestroy(t *testing.T) {
-	for _, tier := range coalesceTiers {
+	for _, tier := range engineTiers {
 		t.Run(tier.name, func(t *testing.T) {
 			ctx := context.Background()
 			client := tier.client(t)
@@ -673,4 +689,15 @@ func TestRegistryAfterDestroy(t *testing.T) {
 // inRegistry reports whether queue ns/q is in its slot group's registry.
 func inRegistry(ctx context.Context, client redis.UniversalClient, ns, q string) bool {
 	return client.HExists(ctx, registryKey(slotGroup(ns, q)), queueMember(ns, q)).Val()
+}
+
+// groupMates returns n queue names of ns in one slot group.
+func groupMates(ns string, n int) []string {
+	out := []string{"a"}
+	for i := 0; len(out) < n; i++ {
+		if q := fmt.Sprintf("m%d", i); slotGroup(ns, q) == slotGroup(ns, "a") {
+			out = append(out, q)
+		}
+	}
+	return out
 }

@@ -1,7 +1,10 @@
 // Package rdb is the Redis implementation of engine.Engine: one Engine per
 // pool. Every state change is one Lua script (scripts.go) over keys built in
-// keys.go; a timer-driven pump (pump.go) moves due jobs; waiting consumers
-// are multiplexed over one Pub/Sub connection per pool (waiters.go).
+// keys.go, every call on the keys of one slot group, so that a Redis
+// Cluster runs them as well as one Redis; a timer-driven pump (pump.go)
+// moves due jobs; waiting consumers are multiplexed over one Pub/Sub
+// connection per pool, one sharded one per slot group on a cluster
+// (waiters.go).
 package rdb
 
 import (

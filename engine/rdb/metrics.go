@@ -403,13 +403,12 @@ func (c *RedisCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect implements prometheus.Collector: one INFO per pool; on a Redis
-// Cluster one INFO per master, the gauges summing the masters.
+// Collect implements prometheus.Collector: one INFO per pool.
 func (c *RedisCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, e := range c.engines {
-		fields, err := poolInfo(ctx, e.rdb)
+		fields, err := e.redisInfo(ctx)
 		if err != nil {
 			e.log.WithError(err).Warn("collect redis info")
 			continue
@@ -422,25 +421,27 @@ func (c *RedisCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// poolInfo returns the numeric INFO fields of a pool's Redis (see
-// parseInfo); for a Redis Cluster, each field summed over the masters.
-func poolInfo(ctx context.Context, c redis.UniversalClient) (map[string]float64, error) {
-	cc, ok := c.(*redis.ClusterClient)
+// redisInfo returns the numeric fields of the pool's INFO (parseInfo); on
+// a cluster, the sums over the masters (one INFO each, ForEachMaster): a
+// cluster client would send INFO to one node. maxmemory is the sum too, the
+// memory the pool may use.
+func (e *Engine) redisInfo(ctx context.Context) (map[string]float64, error) {
+	cc, ok := e.rdb.(*redis.ClusterClient)
 	if !ok {
-		info, err := c.Info(ctx).Result()
+		info, err := e.rdb.Info(ctx).Result()
 		if err != nil {
 			return nil, err
 		}
 		db := 0
-		if o, ok := c.(interface{ Options() *redis.Options }); ok {
+		if o, ok := e.rdb.(interface{ Options() *redis.Options }); ok {
 			db = o.Options().DB
 		}
 		return parseInfo(info, db), nil
 	}
 	var mu sync.Mutex
 	sum := make(map[string]float64)
-	err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
-		info, err := n.Info(ctx).Result()
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		info, err := node.Info(ctx).Result()
 		if err != nil {
 			return err
 		}

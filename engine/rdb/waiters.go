@@ -5,6 +5,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -77,6 +78,10 @@ type waiters struct {
 	mu    sync.Mutex
 	chans map[string]*chanState
 	ps    *subscriber // set while run is running
+
+	// wakeSubs counts the confirmed subscriptions to the groups' wake-up
+	// channels (again after a reconnection), for tests.
+	wakeSubs atomic.Int64
 }
 
 // subscriber is the pool's Pub/Sub: one connection on one Redis (or
@@ -116,16 +121,20 @@ func (s *subscriber) byConn(channels []string) map[int][]string {
 	return out
 }
 
+// subscribe subscribes to channels, on their groups' connections at once
+// on a cluster (the first subscription of a group dials its node).
 func (s *subscriber) subscribe(ctx context.Context, channels []string) error {
+	if !s.cluster {
+		return s.conns[0].Subscribe(ctx, channels...)
+	}
+	by := s.byConn(channels)
+	errs := make(chan error, len(by))
+	for g, cs := range by {
+		go func() { errs <- s.conns[g].SSubscribe(ctx, cs...) }()
+	}
 	var first error
-	for g, cs := range s.byConn(channels) {
-		var err error
-		if s.cluster {
-			err = s.conns[g].SSubscribe(ctx, cs...)
-		} else {
-			err = s.conns[g].Subscribe(ctx, cs...)
-		}
-		if err != nil && first == nil {
+	for range by {
+		if err := <-errs; err != nil && first == nil {
 			first = err
 		}
 	}
@@ -223,6 +232,9 @@ func (w *waiters) run(ctx context.Context) {
 			switch m := m.(type) {
 			case *redis.Subscription:
 				if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+					if isWakeChannel(m.Channel) {
+						w.wakeSubs.Add(1)
+					}
 					w.confirm(m.Channel)
 				}
 			case *redis.Message:
@@ -378,8 +390,10 @@ func (w *waiters) sawEmpty(marks []chanMark) {
 // add registers a waiter under channels, subscribing to the ones this
 // server does not listen to yet and waiting (bounded) for confirmation. It
 // reports whether the queues were known to be empty when the waiter was
-// registered: then there is no need to look.
-func (w *waiters) add(ctx context.Context, ns string, queues []string, deadline <-chan time.Time) (*waiter, bool) {
+// registered: then there is no need to look. deadline is closed when the
+// wait's time is up (a closed channel: waiting on it here must not use up
+// the wait's own deadline).
+func (w *waiters) add(ctx context.Context, ns string, queues []string, deadline <-chan struct{}) (*waiter, bool) {
 	wt := &waiter{ch: make(chan struct{}, 1), elems: make(map[string]*list.Element, len(queues))}
 	w.mu.Lock()
 	empty := w.knownEmptyLocked(ns, queues)
@@ -483,11 +497,10 @@ func (w *waiters) remove(wt *waiter) {
 // ctx is done (a shutting-down server cancels waits so that consumers are
 // answered at once).
 func (w *waiters) wait(ctx context.Context, req *engine.ConsumeRequest) ([]*engine.Job, error) {
-	// A channel closed at the timeout, not a timer's channel: add may
-	// receive its one tick (a confirmation slower than the timeout), and
-	// the select below must still see it, or the consumer waits until it
-	// goes away.
-	expired := make(chan time.Time)
+	// The deadline is a channel closed at the timeout, not a timer's: add
+	// may wait on it too (for a slow subscription confirmation), and a
+	// timer's single tick taken there left this wait without a deadline.
+	expired := make(chan struct{})
 	deadline := time.AfterFunc(req.Timeout, func() { close(expired) })
 	defer deadline.Stop()
 	for {
