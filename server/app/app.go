@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -287,6 +288,11 @@ func (a *App) checkClusterMode(ctx context.Context, key string, rc config.RedisC
 		// Every master: the seed node answered CLUSTER SLOTS, so it is a
 		// cluster node; cluster_state says whether all slots are served.
 		return cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			if server, err := n.Info(ctx, "server").Result(); err == nil {
+				if err := clusterVersion(n.Options().Addr, server); err != nil {
+					return fmt.Errorf("%s: %w", key, err)
+				}
+			}
 			info, err := n.ClusterInfo(ctx).Result()
 			if err != nil {
 				return fmt.Errorf("%s: %s: CLUSTER INFO: %w", key, n.Options().Addr, err)
@@ -305,6 +311,19 @@ func (a *App) checkClusterMode(ctx context.Context, key string, rc config.RedisC
 	}
 	if infoField(info, "cluster_enabled") == "1" {
 		return clusterMismatch(key, rc)
+	}
+	return nil
+}
+
+// clusterVersion refuses a cluster node older than Redis 7.0, given its
+// INFO server: waiting consumers are woken through sharded Pub/Sub
+// (SSUBSCRIBE, SPUBLISH), which Redis 7.0 brought. A reply without a
+// readable version passes.
+func clusterVersion(addr, info string) error {
+	v := infoField(info, "redis_version")
+	major, _, _ := strings.Cut(v, ".")
+	if n, err := strconv.Atoi(major); err == nil && n < 7 {
+		return fmt.Errorf("the Redis Cluster node %s runs Redis %s: a Redis Cluster needs Redis 7.0 or later (sharded Pub/Sub); upgrade it, or use a standalone or Sentinel-managed Redis 6.2", addr, v)
 	}
 	return nil
 }
