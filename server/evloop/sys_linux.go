@@ -1,6 +1,6 @@
 //go:build linux
 
-package server
+package evloop
 
 import (
 	"syscall"

@@ -1,6 +1,6 @@
 //go:build linux && !race
 
-package server
+package evloop
 
 import (
 	"syscall"
