@@ -73,7 +73,7 @@ type seg struct {
 }
 
 // maxParams bounds a route's query parameters.
-const maxParams = 16
+const maxParams = 8
 
 // Parser reads requests of a Table. Make it with NewParser.
 type Parser struct {
@@ -94,7 +94,7 @@ func NewParser(t Table) (*Parser, error) {
 			return nil, fmt.Errorf("evloop: %s %s: more than %d parameters", r.Method, r.Path, maxParams)
 		}
 		i := strings.IndexByte(r.Path, ':')
-		if i < 0 || r.Path[i-1] != '/' {
+		if i <= 0 || r.Path[i-1] != '/' {
 			return nil, fmt.Errorf("evloop: %s %s: no path parameter", r.Method, r.Path)
 		}
 		c := compiledRoute{Route: r, prefix: r.Method + " " + r.Path[:i]}
