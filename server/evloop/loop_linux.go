@@ -22,7 +22,7 @@ import (
 // itself: it reads what every ready connection sent, runs all the fast
 // requests it found with one engine call per kind, and writes the answers,
 // with no goroutine per connection or per request; a consume that waits is
-// parked on its connection (loop_wait_linux.go). The loop waits in the Go runtime's poller, on
+// parked on its connection (wait_linux.go). The loop waits in the Go runtime's poller, on
 // its own epoll descriptor (epoll nests), so it parks like any goroutine.
 //
 // A connection stays with its loop while it sends fast requests. At its
@@ -237,7 +237,7 @@ type eventLoop struct {
 	released bool         // on mu: the wake pipe is closed
 	closing  bool         // closeAll runs: read requests are not served
 	// admittedq (on mu) are requests admitted off the loop
-	// (loop_admit_linux.go); ended is signalled when it grows too.
+	// (admit_linux.go); ended is signalled when it grows too.
 	admittedq []*Item
 
 	conns     map[int]*loopConn
@@ -285,7 +285,7 @@ type loopConn struct {
 	batched  uint64 // the last pass that put a request of it in the batch
 	answered bool   // a request of it was taken (and is answered, or parked)
 	// admitting is a request being admitted off the loop
-	// (loop_admit_linux.go); reads are paused meanwhile.
+	// (admit_linux.go); reads are paused meanwhile.
 	admitting *Item
 }
 
