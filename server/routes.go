@@ -4,7 +4,46 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/kairos-dev/kairos/auth"
+	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/server/evloop"
 )
+
+// loopRoutes are the requests the event loops (package server/evloop, on
+// Linux) may serve themselves, in batches, before net/http and gin see
+// them; every other request, and every request that does not meet all of
+// these conditions, goes with its connection to net/http and the routes
+// of apiRoutes below, which answer it as they would without loops. A
+// request taken by a loop is admitted by admit (admit.go) like gin's, and
+// its parameters are checked by loopHost.Take (fastpath.go) as the
+// handler checks them: a value out of range (tries=0, ttl < delay,
+// count > 32) sends it to net/http too, to answer the 400.
+//
+//	PUT    /api/:namespace/:queue               publish; ?delay ttl tries token; body 1 B…MaxBodySize by Content-Length
+//	GET    /api/:namespace/:queue               consume of one queue; ?ttr timeout count token; no body
+//	DELETE /api/:namespace/:queue/job/:job_id   ACK; ?token; no body; job ID letters and digits, at most 64
+//
+// For all three: HTTP/1.1, one Host, a head of at most 8 KiB, no
+// percent-encoding in the path, plain query values (letters, digits and
+// "-._~:"), no Transfer-Encoding, Expect, Upgrade, Connection other than
+// keep-alive, nor a header of a Kairos extension (Idempotency-Key,
+// Enable-Job-Version, X-Kairos-Extensions, Job-Attr-*).
+var loopRoutes = evloop.Table{
+	Routes: []evloop.Route{
+		{Kind: evloop.Publish, Method: "PUT", Path: "/api/:namespace/:queue",
+			Params: []string{"delay", "ttl", "tries", "token"},
+			Body:   evloop.Body{Min: 1, Max: engine.MaxBodySize}},
+		{Kind: evloop.Consume, Method: "GET", Path: "/api/:namespace/:queue",
+			Params: []string{"ttr", "timeout", "count", "token"}},
+		{Kind: evloop.Ack, Method: "DELETE", Path: "/api/:namespace/:queue/job/:job_id",
+			Params: []string{"token"}},
+	},
+	MaxHead:              8 << 10,
+	MaxJobID:             64,
+	TokenHeader:          "X-Token",
+	TokenParam:           "token",
+	RefuseHeaders:        []string{"Idempotency-Key", "Enable-Job-Version", extHeader},
+	RefuseHeaderPrefixes: []string{attributePrefix},
+}
 
 // apiRoutes builds the public API (spec 3.1): global middleware in
 // lmstfy's order (request id, access log, metrics, recovery), then per
