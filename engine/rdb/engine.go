@@ -65,7 +65,9 @@ type Engine struct {
 	metrics *poolMetrics
 
 	pumpWake chan struct{}
-	waiters  *waiters
+	// schedWake wakes the scheduler (schedule.go) after a change here.
+	schedWake chan struct{}
+	waiters   *waiters
 	// stepWorkers run the steps of event-loop passes (pass.go).
 	stepWorkers workers
 	// pipe batches hot-path scripts while Run runs (nil otherwise, or
@@ -124,19 +126,20 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 		opts.Pool = "default"
 	}
 	e := &Engine{
-		rdb:      client,
-		pool:     opts.Pool,
-		log:      opts.Logger.WithField("pool", opts.Pool),
-		now:      opts.Now,
-		batch:    opts.PumpBatch,
-		maxWait:  opts.MaxPumpSleep,
-		metrics:  opts.Metrics.forPool(opts.Pool),
-		pumpWake: make(chan struct{}, 1),
-		names:    newMemo(func(k [3]string) *queueNames { return newQueueNames(k[0], k[1]) }),
+		rdb:       client,
+		pool:      opts.Pool,
+		log:       opts.Logger.WithField("pool", opts.Pool),
+		now:       opts.Now,
+		batch:     opts.PumpBatch,
+		maxWait:   opts.MaxPumpSleep,
+		metrics:   opts.Metrics.forPool(opts.Pool),
+		pumpWake:  make(chan struct{}, 1),
+		schedWake: make(chan struct{}, 1),
+		names:     newMemo(func(k [3]string) *queueNames { return newQueueNames(k[0], k[1]) }),
 
 		stepWorkers: workers{tasks: make(chan func())},
 	}
-	for _, s := range allScripts {
+	for _, s := range append(allScripts[:len(allScripts):len(allScripts)], scheduleScripts...) {
 		if err := s.Load(ctx, client).Err(); err != nil {
 			return nil, fmt.Errorf("rdb: load scripts into pool %s: %w", opts.Pool, err)
 		}
@@ -167,7 +170,8 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.pipe.Store(newAutoPipeline(e.rdb, autoPipelineSenders, autoPipelineBatch))
 	}
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
+	go func() { defer wg.Done(); e.runSchedules(ctx) }()
 	go func() { defer wg.Done(); e.runPump(ctx) }()
 	go func() { defer wg.Done(); e.runReclaim(ctx) }()
 	go func() { defer wg.Done(); e.waiters.run(ctx) }()
