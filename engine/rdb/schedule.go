@@ -409,7 +409,9 @@ func (e *Engine) runSchedules(ctx context.Context) {
 // the earliest next tick of the pool (ms), or 0 when there is none. Several
 // servers may run it at once: each tick fires once.
 func (e *Engine) ScheduleOnce(ctx context.Context) (int64, error) {
-	for {
+	// Rounds until one fires nothing: a schedule whose next tick falls
+	// within the lead too (a late server catching up) fires again.
+	for round := 0; round < 1000; round++ {
 		now := e.now()
 		horizon := ms(now.Add(scheduleLead))
 		due, err := e.rdb.ZRangeByScore(ctx, scheduleIndexKey, &redis.ZRangeBy{
@@ -419,18 +421,21 @@ func (e *Engine) ScheduleOnce(ctx context.Context) (int64, error) {
 			return 0, fmt.Errorf("schedules: %w", err)
 		}
 		var firstErr error
+		fired := false
 		for _, m := range due {
-			if err := e.fireDue(ctx, m); err != nil {
+			ok, err := e.fireDue(ctx, m)
+			if err != nil {
 				e.log.WithError(err).WithField("schedule", m).Warn("schedule tick failed")
 				if firstErr == nil {
 					firstErr = err
 				}
 			}
+			fired = fired || ok
 		}
 		if firstErr != nil {
 			return 0, firstErr
 		}
-		if len(due) < scheduleBatch {
+		if !fired {
 			break
 		}
 	}
@@ -445,28 +450,29 @@ func (e *Engine) ScheduleOnce(ctx context.Context) (int64, error) {
 }
 
 // fireDue handles one schedule the index says is due: it fires its tick
-// (or skips missed ones) and corrects the index.
-func (e *Engine) fireDue(ctx context.Context, member string) error {
+// (or skips missed ones) and corrects the index. It reports whether it
+// moved the schedule on.
+func (e *Engine) fireDue(ctx context.Context, member string) (bool, error) {
 	parts := strings.SplitN(member, "/", 3)
 	if len(parts) != 3 {
-		return e.rdb.ZRem(ctx, scheduleIndexKey, member).Err()
+		return false, e.rdb.ZRem(ctx, scheduleIndexKey, member).Err()
 	}
 	ns, q, name := parts[0], parts[1], parts[2]
 	key := scheduleKey(ns, q, name)
 	h, err := e.rdb.HGetAll(ctx, key).Result()
 	if err != nil {
-		return err
+		return false, err
 	}
 	now := e.now()
 	next, _ := strconv.ParseInt(h["next"], 10, 64)
 	if len(h) == 0 || h["paused"] == "1" || next <= 0 || next > ms(now.Add(scheduleLead)) {
-		return e.syncScheduleIndex(ctx, ns, q, name)
+		return false, e.syncScheduleIndex(ctx, ns, q, name)
 	}
 	c, err := e.cron(h["spec"], h["tz"])
 	if err != nil {
 		// Stored by PutSchedule, so parsed once already: a zone the
 		// server's tzdata lacks. Leave it for a server that has it.
-		return fmt.Errorf("schedule %s: %w", member, err)
+		return false, fmt.Errorf("schedule %s: %w", member, err)
 	}
 	s := decodeSchedule(ns, q, name, h)
 	plan := c.PlanTick(time.UnixMilli(next), now, s.Missed)
@@ -475,11 +481,14 @@ func (e *Engine) fireDue(ctx context.Context, member string) error {
 		newNext = ms(plan.Next)
 	}
 	if !plan.Fire {
-		if err := skipScheduleScript.Run(ctx, e.rdb, []string{key}, h["next"], h["ver"], newNext).Err(); err != nil {
-			return err
+		n, err := skipScheduleScript.Run(ctx, e.rdb, []string{key}, h["next"], h["ver"], newNext).Int64()
+		if err != nil {
+			return false, err
 		}
-		e.log.WithField("schedule", member).Info("missed ticks skipped")
-		return e.syncScheduleIndex(ctx, ns, q, name)
+		if n == 1 {
+			e.log.WithField("schedule", member).Info("missed ticks skipped")
+		}
+		return n == 1, e.syncScheduleIndex(ctx, ns, q, name)
 	}
 	req := &engine.PublishRequest{
 		Namespace: ns, Queue: q, Body: s.Body, Tries: s.Tries, Priority: s.Priority,
@@ -492,18 +501,18 @@ func (e *Engine) fireDue(ctx context.Context, member string) error {
 	for attempt := 0; ; attempt++ {
 		keys, args, id, err := e.publishCall(req, now)
 		if err != nil {
-			return err
+			return false, err
 		}
 		keys = append([]string{key}, keys...)
 		args = append([]interface{}{h["next"], h["ver"], newNext, ms(plan.Tick), id}, args...)
 		res, err := fireScheduleScript.Run(ctx, e.rdb, keys, args...).Slice()
 		if err != nil {
-			return err
+			return false, err
 		}
 		code, _ := res[0].(int64)
 		switch {
 		case code == -9:
-			return nil // another server fired it, or the schedule changed
+			return false, nil // another server fired it, or the schedule changed
 		case code == 0 && len(res) == 3:
 			if earliest, _ := res[2].(int64); earliest > 0 {
 				e.wakePump()
@@ -514,11 +523,11 @@ func (e *Engine) fireDue(ctx context.Context, member string) error {
 			}
 			e.metrics.publishedPool(1, delayed)
 			e.metrics.publishedQueue(ns, q, e.names.get([3]string{ns, q}), 1)
-			return e.syncScheduleIndex(ctx, ns, q, name)
+			return true, e.syncScheduleIndex(ctx, ns, q, name)
 		case code == 1 && attempt < maxPublishRetries:
 			continue // the generated ID collided: a fresh one
 		}
-		return fmt.Errorf("schedule %s: unexpected reply %v", member, res)
+		return false, fmt.Errorf("schedule %s: unexpected reply %v", member, res)
 	}
 }
 
