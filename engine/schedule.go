@@ -48,6 +48,9 @@ var (
 // ErrScheduleNotFound is returned for a schedule that does not exist.
 var ErrScheduleNotFound = errors.New("schedule not found")
 
+// ErrNoSchedules is returned by a pool whose engine runs no schedules.
+var ErrNoSchedules = errors.New("engine: this pool's engine runs no schedules")
+
 // cronParser reads the standard 5 fields, an optional leading seconds
 // field, and the descriptors (@every 30s, @hourly, @daily, …).
 var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
