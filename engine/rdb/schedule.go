@@ -40,6 +40,8 @@ const (
 	scheduleLead = time.Second
 	// scheduleBatch is the most due schedules one scheduler pass reads.
 	scheduleBatch = 100
+	// scheduleMinSleep is the shortest pause between scheduler passes.
+	scheduleMinSleep = 10 * time.Millisecond
 )
 
 // fireScheduleScript fires one tick of a schedule: it publishes its job
@@ -399,7 +401,9 @@ func (e *Engine) runSchedules(ctx context.Context) {
 			e.log.WithError(err).Warn("scheduler failed; retrying")
 			sleep = 100 * time.Millisecond
 		case next > 0:
-			sleep = min(max(time.Duration(next-ms(e.now()))*time.Millisecond-scheduleLead, 0), e.maxWait)
+			// At least a few milliseconds: a tick another server is firing
+			// stays in the index until that server updates it.
+			sleep = min(max(time.Duration(next-ms(e.now()))*time.Millisecond-scheduleLead, scheduleMinSleep), e.maxWait)
 		}
 		t.Reset(sleep)
 	}
