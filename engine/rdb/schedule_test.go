@@ -238,3 +238,78 @@ func TestSchedulePauseResumeDelete(t *testing.T) {
 		}
 	}
 }
+
+// TestScheduleDSTFakeClock walks a frozen clock through Europe/Berlin's
+// 2026 changes with 0 2 * * *: one job on the spring-forward day, at 03:00
+// CEST; one on the fall-back day, at the first 02:00; and on 29 February
+// 2028 a leap-day schedule fires.
+func TestScheduleDSTFakeClock(t *testing.T) {
+	es, clock, _ := schedEngines(t, 2)
+	ber, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(to time.Time) {
+		t.Helper()
+		clock.Add(to.Sub(clock.Now()))
+		for _, e := range es {
+			if _, err := e.ScheduleOnce(bg); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Walk in 25-second steps (a tick is late by less than MissedAfter
+	// when its step comes), recording each tick fired.
+	walk := func(name string, from, to time.Time) []string {
+		t.Helper()
+		var fired []string
+		prev := int64(0)
+		if s, err := es[0].GetSchedule(bg, "ns", "q", name); err == nil {
+			prev = s.Fired
+		}
+		for at := from; at.Before(to); at = at.Add(25 * time.Second) {
+			step(at)
+			s, err := es[0].GetSchedule(bg, "ns", "q", name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Fired != prev {
+				fired = append(fired, s.LastTick.In(ber).Format(time.RFC3339))
+				prev = s.Fired
+			}
+		}
+		return fired
+	}
+	clock.Add(time.Date(2026, 3, 28, 22, 0, 0, 0, ber).Sub(clock.Now()))
+	if _, err := es[0].PutSchedule(bg, &engine.Schedule{Namespace: "ns", Queue: "q", Name: "daily", Spec: "0 2 * * *", TZ: "Europe/Berlin", Tries: 1}); err != nil {
+		t.Fatal(err)
+	}
+	got := walk("daily", time.Date(2026, 3, 29, 1, 30, 0, 0, ber), time.Date(2026, 3, 29, 3, 30, 0, 0, ber))
+	if len(got) != 1 || got[0] != "2026-03-29T03:00:00+02:00" {
+		t.Fatalf("spring forward: fired %v", got)
+	}
+	// Fall back: the clock jumps to the eve (ticks between are missed and
+	// skipped), then walks through the repeated hour.
+	step(time.Date(2026, 10, 24, 22, 0, 0, 0, ber))
+	got = walk("daily", time.Date(2026, 10, 25, 1, 30, 0, 0, ber), time.Date(2026, 10, 25, 3, 30, 0, 0, time.FixedZone("CET", 3600)))
+	if len(got) != 1 || got[0] != "2026-10-25T02:00:00+02:00" {
+		t.Fatalf("fall back: fired %v", got)
+	}
+	s, _ := es[0].GetSchedule(bg, "ns", "q", "daily")
+	if want := time.Date(2026, 10, 26, 2, 0, 0, 0, ber); !s.Next.Equal(want) {
+		t.Fatalf("next after fall back %v, want %v", s.Next.In(ber), want)
+	}
+	// Leap day.
+	step(time.Date(2028, 2, 28, 12, 0, 0, 0, time.UTC))
+	if _, err := es[1].PutSchedule(bg, &engine.Schedule{Namespace: "ns", Queue: "q", Name: "leap", Spec: "0 0 29 2 *", Tries: 1}); err != nil {
+		t.Fatal(err)
+	}
+	got = walk("leap", time.Date(2028, 2, 28, 23, 59, 0, 0, time.UTC), time.Date(2028, 2, 29, 0, 1, 0, 0, time.UTC))
+	if len(got) != 1 || got[0] != time.Date(2028, 2, 29, 0, 0, 0, 0, time.UTC).In(ber).Format(time.RFC3339) {
+		t.Fatalf("leap day: fired %v", got)
+	}
+	l, _ := es[0].GetSchedule(bg, "ns", "q", "leap")
+	if !l.Next.Equal(time.Date(2032, 2, 29, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("next leap day %v", l.Next)
+	}
+}
