@@ -65,9 +65,11 @@ type Engine struct {
 	metrics *poolMetrics
 
 	pumpWake chan struct{}
+	waiters  *waiters
+
 	// schedWake wakes the scheduler (schedule.go) after a change here.
 	schedWake chan struct{}
-	waiters   *waiters
+
 	// stepWorkers run the steps of event-loop passes (pass.go).
 	stepWorkers workers
 	// pipe batches hot-path scripts while Run runs (nil otherwise, or
@@ -126,19 +128,19 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 		opts.Pool = "default"
 	}
 	e := &Engine{
-		rdb:       client,
-		pool:      opts.Pool,
-		log:       opts.Logger.WithField("pool", opts.Pool),
-		now:       opts.Now,
-		batch:     opts.PumpBatch,
-		maxWait:   opts.MaxPumpSleep,
-		metrics:   opts.Metrics.forPool(opts.Pool),
-		pumpWake:  make(chan struct{}, 1),
-		schedWake: make(chan struct{}, 1),
-		names:     newMemo(func(k [3]string) *queueNames { return newQueueNames(k[0], k[1]) }),
+		rdb:      client,
+		pool:     opts.Pool,
+		log:      opts.Logger.WithField("pool", opts.Pool),
+		now:      opts.Now,
+		batch:    opts.PumpBatch,
+		maxWait:  opts.MaxPumpSleep,
+		metrics:  opts.Metrics.forPool(opts.Pool),
+		pumpWake: make(chan struct{}, 1),
+		names:    newMemo(func(k [3]string) *queueNames { return newQueueNames(k[0], k[1]) }),
 
 		stepWorkers: workers{tasks: make(chan func())},
 	}
+	e.schedWake = make(chan struct{}, 1)
 	for _, s := range append(allScripts[:len(allScripts):len(allScripts)], scheduleScripts...) {
 		if err := s.Load(ctx, client).Err(); err != nil {
 			return nil, fmt.Errorf("rdb: load scripts into pool %s: %w", opts.Pool, err)
