@@ -78,7 +78,8 @@ func (s *Server) apiRoutes() *gin.Engine {
 	g.GET("/:namespace/:queue/size", public, s.size)
 	g.GET("/:namespace/:queue/deadletter/size", public, s.deadLetterSize)
 
-	// Kairos extensions (in the file of the resource each extends).
+	// Kairos extensions (in the file of the resource each extends;
+	// schedules in schedule.go).
 	unthrottledPublish := s.guard(routeOpts{role: auth.RolePublish})
 	g.PUT("/:namespace/:queue/job/:job_id/release", ack, s.release)
 	g.PUT("/:namespace/:queue/job/:job_id/touch", ack, s.touch)
@@ -88,6 +89,12 @@ func (s *Server) apiRoutes() *gin.Engine {
 	g.GET("/:namespace/:queue/deadletter/jobs", read, s.listDeadLetter)
 	g.PUT("/:namespace/:queue/deadletter/job/:job_id", manage, s.respawnDeadJob)
 	g.DELETE("/:namespace/:queue/deadletter/job/:job_id", manage, s.deleteDeadJob)
+	g.GET("/:namespace/:queue/schedule", unthrottledPublish, s.listSchedules)
+	g.PUT("/:namespace/:queue/schedule/:name", unthrottledPublish, s.putSchedule)
+	g.GET("/:namespace/:queue/schedule/:name", unthrottledPublish, s.getSchedule)
+	g.DELETE("/:namespace/:queue/schedule/:name", unthrottledPublish, s.deleteSchedule)
+	g.PUT("/:namespace/:queue/schedule/:name/pause", unthrottledPublish, s.pauseSchedule(true))
+	g.PUT("/:namespace/:queue/schedule/:name/resume", unthrottledPublish, s.pauseSchedule(false))
 
 	r.NoRoute(noRoute)
 	return r
