@@ -217,7 +217,11 @@ func (v *Validator) Check(listener string, req *http.Request, status int, header
 		Options: opts,
 	}
 	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
-		return fmt.Errorf("openapi: %s: the response does not match doc/openapi.yaml: %v\nbody: %.500s", where, err, body)
+		msg := err.Error()
+		if len(msg) > 4000 {
+			msg = msg[:4000] + "…"
+		}
+		return fmt.Errorf("openapi: %s: the response does not match doc/openapi.yaml: %s\nbody: %.500s", where, msg, body)
 	}
 	if resp := m.op.Responses.Status(status); resp != nil && resp.Value != nil && len(resp.Value.Content) == 0 && len(body) > 0 && req.Method != http.MethodHead {
 		return fmt.Errorf("openapi: %s: doc/openapi.yaml declares no body for status %d, got %.300q", where, status, body)
