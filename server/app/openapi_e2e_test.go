@@ -56,6 +56,9 @@ func (o *oaClient) pub(status int, method, path, q string, body []byte, hdr map[
 func (o *oaClient) adm(status int, method, path, body string, hdr map[string]string) *response {
 	o.t.Helper()
 	h := map[string]string{"Authorization": o.basic}
+	if strings.HasPrefix(body, "{") {
+		h["Content-Type"] = "application/json"
+	}
 	for k, v := range hdr {
 		h[k] = v
 	}
@@ -83,7 +86,8 @@ func jsonField(tb testing.TB, r *response, field string) string {
 // set) with success and error cases, and validates each response against
 // the description (openapitest's transport: the status must be declared,
 // the declared headers present and valid, the body must match the schema,
-// which forbids undeclared fields). It then checks that every described
+// which forbids undeclared fields), and each request the server accepted
+// against its operation's parameters and body. It then checks that every described
 // operation answered at least once with a 2xx, and every operation that
 // declares a 400 answered at least once with a 4xx: a route added to the
 // description is exercised here, or this test says which one is not.
@@ -96,6 +100,7 @@ func TestE2EOpenAPIEveryOperation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tr.CheckAccepted = true
 	tr.Register(k.API, openapitest.Public)
 	tr.Register(k.Admin, openapitest.Admin)
 	o := &oaClient{

@@ -256,6 +256,49 @@ func (v *Validator) Check(listener string, req *http.Request, status int, header
 	return nil
 }
 
+// CheckAccepted validates a request that the server accepted (answered
+// with a 2xx) against the parameters, security and request body its
+// operation describes: a request the server takes must be one the
+// description allows. body is the request's body.
+func (v *Validator) CheckAccepted(listener string, req *http.Request, body []byte) error {
+	m := v.find(listener, req.Method, req.URL.EscapedPath())
+	if m == nil {
+		return fmt.Errorf("openapi: %s listener: %s %s: accepted, but no operation of doc/openapi.yaml describes it", listener, req.Method, req.URL.RequestURI())
+	}
+	if IsCatchAll(m.item) {
+		for _, v := range m.params {
+			if v == "" {
+				// The catch-all's own root (/debug/pprof/): OpenAPI path
+				// parameters cannot be empty, the description says so in
+				// words.
+				return nil
+			}
+		}
+	}
+	r := req.Clone(context.Background())
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	in := &openapi3filter.RequestValidationInput{
+		Request:    r,
+		PathParams: m.params,
+		Route:      &routers.Route{Spec: v.spec, Path: m.template, PathItem: m.item, Method: req.Method, Operation: m.op},
+		Options: &openapi3filter.Options{
+			MultiError:         true,
+			AuthenticationFunc: openapi3filter.NoopAuthenticationFunc,
+		},
+	}
+	// A body of any media type ("*/*": the job bodies, which the server
+	// reads as bytes whatever the Content-Type) has no decoder to check it
+	// with; the server enforces its size (413).
+	if rb := m.op.RequestBody; rb != nil && rb.Value != nil && rb.Value.Content["*/*"] != nil {
+		in.Options.ExcludeRequestBody = true
+	}
+	if err := openapi3filter.ValidateRequest(context.Background(), in); err != nil {
+		return fmt.Errorf("openapi: %s listener: %s %s (operation %s %s): the server accepted the request, but doc/openapi.yaml does not allow it: %v",
+			listener, req.Method, req.URL.RequestURI(), req.Method, m.template, err)
+	}
+	return nil
+}
+
 // Seen returns the exchanges validated so far, as
 // "listener METHOD template status", sorted.
 func (v *Validator) Seen() []string {
@@ -276,6 +319,10 @@ func (v *Validator) Seen() []string {
 type Transport struct {
 	Base      http.RoundTripper // nil: http.DefaultTransport
 	Validator *Validator
+	// CheckAccepted also validates every request answered with a 2xx
+	// against its operation's parameters and request body
+	// (Validator.CheckAccepted).
+	CheckAccepted bool
 
 	mu    sync.Mutex
 	hosts map[string]string // host:port → listener
@@ -310,6 +357,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	t.mu.Lock()
 	listener, ok := t.hosts[req.URL.Host]
 	t.mu.Unlock()
+	var reqBody []byte
+	if ok && t.CheckAccepted && req.Body != nil {
+		b, err := io.ReadAll(req.Body)
+		req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		reqBody = b
+		req = req.Clone(req.Context())
+		req.Body = io.NopCloser(bytes.NewReader(b))
+	}
 	resp, err := base.RoundTrip(req)
 	if err != nil || !ok {
 		return resp, err
@@ -322,6 +380,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	if err := t.Validator.Check(listener, req, resp.StatusCode, resp.Header, body); err != nil {
 		return nil, err
+	}
+	if t.CheckAccepted && resp.StatusCode/100 == 2 {
+		if err := t.Validator.CheckAccepted(listener, req, reqBody); err != nil {
+			return nil, err
+		}
 	}
 	return resp, nil
 }
