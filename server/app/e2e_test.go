@@ -241,6 +241,7 @@ var openapiTransport = func() *openapitest.Transport {
 	if err != nil {
 		panic(err)
 	}
+	t.CheckAccepted = true
 	return t
 }()
 
