@@ -241,7 +241,6 @@ var openapiTransport = func() *openapitest.Transport {
 	if err != nil {
 		panic(err)
 	}
-	t.CheckAccepted = true
 	return t
 }()
 
