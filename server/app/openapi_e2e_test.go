@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -260,10 +261,31 @@ func TestE2EOpenAPIEveryOperation(t *testing.T) {
 	o.adm(400, put, "/queue/oa/q/config", `{"backoff":"every minute"}`, nil)
 	o.adm(400, get, "/queue/oa/q/config?pool=nope", "", nil)
 
-	// Webhooks, to a receiver that accepts everything.
-	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	// Webhooks, to a receiver that checks each delivery against the
+	// description's jobDelivery webhook and accepts it.
+	delivered := make(chan error, 10)
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err == nil {
+			err = tr.Validator.CheckWebhook("jobDelivery", r, b)
+		}
+		select {
+		case delivered <- err:
+		default:
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
 	t.Cleanup(recv.Close)
 	o.adm(200, put, "/webhook/oa/hooked", `{"url":"`+recv.URL+`","secret":"s3cret","concurrency":2}`, nil)
+	o.pub(201, put, "hooked", "", []byte("pushed"), nil)
+	select {
+	case err := <-delivered:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no webhook delivery within 10 s")
+	}
 	o.adm(400, put, "/webhook/oa/hooked", `{"url":"ftp://x","secret":"s"}`, nil)
 	o.adm(200, get, "/webhook/oa/hooked", "", nil)
 	o.adm(200, get, "/webhooks", "", nil)

@@ -307,6 +307,31 @@ func (v *Validator) CheckAccepted(listener string, req *http.Request, body []byt
 	return nil
 }
 
+// CheckWebhook validates a request Kairos sent (an OpenAPI 3.1 webhook of
+// the description, such as "jobDelivery") against its operation's
+// parameters (headers) and body.
+func (v *Validator) CheckWebhook(name string, req *http.Request, body []byte) error {
+	item := v.spec.Webhooks[name]
+	if item == nil {
+		return fmt.Errorf("openapi: doc/openapi.yaml describes no webhook %q", name)
+	}
+	op := item.GetOperation(req.Method)
+	if op == nil {
+		return fmt.Errorf("openapi: webhook %q: doc/openapi.yaml describes no %s", name, req.Method)
+	}
+	r := req.Clone(context.Background())
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	in := &openapi3filter.RequestValidationInput{
+		Request: r,
+		Route:   &routers.Route{Spec: v.spec, Path: name, PathItem: item, Method: req.Method, Operation: op},
+		Options: &openapi3filter.Options{MultiError: true, AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},
+	}
+	if err := openapi3filter.ValidateRequest(context.Background(), in); err != nil {
+		return fmt.Errorf("openapi: webhook %q: %s %s does not match doc/openapi.yaml: %v", name, req.Method, req.URL, err)
+	}
+	return nil
+}
+
 // Seen returns the exchanges validated so far, as
 // "listener METHOD template status", sorted.
 func (v *Validator) Seen() []string {
