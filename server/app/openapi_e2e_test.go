@@ -227,6 +227,51 @@ func TestE2EOpenAPIEveryOperation(t *testing.T) {
 	o.pub(200, get, "dlq2/deadletter/jobs", "", nil, nil)
 	o.pub(204, del, "dlq2/deadletter/job/"+dead2, "", nil, nil)
 
+	// Schedules: create (a full template, and an @every 1s one with an
+	// empty body that fires), replace, list, get, pause, resume, delete,
+	// and the refusals.
+	vers := map[string]string{"Enable-Job-Version": "YES", "Job-Attr-Trace": "t1"}
+	o.pub(200, put, "sq/schedule/nightly", "cron=0+2+*+*+*&tz=Europe/Berlin&ttl=3600&tries=3&priority=5&missed=last", []byte(`{"report":"daily"}`), vers)
+	o.pub(200, put, "sq/schedule/nightly", "cron=0+3+*+*+*&ttl_ms=1500", []byte("replaced"), nil)
+	o.pub(200, put, "sq/schedule/tick.1s", "cron=@every+1s", nil, nil)
+	for _, q := range []string{"", "cron=", "cron=0+25+*+*+*", "cron=@every+100ms", "cron=0+0+30+2+*",
+		"cron=@daily&tz=Europe/Berln", "cron=@daily&missed=maybe", "cron=@daily&delay=1", "cron=@daily&delay_ms=1",
+		"cron=@daily&due_at=1700000000000", "cron=@daily&job_key=k", "cron=@daily&tries=0", "cron=@daily&ttl=x",
+		"cron=@daily&priority=256"} {
+		o.pub(400, put, "sq/schedule/bad", q, []byte("x"), nil)
+	}
+	o.pub(400, put, "sq/schedule/bad", "cron=@daily", []byte("x"), map[string]string{"Idempotency-Key": "k"})
+	o.pub(400, put, "sq/schedule/bad!name", "cron=@daily", []byte("x"), nil)
+	o.pub(413, put, "sq/schedule/bad", "cron=@daily", make([]byte, 1<<20+1), nil)
+	o.pub(404, get, "sq/schedule/bad", "", nil, nil) // nothing was stored
+	o.do(401, put, k.API+"/api/oa/sq/schedule/bad?cron=@daily", "", []byte("x"), nil)
+	o.do(403, put, k.API+"/api/oa/sq/schedule/bad?cron=@daily", consumer, []byte("x"), nil)
+	o.do(404, put, k.API+"/api/oa/sq/schedule/bad?cron=@daily", "nopool:"+o.token, []byte("x"), nil)
+	o.pub(200, get, "sq/schedule", "", nil, nil)
+	o.pub(200, get, "noschedules/schedule", "", nil, nil)
+	o.do(403, get, k.API+"/api/oa/sq/schedule", consumer, nil, nil)
+	o.pub(400, get, "_sq/schedule", "", nil, nil)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(string(o.pub(200, get, "sq/schedule/tick.1s", "", nil, nil).Body), `"fired":1`); {
+		if time.Now().After(deadline) {
+			t.Fatal("the @every 1s schedule did not fire within 10 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	o.pub(400, get, "sq/schedule/bad!name", "", nil, nil)
+	o.pub(404, get, "sq/schedule/nope", "", nil, nil)
+	o.pub(200, put, "sq/schedule/tick.1s/pause", "", nil, nil)
+	o.pub(200, put, "sq/schedule/tick.1s/pause", "", nil, nil)
+	o.pub(404, put, "sq/schedule/nope/pause", "", nil, nil)
+	o.pub(400, put, "sq/schedule/bad!name/pause", "", nil, nil)
+	o.pub(200, put, "sq/schedule/tick.1s/resume", "", nil, nil)
+	o.pub(404, put, "sq/schedule/nope/resume", "", nil, nil)
+	o.pub(400, put, "sq/schedule/bad!name/resume", "", nil, nil)
+	o.do(403, put, k.API+"/api/oa/sq/schedule/tick.1s/pause", consumer, nil, nil)
+	o.pub(204, del, "sq/schedule/tick.1s", "", nil, nil)
+	o.pub(404, del, "sq/schedule/tick.1s", "", nil, nil)
+	o.pub(400, del, "sq/schedule/bad!name", "", nil, nil)
+	o.pub(204, del, "sq/schedule/nightly", "", nil, nil)
+
 	// Pause, resume, destroy; the scoped token may not.
 	o.pub(204, put, "q/pause", "", nil, nil)
 	o.pub(404, get, "q", "", nil, nil)
@@ -322,7 +367,7 @@ func TestE2EOpenAPIEveryOperation(t *testing.T) {
 			continue
 		}
 		path := strings.NewReplacer("{namespace}", "bad.ns", "{queue}", "q", "{job_id}", "01M00000000000000000000000",
-			"{key}", "k", "{token}", o.token).Replace(template)
+			"{key}", "k", "{name}", "s", "{token}", o.token).Replace(template)
 		for method, op := range item.Operations() {
 			base := k.API
 			if slices.Contains(op.Tags, openapitest.Admin) {
