@@ -14,3 +14,19 @@ func configKey(ns, q string) string { return "c/" + queueBase(ns, q) }
 // uniqueKey maps an idempotency key to the job published with it; it lives
 // as long as the job's TTL: u/{T}ns/q/KEY.
 func uniqueKey(ns, q, key string) string { return "u/" + queueBase(ns, q) + "/" + key }
+
+// scheduleKey is a schedule's hash (schedule.go): sc/{T}ns/q/NAME.
+func scheduleKey(ns, q, name string) string { return "sc/" + queueBase(ns, q) + "/" + name }
+
+// scheduleNamesKey is the set of the queue's schedule names: sn/{T}ns/q.
+func scheduleNamesKey(ns, q string) string { return "sn/" + queueBase(ns, q) }
+
+// scheduleIndexKey is group g's schedule index si/{T}: a sorted set of the
+// group's active schedules, member "ns/q/NAME", score = the schedule's
+// next tick (ms). It shares the group's slot, so the scripts that change a
+// schedule keep its entry in the same atomic step; the schedulers walk
+// the groups' indexes as the pump walks the timer indexes.
+func scheduleIndexKey(g int) string { return "si/{" + groupTags[g] + "}" }
+
+// scheduleMember is a schedule's member in its group's schedule index.
+func scheduleMember(ns, q, name string) string { return ns + "/" + q + "/" + name }

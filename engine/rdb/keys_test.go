@@ -54,7 +54,8 @@ func TestQueueNamesOneSlot(t *testing.T) {
 		ns, q := fmt.Sprintf("ns%d", i%7), fmt.Sprintf("q%d", i)
 		qn := newQueueNames(ns, q)
 		want := redisSlot(qn.ready)
-		for _, k := range []string{qn.timer, qn.prio, qn.config, qn.dead, qn.channel, qn.jobPrefix + "X", qn.index, qn.registry, qn.wake, uniqueKey(ns, q, "k")} {
+		for _, k := range []string{qn.timer, qn.prio, qn.config, qn.dead, qn.channel, qn.jobPrefix + "X", qn.index, qn.registry, qn.wake, uniqueKey(ns, q, "k"),
+			scheduleKey(ns, q, "s"), scheduleNamesKey(ns, q), scheduleIndexKey(qn.group)} {
 			if redisSlot(k) != want {
 				t.Fatalf("%s/%s: %q in slot %d, ready list in %d", ns, q, k, redisSlot(k), want)
 			}

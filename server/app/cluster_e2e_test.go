@@ -29,7 +29,8 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // run one after another on the one cluster, which startE2E flushes before
 // each. Left out: the tests that kill, restart or reconfigure their own
 // redis-server (TestE2EOutage, TestE2ELoading, TestE2EMasterDown...),
-// which need a Redis of their own.
+// which need a Redis of their own, and TestE2EScheduleKill, whose
+// SIGKILLed servers TestE2EScheduleTwoServers's racing apps stand for.
 func TestE2ECluster(t *testing.T) {
 	redistest.SharedCluster(t) // fail (or skip) once, before the subtests
 	for _, tc := range []struct {
@@ -56,6 +57,8 @@ func TestE2ECluster(t *testing.T) {
 		{"ExtInspection", TestE2EExtInspection},
 		{"Metrics", TestE2EMetrics},
 		{"LmstfyClient", TestLmstfyClient},
+		{"Schedules", TestE2ESchedules},
+		{"ScheduleTwoServers", TestE2EScheduleTwoServers},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !onCluster(t) {
