@@ -132,7 +132,7 @@ func (e *Engine) pumpGroups(ctx context.Context, groups []int) (more []int, next
 			ns, q, _ := cutMember(m)
 			qn := e.names.get([3]string{ns, q})
 			k = append(k, qn.timer, qn.ready, qn.dead, qn.prio, qn.config, qn.jobPrefix)
-			a = append(a, m, qn.channel)
+			a = append(a, qn.argMember, qn.argChannel)
 		}
 		calls = append(calls, call{g: g})
 		keys = append(keys, k)
