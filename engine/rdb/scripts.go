@@ -573,6 +573,22 @@ if #nxt == 0 then return {handled, -1} end
 return {handled, tonumber(nxt[2])}
 `)
 
+// pumpHeadsScript reads the heads of timer indexes for the pump: for each
+// index in KEYS, its first ARGV[1] members with their scores. The pump
+// calls it once with the 64 groups' indexes on one Redis, and once per
+// group (pipelined) on a cluster, where one call touches one slot.
+//
+// Returns, per index, {n, member 1, score 1, …, member n, score n} flattened.
+var pumpHeadsScript = script(`
+local out = {}
+for _, k in ipairs(KEYS) do
+  local zs = redis.call('ZRANGE', k, 0, tonumber(ARGV[1]) - 1, 'WITHSCORES')
+  out[#out + 1] = #zs / 2
+  for i = 1, #zs do out[#out + 1] = zs[i] end
+end
+return out
+`)
+
 // peekQueueScript returns the next live job of a queue (priority set
 // first, then the ready list) without consuming it, looking past stale
 // entries.
@@ -1077,7 +1093,7 @@ return ln + zn - stale
 // allScripts are loaded by New so that a broken script fails at start and
 // pipelined calls never meet NOSCRIPT.
 var allScripts = []*redis.Script{
-	publishScript, publishManyScript, consumeScript, pumpScript, peekQueueScript, peekJobScript, ackManyScript,
+	publishScript, publishManyScript, consumeScript, pumpScript, pumpHeadsScript, peekQueueScript, peekJobScript, ackManyScript,
 	releaseScript, touchScript, respawnScript, respawnOneScript, deleteDeadScript,
 	deleteDeadOneScript, listDeadScript, destroyScript, cancelKeyScript, reclaimScript, sizeScript, upgradeQueueScript,
 }
