@@ -14,3 +14,21 @@ func configKey(ns, q string) string { return "c/" + queueBase(ns, q) }
 // uniqueKey maps an idempotency key to the job published with it; it lives
 // as long as the job's TTL: u/{T}ns/q/KEY.
 func uniqueKey(ns, q, key string) string { return "u/" + queueBase(ns, q) + "/" + key }
+
+// scheduleKey is a schedule's hash (schedule.go): sc/{T}ns/q/NAME, in the
+// queue's slot group, as fireScheduleScript touches it with the queue's
+// keys.
+func scheduleKey(ns, q, name string) string { return "sc/" + queueBase(ns, q) + "/" + name }
+
+// scheduleNamesKey is the set of the queue's schedule names: sn/{T}ns/q.
+func scheduleNamesKey(ns, q string) string { return "sn/" + queueBase(ns, q) }
+
+// scheduleIndexKey is the per-pool sorted set of active schedules: member
+// "ns/q/NAME", score = the schedule's next tick (ms). It is a hint kept
+// beside the per-queue keys, never in their scripts (only single-key
+// commands touch it, which a cluster serves from its slot's node): the
+// schedule's hash is the truth.
+const scheduleIndexKey = "schedule_index"
+
+// scheduleMember is a schedule's member in the schedule index.
+func scheduleMember(ns, q, name string) string { return ns + "/" + q + "/" + name }
