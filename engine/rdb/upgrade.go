@@ -17,7 +17,8 @@ import (
 // before the engine serves anything: every queue of the old registries and
 // of the old index, one script per queue (its jobs, ready list, priority
 // set, timer, dead letter, settings, idempotency keys, index entry and
-// registry entry), then the old registries and index are deleted. A pool
+// registry entry, schedules), then the old registries and index are
+// deleted. A pool
 // holding no old data costs one EXISTS. The old layout never worked on a
 // cluster (every script failed with CROSSSLOT), so only standalone and
 // Sentinel pools are looked at; the upgrade script touches keys of two
@@ -45,7 +46,9 @@ func legacyUniqueKey(ns, q, key string) string { return "u/" + legacyBase(ns, q)
 //	KEYS[7..12] new ready list, timer, priority set, config, dead letter, job key prefix
 //	KEYS[13] old timer_index   KEYS[14] the group's timer index
 //	KEYS[15] the group's registry   KEYS[16] old m/ns/NS
-//	KEYS[17…] pairs: an old idempotency key, its new name
+//	KEYS[17] old schedule names sn/{ns/q}   KEYS[18] new schedule names
+//	KEYS[19] old schedule key prefix sc/{ns/q}/   KEYS[20] new schedule key prefix
+//	KEYS[21…] pairs: an old idempotency key, its new name
 //	ARGV[1] index member ns/q   ARGV[2] queue name
 //
 // Returns the number of job bodies moved.
@@ -82,7 +85,12 @@ for i = 1, #cfg, 2 do
   end
 end
 redis.call('DEL', KEYS[4])
-for i = 17, #KEYS, 2 do
+for _, name in ipairs(redis.call('SMEMBERS', KEYS[17])) do
+  if redis.call('EXISTS', KEYS[19] .. name) == 1 then redis.call('RENAME', KEYS[19] .. name, KEYS[20] .. name) end
+  redis.call('SADD', KEYS[18], name)
+end
+redis.call('DEL', KEYS[17])
+for i = 21, #KEYS, 2 do
   if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('RENAME', KEYS[i], KEYS[i + 1]) end
 end
 redis.call('ZREM', KEYS[13], ARGV[1])
@@ -129,8 +137,9 @@ func (e *Engine) upgrade(ctx context.Context) (int, error) {
 			queues[[2]string{ns, q}] = true
 		}
 	}
-	// Idempotency keys are found by one SCAN of the keyspace: an old one
-	// is u/{ns/q}/KEY (its tag holds a slash; a new one's is two letters).
+	// Idempotency keys are found by a SCAN of the keyspace: an old one is
+	// u/{ns/q}/KEY (its tag holds a slash; a new one's is two letters);
+	// so are the queues with schedules (sn/{ns/q}).
 	unique := map[[2]string][]string{}
 	iter := e.rdb.Scan(ctx, 0, "u/{*", 1000).Iterator()
 	for iter.Next(ctx) {
@@ -148,6 +157,16 @@ func (e *Engine) upgrade(ctx context.Context) (int, error) {
 	if err := iter.Err(); err != nil {
 		return 0, err
 	}
+	iter = e.rdb.Scan(ctx, 0, "sn/{*}", 1000).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		if ns, q, ok := cutMember(strings.TrimSuffix(k[len("sn/{"):], "}")); ok && engine.ValidName(ns) && engine.ValidName(q) {
+			queues[[2]string{ns, q}] = true
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return 0, err
+	}
 	moved := 0
 	for nq := range queues {
 		ns, q := nq[0], nq[1]
@@ -159,6 +178,7 @@ func (e *Engine) upgrade(ctx context.Context) (int, error) {
 			legacyKey("q", ns, q), legacyKey("t", ns, q), legacyKey("p", ns, q), legacyKey("c", ns, q), legacyKey("d", ns, q), legacyJobPrefix(ns, q),
 			qn.ready, qn.timer, qn.prio, qn.config, qn.dead, qn.jobPrefix,
 			legacyTimerIndex, qn.index, qn.registry, legacyQueues(ns),
+			"sn/" + legacyBase(ns, q), scheduleNamesKey(ns, q), "sc/" + legacyBase(ns, q) + "/", "sc/" + queueBase(ns, q) + "/",
 		}
 		for _, key := range unique[nq] {
 			keys = append(keys, legacyUniqueKey(ns, q, key), uniqueKey(ns, q, key))

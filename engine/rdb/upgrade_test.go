@@ -66,6 +66,10 @@ func TestUpgradeFromLegacyLayout(t *testing.T) {
 			set(legacyJobPrefix(ns2, q2)+e2, oldValue('d', 1, 0, 0, now+60_000, "", "e"), 0)
 			old.ZAdd(ctx, legacyKey("t", ns2, q2), redis.Z{Score: float64(now + 60_000), Member: e2})
 			old.ZAdd(ctx, legacyTimerIndex, redis.Z{Score: float64(now + 60_000), Member: ns2 + "/" + q2})
+			// A paused schedule of the queue (paused: not in schedule_index).
+			old.HSet(ctx, "sc/{old/q}/nightly", "spec", "0 3 * * *", "tz", "UTC", "missed", "skip", "paused", "1",
+				"body", "n", "ttl", 0, "tries", 1, "prio", 0, "attrs", "", "versioned", "0", "next", 0, "ver", 1)
+			old.SAdd(ctx, "sn/{old/q}", "nightly")
 			if _, err := old.Exec(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -89,6 +93,12 @@ func TestUpgradeFromLegacyLayout(t *testing.T) {
 			}
 			if cfg, err := e.QueueConfig(ctx, ns, q); err != nil || cfg.DeadTTL != 5*time.Second {
 				t.Errorf("config %+v %v, want the old dead TTL 5s", cfg, err)
+			}
+			if s, err := e.GetSchedule(ctx, ns, q, "nightly"); err != nil || s.Spec != "0 3 * * *" || !s.Paused {
+				t.Errorf("old schedule after the upgrade: %+v, %v", s, err)
+			}
+			if ss, err := e.ListSchedules(ctx, ns, q); err != nil || len(ss) != 1 {
+				t.Errorf("schedules of the queue after the upgrade: %v, %v", ss, err)
 			}
 			consume := func(queue string, want ...string) {
 				t.Helper()
