@@ -459,10 +459,9 @@ func TestCoalescePublishAcrossQueues(t *testing.T) {
 			fresh := engine.NewJobID(clock.Now(), 0, false)
 			now := clock.Now().UnixMilli()
 			qa, qb := newQueueNames(ns, "a"), newQueueNames(ns, mates[1])
-			keys := []string{qa.ready, qa.timer, qa.prio, qa.config, qa.index, qa.registry,
-				qb.ready, qb.timer, qb.prio, qb.config, qb.index, qb.registry,
+			keys := []string{qa.ready, qa.registry, qb.ready, qb.registry,
 				jobKey(ns, "a", fresh), jobKey(ns, mates[1], taken)}
-			args := []interface{}{"PUBLISH", 2, qa.member, 1, qa.channel, qa.wake, "1", qb.member, 1, qb.channel, qb.wake, "1",
+			args := []interface{}{"PUBLISH", 2, 4, 12, "pr", 1, qa.channel, qa.member, "pr", 1, qb.channel, qb.member,
 				packEntry(1, fresh), packEntry(1, taken),
 				newValue(true, 1, 0, now, []byte("a")), 0, 0, 0,
 				newValue(true, 1, 0, now, []byte("b")), 0, 0, 0}

@@ -387,6 +387,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		names  *queueNames
 		record bool
 		jobs   int
+		full   bool // a job is delayed or has a priority (publishManyScript's kind "f")
 	}
 	// Group the jobs by queue. A linear search is enough: a batch holds at
 	// most coalesceMax jobs, and a map (with its growth) cost more than the
@@ -404,6 +405,9 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 			queues = append(queues, queue{ns: r.Namespace, q: r.Queue, names: qn, record: !qn.recorded.Load()})
 		}
 		queues[g].jobs++
+		if r.Priority != 0 || !readyNow(r, nowMS) {
+			queues[g].full = true
+		}
 		group[i] = g
 	}
 	// The script takes the jobs grouped by queue, in arrival order within
@@ -418,16 +422,28 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		pos[i], at[next[g]] = next[g], i
 		next[g]++
 	}
-	keys := make([]string, 6*m+n)
-	args := make([]interface{}, 2+5*m+5*n)
-	args[0], args[1] = e.pub, m
-	for g, qu := range queues {
+	keys := make([]string, 0, 6*m+n)
+	args := make([]interface{}, 4, 4+5*m+5*n)
+	for _, qu := range queues {
 		qn := qu.names
-		copy(keys[6*g:], []string{qn.ready, qn.timer, qn.prio, qn.config, qn.index, qn.registry})
-		a := 2 + 5*g
-		args[a], args[a+1], args[a+2], args[a+3], args[a+4] = qn.member, qu.jobs, qn.channel, qn.wake, flag(qu.record)
+		kind := pubKinds[b2i(qu.full)][b2i(qu.record)]
+		args = append(args, kind, qu.jobs, qn.argChannel)
+		keys = append(keys, qn.ready)
+		if qu.full || qu.record {
+			args = append(args, qn.argMember)
+		}
+		if qu.full {
+			args = append(args, qn.argWake)
+			keys = append(keys, qn.timer, qn.prio, qn.config, qn.index)
+		}
+		if qu.record {
+			keys = append(keys, qn.registry)
+		}
 	}
-	k0, e0, v0 := 6*m, 2+5*m, 2+5*m+n // a job's key, ready entry, other arguments
+	k0, e0, v0 := len(keys), len(args), len(args)+n // a job's key, ready entry, other arguments
+	args[0], args[1], args[2], args[3] = e.pub, m, k0, e0
+	keys = keys[:k0+n]
+	args = args[:v0+4*n]
 	fail := func(err error) {
 		for _, c := range batch {
 			c.err = err
@@ -505,6 +521,25 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 	}
 }
 
+// pubKinds are publishManyScript's queue kinds: [full][record].
+var pubKinds = [2][2]interface{}{{"p", "pr"}, {"f", "fr"}}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// readyNow reports whether job r published at nowMS is ready at once
+// (jobValue's due time is not after nowMS).
+func readyNow(r *engine.PublishRequest, nowMS int64) bool {
+	if !r.DueAt.IsZero() {
+		return ceilMS(r.DueAt) <= nowMS
+	}
+	return r.Delay <= 0
+}
+
 // flag is a boolean script argument: "1" or "0".
 func flag(b bool) string {
 	if b {
@@ -571,9 +606,9 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 	keys[0], keys[1], keys[2], keys[3], keys[4] = qn.ready, qn.timer, qn.index, qn.prio, qn.config
 	keys[7] = qn.registry
 	args := make([]interface{}, 7+5*len(reqs))
-	args[0] = qn.member
-	args[1] = qn.channel
-	args[2] = qn.wake
+	args[0] = qn.argMember
+	args[1] = qn.argChannel
+	args[2] = qn.argWake
 	args[3] = ""
 	args[4] = "0"
 	args[5] = flag(record)
@@ -1012,8 +1047,9 @@ func (e *Engine) consumeRun(ctx context.Context, req *engine.ConsumeRequest, nam
 	keys := make([]string, 6*n)
 	args := make([]interface{}, 5+2*n)
 	for i, qn := range names[lo:hi] {
-		copy(keys[6*i:], []string{qn.ready, qn.timer, qn.prio, qn.config, qn.index, qn.jobPrefix})
-		args[5+2*i], args[6+2*i] = qn.member, qn.wake
+		k := keys[6*i : 6*i+6]
+		k[0], k[1], k[2], k[3], k[4], k[5] = qn.ready, qn.timer, qn.prio, qn.config, qn.index, qn.jobPrefix
+		args[5+2*i], args[6+2*i] = qn.argMember, qn.argWake
 	}
 	args[2] = consumeScanBudget
 	args[3] = e.pub

@@ -111,6 +111,9 @@ type queueNames struct {
 	// index, registry and wake are the group's timer index, queue
 	// registry and wake-up channel.
 	index, registry, wake string
+	// argMember, argChannel and argWake are member, channel and wake as
+	// script arguments, boxed once rather than at every call.
+	argMember, argChannel, argWake interface{}
 
 	// recorded: this engine has recorded the queue in its group's
 	// registry. While it is false, a publish script records the queue in
@@ -126,7 +129,7 @@ type queueNames struct {
 
 func newQueueNames(ns, q string) *queueNames {
 	g := slotGroup(ns, q)
-	return &queueNames{
+	qn := &queueNames{
 		group:     g,
 		member:    queueMember(ns, q),
 		ready:     readyKey(ns, q),
@@ -140,6 +143,8 @@ func newQueueNames(ns, q string) *queueNames {
 		registry:  registryKey(g),
 		wake:      wakeChannel(g),
 	}
+	qn.argMember, qn.argChannel, qn.argWake = qn.member, qn.channel, qn.wake
+	return qn
 }
 
 var tagGroups = func() map[string]int {

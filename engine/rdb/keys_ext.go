@@ -15,7 +15,9 @@ func configKey(ns, q string) string { return "c/" + queueBase(ns, q) }
 // as long as the job's TTL: u/{T}ns/q/KEY.
 func uniqueKey(ns, q, key string) string { return "u/" + queueBase(ns, q) + "/" + key }
 
-// scheduleKey is a schedule's hash (schedule.go): sc/{T}ns/q/NAME.
+// scheduleKey is a schedule's hash (schedule.go): sc/{T}ns/q/NAME, in the
+// queue's slot group, as fireScheduleScript touches it with the queue's
+// keys.
 func scheduleKey(ns, q, name string) string { return "sc/" + queueBase(ns, q) + "/" + name }
 
 // scheduleNamesKey is the set of the queue's schedule names: sn/{T}ns/q.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,10 +16,10 @@ import (
 // a publish or consume on any server makes an earlier entry (in process
 // through wakePump, across servers through the groups' wake-up channels).
 //
-// Each slot group has its own timer index (keys.go). A pass reads the due
-// queues of every group (ZRANGE of each index, in one pipeline: one round
-// trip, per node on a cluster), then runs pumpScript for the groups that
-// have due queues, with those queues' keys, in a second pipeline.
+// Each slot group has its own timer index (keys.go). A pass reads the heads
+// of the groups' indexes (pumpHeadsScript: one call on one Redis, one per
+// group in one pipeline on a cluster), then runs pumpScript for the groups
+// that have due queues, with those queues' keys, in a second pipeline.
 
 // wakePump asks the pump to look at the timer indexes again now.
 func (e *Engine) wakePump() {
@@ -91,13 +92,7 @@ func (e *Engine) PumpOnce(ctx context.Context) (int64, error) {
 func (e *Engine) pumpGroups(ctx context.Context, groups []int) (more []int, next int64, err error) {
 	now := ms(e.now())
 	next = -1
-	heads := make([]*redis.ZSliceCmd, len(groups))
-	_, err = e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, g := range groups {
-			heads[i] = p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: timerIndexKey(g), Start: 0, Stop: int64(e.batch) - 1})
-		}
-		return nil
-	})
+	heads, err := e.pumpHeads(ctx, groups)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -109,17 +104,15 @@ func (e *Engine) pumpGroups(ctx context.Context, groups []int) (more []int, next
 	var keys [][]string
 	var args [][]interface{}
 	for i, g := range groups {
-		zs := heads[i].Val()
 		var due []string
-		for _, z := range zs {
-			if int64(z.Score) > now {
-				if next < 0 || int64(z.Score) < next {
-					next = int64(z.Score)
+		for _, z := range heads[i] {
+			if z.score > now {
+				if next < 0 || z.score < next {
+					next = z.score
 				}
 				break
 			}
-			m, _ := z.Member.(string)
-			due = append(due, m)
+			due = append(due, z.member)
 		}
 		if len(due) == 0 {
 			continue
@@ -132,7 +125,7 @@ func (e *Engine) pumpGroups(ctx context.Context, groups []int) (more []int, next
 			ns, q, _ := cutMember(m)
 			qn := e.names.get([3]string{ns, q})
 			k = append(k, qn.timer, qn.ready, qn.dead, qn.prio, qn.config, qn.jobPrefix)
-			a = append(a, m, qn.channel)
+			a = append(a, qn.argMember, qn.argChannel)
 		}
 		calls = append(calls, call{g: g})
 		keys = append(keys, k)
@@ -169,6 +162,70 @@ func (e *Engine) pumpGroups(ctx context.Context, groups []int) (more []int, next
 		}
 	}
 	return more, next, nil
+}
+
+type head struct {
+	member string
+	score  int64
+}
+
+// pumpHeads reads the first PumpBatch members of the groups' timer
+// indexes (pumpHeadsScript): one call over every group on one Redis, one
+// call per group, pipelined, on a cluster.
+func (e *Engine) pumpHeads(ctx context.Context, groups []int) ([][]head, error) {
+	keys := make([]string, len(groups))
+	for i, g := range groups {
+		keys[i] = timerIndexKey(g)
+	}
+	var replies [][]interface{}
+	if !e.cluster {
+		res, err := e.run(ctx, pumpHeadsScript, keys, e.batch).Slice()
+		if err != nil {
+			return nil, err
+		}
+		replies = [][]interface{}{res}
+	} else {
+		cmds := make([]*redis.Cmd, len(keys))
+		_, _ = e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, k := range keys {
+				cmds[i] = pumpHeadsScript.EvalSha(ctx, p, []string{k}, e.batch)
+			}
+			return nil
+		})
+		for i, c := range cmds {
+			if err := c.Err(); err != nil && (isNoScript(err) || clusterRetryable(err)) {
+				c = e.run(ctx, pumpHeadsScript, []string{keys[i]}, e.batch)
+			}
+			res, err := c.Slice()
+			if err != nil {
+				return nil, err
+			}
+			replies = append(replies, res)
+		}
+	}
+	out := make([][]head, 0, len(groups))
+	for _, res := range replies {
+		for j := 0; j < len(res); {
+			n, _ := res[j].(int64)
+			j++
+			if n < 0 || j+2*int(n) > len(res) {
+				return nil, fmt.Errorf("unexpected timer index reply %v", res)
+			}
+			hs := make([]head, n)
+			for k := range hs {
+				hs[k].member, _ = res[j].(string)
+				sc, _ := res[j+1].(string)
+				f, _ := strconv.ParseFloat(sc, 64)
+				hs[k].score = int64(f)
+				j += 2
+			}
+			out = append(out, hs)
+		}
+	}
+	if len(out) != len(groups) {
+		return nil, fmt.Errorf("timer index heads: %d replies for %d groups", len(out), len(groups))
+	}
+	return out, nil
 }
 
 // cutMember splits an index or registry member "ns/q".

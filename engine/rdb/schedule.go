@@ -581,7 +581,7 @@ func (e *Engine) publishCall(r *engine.PublishRequest, now time.Time) (*queueNam
 		return nil, nil, nil, "", err
 	}
 	keys := []string{qn.ready, qn.timer, qn.index, qn.prio, qn.config, qn.ready, qn.ready, qn.registry, qn.jobPrefix + id}
-	args := []interface{}{qn.member, qn.channel, qn.wake, "", "0", flag(!qn.recorded.Load()), e.pub,
+	args := []interface{}{qn.argMember, qn.argChannel, qn.argWake, "", "0", flag(!qn.recorded.Load()), e.pub,
 		packEntry(r.Tries, id), value, durMS(r.TTL), scriptDue(due, nowMS), r.Priority}
 	return qn, keys, args, id, nil
 }

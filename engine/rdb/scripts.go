@@ -287,20 +287,27 @@ return {0, made, earliest}
 // publishScript for coalesced publishes across queues (coalesce.go). On a
 // cluster the queues of one call are of one slot group (their publish lane
 // is their group); on one Redis, of any. The jobs come grouped by queue,
-// their ready entries side by side, so that a queue whose jobs are all
-// plain and ready now takes one LPUSH of an argument range and PUBLISHes
-// its job count as given: no Lua table, no number formatting.
+// their ready entries side by side. A queue whose jobs are all ready now
+// without a priority (kind "p") passes only its ready list and takes one
+// LPUSH of an argument range and one PUBLISH of its job count as given: no
+// Lua table, no number formatting, two arguments and one key. The others
+// (kind "f") pass their timer, priority set, config and group index too.
+// A kind ending in "r" records the queue in its group's registry (its
+// first publish through this server): one more key and the member.
 //
-//	per queue g (1..m), KEYS[6(g-1)+1..6]: ready list, timer, priority set,
-//	         config, the group's timer index, the group's queue registry
-//	KEYS[6m+i] body keys j/{T}ns/q/ID, one per job: the jobs of queue 1
-//	         first, then those of queue 2, …
 //	ARGV[1]  the publish command (PUBLISH or SPUBLISH)   ARGV[2]  m, the number of queues
-//	per queue g, ARGV[2+5(g-1)+1..5]: index member ns/q, its number of
-//	         jobs, its ready channel, its group's wake-up channel, "1" to
-//	         record it in the registry (its first publish through this server)
-//	per job i (1..n), ARGV[2+5m+i]: its ready entry (packed tries and id)
-//	per job i, ARGV[2+5m+n+4(i-1)+1..4]: value (header + payload), ttl (ms,
+//	ARGV[3]  the number of queue keys (the job keys follow them)
+//	ARGV[4]  the number of arguments before the jobs' ready entries
+//	per queue g (1..m), from ARGV[5]: kind ("p", "pr", "f" or "fr"), its
+//	         number of jobs, its ready channel; then, for "f" or "…r",
+//	         its index member ns/q; then, for "f…", its group's wake-up channel
+//	per queue g, its keys: the ready list; then, for "f…", its timer,
+//	         priority set, config and group's timer index; then, for
+//	         "…r", its group's registry
+//	KEYS[k0+i] body keys j/{T}ns/q/ID, one per job: the jobs of queue 1
+//	         first, then those of queue 2, …
+//	per job i (1..n), ARGV[e0+i]: its ready entry (packed tries and id)
+//	per job i, ARGV[e0+n+4(i-1)+1..4]: value (header + payload), ttl (ms,
 //	         0 = forever), due (ms; 0 when ready now), priority
 //
 // Returns {0, made ready, a new earliest due of a group or 0}, or {i} when
@@ -308,42 +315,44 @@ return {0, made, earliest}
 var publishManyScript = script(`
 local pub = ARGV[1]
 local m = tonumber(ARGV[2])
-local n = #KEYS - 6 * m
-local e0 = 2 + 5 * m
+local k0 = tonumber(ARGV[3])
+local e0 = tonumber(ARGV[4])
+local n = #KEYS - k0
 local v0 = e0 + n
 for i = 1, n do
   local b = v0 + (i - 1) * 4
   local ok
   if ARGV[b + 2] ~= '0' then
-    ok = redis.call('SET', KEYS[6 * m + i], ARGV[b + 1], 'NX', 'PX', ARGV[b + 2])
+    ok = redis.call('SET', KEYS[k0 + i], ARGV[b + 1], 'NX', 'PX', ARGV[b + 2])
   else
-    ok = redis.call('SET', KEYS[6 * m + i], ARGV[b + 1], 'NX')
+    ok = redis.call('SET', KEYS[k0 + i], ARGV[b + 1], 'NX')
   end
   if not ok then
-    for k = 1, i - 1 do redis.call('DEL', KEYS[6 * m + k]) end
+    for k = 1, i - 1 do redis.call('DEL', KEYS[k0 + k]) end
     return {i}
   end
 end
 local total, earliest, last = 0, 0, 0
+local a, k = 4, 0
 for g = 1, m do
-  local a, k = 2 + 5 * (g - 1), 6 * (g - 1)
-  local member, count = ARGV[a + 1], ARGV[a + 2]
-  local qk, tk, pk, ck = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
+  local kind, count, chan = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  a = a + 3
+  local full = string.sub(kind, 1, 1) == 'f'
+  local record = string.sub(kind, -1) == 'r'
+  local member, wake
+  if full or record then a = a + 1 member = ARGV[a] end
+  if full then a = a + 1 wake = ARGV[a] end
+  local qk = KEYS[k + 1]
   local first = last + 1
   last = last + tonumber(count)
-  local plain = true
-  for i = first, last do
-    local b = v0 + (i - 1) * 4
-    if ARGV[b + 3] ~= '0' or ARGV[b + 4] ~= '0' then
-      plain = false
-      break
-    end
-  end
-  if plain then
+  if not full then
+    k = k + 1
     redis.call('LPUSH', qk, unpack(ARGV, e0 + first, e0 + last))
-    redis.call(pub, ARGV[a + 3], count)
+    redis.call(pub, chan, count)
     total = total + last - first + 1
   else
+    local tk, pk, ck, idx = KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5]
+    k = k + 5
     local ready, made, mindue = {}, 0, nil
     for i = first, last do
       local b = v0 + (i - 1) * 4
@@ -363,15 +372,18 @@ for g = 1, m do
     end
     if #ready > 0 then redis.call('LPUSH', qk, unpack(ready)) end
     if made > 0 then
-      redis.call(pub, ARGV[a + 3], made)
+      redis.call(pub, chan, made)
       total = total + made
     end
     if mindue then
-      local e = lower_index(KEYS[k + 5], member, mindue, ARGV[a + 4], pub)
+      local e = lower_index(idx, member, mindue, wake, pub)
       if e > 0 and (earliest == 0 or e < earliest) then earliest = e end
     end
   end
-  if ARGV[a + 5] == '1' then redis.call('HSET', KEYS[k + 6], member, 1) end
+  if record then
+    k = k + 1
+    redis.call('HSET', KEYS[k], member, 1)
+  end
 end
 return {0, total, earliest}
 `)
@@ -562,6 +574,22 @@ end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if #nxt == 0 then return {handled, -1} end
 return {handled, tonumber(nxt[2])}
+`)
+
+// pumpHeadsScript reads the heads of timer indexes for the pump: for each
+// index in KEYS, its first ARGV[1] members with their scores. The pump
+// calls it once with the 64 groups' indexes on one Redis, and once per
+// group (pipelined) on a cluster, where one call touches one slot.
+//
+// Returns, per index, {n, member 1, score 1, …, member n, score n} flattened.
+var pumpHeadsScript = script(`
+local out = {}
+for _, k in ipairs(KEYS) do
+  local zs = redis.call('ZRANGE', k, 0, tonumber(ARGV[1]) - 1, 'WITHSCORES')
+  out[#out + 1] = #zs / 2
+  for i = 1, #zs do out[#out + 1] = zs[i] end
+end
+return out
 `)
 
 // peekQueueScript returns the next live job of a queue (priority set
@@ -1068,7 +1096,7 @@ return ln + zn - stale
 // allScripts are loaded by New so that a broken script fails at start and
 // pipelined calls never meet NOSCRIPT.
 var allScripts = []*redis.Script{
-	publishScript, publishManyScript, consumeScript, pumpScript, peekQueueScript, peekJobScript, ackManyScript,
+	publishScript, publishManyScript, consumeScript, pumpScript, pumpHeadsScript, peekQueueScript, peekJobScript, ackManyScript,
 	releaseScript, touchScript, respawnScript, respawnOneScript, deleteDeadScript,
 	deleteDeadOneScript, listDeadScript, destroyScript, cancelKeyScript, reclaimScript, sizeScript, upgradeQueueScript,
 }

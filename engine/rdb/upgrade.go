@@ -17,15 +17,17 @@ import (
 // before the engine serves anything: every queue of the old registries and
 // of the old index, one script per queue (its jobs, ready list, priority
 // set, timer, dead letter, settings, idempotency keys, index entry and
-// registry entry), then the old registries and index are deleted. A pool
-// holding no old data costs one EXISTS. The old layout never worked on a
+// registry entry, schedules and their schedule_index entries), then the
+// old registries and indexes are deleted. A pool holding no old data costs
+// one EXISTS. The old layout never worked on a
 // cluster (every script failed with CROSSSLOT), so only standalone and
 // Sentinel pools are looked at; the upgrade script touches keys of two
 // tags, which one Redis allows.
 
 const (
-	legacyTimerIndex = "timer_index"
-	legacyNamespaces = "m/ns"
+	legacyTimerIndex    = "timer_index"
+	legacyNamespaces    = "m/ns"
+	legacyScheduleIndex = "schedule_index" // on main before slot groups, never released
 )
 
 func legacyQueues(ns string) string            { return "m/ns/" + ns }
@@ -45,11 +47,15 @@ func legacyUniqueKey(ns, q, key string) string { return "u/" + legacyBase(ns, q)
 //	KEYS[7..12] new ready list, timer, priority set, config, dead letter, job key prefix
 //	KEYS[13] old timer_index   KEYS[14] the group's timer index
 //	KEYS[15] the group's registry   KEYS[16] old m/ns/NS
-//	KEYS[17…] pairs: an old idempotency key, its new name
+//	KEYS[17] old schedule names sn/{ns/q}   KEYS[18] new schedule names
+//	KEYS[19] old schedule key prefix sc/{ns/q}/   KEYS[20] new schedule key prefix
+//	KEYS[21] old schedule_index   KEYS[22] the group's schedule index
+//	KEYS[23…] pairs: an old idempotency key, its new name
 //	ARGV[1] index member ns/q   ARGV[2] queue name
+//	ARGV[3] the queue's schedule member prefix ns/q/
 //
 // Returns the number of job bodies moved.
-var upgradeQueueScript = script(`
+var upgradeQueueScript = script(schedIndexSrc + `
 local ojp, njp = KEYS[6], KEYS[12]
 local moved = 0
 local function mv(id)
@@ -82,7 +88,14 @@ for i = 1, #cfg, 2 do
   end
 end
 redis.call('DEL', KEYS[4])
-for i = 17, #KEYS, 2 do
+for _, name in ipairs(redis.call('SMEMBERS', KEYS[17])) do
+  if redis.call('EXISTS', KEYS[19] .. name) == 1 then redis.call('RENAME', KEYS[19] .. name, KEYS[20] .. name) end
+  redis.call('SADD', KEYS[18], name)
+  redis.call('ZREM', KEYS[21], ARGV[3] .. name)
+  sched_index(KEYS[20] .. name, KEYS[22], ARGV[3] .. name)
+end
+redis.call('DEL', KEYS[17])
+for i = 23, #KEYS, 2 do
   if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('RENAME', KEYS[i], KEYS[i + 1]) end
 end
 redis.call('ZREM', KEYS[13], ARGV[1])
@@ -102,7 +115,7 @@ func (e *Engine) upgrade(ctx context.Context) (int, error) {
 	if e.cluster {
 		return 0, nil
 	}
-	n, err := e.rdb.Exists(ctx, legacyNamespaces, legacyTimerIndex).Result()
+	n, err := e.rdb.Exists(ctx, legacyNamespaces, legacyTimerIndex, legacyScheduleIndex).Result()
 	if err != nil || n == 0 {
 		return 0, err
 	}
@@ -129,8 +142,9 @@ func (e *Engine) upgrade(ctx context.Context) (int, error) {
 			queues[[2]string{ns, q}] = true
 		}
 	}
-	// Idempotency keys are found by one SCAN of the keyspace: an old one
-	// is u/{ns/q}/KEY (its tag holds a slash; a new one's is two letters).
+	// Idempotency keys are found by a SCAN of the keyspace: an old one is
+	// u/{ns/q}/KEY (its tag holds a slash; a new one's is two letters);
+	// so are the queues with schedules (sn/{ns/q}).
 	unique := map[[2]string][]string{}
 	iter := e.rdb.Scan(ctx, 0, "u/{*", 1000).Iterator()
 	for iter.Next(ctx) {
@@ -148,6 +162,16 @@ func (e *Engine) upgrade(ctx context.Context) (int, error) {
 	if err := iter.Err(); err != nil {
 		return 0, err
 	}
+	iter = e.rdb.Scan(ctx, 0, "sn/{*}", 1000).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		if ns, q, ok := cutMember(strings.TrimSuffix(k[len("sn/{"):], "}")); ok && engine.ValidName(ns) && engine.ValidName(q) {
+			queues[[2]string{ns, q}] = true
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return 0, err
+	}
 	moved := 0
 	for nq := range queues {
 		ns, q := nq[0], nq[1]
@@ -159,11 +183,13 @@ func (e *Engine) upgrade(ctx context.Context) (int, error) {
 			legacyKey("q", ns, q), legacyKey("t", ns, q), legacyKey("p", ns, q), legacyKey("c", ns, q), legacyKey("d", ns, q), legacyJobPrefix(ns, q),
 			qn.ready, qn.timer, qn.prio, qn.config, qn.dead, qn.jobPrefix,
 			legacyTimerIndex, qn.index, qn.registry, legacyQueues(ns),
+			"sn/" + legacyBase(ns, q), scheduleNamesKey(ns, q), "sc/" + legacyBase(ns, q) + "/", "sc/" + queueBase(ns, q) + "/",
+			legacyScheduleIndex, scheduleIndexKey(qn.group),
 		}
 		for _, key := range unique[nq] {
 			keys = append(keys, legacyUniqueKey(ns, q, key), uniqueKey(ns, q, key))
 		}
-		jobs, err := upgradeQueueScript.Run(ctx, e.rdb, keys, qn.member, q).Int64()
+		jobs, err := upgradeQueueScript.Run(ctx, e.rdb, keys, qn.member, q, qn.member+"/").Int64()
 		if err != nil {
 			return moved, fmt.Errorf("queue %s/%s: %w", ns, q, err)
 		}
@@ -176,7 +202,7 @@ func (e *Engine) upgrade(ctx context.Context) (int, error) {
 		for _, ns := range nss {
 			p.Del(ctx, legacyQueues(ns))
 		}
-		p.Del(ctx, legacyNamespaces, legacyTimerIndex)
+		p.Del(ctx, legacyNamespaces, legacyTimerIndex, legacyScheduleIndex)
 		return nil
 	})
 	return moved, err

@@ -66,6 +66,17 @@ func TestUpgradeFromLegacyLayout(t *testing.T) {
 			set(legacyJobPrefix(ns2, q2)+e2, oldValue('d', 1, 0, 0, now+60_000, "", "e"), 0)
 			old.ZAdd(ctx, legacyKey("t", ns2, q2), redis.Z{Score: float64(now + 60_000), Member: e2})
 			old.ZAdd(ctx, legacyTimerIndex, redis.Z{Score: float64(now + 60_000), Member: ns2 + "/" + q2})
+			// A paused schedule of the queue (paused: not in schedule_index).
+			old.HSet(ctx, "sc/{old/q}/nightly", "spec", "0 3 * * *", "tz", "UTC", "missed", "skip", "paused", "1",
+				"body", "n", "ttl", 0, "tries", 1, "prio", 0, "attrs", "", "versioned", "0", "next", 0, "ver", 1)
+			old.SAdd(ctx, "sn/{old/q}", "nightly")
+			// An active one, in main's pool-wide schedule_index (main before
+			// slot groups; never released), due in two days.
+			daily := now + 48*3600_000
+			old.HSet(ctx, "sc/{old/q}/daily", "spec", "@daily", "tz", "UTC", "missed", "skip", "paused", "0",
+				"body", "d", "ttl", 0, "tries", 1, "prio", 0, "attrs", "", "versioned", "0", "next", daily, "ver", 1)
+			old.SAdd(ctx, "sn/{old/q}", "daily")
+			old.ZAdd(ctx, legacyScheduleIndex, redis.Z{Score: float64(daily), Member: "old/q/daily"})
 			if _, err := old.Exec(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -76,7 +87,7 @@ func TestUpgradeFromLegacyLayout(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, k := range left {
-				if k == legacyTimerIndex || k == legacyNamespaces || k == legacyQueues(ns) || strings.Contains(k, "{old/q}") || strings.Contains(k, "{old2/r}") {
+				if k == legacyTimerIndex || k == legacyNamespaces || k == legacyScheduleIndex || k == legacyQueues(ns) || strings.Contains(k, "{old/q}") || strings.Contains(k, "{old2/r}") {
 					t.Errorf("old key %q left", k)
 				}
 			}
@@ -89,6 +100,21 @@ func TestUpgradeFromLegacyLayout(t *testing.T) {
 			}
 			if cfg, err := e.QueueConfig(ctx, ns, q); err != nil || cfg.DeadTTL != 5*time.Second {
 				t.Errorf("config %+v %v, want the old dead TTL 5s", cfg, err)
+			}
+			if s, err := e.GetSchedule(ctx, ns, q, "nightly"); err != nil || s.Spec != "0 3 * * *" || !s.Paused {
+				t.Errorf("old schedule after the upgrade: %+v, %v", s, err)
+			}
+			if ss, err := e.ListSchedules(ctx, ns, q); err != nil || len(ss) != 2 {
+				t.Errorf("schedules of the queue after the upgrade: %v, %v", ss, err)
+			}
+			// The active schedule is in its group's schedule index, where
+			// the scheduler finds it; the paused one is not.
+			if m, err := client.ZRangeWithScores(ctx, scheduleIndexKey(slotGroup(ns, q)), 0, -1).Result(); err != nil ||
+				len(m) != 1 || m[0].Member != "old/q/daily" || int64(m[0].Score) != daily {
+				t.Errorf("schedule index after the upgrade: %v, %v", m, err)
+			}
+			if next, err := e.ScheduleOnce(ctx); err != nil || next != daily {
+				t.Errorf("ScheduleOnce = %d, %v; want the old schedule's next tick %d", next, err, daily)
 			}
 			consume := func(queue string, want ...string) {
 				t.Helper()
