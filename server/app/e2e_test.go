@@ -123,6 +123,10 @@ func startKairos(tb testing.TB, cfg *config.Config) *kairos {
 		if err := k.stop(10 * time.Second); err != nil {
 			tb.Errorf("Run: %v", err)
 		}
+		// Its ports are free again: a server started later (a
+		// kairos-server process of TestE2EScheduleKill, say) may get one.
+		openapiTransport.Unregister(k.API)
+		openapiTransport.Unregister(k.Admin)
 	})
 	return k
 }
