@@ -45,8 +45,15 @@ func pair(t *testing.T, oldC, newC redis.UniversalClient, elapse func(time.Durat
 		Engine: m,
 		Advance: func(d time.Duration) {
 			c.off.Add(int64(d))
+			// Both pools' pumps at once, as their servers run them: one
+			// pumping after the other would read the clock later by the
+			// first one's round trips (real time flows too).
+			errs := make(chan error, len(engines))
 			for _, e := range engines {
-				if _, err := e.PumpOnce(bg); err != nil {
+				go func() { _, err := e.PumpOnce(bg); errs <- err }()
+			}
+			for range engines {
+				if err := <-errs; err != nil {
 					t.Fatal(err)
 				}
 			}
