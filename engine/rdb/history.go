@@ -26,11 +26,16 @@ const (
 	// historyRetention is how long a minute's hashes live after their
 	// minute: the 24 hours the dashboard shows, and an hour to spare.
 	historyRetention = 25 * time.Hour
-	// HistoryMaxMinutes is the longest window History reads.
-	HistoryMaxMinutes = 24 * 60
-	// historyIdleFlushes is how many flushes without a change retire a
-	// queue's counters from memory (they come back at its next event).
-	historyIdleFlushes = 60
+	// HistoryMaxMinutes is the longest window History reads: a day, and
+	// an hour on each side for windows aligned to hour-long steps.
+	HistoryMaxMinutes = 26 * 60
+	// A queue's counters leave memory (they come back at its next event)
+	// after historyIdleFlushes flushes and historyIdleTime without a
+	// change; the flushes look at them for historyRetireGrace more, for a
+	// hot path that took them just before.
+	historyIdleFlushes = 12
+	historyIdleTime    = 5 * time.Minute
+	historyRetireGrace = time.Minute
 	// historyPipeline is the most commands of one flush or read pipeline.
 	historyPipeline = 2000
 )
@@ -84,9 +89,8 @@ type histEntry struct {
 	c       *histCounters
 	written engine.Counts // what flushes have written so far
 	idle    int           // flushes in a row with nothing to write
-	// left is, for a retired entry, how many more flushes look at it (a
-	// hot path may have added to it just as it was retired).
-	left int
+	changed time.Time     // the flush that last wrote something
+	retired time.Time     // when it left the map
 }
 
 // history is an engine's in-memory side of the history.
@@ -226,7 +230,7 @@ func (e *Engine) flushHistory(ctx context.Context, at time.Time) error {
 			en.idle++
 			return
 		}
-		en.idle = 0
+		en.idle, en.changed = 0, at
 		todo = append(todo, pending{en, cur})
 		writes = append(writes, histWrite{queueHistoryKey(en.ns, en.q, minute), d})
 		s := nsSums[en.ns]
@@ -238,10 +242,13 @@ func (e *Engine) flushHistory(ctx context.Context, at time.Time) error {
 		pool.Add(&d)
 	}
 	for k, en := range h.queues {
+		if en.changed.IsZero() {
+			en.changed = at
+		}
 		visit(en)
-		if en.idle >= historyIdleFlushes {
+		if en.idle >= historyIdleFlushes && at.Sub(en.changed) >= historyIdleTime {
 			en.c.retired.Store(true)
-			en.left = 2
+			en.retired = at
 			h.retiring = append(h.retiring, en)
 			delete(h.queues, k)
 		}
@@ -249,7 +256,7 @@ func (e *Engine) flushHistory(ctx context.Context, at time.Time) error {
 	kept := h.retiring[:0]
 	for _, en := range h.retiring {
 		visit(en)
-		if en.left--; en.left > 0 {
+		if at.Sub(en.retired) < historyRetireGrace {
 			kept = append(kept, en)
 		}
 	}
