@@ -540,6 +540,17 @@ func (s *Server) adminPeekJob(c *gin.Context) {
 	c.JSON(http.StatusOK, newJobDetail(job, ns, q, s.now()))
 }
 
+// adminDeadJobs serves GET /queue/:namespace/:queue/deadletter/jobs: the
+// public listDeadLetter on the admin listener, for the pool of ?pool=.
+func (s *Server) adminDeadJobs(c *gin.Context) {
+	_, _, _, x, ok := s.adminQueue(c)
+	if !ok {
+		return
+	}
+	state(c).eng = x
+	s.listDeadLetter(c)
+}
+
 // findJob serves GET /job/:job_id?pool=: the job, whatever its queue.
 func (s *Server) findJob(c *gin.Context) {
 	id := c.Param("job_id")

@@ -214,6 +214,14 @@ func TestDashboardEndpoints(t *testing.T) {
 				if one.State != "in_flight" {
 					t.Errorf("peek by queue and ID: %+v", one)
 				}
+				var deadPage struct {
+					Jobs       []json.RawMessage
+					NextOffset int64 `json:"next_offset"`
+				}
+				getJSON(t, l.admin+"/queue/ns/q/deadletter/jobs", 200, &deadPage)
+				if len(deadPage.Jobs) != 0 || deadPage.NextOffset != -1 {
+					t.Errorf("dead letter: %+v", deadPage)
+				}
 				getJSON(t, l.admin+"/job/"+acked.JobID, 404, nil)
 				getJSON(t, l.admin+"/queue/ns/q/job/"+acked.JobID, 404, nil)
 			})
@@ -246,7 +254,7 @@ func TestDashboardEndpoints(t *testing.T) {
 					"/queues/ns?offset=-1", "/queues/ns?limit=0", "/queues/ns?limit=501", "/queues/ns?limit=x", "/queues/ns?sort=bogus",
 					"/queues/ns?order=up", "/queues/bad!ns", "/queues/ns?pool=nope",
 					"/queue/ns/q/jobs?state=dead", "/queue/ns/q/jobs?cursor=-1", "/queue/ns/q/jobs?cursor=x", "/queue/ns/q/jobs?limit=201",
-					"/queue/ns/_q/jobs", "/job/not-an-id", "/job/" + strings.Repeat("*", 26),
+					"/queue/ns/_q/jobs", "/queue/ns/q/deadletter/jobs?limit=0", "/queue/ns/q/deadletter/jobs?pool=nope", "/job/not-an-id", "/job/" + strings.Repeat("*", 26),
 				} {
 					r := liveDo(t, "GET", l.admin+target, nil, nil)
 					var e struct{ Error string }
@@ -265,7 +273,7 @@ func TestDashboardBasicAuth(t *testing.T) {
 	l := startLive(t, liveOptions{config: func(c *config.Config) { c.Accounts = map[string]string{"admin": "pw"} }})
 	id := engine.NewJobID(time.Now(), 0, false)
 	for _, target := range []string{"/overview", "/history", "/history/ns", "/history/ns/q", "/queues/ns",
-		"/queue/ns/q/jobs", "/queue/ns/q/job/" + id, "/job/" + id} {
+		"/queue/ns/q/jobs", "/queue/ns/q/job/" + id, "/queue/ns/q/deadletter/jobs", "/job/" + id} {
 		if r := liveDo(t, "GET", l.admin+target, nil, nil); r.status != 401 {
 			t.Errorf("GET %s without credentials: %d", target, r.status)
 		}
