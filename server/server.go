@@ -33,6 +33,7 @@ import (
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/server/evloop"
 )
 
 // ErrInvalidConfig is wrapped by every error New returns about its
@@ -167,9 +168,10 @@ type Server struct {
 	apiLn    net.Listener
 	adminLn  net.Listener
 	serving  bool
-	// loops serve the public listener's plain publishes (loop_linux.go);
+	// loops serve the public listener's requests of loopRoutes (package
+	// evloop, fastpath.go);
 	// nil when Kairos.EventLoops is negative or the platform has none.
-	loops   *loopGroup
+	loops   *evloop.Group
 	closing bool // Close has begun
 
 	closeOnce       sync.Once
@@ -293,7 +295,7 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 func (s *Server) eventLoops() int {
 	n := s.cfg.Kairos.EventLoops
 	switch {
-	case !loopsSupported || n < 0:
+	case !evloop.Supported || n < 0:
 		return 0
 	case n == 0:
 		return runtime.GOMAXPROCS(0)
@@ -461,9 +463,9 @@ func (s *Server) Serve(ctx context.Context) error {
 			s.mu.Unlock()
 			if closing {
 				// Close ran meanwhile and did not see the loops.
-				g.shutdown()
+				g.Shutdown()
 			}
-			apiServed = g.handoff
+			apiServed = g.Handoff()
 		}
 	}
 	go serve(s.apiSrv, apiServed)
@@ -512,7 +514,7 @@ func (s *Server) Close() error {
 		if loops != nil {
 			// The loops answer what they have read and close their
 			// connections; net/http then shuts down those it was given.
-			loops.shutdown()
+			loops.Shutdown()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.shutdownTimeout)
 		defer cancel()
