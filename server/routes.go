@@ -143,6 +143,17 @@ func (s *Server) adminRoutes() *gin.Engine {
 	r.PUT("/webhook/:namespace/:queue", basic, s.putWebhook)
 	r.DELETE("/webhook/:namespace/:queue", basic, s.deleteWebhook)
 
+	// The dashboard's data (dashboard.go, doc/dashboard.md).
+	r.GET("/overview", basic, s.overview)
+	r.GET("/history", basic, s.series)
+	r.GET("/history/:namespace", basic, s.series)
+	r.GET("/history/:namespace/:queue", basic, s.series)
+	r.GET("/queues/:namespace", basic, s.listQueues)
+	r.GET("/queue/:namespace/:queue/jobs", basic, s.listJobs)
+	r.GET("/queue/:namespace/:queue/job/:job_id", basic, s.adminPeekJob)
+	r.GET("/queue/:namespace/:queue/deadletter/jobs", basic, s.adminDeadJobs)
+	r.GET("/job/:job_id", basic, s.findJob)
+
 	r.NoRoute(noRoute)
 	return r
 }
