@@ -322,7 +322,7 @@ type sortLink struct {
 
 // queueSorts are the sortable columns of the queues table.
 var queueSorts = []struct{ key, label string }{
-	{"queue", "Queue"}, {"ready", "Ready"}, {"delayed", "Delayed"}, {"inflight", "In flight"}, {"dead", "Dead"},
+	{"name", "Queue"}, {"ready", "Ready"}, {"scheduled", "Delayed + in flight"}, {"dead", "Dead"},
 }
 
 func (d *dashboard) namespace(c *gin.Context) {
@@ -340,8 +340,8 @@ func (d *dashboard) namespace(c *gin.Context) {
 		d.fail(c, err)
 		return
 	}
-	p := namespacePage{Pool: pool, Namespace: ns, Filter: strings.TrimSpace(c.Query("filter")), Sort: c.DefaultQuery("sort", "queue"),
-		Dir: c.DefaultQuery("dir", "asc"), PerPage: 100, Total: len(rows)}
+	p := namespacePage{Pool: pool, Namespace: ns, Filter: strings.TrimSpace(c.Query("filter")), Sort: c.DefaultQuery("sort", "name"),
+		Dir: c.DefaultQuery("order", "asc"), PerPage: 100, Total: len(rows)}
 	if p.Dir != "desc" {
 		p.Dir = "asc"
 	}
@@ -359,24 +359,19 @@ func (d *dashboard) namespace(c *gin.Context) {
 		switch p.Sort {
 		case "ready":
 			return r.Ready
-		case "delayed":
-			if r.Split {
-				return r.Delayed
-			}
+		case "scheduled":
 			return r.Timer
-		case "inflight":
-			return r.InFlight
 		case "dead":
 			return r.Dead
 		}
 		return 0
 	}
 	if !slices.ContainsFunc(queueSorts, func(s struct{ key, label string }) bool { return s.key == p.Sort }) {
-		p.Sort = "queue"
+		p.Sort = "name"
 	}
 	slices.SortStableFunc(rows, func(a, b queueRow) int {
 		var c int
-		if p.Sort == "queue" {
+		if p.Sort == "name" {
 			c = strings.Compare(a.Queue, b.Queue)
 		} else if ka, kb := key(a), key(b); ka != kb {
 			c = -1
@@ -408,7 +403,7 @@ func (d *dashboard) namespace(c *gin.Context) {
 			v.Set("filter", p.Filter)
 		}
 		v.Set("sort", sort)
-		v.Set("dir", dir)
+		v.Set("order", dir)
 		if page > 1 {
 			v.Set("page", strconv.Itoa(page))
 		}
@@ -419,7 +414,7 @@ func (d *dashboard) namespace(c *gin.Context) {
 	}
 	for _, s := range queueSorts {
 		dir := "asc"
-		if s.key != "queue" {
+		if s.key != "name" {
 			dir = "desc"
 		}
 		if s.key == p.Sort {

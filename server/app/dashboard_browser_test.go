@@ -157,11 +157,65 @@ func (e *browserE2E) fixtures(extra map[string]any) map[string]any {
 }
 
 // TestDashboardBrowser drives the dashboard in headless Chromium against a
-// real server: jobs published through the API show up in the queues table.
+// real server on a real redis-server, with basic auth on: jobs published
+// through the API show in the queues table (which refreshes by itself),
+// a job page, lookup by ID, the XSS case, dead-letter respawn and delete,
+// job delete, pause and resume, token create and revoke, the CSRF checks
+// and destroy. The script checks the UI and, through the API, the effect
+// of each action; this test checks what it reports back.
 func TestDashboardBrowser(t *testing.T) {
 	e := startBrowserE2E(t)
-	for i := range 3 {
-		e.publish(t, "orders", "", `{"order":`+string(rune('1'+i))+`}`, nil)
+	const queue = "orders"
+	first := e.publish(t, queue, "", `{"order":1}`, nil)
+	del := e.publish(t, queue, "", `{"order":2}`, nil)
+	e.publish(t, queue, "", `{"order":3}`, nil)
+
+	const xssBody = `<script>window.__xss=1</script><img src=x onerror="window.__xss=2">`
+	xss := e.publish(t, "xss", "", xssBody, map[string]string{"Enable-Job-Version": "YES", "Job-Attr-Note": "<b>bold</b>"})
+
+	// Two dead jobs: one try each, consumed with a 1 s TTR and not ACKed.
+	const deadQueue = "failing"
+	for i := range 2 {
+		e.publish(t, deadQueue, "tries=1", "will fail "+string(rune('a'+i)), nil)
 	}
-	runBrowser(t, e.fixtures(map[string]any{"queue": "orders", "ready": 3}), "KAIROS_E2E_SLICE=1")
+	r := doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/"+deadQueue+"?count=2&ttr=1", e.Token, nil, nil)
+	r.wantStatus(t, http.StatusOK)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r := doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/"+deadQueue+"/deadletter/size", "", nil, nil)
+		var out struct{ Size int }
+		r.decode(t, &out)
+		if out.Size == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dead letter size %d after 20 s, want 2", out.Size)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	res := runBrowser(t, e.fixtures(map[string]any{
+		"queue": queue, "ready": 3, "first_job": first, "delete_job": del,
+		"xss_job": xss, "xss_body": xssBody, "dead_queue": deadQueue,
+	}))
+
+	// The server-side effects of the UI's dead-letter actions.
+	respawned, _ := res["respawned"].(string)
+	deleted, _ := res["deleted"].(string)
+	if respawned == "" || deleted == "" {
+		t.Fatalf("the script reported no respawned or deleted job: %v", res)
+	}
+	r = doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/"+deadQueue+"/job/"+respawned, e.Token, nil, nil)
+	r.wantStatus(t, http.StatusOK)
+	if j := r.job(t); j.RemainTries != 1 {
+		t.Errorf("respawned job: remain_tries %d, want 1", j.RemainTries)
+	}
+	r = doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/"+deadQueue+"/job/"+deleted, e.Token, nil, nil)
+	r.wantStatus(t, http.StatusNotFound)
+	r = doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/"+deadQueue+"/deadletter/size", "", nil, nil)
+	r.wantBody(t, `{"namespace":"`+e.NS+`","queue":"`+deadQueue+`","size":0}`)
+	// The token the UI created and revoked is refused.
+	tok, _ := res["ui_token"].(string)
+	r = doHTTP(t, http.MethodPut, e.API+"/api/"+e.NS+"/"+queue, tok, []byte("x"), nil)
+	r.wantStatus(t, http.StatusUnauthorized)
 }
