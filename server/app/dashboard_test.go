@@ -1,0 +1,154 @@
+package app_test
+
+import (
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/kairos-dev/kairos/engine/rdb/redistest"
+)
+
+// dashGet fetches an admin URL with the browser E2E's basic auth (none
+// when auth is false) and returns status, headers and body; redirects are
+// not followed.
+func dashDo(t *testing.T, e *browserE2E, method, u string, auth bool, form url.Values, hdr map[string]string) (int, http.Header, string) {
+	t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, e.Admin+u, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	if auth {
+		req.SetBasicAuth(e.User, e.Password)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// TestDashboardHTTP checks the dashboard's protections over real HTTP,
+// without a browser: basic auth, the security headers, escaping in the
+// server-rendered pages, the CSRF refusals, and the config switch.
+func TestDashboardHTTP(t *testing.T) {
+	e := startBrowserE2E(t)
+	xss := e.publish(t, "q1", "", `<script>alert(1)</script>`, nil)
+
+	if st, h, _ := dashDo(t, e, "GET", "/ui/", false, nil, nil); st != http.StatusUnauthorized || h.Get("WWW-Authenticate") == "" {
+		t.Fatalf("GET /ui/ without basic auth: %d %v, want 401 with WWW-Authenticate", st, h)
+	}
+	if st, _, _ := dashDo(t, e, "GET", "/ui/static/app.js", false, nil, nil); st != http.StatusUnauthorized {
+		t.Fatalf("GET /ui/static/app.js without basic auth: %d, want 401", st)
+	}
+	st, h, body := dashDo(t, e, "GET", "/ui/", true, nil, nil)
+	if st != http.StatusOK {
+		t.Fatalf("GET /ui/: %d %s", st, body)
+	}
+	csp := h.Get("Content-Security-Policy")
+	for _, want := range []string{"default-src 'none'", "script-src 'self'", "frame-ancestors 'none'", "form-action 'self'"} {
+		if !strings.Contains(csp, want) {
+			t.Errorf("CSP %q lacks %q", csp, want)
+		}
+	}
+	if strings.Contains(csp, "unsafe") {
+		t.Errorf("CSP %q allows unsafe sources", csp)
+	}
+	if h.Get("X-Content-Type-Options") != "nosniff" || h.Get("X-Frame-Options") != "DENY" {
+		t.Errorf("security headers missing: %v", h)
+	}
+	if strings.Contains(body, "<script>") || strings.Contains(body, " on") && strings.Contains(body, "onclick") {
+		t.Errorf("overview has inline script:\n%s", body)
+	}
+	var csrf string
+	for _, c := range (&http.Response{Header: h}).Cookies() {
+		if c.Name == "kairos_csrf" {
+			csrf = c.Value
+			if !c.HttpOnly || c.SameSite != http.SameSiteStrictMode {
+				t.Errorf("CSRF cookie %+v: want HttpOnly, SameSite=Strict", c)
+			}
+		}
+	}
+	if len(csrf) != 43 {
+		t.Fatalf("no CSRF cookie in %v", h)
+	}
+
+	// A job body is escaped in the page.
+	st, _, body = dashDo(t, e, "GET", "/ui/job/default/"+e.NS+"/q1/"+xss, true, nil, nil)
+	if st != http.StatusOK || !strings.Contains(body, "&lt;script&gt;alert(1)&lt;/script&gt;") || strings.Contains(body, "<script>alert") {
+		t.Fatalf("job page: %d, body not escaped:\n%s", st, body)
+	}
+	st, _, body = dashDo(t, e, "GET", "/ui/job/default/"+e.NS+"/q1/nope", true, nil, nil)
+	if st != http.StatusNotFound || !strings.Contains(body, "job nope not found") {
+		t.Fatalf("unknown job: %d %s", st, body)
+	}
+	st, _, _ = dashDo(t, e, "GET", "/ui/queue/default/"+e.NS+"/bad%20name", true, nil, nil)
+	if st != http.StatusBadRequest {
+		t.Fatalf("bad queue name: %d, want 400", st)
+	}
+	st, _, _ = dashDo(t, e, "GET", "/ui/ns/nopool/"+e.NS, true, nil, nil)
+	if st != http.StatusNotFound {
+		t.Fatalf("unknown pool: %d, want 404", st)
+	}
+
+	// CSRF: a POST needs the cookie and the same token in the form.
+	pause := "/ui/queue/default/" + e.NS + "/q1/pause"
+	cookie := map[string]string{"Cookie": "kairos_csrf=" + csrf}
+	for name, tc := range map[string]struct {
+		form url.Values
+		hdr  map[string]string
+	}{
+		"no token":      {url.Values{}, cookie},
+		"wrong token":   {url.Values{"_csrf": {strings.Repeat("A", 43)}}, cookie},
+		"no cookie":     {url.Values{"_csrf": {csrf}}, nil},
+		"other origin":  {url.Values{"_csrf": {csrf}}, map[string]string{"Cookie": "kairos_csrf=" + csrf, "Origin": "http://evil.example"}},
+		"cross-site":    {url.Values{"_csrf": {csrf}}, map[string]string{"Cookie": "kairos_csrf=" + csrf, "Sec-Fetch-Site": "cross-site"}},
+		"no basic auth": {url.Values{"_csrf": {csrf}}, cookie},
+	} {
+		st, _, _ := dashDo(t, e, "POST", pause, name != "no basic auth", tc.form, tc.hdr)
+		want := http.StatusForbidden
+		if name == "no basic auth" {
+			want = http.StatusUnauthorized
+		}
+		if st != want {
+			t.Errorf("POST pause, %s: %d, want %d", name, st, want)
+		}
+	}
+	r := doHTTP(t, http.MethodGet, e.Admin+"/queue/"+e.NS+"/q1/config", "", nil, e.basic())
+	r.wantBody(t, `{"backoff":"none","dead_ttl_ms":0,"paused":false}`)
+	st, h, _ = dashDo(t, e, "POST", pause, true, url.Values{"_csrf": {csrf}}, cookie)
+	if st != http.StatusSeeOther || h.Get("Location") != "/ui/queue/default/"+e.NS+"/q1" {
+		t.Fatalf("POST pause with the token: %d %v, want 303 to the queue page", st, h)
+	}
+	r = doHTTP(t, http.MethodGet, e.Admin+"/queue/"+e.NS+"/q1/config", "", nil, e.basic())
+	r.wantBody(t, `{"backoff":"none","dead_ttl_ms":0,"paused":true}`)
+}
+
+// TestDashboardDisabled: [Dashboard] Enabled = false leaves /ui/ to the
+// admin API's 404.
+func TestDashboardDisabled(t *testing.T) {
+	rs := redistest.Start(t)
+	cfg := redisConfig(rs.Addr)
+	off := false
+	cfg.Dashboard.Enabled = &off
+	k := startKairos(t, cfg)
+	for _, p := range []string{"/ui/", "/ui/static/app.js", "/ui/tokens"} {
+		r := doHTTP(t, http.MethodGet, k.Admin+p, "", nil, nil)
+		r.wantStatus(t, http.StatusNotFound)
+		r.wantBody(t, `{"error":"api not found"}`)
+	}
+}
