@@ -96,7 +96,7 @@ func (s *Server) adminRoutes() *gin.Engine {
 	r.PUT("/webhook/:namespace/:queue", basic, s.putWebhook)
 	r.DELETE("/webhook/:namespace/:queue", basic, s.deleteWebhook)
 
-	// The web dashboard (dashboard.go), unless [Dashboard] Enabled = false.
+	// The web dashboard (ui_pages.go), unless [Dashboard] Enabled = false.
 	if s.cfg.DashboardEnabled() {
 		if err := s.dashboardRoutes(r, basic); err != nil {
 			panic("server: the dashboard's embedded templates do not parse: " + err.Error())

@@ -2,7 +2,7 @@
 // the html/template pages (templates/) and the static assets (static/:
 // the stylesheet, the dashboard's script and the vendored uPlot chart
 // library with its licence). The handlers that render them live in the
-// server package (server/dashboard.go); the browser tests in e2e/.
+// server package (server/ui_pages.go); the browser tests in e2e/.
 //
 // Nothing here is fetched from the internet at build or run time: `go
 // build` alone puts the whole dashboard inside kairos-server.

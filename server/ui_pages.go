@@ -2,7 +2,7 @@ package server
 
 // The web dashboard (doc/dashboard.md): server-rendered pages at /ui/ on
 // the admin listener, behind the admin basic auth, with a strict
-// Content-Security-Policy and CSRF-checked forms (dashsec.go). The pages
+// Content-Security-Policy and CSRF-checked forms (ui_security.go). The pages
 // read the engines directly; state changes are HTML form POSTs answered by
 // a redirect (303) back to the page, with a one-shot flash message.
 
@@ -173,18 +173,18 @@ type poolView struct {
 	Reachable  bool
 	Error      string
 	Namespaces []nsView
-	Totals     queueRow
+	Totals     uiQueueRow
 }
 
 type nsView struct {
 	Name   string
 	Queues int
-	Totals queueRow
+	Totals uiQueueRow
 }
 
 type overviewPage struct {
 	Pools  []poolView
-	Totals queueRow
+	Totals uiQueueRow
 	Queues int
 }
 
@@ -237,8 +237,8 @@ func (d *dashboard) overview(c *gin.Context) {
 
 // ---- namespace: the queues table ----
 
-// queueRow is one queue's line in the tables.
-type queueRow struct {
+// uiQueueRow is one queue's line in the tables.
+type uiQueueRow struct {
 	Pool, Namespace, Queue string
 	Ready, Timer, Dead     int64
 	// Delayed and InFlight split Timer when the engine can tell.
@@ -247,7 +247,7 @@ type queueRow struct {
 	Paused            bool
 }
 
-func (r *queueRow) addSizes(o queueRow) {
+func (r *uiQueueRow) addSizes(o uiQueueRow) {
 	r.Ready += o.Ready
 	r.Timer += o.Timer
 	r.Dead += o.Dead
@@ -263,9 +263,9 @@ type statser interface {
 
 // poolStats returns the sizes of the queues of pool (of namespace ns
 // when not ""), sorted by namespace and queue.
-func (d *dashboard) poolStats(ctx context.Context, pool, ns string) ([]queueRow, error) {
+func (d *dashboard) poolStats(ctx context.Context, pool, ns string) ([]uiQueueRow, error) {
 	x := d.s.engines[pool]
-	var rows []queueRow
+	var rows []uiQueueRow
 	if st, ok := x.(statser); ok {
 		stats, err := st.Stats(ctx)
 		if err != nil {
@@ -275,7 +275,7 @@ func (d *dashboard) poolStats(ctx context.Context, pool, ns string) ([]queueRow,
 			if ns != "" && q.Namespace != ns {
 				continue
 			}
-			rows = append(rows, queueRow{Pool: pool, Namespace: q.Namespace, Queue: q.Queue, Ready: q.Ready, Timer: q.Timer, Dead: q.DeadLetter})
+			rows = append(rows, uiQueueRow{Pool: pool, Namespace: q.Namespace, Queue: q.Queue, Ready: q.Ready, Timer: q.Timer, Dead: q.DeadLetter})
 		}
 	} else {
 		info, err := x.Info(ctx)
@@ -287,11 +287,11 @@ func (d *dashboard) poolStats(ctx context.Context, pool, ns string) ([]queueRow,
 				continue
 			}
 			for _, q := range qs {
-				rows = append(rows, queueRow{Pool: pool, Namespace: n, Queue: q})
+				rows = append(rows, uiQueueRow{Pool: pool, Namespace: n, Queue: q})
 			}
 		}
 	}
-	slices.SortFunc(rows, func(a, b queueRow) int {
+	slices.SortFunc(rows, func(a, b uiQueueRow) int {
 		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
 			return c
 		}
@@ -302,13 +302,13 @@ func (d *dashboard) poolStats(ctx context.Context, pool, ns string) ([]queueRow,
 
 type namespacePage struct {
 	Pool, Namespace string
-	Rows            []queueRow
+	Rows            []uiQueueRow
 	Filter          string
 	Sort, Dir       string
 	PageNo, Pages   int
 	PerPage, Total  int
 	Matching        int
-	Totals          queueRow
+	Totals          uiQueueRow
 	Sorts           []sortLink
 	PrevURL         string
 	NextURL         string
@@ -353,9 +353,9 @@ func (d *dashboard) namespace(c *gin.Context) {
 	}
 	if p.Filter != "" {
 		f := strings.ToLower(p.Filter)
-		rows = slices.DeleteFunc(rows, func(r queueRow) bool { return !strings.Contains(strings.ToLower(r.Queue), f) })
+		rows = slices.DeleteFunc(rows, func(r uiQueueRow) bool { return !strings.Contains(strings.ToLower(r.Queue), f) })
 	}
-	key := func(r queueRow) int64 {
+	key := func(r uiQueueRow) int64 {
 		switch p.Sort {
 		case "ready":
 			return r.Ready
@@ -369,7 +369,7 @@ func (d *dashboard) namespace(c *gin.Context) {
 	if !slices.ContainsFunc(queueSorts, func(s struct{ key, label string }) bool { return s.key == p.Sort }) {
 		p.Sort = "name"
 	}
-	slices.SortStableFunc(rows, func(a, b queueRow) int {
+	slices.SortStableFunc(rows, func(a, b uiQueueRow) int {
 		var c int
 		if p.Sort == "name" {
 			c = strings.Compare(a.Queue, b.Queue)
