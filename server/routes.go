@@ -96,6 +96,16 @@ func (s *Server) adminRoutes() *gin.Engine {
 	r.PUT("/webhook/:namespace/:queue", basic, s.putWebhook)
 	r.DELETE("/webhook/:namespace/:queue", basic, s.deleteWebhook)
 
+	// The dashboard's data (dashboard.go, doc/dashboard.md).
+	r.GET("/overview", basic, s.overview)
+	r.GET("/history", basic, s.series)
+	r.GET("/history/:namespace", basic, s.series)
+	r.GET("/history/:namespace/:queue", basic, s.series)
+	r.GET("/queues/:namespace", basic, s.listQueues)
+	r.GET("/queue/:namespace/:queue/jobs", basic, s.listJobs)
+	r.GET("/queue/:namespace/:queue/job/:job_id", basic, s.adminPeekJob)
+	r.GET("/job/:job_id", basic, s.findJob)
+
 	// The web dashboard (ui_pages.go), unless [Dashboard] Enabled = false.
 	if s.cfg.DashboardEnabled() {
 		if err := s.dashboardRoutes(r, basic); err != nil {

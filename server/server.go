@@ -139,6 +139,9 @@ type Server struct {
 	skipVerify bool
 	webhooks   Webhooks
 	def        defaults
+	// sizes caches the queue sizes of namespaces for the dashboard
+	// (dashboard.go).
+	sizes sizesCache
 
 	accessLog atomic.Bool
 	// debug is whether the logger logs at debug level: the hot paths build

@@ -52,6 +52,10 @@ type Options struct {
 	// publish fails with engine.ErrNotReplicated.
 	WaitReplicas int
 	WaitTimeout  time.Duration
+	// HistoryFlush, when > 0, keeps the queues' history (history.go):
+	// counters in memory, written to Redis this often (a divisor of a
+	// minute, e.g. 5s). 0 keeps no history.
+	HistoryFlush time.Duration
 }
 
 // Engine is the Redis engine of one pool.
@@ -86,6 +90,8 @@ type Engine struct {
 
 	reclaimMu sync.Mutex
 	reclaim   reclaimer // reclaim.go
+
+	hist *history // nil without Options.HistoryFlush
 }
 
 // Limits on the work of one script call.
@@ -148,6 +154,9 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 		e.acks = newCoalescer(coalesceMax, e.ackCoalesced)
 		e.cons = newCoalescer(coalesceMax, e.consumeCoalesced)
 	}
+	if opts.HistoryFlush > 0 {
+		e.hist = newHistory(opts.HistoryFlush)
+	}
 	e.waitReplicas = opts.WaitReplicas
 	e.waitTimeout = opts.WaitTimeout
 	if e.waitTimeout <= 0 {
@@ -171,6 +180,10 @@ func (e *Engine) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); e.runPump(ctx) }()
 	go func() { defer wg.Done(); e.runReclaim(ctx) }()
 	go func() { defer wg.Done(); e.waiters.run(ctx) }()
+	if e.hist != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); e.runHistory(ctx) }()
+	}
 	wg.Wait()
 	if p := e.pipe.Swap(nil); p != nil {
 		p.close()
@@ -387,6 +400,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 				qu.names.recorded.Store(true)
 			}
 			e.metrics.publishedQueue(qu.ns, qu.q, qu.names, qu.jobs)
+			e.histPublished(qu.ns, qu.q, qu.names, qu.jobs)
 		}
 		e.metrics.publishedPool(len(batch), delayed)
 		fail(e.replicaShortfall("publish", replicas))
@@ -545,6 +559,7 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 			}
 			e.metrics.publishedPool(len(reqs), delayed)
 			e.metrics.publishedQueue(ns, q, qn, len(reqs))
+			e.histPublished(ns, q, qn, len(reqs))
 			return ids, nil
 		case code == -1 && len(res) == 2:
 			first, _ := res[1].(string)
@@ -574,6 +589,7 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 			}
 			e.metrics.publishedPool(len(reqs), delayed)
 			e.metrics.publishedQueue(ns, q, qn, len(reqs))
+			e.histPublished(ns, q, qn, len(reqs))
 			return ids, nil
 		}
 		if !generated[k] || attempt >= maxPublishRetries {
@@ -925,6 +941,7 @@ func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, wan
 		if !more || got >= total {
 			for _, jobs := range out {
 				e.metrics.consumed(req.Namespace, jobs, now)
+				e.histConsumed(req.Namespace, jobs, now)
 			}
 			return nil
 		}

@@ -1,5 +1,7 @@
 package rdb
 
+import "strconv"
+
 // Keys of the Kairos extensions (see keys.go for the lmstfy-shaped ones).
 
 // prioKey is the queue's ready set of jobs with a priority > 0: score =
@@ -14,3 +16,21 @@ func configKey(ns, q string) string { return "c/{" + ns + "/" + q + "}" }
 // uniqueKey maps an idempotency key to the job published with it; it lives
 // as long as the job's TTL.
 func uniqueKey(ns, q, key string) string { return "u/{" + ns + "/" + q + "}/" + key }
+
+// History keys (history.go): one hash per minute M (Unix time / 60) with
+// the counters of that minute, for a queue (tag {ns/q}, beside its other
+// keys), a namespace (tag {ns}; a queue's tag always holds a "/") and the
+// pool. They expire historyRetention after their minute.
+
+// queueHistoryKey is h/{ns/q}/M.
+func queueHistoryKey(ns, q string, minute int64) string {
+	return "h/{" + ns + "/" + q + "}/" + strconv.FormatInt(minute, 10)
+}
+
+// namespaceHistoryKey is h/{ns}/M.
+func namespaceHistoryKey(ns string, minute int64) string {
+	return "h/{" + ns + "}/" + strconv.FormatInt(minute, 10)
+}
+
+// poolHistoryKey is h/M.
+func poolHistoryKey(minute int64) string { return "h/" + strconv.FormatInt(minute, 10) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 )
 
@@ -60,16 +61,42 @@ func (e *Engine) runPump(ctx context.Context) {
 // empty. Several servers may pump one pool at once: each batch is atomic.
 func (e *Engine) PumpOnce(ctx context.Context) (int64, error) {
 	for {
-		res, err := pumpScript.Run(ctx, e.rdb, []string{timerIndexKey}, ms(e.now()), e.batch, rand.Uint32()).Int64Slice()
+		res, err := pumpScript.Run(ctx, e.rdb, []string{timerIndexKey}, ms(e.now()), e.batch, rand.Uint32()).Slice()
 		if err != nil {
 			return 0, fmt.Errorf("pump pool %s: %w", e.pool, err)
 		}
-		if len(res) != 2 {
+		if len(res) < 2 || (len(res)-2)%3 != 0 {
 			return 0, fmt.Errorf("pump pool %s: unexpected reply %v", e.pool, res)
 		}
-		e.metrics.pumped(res[0], res[0] >= int64(e.batch))
-		if res[0] < int64(e.batch) {
-			return res[1], nil
+		handled, ok1 := res[0].(int64)
+		next, ok2 := res[1].(int64)
+		if !ok1 || !ok2 {
+			return 0, fmt.Errorf("pump pool %s: unexpected reply %v", e.pool, res)
 		}
+		e.histExpired(res[2:])
+		e.metrics.pumped(handled, handled >= int64(e.batch))
+		if handled < int64(e.batch) {
+			return next, nil
+		}
+	}
+}
+
+// histExpired counts the jobs of expired TTRs the pump retried or killed:
+// triples {"ns/q", retried, dead} of its reply.
+func (e *Engine) histExpired(triples []interface{}) {
+	if e.hist == nil {
+		return
+	}
+	for i := 0; i+2 < len(triples); i += 3 {
+		m, _ := triples[i].(string)
+		retried, _ := triples[i+1].(int64)
+		dead, _ := triples[i+2].(int64)
+		ns, q, ok := strings.Cut(m, "/")
+		if !ok {
+			continue
+		}
+		qn := e.names.get([3]string{ns, q})
+		e.histAdd(ns, q, qn, hRetried, retried)
+		e.histAdd(ns, q, qn, hDead, dead)
 	}
 }

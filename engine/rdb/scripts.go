@@ -478,7 +478,9 @@ return out
 //	KEYS[1]  timer index
 //	ARGV[1]  now (ms)   ARGV[2] most entries to handle   ARGV[3] random seed (jitter)
 //
-// Returns {entries handled, the pool's next due time (ms) or -1}.
+// Returns {entries handled, the pool's next due time (ms) or -1}, then for
+// each queue where TTRs expired: its member, the jobs retried (tries left)
+// and the jobs that went to the dead letter (for the history).
 var pumpScript = script(`
 local now = ARGV[1]
 local nowN = tonumber(now)
@@ -489,6 +491,7 @@ local function rand()
   return rnd / 4294967296
 end
 local handled = 0
+local expired = {}
 local queues = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, budget)
 for _, m in ipairs(queues) do
   if budget <= 0 then break end
@@ -500,6 +503,7 @@ for _, m in ipairs(queues) do
   local ready = {}
   local nready = 0
   local later = nil
+  local retried, died = 0, 0
   for _, id in ipairs(ids) do
     local jk = jp .. id
     local h = redis.call('GETRANGE', jk, 0, 21)
@@ -510,7 +514,9 @@ for _, m in ipairs(queues) do
         if not cfg then cfg = redis.call('HMGET', ck, 'backoff', 'dead_ttl') end
         if tries == 0 then
           kill(jk, dk, id, 0, deliv, prio, 1, nowN, cfg[2])
+          died = died + 1
         else
+          retried = retried + 1
           local delay = backoff(cfg[1], deliv, rand())
           if delay > 0 then
             local due = nowN + delay
@@ -541,6 +547,11 @@ for _, m in ipairs(queues) do
   end
   if #ready > 0 then redis.call('LPUSH', qk, unpack(ready)) end
   if nready > 0 then redis.call('PUBLISH', 'n/' .. m, nready) end
+  if retried + died > 0 then
+    expired[#expired + 1] = m
+    expired[#expired + 1] = retried
+    expired[#expired + 1] = died
+  end
   handled = handled + #ids
   budget = budget - #ids
   local first = redis.call('ZRANGE', tk, 0, 0, 'WITHSCORES')
@@ -551,8 +562,10 @@ for _, m in ipairs(queues) do
   end
 end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if #nxt == 0 then return {handled, -1} end
-return {handled, tonumber(nxt[2])}
+local out = {handled, -1}
+if #nxt > 0 then out[2] = tonumber(nxt[2]) end
+for _, v in ipairs(expired) do out[#out + 1] = v end
+return out
 `)
 
 // peekQueueScript returns the next live job of a queue (priority set
@@ -1055,4 +1068,5 @@ var allScripts = []*redis.Script{
 	publishScript, publishManyScript, consumeScript, pumpScript, peekQueueScript, peekJobScript, ackManyScript,
 	releaseScript, touchScript, respawnScript, respawnOneScript, deleteDeadScript,
 	deleteDeadOneScript, listDeadScript, destroyScript, cancelKeyScript, reclaimScript, sizeScript,
+	queueDetailScript, listJobsScript,
 }

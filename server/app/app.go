@@ -100,6 +100,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 		e, err := rdb.New(ctx, client, rdb.Options{
 			Pool: name, Logger: opts.Logger, Now: opts.Now, PumpBatch: cfg.Kairos.PumpBatch, Metrics: metrics,
 			WaitReplicas: cfg.Pool[name].WaitReplicas, WaitTimeout: time.Duration(cfg.Pool[name].WaitTimeoutMs) * time.Millisecond,
+			HistoryFlush: server.HistoryFlushInterval,
 		})
 		if err != nil {
 			return nil, err
