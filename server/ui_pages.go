@@ -188,30 +188,22 @@ type overviewPage struct {
 	Queues int
 }
 
-func (d *dashboard) poolKind(pool string) string {
-	rc, ok := d.s.cfg.Pool[pool]
-	switch {
-	case !ok:
-		return "unknown"
-	case d.s.cfg.UsesEmbedded(rc):
-		return "embedded (in memory)"
-	case rc.IsSentinel():
-		return "sentinel"
-	}
-	return "standalone"
-}
-
 func (d *dashboard) overview(c *gin.Context) {
 	if c.Request.URL.Path != "/ui/" {
 		d.notFound(c, "no such page")
 		return
 	}
+	ctx := c.Request.Context()
 	var page overviewPage
 	for _, pool := range d.s.pools {
-		pv := poolView{Name: pool, Kind: d.poolKind(pool), Reachable: true}
-		rows, err := d.poolStats(c.Request.Context(), pool, "")
+		db, derr := d.s.dashboardOf(pool)
+		pv := poolView{Name: pool, Kind: d.s.poolKind(pool, db), Reachable: true}
+		rows, err := d.poolSizes(ctx, pool, db, derr)
 		if err != nil {
-			pv.Reachable, pv.Error = false, errMessage(c.Request.Context(), err)
+			if ctx.Err() != nil {
+				return
+			}
+			pv.Reachable, pv.Error = false, errMessage(ctx, err)
 		}
 		byNS := map[string]*nsView{}
 		for _, r := range rows {
@@ -235,6 +227,39 @@ func (d *dashboard) overview(c *gin.Context) {
 	d.render(c, http.StatusOK, "overview", "Overview", "overview", page)
 }
 
+// poolSizes returns the sizes of every queue of a pool: through the
+// engine's dashboard reads and the server's sizes cache (a few pipelines
+// per namespace, shared with GET /queues), or, for an engine without
+// them, its Stats.
+func (d *dashboard) poolSizes(ctx context.Context, pool string, db engine.Dashboard, derr error) ([]uiQueueRow, error) {
+	if derr != nil {
+		return d.poolStats(ctx, pool, "")
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := db.Ping(pctx); err != nil {
+		return nil, err
+	}
+	info, err := d.s.engines[pool].Info(pctx)
+	if err != nil {
+		return nil, err
+	}
+	var rows []uiQueueRow
+	for ns := range info {
+		if !engine.ValidName(ns) {
+			continue
+		}
+		stats, err := d.s.sizes.get(pctx, pool, ns, db)
+		if err != nil {
+			return nil, err
+		}
+		for _, q := range stats {
+			rows = append(rows, uiQueueRow{Pool: pool, Namespace: ns, Queue: q.Queue, Ready: q.Ready, Timer: q.Timer, Dead: q.DeadLetter})
+		}
+	}
+	return rows, nil
+}
+
 // ---- namespace: the queues table ----
 
 // uiQueueRow is one queue's line in the tables.
@@ -244,7 +269,12 @@ type uiQueueRow struct {
 	// Delayed and InFlight split Timer when the engine can tell.
 	Delayed, InFlight int64
 	Split             bool
+	InFlightExact     bool
 	Paused            bool
+	// OldestReady is the age of the oldest ready job ("" when none).
+	OldestReady string
+	// PubRate and ConRate are jobs per second over the recent minutes.
+	PubRate, ConRate string
 }
 
 func (r *uiQueueRow) addSizes(o uiQueueRow) {
@@ -335,7 +365,20 @@ func (d *dashboard) namespace(c *gin.Context) {
 		d.fail(c, err)
 		return
 	}
-	rows, err := d.poolStats(c.Request.Context(), pool, ns)
+	ctx := c.Request.Context()
+	db, derr := d.s.dashboardOf(pool)
+	var rows []uiQueueRow
+	var err error
+	if derr == nil {
+		var stats []engine.QueueStats
+		if stats, err = d.s.sizes.get(ctx, pool, ns, db); err == nil {
+			for _, q := range stats {
+				rows = append(rows, uiQueueRow{Pool: pool, Namespace: ns, Queue: q.Queue, Ready: q.Ready, Timer: q.Timer, Dead: q.DeadLetter})
+			}
+		}
+	} else {
+		rows, err = d.poolStats(ctx, pool, ns)
+	}
 	if err != nil {
 		d.fail(c, err)
 		return
@@ -395,6 +438,23 @@ func (d *dashboard) namespace(c *gin.Context) {
 	p.PageNo = min(max(p.PageNo, 1), p.Pages)
 	lo := (p.PageNo - 1) * p.PerPage
 	p.Rows = rows[lo:min(lo+p.PerPage, len(rows))]
+	if derr == nil && len(p.Rows) > 0 {
+		names := make([]string, len(p.Rows))
+		for i, r := range p.Rows {
+			names[i] = r.Queue
+		}
+		details, err := db.QueueDetails(ctx, ns, names)
+		if err != nil {
+			d.fail(c, err)
+			return
+		}
+		now := d.s.now()
+		for i := range p.Rows {
+			if i < len(details) && details[i].Queue == p.Rows[i].Queue {
+				applyDetail(&p.Rows[i], &details[i], now)
+			}
+		}
+	}
 
 	base := "/ui/ns/" + url.PathEscape(pool) + "/" + url.PathEscape(ns)
 	link := func(sort, dir string, page int) string {
@@ -431,22 +491,56 @@ func (d *dashboard) namespace(c *gin.Context) {
 	d.render(c, http.StatusOK, "namespace", ns+" · queues", "overview", p)
 }
 
+// applyDetail completes a row with what QueueDetails tells.
+func applyDetail(r *uiQueueRow, dt *engine.QueueDetail, now time.Time) {
+	r.Ready, r.Timer, r.Dead = dt.Ready, dt.Timer, dt.DeadLetter
+	r.Delayed, r.InFlight, r.Split, r.InFlightExact, r.Paused = dt.Delayed, dt.InFlight, true, dt.InFlightExact, dt.Paused
+	if !dt.OldestReady.IsZero() && dt.Ready > 0 {
+		r.OldestReady = max(0, now.Sub(dt.OldestReady)).Round(time.Second).String()
+	}
+	secs := float64(engine.RecentMinutes * 60)
+	r.PubRate = rate(float64(dt.Recent.Published) / secs)
+	r.ConRate = rate(float64(dt.Recent.Consumed) / secs)
+}
+
+// rate renders jobs per second briefly.
+func rate(v float64) string {
+	switch {
+	case v == 0:
+		return "0"
+	case v < 0.1:
+		return strconv.FormatFloat(v, 'f', 3, 64)
+	case v < 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 0, 64)
+}
+
 // ---- queue ----
 
 type queuePage struct {
 	Pool, Namespace, Queue string
 	Base                   string // /ui/queue/pool/ns/q
-	Ready, Timer, Dead     int64
+	Row                    uiQueueRow
 	Config                 engine.QueueConfig
 	Backoff                string
 	DeadTTL                string
 	Webhook                *webhookView
 	WebhooksOn             bool
-	Head                   *jobView
-	HeadErr                string
-	DeadJobs               []*jobView
-	DeadOffset             int64
-	DeadPrev, DeadNext     string
+	// Latency is the publish→consume percentiles over the recent minutes.
+	Latency            []kv
+	Lists              []jobListView
+	ListError          string
+	DeadJobs           []*jobView
+	DeadOffset         int64
+	DeadPrev, DeadNext string
+}
+
+// jobListView is one list of the queue page: ready, delayed or in flight.
+type jobListView struct {
+	Key, Title string
+	Jobs       []*jobView
+	Next, Back string // links to the next page and back to the first
 }
 
 type webhookView struct {
@@ -484,27 +578,47 @@ func (d *dashboard) queue(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
-	p := queuePage{Pool: pool, Namespace: ns, Queue: q, Base: queueBase(pool, ns, q), WebhooksOn: d.s.webhooks != nil}
+	p := queuePage{Pool: pool, Namespace: ns, Queue: q, Base: queueBase(pool, ns, q), WebhooksOn: d.s.webhooks != nil,
+		Row: uiQueueRow{Pool: pool, Namespace: ns, Queue: q}}
+	now := d.s.now()
+	db, derr := d.s.dashboardOf(pool)
 	var err error
-	if p.Ready, err = x.Size(ctx, ns, q); err != nil {
-		d.fail(c, err)
-		return
-	}
-	if p.Dead, err = x.DeadLetterSize(ctx, ns, q); err != nil {
-		d.fail(c, err)
-		return
-	}
-	if rows, err := d.poolStats(ctx, pool, ns); err == nil {
-		for _, r := range rows {
-			if r.Queue == q {
-				p.Timer = r.Timer
+	if derr == nil {
+		details, err := db.QueueDetails(ctx, ns, []string{q})
+		if err != nil {
+			d.fail(c, err)
+			return
+		}
+		if len(details) == 1 {
+			applyDetail(&p.Row, &details[0], now)
+			for _, pc := range []struct {
+				name string
+				p    float64
+			}{{"p50", 0.5}, {"p90", 0.9}, {"p99", 0.99}} {
+				v := "–"
+				if ms := details[0].Recent.LatencyPercentile(pc.p); ms >= 0 {
+					v = "≤ " + strconv.FormatInt(ms, 10) + " ms"
+					if ms > engine.LatencyBoundsMS[len(engine.LatencyBoundsMS)-1] {
+						v = "> " + strconv.FormatInt(ms-1, 10) + " ms"
+					}
+				}
+				p.Latency = append(p.Latency, kv{pc.name, v})
 			}
+		}
+	} else {
+		if p.Row.Ready, err = x.Size(ctx, ns, q); err == nil {
+			p.Row.Dead, err = x.DeadLetterSize(ctx, ns, q)
+		}
+		if err != nil {
+			d.fail(c, err)
+			return
 		}
 	}
 	if p.Config, err = x.QueueConfig(ctx, ns, q); err != nil {
 		d.fail(c, err)
 		return
 	}
+	p.Row.Paused = p.Config.Paused
 	p.Backoff = tidyDurations(p.Config.Backoff.String())
 	if p.Config.DeadTTL > 0 {
 		p.DeadTTL = p.Config.DeadTTL.String()
@@ -520,11 +634,34 @@ func (d *dashboard) queue(c *gin.Context) {
 			p.Webhook = &webhookView{Error: errMessage(ctx, err)}
 		}
 	}
-	now := d.s.now()
-	if j, err := x.PeekQueue(ctx, ns, q); err == nil {
-		p.Head = newJobView(j, ns, q, now)
+	if derr == nil {
+		for _, l := range []struct {
+			list       engine.JobList
+			key, title string
+		}{{engine.ListReady, "ready", "Ready jobs (next first)"}, {engine.ListDelayed, "delayed", "Delayed jobs (due first)"}, {engine.ListInFlight, "in_flight", "In-flight jobs (TTR ending first)"}} {
+			cursor, _ := strconv.ParseInt(c.Query(l.key+"_cursor"), 10, 64)
+			cursor = max(cursor, 0)
+			jobs, next, err := db.ListJobs(ctx, ns, q, l.list, cursor, jobPage)
+			if err != nil {
+				p.ListError = errMessage(ctx, err)
+				break
+			}
+			lv := jobListView{Key: l.key, Title: l.title}
+			for _, j := range jobs {
+				lv.Jobs = append(lv.Jobs, newJobView(j, ns, q, now))
+			}
+			if next > 0 {
+				lv.Next = p.Base + "?" + l.key + "_cursor=" + strconv.FormatInt(next, 10) + "#" + l.key
+			}
+			if cursor > 0 {
+				lv.Back = p.Base + "#" + l.key
+			}
+			p.Lists = append(p.Lists, lv)
+		}
+	} else if j, err := x.PeekQueue(ctx, ns, q); err == nil {
+		p.Lists = append(p.Lists, jobListView{Key: "ready", Title: "Next ready job", Jobs: []*jobView{newJobView(j, ns, q, now)}})
 	} else if !errors.Is(err, engine.ErrQueueEmpty) {
-		p.HeadErr = errMessage(ctx, err)
+		p.ListError = errMessage(ctx, err)
 	}
 	p.DeadOffset, _ = strconv.ParseInt(c.Query("dead_offset"), 10, 64)
 	p.DeadOffset = max(p.DeadOffset, 0)
@@ -537,13 +674,16 @@ func (d *dashboard) queue(c *gin.Context) {
 		p.DeadJobs = append(p.DeadJobs, newJobView(j, ns, q, now))
 	}
 	if p.DeadOffset > 0 {
-		p.DeadPrev = p.Base + "?dead_offset=" + strconv.FormatInt(max(p.DeadOffset-deadPage, 0), 10)
+		p.DeadPrev = p.Base + "?dead_offset=" + strconv.FormatInt(max(p.DeadOffset-deadPage, 0), 10) + "#dead"
 	}
 	if len(dead) == deadPage {
-		p.DeadNext = p.Base + "?dead_offset=" + strconv.FormatInt(p.DeadOffset+deadPage, 10)
+		p.DeadNext = p.Base + "?dead_offset=" + strconv.FormatInt(p.DeadOffset+deadPage, 10) + "#dead"
 	}
 	d.render(c, http.StatusOK, "queue", ns+"/"+q, "overview", p)
 }
+
+// jobPage is how many jobs each list of the queue page shows at once.
+const jobPage = 20
 
 // ---- job ----
 
@@ -637,6 +777,20 @@ func (d *dashboard) lookup(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
+	if ns == "" && q == "" {
+		if db, err := d.s.dashboardOf(pool); err == nil {
+			j, err := db.FindJob(ctx, id)
+			switch {
+			case err == nil:
+				c.Redirect(http.StatusSeeOther, "/ui/job/"+url.PathEscape(pool)+"/"+url.PathEscape(j.Namespace)+"/"+url.PathEscape(j.Queue)+"/"+url.PathEscape(id))
+			case errors.Is(err, engine.ErrJobNotFound) || errors.Is(err, engine.ErrInvalid):
+				d.notFound(c, "job "+id+" not found in pool "+pool)
+			default:
+				d.fail(c, err)
+			}
+			return
+		}
+	}
 	var cands [][2]string
 	if ns != "" && q != "" {
 		cands = append(cands, [2]string{ns, q})

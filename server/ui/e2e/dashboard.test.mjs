@@ -17,8 +17,7 @@ mkdirSync(shots, { recursive: true });
 const ADMIN = env.admin; // http://127.0.0.1:port
 const API = env.api;
 const results = {};
-// TODO(merge i23-history): /history answers once the history endpoints are in.
-const ALLOW_404 = new Set(['history']); // handed back to the Go test on stdout (last line)
+const ALLOW_404 = new Set([]); // handed back to the Go test on stdout (last line)
 
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM,
@@ -134,6 +133,7 @@ await step('queue page shows counts and the next ready job; its job page opens',
   await page.goto(queueURL(env.queue));
   assert.equal(await page.locator('#q-ready').textContent(), String(env.ready + 1));
   await shot('queue');
+  assert.equal(await page.locator('#ready-jobs tbody tr').count(), env.ready + 1);
   await page.locator('#ready-jobs a').first().click();
   await page.waitForURL(/\/ui\/job\//);
   assert.equal(await page.locator('#job-id').textContent(), env.first_job);
