@@ -728,9 +728,9 @@ func newJobView(j *engine.Job, ns, q string, now time.Time) *jobView {
 	slices.SortFunc(v.Attributes, func(a, b kv) int { return strings.Compare(a.Key, b.Key) })
 	v.BodyAuto, v.Body = formatBody(j.Body, "")
 	v.BodyAs = v.BodyAuto
-	v.BodyPreview = v.Body
-	if len(v.BodyPreview) > 120 {
-		v.BodyPreview = v.BodyPreview[:120] + "…"
+	_, v.BodyPreview = formatBody(j.Body, "text") // compact: JSON as sent
+	if r := []rune(v.BodyPreview); len(r) > 120 {
+		v.BodyPreview = string(r[:120]) + "…"
 	}
 	if !j.DueAt.IsZero() {
 		v.DueIn = j.DueAt.Sub(now).Round(time.Second).String()

@@ -57,7 +57,7 @@ async function waitText(loc, want, timeout) {
   let got;
   while (Date.now() < end) {
     got = await loc.textContent();
-    if (got === want) return;
+    if (want instanceof RegExp ? want.test(got) : got === want) return;
     await page.waitForTimeout(100);
   }
   throw new Error(`text ${JSON.stringify(got)} after ${timeout} ms, want ${JSON.stringify(want)}`);
@@ -94,6 +94,9 @@ await step('overview lists the namespace with its totals', async () => {
   assert.match(csp, /script-src 'self'/);
   assert.doesNotMatch(csp, /unsafe-inline/);
   await page.locator(`#pool-default a:text-is("${env.ns}")`).waitFor();
+  // the throughput chart is drawn from GET /history
+  await page.locator('.chart-throughput canvas').waitFor();
+  await waitText(page.locator('.chart-status'), /^updated /, 10000);
   await shot('overview');
 });
 
@@ -132,6 +135,7 @@ await step('the table refreshes by itself when jobs are published', async () => 
 await step('queue page shows counts and the next ready job; its job page opens', async () => {
   await page.goto(queueURL(env.queue));
   assert.equal(await page.locator('#q-ready').textContent(), String(env.ready + 1));
+  await page.locator('.chart-latency canvas').waitFor();
   await shot('queue');
   assert.equal(await page.locator('#ready-jobs tbody tr').count(), env.ready + 1);
   await page.locator('#ready-jobs a').first().click();
