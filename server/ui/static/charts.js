@@ -44,7 +44,8 @@
     });
     /* global uPlot */
     box._uplot = new uPlot({ width: width(box.parentNode), height: 180, series: series,
-      axes: [{}, { size: 50 }], legend: { live: true }, cursor: { drag: { x: false, y: false } } }, data, box);
+      scales: { y: { range: function (u, lo, hi) { return [0, hi > 0 ? hi * 1.1 : 1]; } } },
+      axes: [{}, { size: 56 }], legend: { live: true }, cursor: { drag: { x: false, y: false } } }, data, box);
   }
 
   function draw(section, range) {
