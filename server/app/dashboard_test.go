@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 )
 
@@ -151,4 +152,72 @@ func TestDashboardDisabled(t *testing.T) {
 		r.wantStatus(t, http.StatusNotFound)
 		r.wantBody(t, `{"error":"api not found"}`)
 	}
+}
+
+// TestDashboardHashedTokens: with HashTokens the tokens page lists
+// fingerprints (the server has nothing more), revokes by fingerprint, and
+// a token created from the page is shown once.
+func TestDashboardHashedTokens(t *testing.T) {
+	rs := redistest.Start(t)
+	cfg := redisConfig(rs.Addr)
+	cfg.Kairos.HashTokens = true
+	cfg.Accounts = map[string]string{"ops": "pw"}
+	e := &browserE2E{kairos: startKairos(t, cfg), NS: "hx", User: "ops", Password: "pw"}
+	r := doHTTP(t, http.MethodPost, e.Admin+"/token/hx?description=api-made", "", nil, e.basic())
+	r.wantStatus(t, http.StatusCreated)
+	var out struct{ Token string }
+	r.decode(t, &out)
+	fp := auth.Fingerprint(out.Token)
+
+	st, h, body := dashDo(t, e, "GET", "/ui/tokens?pool=default&namespace=hx", true, nil, nil)
+	if st != http.StatusOK || !strings.Contains(body, `data-fingerprint="`+fp+`"`) || strings.Contains(body, out.Token) {
+		t.Fatalf("tokens page: %d; want the fingerprint %s and never the token:\n%s", st, fp, body)
+	}
+	if !strings.Contains(body, "this server stores them hashed") {
+		t.Error("tokens page does not say tokens are stored hashed")
+	}
+	var csrf string
+	for _, c := range (&http.Response{Header: h}).Cookies() {
+		if c.Name == "kairos_csrf" {
+			csrf = c.Value
+		}
+	}
+	cookie := map[string]string{"Cookie": "kairos_csrf=" + csrf}
+
+	// Create: the answer shows the token once; the list then shows its fingerprint only.
+	st, _, body = dashDo(t, e, "POST", "/ui/tokens/create?pool=default", true,
+		url.Values{"_csrf": {csrf}, "namespace": {"hx"}, "description": {"ui-made"}, "roles": {"consume"}, "queues": {"a,b"}}, cookie)
+	if st != http.StatusCreated {
+		t.Fatalf("create: %d %s", st, body)
+	}
+	i := strings.Index(body, `<pre class="token" id="new-token">`)
+	if i < 0 {
+		t.Fatalf("create: no token shown:\n%s", body)
+	}
+	newTok := body[i+len(`<pre class="token" id="new-token">`):]
+	newTok = newTok[:strings.Index(newTok, "<")]
+	if len(newTok) != 26 {
+		t.Fatalf("new token %q", newTok)
+	}
+	r = doHTTP(t, http.MethodGet, e.API+"/api/hx/a/peek", newTok, nil, nil)
+	r.wantStatus(t, http.StatusNotFound) // the token works (queue empty)
+	_, _, body = dashDo(t, e, "GET", "/ui/tokens?pool=default&namespace=hx", true, nil, cookie)
+	if strings.Contains(body, newTok) || !strings.Contains(body, auth.Fingerprint(newTok)) {
+		t.Fatalf("list after create shows the token or lacks its fingerprint:\n%s", body)
+	}
+
+	// Revoke the API-made token by fingerprint.
+	st, h, _ = dashDo(t, e, "POST", "/ui/tokens/revoke?pool=default", true, url.Values{"_csrf": {csrf}, "namespace": {"hx"}, "fingerprint": {fp}}, cookie)
+	if st != http.StatusSeeOther {
+		t.Fatalf("revoke: %d", st)
+	}
+	r = doHTTP(t, http.MethodGet, e.API+"/api/hx/a/peek", out.Token, nil, nil)
+	r.wantStatus(t, http.StatusUnauthorized)
+	// A revoke of something that is not a fingerprint does nothing.
+	st, h, _ = dashDo(t, e, "POST", "/ui/tokens/revoke?pool=default", true, url.Values{"_csrf": {csrf}, "namespace": {"hx"}, "fingerprint": {newTok}}, cookie)
+	if st != http.StatusSeeOther || h.Get("Location") != "/ui/tokens?namespace=hx&pool=default" {
+		t.Fatalf("revoke by token: %d %v", st, h)
+	}
+	r = doHTTP(t, http.MethodGet, e.API+"/api/hx/a/peek", newTok, nil, nil)
+	r.wantStatus(t, http.StatusNotFound)
 }
