@@ -503,6 +503,17 @@ func applyDetail(r *uiQueueRow, dt *engine.QueueDetail, now time.Time) {
 	r.ConRate = rate(float64(dt.Recent.Consumed) / secs)
 }
 
+// fmtMS renders milliseconds briefly: 250 ms, 2.5 s, 5 min.
+func fmtMS(ms int64) string {
+	switch {
+	case ms < 1000:
+		return strconv.FormatInt(ms, 10) + " ms"
+	case ms < 60000:
+		return strconv.FormatFloat(float64(ms)/1000, 'f', -1, 64) + " s"
+	}
+	return strconv.FormatFloat(float64(ms)/60000, 'f', -1, 64) + " min"
+}
+
 // rate renders jobs per second briefly.
 func rate(v float64) string {
 	switch {
@@ -591,19 +602,29 @@ func (d *dashboard) queue(c *gin.Context) {
 		}
 		if len(details) == 1 {
 			applyDetail(&p.Row, &details[0], now)
-			for _, pc := range []struct {
-				name string
-				p    float64
-			}{{"p50", 0.5}, {"p90", 0.9}, {"p99", 0.99}} {
-				v := "–"
-				if ms := details[0].Recent.LatencyPercentile(pc.p); ms >= 0 {
-					v = "≤ " + strconv.FormatInt(ms, 10) + " ms"
-					if ms > engine.LatencyBoundsMS[len(engine.LatencyBoundsMS)-1] {
-						v = "> " + strconv.FormatInt(ms-1, 10) + " ms"
-					}
+		}
+		// Latency percentiles over the last 5 minutes, the current one included.
+		var sum engine.Counts
+		hist, err := db.History(ctx, ns, q, now.Truncate(time.Minute).Add(-(engine.RecentMinutes-1)*time.Minute), engine.RecentMinutes)
+		if err != nil {
+			d.fail(c, err)
+			return
+		}
+		for i := range hist {
+			sum.Add(&hist[i])
+		}
+		for _, pc := range []struct {
+			name string
+			p    float64
+		}{{"p50", 0.5}, {"p90", 0.9}, {"p99", 0.99}} {
+			v := "–"
+			if ms := sum.LatencyPercentile(pc.p); ms >= 0 {
+				v = "≤ " + fmtMS(ms)
+				if last := engine.LatencyBoundsMS[len(engine.LatencyBoundsMS)-1]; ms > last {
+					v = "> " + fmtMS(last)
 				}
-				p.Latency = append(p.Latency, kv{pc.name, v})
 			}
+			p.Latency = append(p.Latency, kv{pc.name, v})
 		}
 	} else {
 		if p.Row.Ready, err = x.Size(ctx, ns, q); err == nil {

@@ -31,6 +31,14 @@
     return Math.max(320, Math.min(600, Math.floor((section.clientWidth || 1200) / 2) - 24));
   }
 
+  // ms renders a latency axis value: 250 ms, 2.5 s, 5 min.
+  function ms(v) {
+    if (v == null) return '';
+    if (v < 1000) return v + ' ms';
+    if (v < 60000) return (v / 1000) + ' s';
+    return (Math.round(v / 6000) / 10) + ' min';
+  }
+
   function plot(box, title, names, h, pick, unit) {
     if (box._uplot) box._uplot.destroy();
     box.replaceChildren(el('h3', null, title));
@@ -40,12 +48,14 @@
     names.forEach(function (n) {
       data.push(pick(n));
       series.push({ label: n, stroke: COLORS[n], width: 1.5, spanGaps: false,
-        value: function (u, v) { return v == null ? '–' : (Math.round(v * 100) / 100) + unit; } });
+        value: function (u, v) { return v == null ? '–' : unit === ' ms' ? ms(v) : (Math.round(v * 100) / 100) + unit; } });
     });
     /* global uPlot */
+    var yAxis = { size: 64 };
+    if (unit === ' ms') yAxis.values = function (u, vals) { return vals.map(ms); };
     box._uplot = new uPlot({ width: width(box.parentNode), height: 180, series: series,
       scales: { y: { range: function (u, lo, hi) { return [0, hi > 0 ? hi * 1.1 : 1]; } } },
-      axes: [{}, { size: 56 }], legend: { live: true }, cursor: { drag: { x: false, y: false } } }, data, box);
+      axes: [{}, yAxis], legend: { live: true }, cursor: { drag: { x: false, y: false } } }, data, box);
   }
 
   function draw(section, range) {
@@ -62,7 +72,7 @@
           function (n) { return (h[n] || []).map(function (v) { return v == null ? null : v / step; }); }, '/s');
         var lat = section.querySelector('.chart-latency');
         if (lat && h.latency_ms) {
-          plot(lat, 'Publish → consume latency (ms)', ['p50', 'p90', 'p99'], h,
+          plot(lat, 'Publish → consume latency', ['p50', 'p90', 'p99'], h,
             function (n) { return h.latency_ms[n] || []; }, ' ms');
         }
         status.textContent = 'updated ' + new Date().toLocaleTimeString();
