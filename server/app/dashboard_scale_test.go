@@ -96,17 +96,19 @@ func TestDashboardManyQueues(t *testing.T) {
 	}
 
 	// A refresh of a page costs a bounded number of round trips.
-	idle := redisRoundTrips(t, e)
+	idle, idleAt := redisRoundTrips(t, e), time.Now()
 	time.Sleep(2100 * time.Millisecond) // past the sizes cache: the worst case
 	before := redisRoundTrips(t, e)
-	t.Logf("background: %.0f Redis round trips in 2.1 s", before-idle)
+	perSec := (before - idle) / time.Since(idleAt).Seconds()
+	t.Logf("background: %.0f Redis round trips a second", perSec)
 	_, took = get("/ui/ns/default/big?sort=dead&order=desc&page=50")
 	trips := redisRoundTrips(t, e) - before
 	t.Logf("a page of the 10,000-queue table: %v, %.0f Redis round trips (background work included)", took, trips)
 	// The server's own background work (pump, reclaimer, history flush:
-	// ~100 round trips a second here) is in the count, so the bound is
-	// loose; reading each queue on its own would take at least 10,000.
-	if trips > 1000 {
+	// 100 to 250 round trips a second here) is in the count: take out what
+	// it did at its rate; the bound stays loose, since reading each queue
+	// on its own would take at least 10,000.
+	if trips -= perSec * took.Seconds(); trips > 1000 {
 		t.Errorf("a page of the queues table took %.0f Redis round trips, want far fewer than one per queue", trips)
 	}
 }
