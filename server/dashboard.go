@@ -418,20 +418,25 @@ func (s *Server) listQueues(c *gin.Context) {
 			rows = append(rows, st)
 		}
 	}
-	// all is sorted by name; a stable sort keeps names in order among equals.
-	if key != nil {
+	// all is sorted by name; a stable sort keeps names in ascending order
+	// among equals, whatever the order.
+	switch {
+	case key != nil:
+		sign := 1
+		if desc {
+			sign = -1
+		}
 		slices.SortStableFunc(rows, func(a, b engine.QueueStats) int {
 			ka, kb := key(&a), key(&b)
 			switch {
 			case ka < kb:
-				return -1
+				return -sign
 			case ka > kb:
-				return 1
+				return sign
 			}
 			return 0
 		})
-	}
-	if desc {
+	case desc:
 		slices.Reverse(rows)
 	}
 	out := queuesResponse{Pool: pool, Namespace: ns, Total: len(rows), Offset: offset, Limit: limit, GeneratedAtMS: s.now().UnixMilli(), Queues: []queueRow{}}
@@ -533,6 +538,17 @@ func (s *Server) adminPeekJob(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, newJobDetail(job, ns, q, s.now()))
+}
+
+// adminDeadJobs serves GET /queue/:namespace/:queue/deadletter/jobs: the
+// public listDeadLetter on the admin listener, for the pool of ?pool=.
+func (s *Server) adminDeadJobs(c *gin.Context) {
+	_, _, _, x, ok := s.adminQueue(c)
+	if !ok {
+		return
+	}
+	state(c).eng = x
+	s.listDeadLetter(c)
 }
 
 // findJob serves GET /job/:job_id?pool=: the job, whatever its queue.

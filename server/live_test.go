@@ -52,6 +52,7 @@ func (b *syncBuffer) String() string {
 // live is one running server instance.
 type live struct {
 	srv       *Server
+	eng       *rdb.Engine
 	cfg       *config.Config
 	client    redis.UniversalClient
 	tokens    *auth.Store
@@ -77,6 +78,8 @@ type liveOptions struct {
 	// throttleRefresh is how often the throttler reloads the limits; 0:
 	// 50 ms.
 	throttleRefresh time.Duration
+	// historyFlush is the engine's HistoryFlush (0: no history).
+	historyFlush time.Duration
 }
 
 // startLive starts a server over opts.client (a fresh miniredis by
@@ -102,12 +105,13 @@ func startLive(t testing.TB, opts liveOptions) *live {
 	logger.SetLevel(logrus.DebugLevel)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	eng, err := rdb.New(ctx, client, rdb.Options{Logger: logger, Now: opts.now})
+	eng, err := rdb.New(ctx, client, rdb.Options{Logger: logger, Now: opts.now, HistoryFlush: opts.historyFlush})
 	if err != nil {
 		cancel()
 		t.Fatalf("rdb.New: %v", err)
 	}
 	l := &live{
+		eng:    eng,
 		cfg:    cfg,
 		client: client,
 		logs:   logs,

@@ -104,6 +104,7 @@ func (s *Server) adminRoutes() *gin.Engine {
 	r.GET("/queues/:namespace", basic, s.listQueues)
 	r.GET("/queue/:namespace/:queue/jobs", basic, s.listJobs)
 	r.GET("/queue/:namespace/:queue/job/:job_id", basic, s.adminPeekJob)
+	r.GET("/queue/:namespace/:queue/deadletter/jobs", basic, s.adminDeadJobs)
 	r.GET("/job/:job_id", basic, s.findJob)
 
 	// The web dashboard (ui_pages.go), unless [Dashboard] Enabled = false.

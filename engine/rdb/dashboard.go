@@ -29,8 +29,10 @@ const (
 // queueDetailScript reads what the queue table shows of one queue.
 //
 //	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] timer   KEYS[4] dead letter
-//	KEYS[5] config   KEYS[6..] the history hashes of the recent minutes
+//	KEYS[5] config   KEYS[6..] the history hashes of the recent minutes' blocks
 //	ARGV[1] job key prefix   ARGV[2] exact split up to   ARGV[3] sample size
+//	ARGV[4..] per recent minute: the index in KEYS of its block's hash, and
+//	its place in the block
 //
 // Returns {ready, timer, dead, paused, in flight, exact, oldest list ID,
 // first priority ID, published, consumed, acked, retried, dead (recent)}.
@@ -69,8 +71,9 @@ for _, e in ipairs(ps) do
   if redis.call('EXISTS', jp .. id) == 1 then first = id break end
 end
 local sums = {0, 0, 0, 0, 0}
-for i = 6, #KEYS do
-  local v = redis.call('HMGET', KEYS[i], 'p', 'c', 'a', 'r', 'd')
+for i = 4, #ARGV - 1, 2 do
+  local d = ARGV[i + 1]
+  local v = redis.call('HMGET', KEYS[tonumber(ARGV[i])], d .. 'p', d .. 'c', d .. 'a', d .. 'r', d .. 'd')
   for k = 1, 5 do sums[k] = sums[k] + (tonumber(v[k]) or 0) end
 end
 return {ready, timer, dead, paused, inflight, exact, oldest, first, sums[1], sums[2], sums[3], sums[4], sums[5]}
@@ -202,10 +205,17 @@ func (e *Engine) QueueDetails(ctx context.Context, ns string, queues []string) (
 		_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, q := range queues {
 				keys := []string{readyKey(ns, q), prioKey(ns, q), timerKey(ns, q), deadKey(ns, q), configKey(ns, q)}
+				args := []interface{}{jobKeyPrefix(ns, q), inFlightExact, inFlightSample}
+				last := int64(-1)
 				for m := minute - engine.RecentMinutes; m < minute; m++ {
-					keys = append(keys, queueHistoryKey(ns, q, m))
+					b, at := blockOf(m)
+					if b != last {
+						keys = append(keys, queueHistoryKey(ns, q, b))
+						last = b
+					}
+					args = append(args, len(keys), at)
 				}
-				cmds[i] = queueDetailScript.EvalSha(ctx, p, keys, jobKeyPrefix(ns, q), inFlightExact, inFlightSample)
+				cmds[i] = queueDetailScript.EvalSha(ctx, p, keys, args...)
 			}
 			return nil
 		})

@@ -18,33 +18,56 @@ import (
 // dashboard (doc/dashboard.md). The hot paths only add to atomic counters
 // in memory (one set per queue, found through the queue's names); every
 // HistoryFlush the engine writes what changed since its last flush into
-// the hash of the current minute (HINCRBY per non-zero field, EXPIREAT),
-// for the queue, its namespace and the pool, in pipelines. Every server
-// adds its own counts to the same hashes, so they hold the sums of all.
+// the current minute's fields of the hash of its block of historyBlock
+// minutes (HINCRBY per non-zero field, EXPIREAT), for the queue, its
+// namespace and the pool, in pipelines. Every server adds its own counts
+// to the same hashes, so they hold the sums of all.
+//
+// A block's hash has the fields "<minute in block><counter>": "3p" is the
+// jobs published in its 4th minute; counters p, c, a, r, d and l0…l14 (the
+// latency buckets). Only non-zero fields exist, so that a block has at
+// most 6 × 20 = 120 fields and stays a listpack (Redis's compact encoding,
+// up to hash-max-listpack-entries = 128 by default): one hash per minute
+// would cost twice the memory in per-key overhead.
 
 const (
 	// historyRetention is how long a minute's hashes live after their
 	// minute: the 24 hours the dashboard shows, and an hour to spare.
 	historyRetention = 25 * time.Hour
-	// HistoryMaxMinutes is the longest window History reads.
-	HistoryMaxMinutes = 24 * 60
-	// historyIdleFlushes is how many flushes without a change retire a
-	// queue's counters from memory (they come back at its next event).
-	historyIdleFlushes = 60
+	// HistoryMaxMinutes is the longest window History reads: a day, and
+	// an hour on each side for windows aligned to hour-long steps.
+	HistoryMaxMinutes = 26 * 60
+	// A queue's counters leave memory (they come back at its next event)
+	// after historyIdleFlushes flushes and historyIdleTime without a
+	// change; the flushes look at them for historyRetireGrace more, for a
+	// hot path that took them just before.
+	historyIdleFlushes = 12
+	historyIdleTime    = 5 * time.Minute
+	historyRetireGrace = time.Minute
 	// historyPipeline is the most commands of one flush or read pipeline.
 	historyPipeline = 2000
+	// historyBlock is the minutes of one hash.
+	historyBlock = 6
 )
 
-// The hash fields of a minute: the counters, then the latency buckets.
+// The hash fields of each minute of a block: the counters, then the
+// latency buckets.
 var (
-	historyFields = [5]string{"p", "c", "a", "r", "d"}
-	latencyFields = func() (f [engine.LatencyBuckets]string) {
-		for i := range f {
-			f[i] = "l" + strconv.Itoa(i)
-		}
-		return f
-	}()
+	historyFields [historyBlock][5]string
+	latencyFields [historyBlock][engine.LatencyBuckets]string
 )
+
+func init() {
+	for m := range historyBlock {
+		d := strconv.Itoa(m)
+		for i, c := range []string{"p", "c", "a", "r", "d"} {
+			historyFields[m][i] = d + c
+		}
+		for i := range engine.LatencyBuckets {
+			latencyFields[m][i] = d + "l" + strconv.Itoa(i)
+		}
+	}
+}
 
 // Indexes of histCounters.n.
 const (
@@ -84,9 +107,8 @@ type histEntry struct {
 	c       *histCounters
 	written engine.Counts // what flushes have written so far
 	idle    int           // flushes in a row with nothing to write
-	// left is, for a retired entry, how many more flushes look at it (a
-	// hot path may have added to it just as it was retired).
-	left int
+	changed time.Time     // the flush that last wrote something
+	retired time.Time     // when it left the map
 }
 
 // history is an engine's in-memory side of the history.
@@ -200,6 +222,15 @@ type histWrite struct {
 	c   engine.Counts
 }
 
+// blockOf is the block of Unix minute m and m's place in it.
+func blockOf(m int64) (block int64, at int) {
+	block = m / historyBlock
+	if m < 0 && m%historyBlock != 0 {
+		block--
+	}
+	return block, int(m - block*historyBlock)
+}
+
 func (e *Engine) flushHistory(ctx context.Context, at time.Time) error {
 	h := e.hist
 	h.flushMu.Lock()
@@ -208,6 +239,7 @@ func (e *Engine) flushHistory(ctx context.Context, at time.Time) error {
 	if at.Unix() < 0 {
 		minute = 0
 	}
+	block, inBlock := blockOf(minute)
 
 	type pending struct {
 		en  *histEntry
@@ -226,9 +258,9 @@ func (e *Engine) flushHistory(ctx context.Context, at time.Time) error {
 			en.idle++
 			return
 		}
-		en.idle = 0
+		en.idle, en.changed = 0, at
 		todo = append(todo, pending{en, cur})
-		writes = append(writes, histWrite{queueHistoryKey(en.ns, en.q, minute), d})
+		writes = append(writes, histWrite{queueHistoryKey(en.ns, en.q, block), d})
 		s := nsSums[en.ns]
 		if s == nil {
 			s = &engine.Counts{}
@@ -238,10 +270,13 @@ func (e *Engine) flushHistory(ctx context.Context, at time.Time) error {
 		pool.Add(&d)
 	}
 	for k, en := range h.queues {
+		if en.changed.IsZero() {
+			en.changed = at
+		}
 		visit(en)
-		if en.idle >= historyIdleFlushes {
+		if en.idle >= historyIdleFlushes && at.Sub(en.changed) >= historyIdleTime {
 			en.c.retired.Store(true)
-			en.left = 2
+			en.retired = at
 			h.retiring = append(h.retiring, en)
 			delete(h.queues, k)
 		}
@@ -249,7 +284,7 @@ func (e *Engine) flushHistory(ctx context.Context, at time.Time) error {
 	kept := h.retiring[:0]
 	for _, en := range h.retiring {
 		visit(en)
-		if en.left--; en.left > 0 {
+		if at.Sub(en.retired) < historyRetireGrace {
 			kept = append(kept, en)
 		}
 	}
@@ -261,14 +296,14 @@ func (e *Engine) flushHistory(ctx context.Context, at time.Time) error {
 		return nil
 	}
 	for ns, s := range nsSums {
-		writes = append(writes, histWrite{namespaceHistoryKey(ns, minute), *s})
+		writes = append(writes, histWrite{namespaceHistoryKey(ns, block), *s})
 	}
-	writes = append(writes, histWrite{poolHistoryKey(minute), pool})
+	writes = append(writes, histWrite{poolHistoryKey(block), pool})
 
-	expireAt := time.Unix((minute+1)*60, 0).Add(historyRetention)
+	expireAt := time.Unix((block+1)*historyBlock*60, 0).Add(historyRetention)
 	p := e.rdb.Pipeline()
 	for _, w := range writes {
-		addIncrements(ctx, p, w.key, &w.c)
+		addIncrements(ctx, p, w.key, inBlock, &w.c)
 		p.ExpireAt(ctx, w.key, expireAt)
 		if p.Len() >= historyPipeline {
 			if _, err := p.Exec(ctx); err != nil {
@@ -302,28 +337,30 @@ func diffCounts(a, b *engine.Counts) (d engine.Counts) {
 	return d
 }
 
-// addIncrements queues one HINCRBY per non-zero counter of c.
-func addIncrements(ctx context.Context, p redis.Pipeliner, key string, c *engine.Counts) {
+// addIncrements queues one HINCRBY per non-zero counter of c, in the
+// fields of minute at of the block.
+func addIncrements(ctx context.Context, p redis.Pipeliner, key string, at int, c *engine.Counts) {
 	for i, n := range [5]int64{c.Published, c.Consumed, c.Acked, c.Retried, c.Dead} {
 		if n != 0 {
-			p.HIncrBy(ctx, key, historyFields[i], n)
+			p.HIncrBy(ctx, key, historyFields[at][i], n)
 		}
 	}
 	for i, n := range c.Latency {
 		if n != 0 {
-			p.HIncrBy(ctx, key, latencyFields[i], n)
+			p.HIncrBy(ctx, key, latencyFields[at][i], n)
 		}
 	}
 }
 
-// parseCounts reads a minute's hash.
-func parseCounts(m map[string]string) (c engine.Counts) {
+// parseBlock reads a block's hash into the counts of its minutes.
+func parseBlock(m map[string]string) (out [historyBlock]engine.Counts) {
 	for k, v := range m {
 		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || k == "" {
+		if err != nil || len(k) < 2 || k[0] < '0' || k[0] >= '0'+historyBlock {
 			continue
 		}
-		switch k {
+		c := &out[k[0]-'0']
+		switch k[1:] {
 		case "p":
 			c.Published = n
 		case "c":
@@ -335,14 +372,14 @@ func parseCounts(m map[string]string) (c engine.Counts) {
 		case "d":
 			c.Dead = n
 		default:
-			if k[0] == 'l' {
-				if i, err := strconv.Atoi(k[1:]); err == nil && i >= 0 && i < engine.LatencyBuckets {
+			if k[1] == 'l' {
+				if i, err := strconv.Atoi(k[2:]); err == nil && i >= 0 && i < engine.LatencyBuckets {
 					c.Latency[i] = n
 				}
 			}
 		}
 	}
-	return c
+	return out
 }
 
 // History implements engine.Dashboard.
@@ -357,31 +394,38 @@ func (e *Engine) History(ctx context.Context, ns, q string, from time.Time, minu
 		return nil, fmt.Errorf("history: invalid name: %w", engine.ErrInvalid)
 	}
 	first := from.Unix() / 60
-	key := func(m int64) string {
+	if from.Unix() < 0 && from.Unix()%60 != 0 {
+		first--
+	}
+	key := func(b int64) string {
 		switch {
 		case q != "":
-			return queueHistoryKey(ns, q, m)
+			return queueHistoryKey(ns, q, b)
 		case ns != "":
-			return namespaceHistoryKey(ns, m)
+			return namespaceHistoryKey(ns, b)
 		default:
-			return poolHistoryKey(m)
+			return poolHistoryKey(b)
 		}
 	}
+	b0, _ := blockOf(first)
+	b1, _ := blockOf(first + int64(minutes) - 1)
 	out := make([]engine.Counts, minutes)
-	for start := 0; start < minutes; start += historyPipeline {
-		end := min(minutes, start+historyPipeline)
-		cmds := make([]*redis.MapStringStringCmd, end-start)
-		_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i := start; i < end; i++ {
-				cmds[i-start] = p.HGetAll(ctx, key(first+int64(i)))
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("history: read pool %s: %w", e.pool, err)
+	cmds := make([]*redis.MapStringStringCmd, b1-b0+1)
+	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range cmds {
+			cmds[i] = p.HGetAll(ctx, key(b0+int64(i)))
 		}
-		for i, c := range cmds {
-			out[start+i] = parseCounts(c.Val())
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("history: read pool %s: %w", e.pool, err)
+	}
+	for i, c := range cmds {
+		mins := parseBlock(c.Val())
+		for k := range mins {
+			if j := (b0+int64(i))*historyBlock + int64(k) - first; j >= 0 && j < int64(minutes) {
+				out[j] = mins[k]
+			}
 		}
 	}
 	return out, nil

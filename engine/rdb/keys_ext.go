@@ -17,20 +17,21 @@ func configKey(ns, q string) string { return "c/{" + ns + "/" + q + "}" }
 // as long as the job's TTL.
 func uniqueKey(ns, q, key string) string { return "u/{" + ns + "/" + q + "}/" + key }
 
-// History keys (history.go): one hash per minute M (Unix time / 60) with
-// the counters of that minute, for a queue (tag {ns/q}, beside its other
-// keys), a namespace (tag {ns}; a queue's tag always holds a "/") and the
-// pool. They expire historyRetention after their minute.
+// History keys (history.go): one hash per block B of historyBlock minutes
+// (B = Unix minute / historyBlock) with the counters of its minutes, for a
+// queue (tag {ns/q}, beside its other keys), a namespace (tag {ns}; a
+// queue's tag always holds a "/") and the pool. They expire
+// historyRetention after their block.
 
-// queueHistoryKey is h/{ns/q}/M.
-func queueHistoryKey(ns, q string, minute int64) string {
-	return "h/{" + ns + "/" + q + "}/" + strconv.FormatInt(minute, 10)
+// queueHistoryKey is h/{ns/q}/B.
+func queueHistoryKey(ns, q string, block int64) string {
+	return "h/{" + ns + "/" + q + "}/" + strconv.FormatInt(block, 10)
 }
 
-// namespaceHistoryKey is h/{ns}/M.
-func namespaceHistoryKey(ns string, minute int64) string {
-	return "h/{" + ns + "}/" + strconv.FormatInt(minute, 10)
+// namespaceHistoryKey is h/{ns}/B.
+func namespaceHistoryKey(ns string, block int64) string {
+	return "h/{" + ns + "}/" + strconv.FormatInt(block, 10)
 }
 
-// poolHistoryKey is h/M.
-func poolHistoryKey(minute int64) string { return "h/" + strconv.FormatInt(minute, 10) }
+// poolHistoryKey is h/B.
+func poolHistoryKey(block int64) string { return "h/" + strconv.FormatInt(block, 10) }
