@@ -173,25 +173,32 @@ func TestDashboardBrowser(t *testing.T) {
 	const xssBody = `<script>window.__xss=1</script><img src=x onerror="window.__xss=2">`
 	xss := e.publish(t, "xss", "", xssBody, map[string]string{"Enable-Job-Version": "YES", "Job-Attr-Note": "<b>bold</b>"})
 
-	// Two dead jobs: one try each, consumed with a 1 s TTR and not ACKed.
+	// Dead jobs (one try each, consumed with a 1 s TTR and not ACKed): two
+	// in "failing" (respawn one, delete one), three in "failing-all"
+	// (respawn all) and two in "failing-del" (delete all).
 	const deadQueue = "failing"
-	for i := range 2 {
-		e.publish(t, deadQueue, "tries=1", "will fail "+string(rune('a'+i)), nil)
+	deadQueues := map[string]int{deadQueue: 2, "failing-all": 3, "failing-del": 2}
+	for q, n := range deadQueues {
+		for i := range n {
+			e.publish(t, q, "tries=1", "will fail "+string(rune('a'+i)), nil)
+		}
+		r := doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/"+q+"?count=10&ttr=1", e.Token, nil, nil)
+		r.wantStatus(t, http.StatusOK)
 	}
-	r := doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/"+deadQueue+"?count=2&ttr=1", e.Token, nil, nil)
-	r.wantStatus(t, http.StatusOK)
 	deadline := time.Now().Add(20 * time.Second)
-	for {
-		r := doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/"+deadQueue+"/deadletter/size", "", nil, nil)
-		var out struct{ Size int }
-		r.decode(t, &out)
-		if out.Size == 2 {
-			break
+	for q, n := range deadQueues {
+		for {
+			r := doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/"+q+"/deadletter/size", "", nil, nil)
+			var out struct{ Size int }
+			r.decode(t, &out)
+			if out.Size == n {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: dead letter size %d after 20 s, want %d", q, out.Size, n)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dead letter size %d after 20 s, want 2", out.Size)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 
 	res := runBrowser(t, e.fixtures(map[string]any{
@@ -205,7 +212,7 @@ func TestDashboardBrowser(t *testing.T) {
 	if respawned == "" || deleted == "" {
 		t.Fatalf("the script reported no respawned or deleted job: %v", res)
 	}
-	r = doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/"+deadQueue+"/job/"+respawned, e.Token, nil, nil)
+	r := doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/"+deadQueue+"/job/"+respawned, e.Token, nil, nil)
 	r.wantStatus(t, http.StatusOK)
 	if j := r.job(t); j.RemainTries != 1 {
 		t.Errorf("respawned job: remain_tries %d, want 1", j.RemainTries)
@@ -214,6 +221,12 @@ func TestDashboardBrowser(t *testing.T) {
 	r.wantStatus(t, http.StatusNotFound)
 	r = doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/"+deadQueue+"/deadletter/size", "", nil, nil)
 	r.wantBody(t, `{"namespace":"`+e.NS+`","queue":"`+deadQueue+`","size":0}`)
+	for q, want := range map[string]string{"failing-all": "3", "failing-del": "0"} {
+		r = doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/"+q+"/size", "", nil, nil)
+		r.wantBody(t, `{"namespace":"`+e.NS+`","queue":"`+q+`","size":`+want+`}`)
+		r = doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/"+q+"/deadletter/size", "", nil, nil)
+		r.wantBody(t, `{"namespace":"`+e.NS+`","queue":"`+q+`","size":0}`)
+	}
 	// The token the UI created and revoked is refused.
 	tok, _ := res["ui_token"].(string)
 	r = doHTTP(t, http.MethodPut, e.API+"/api/"+e.NS+"/"+queue, tok, []byte("x"), nil)

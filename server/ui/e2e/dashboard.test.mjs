@@ -189,6 +189,21 @@ await step('dead letter: jobs listed with reasons; respawn one, delete one', asy
   results.deleted = deleted;
 });
 
+await step('dead letter: respawn all, delete all', async () => {
+  await page.goto(queueURL('failing-all'));
+  assert.equal(await page.locator('#dead-jobs tbody tr').count(), 3);
+  await page.click('#respawn-all');
+  await page.locator('#no-dead').waitFor();
+  assert.equal(await page.locator('#flash').textContent(), '3 dead jobs respawned');
+  assert.equal(await page.locator('#ready-jobs tbody tr').count(), 3);
+  await page.goto(queueURL('failing-del'));
+  assert.equal(await page.locator('#dead-jobs tbody tr').count(), 2);
+  await page.click('#delete-all');
+  await page.locator('#no-dead').waitFor();
+  assert.equal(await page.locator('#flash').textContent(), '2 dead jobs deleted');
+  assert.equal(await page.locator('#no-ready').count(), 1);
+});
+
 await step('a ready job is deleted from its job page', async () => {
   await page.goto(`${ADMIN}/ui/job/default/${env.ns}/${env.queue}/${env.delete_job}`);
   await page.click('#delete');
