@@ -29,7 +29,7 @@ const context = await browser.newContext({
   viewport: { width: 1280, height: 900 },
 });
 const page = await context.newPage();
-page.setDefaultTimeout(15000);
+page.setDefaultTimeout(30000); // generous: CI machines are shared
 const consoleErrors = [];
 page.on('console', (m) => {
   // failed loads are reported (with their URL) by the response listener
@@ -96,7 +96,7 @@ await step('overview lists the namespace with its totals', async () => {
   await page.locator(`#pool-default a:text-is("${env.ns}")`).waitFor();
   // the throughput chart is drawn from GET /history
   await page.locator('.chart-throughput canvas').waitFor();
-  await waitText(page.locator('.chart-status'), /^updated /, 10000);
+  await waitText(page.locator(".chart-status"), /^updated /, 30000);
   await shot('overview');
 });
 
@@ -129,7 +129,7 @@ await step('the table refreshes by itself when jobs are published', async () => 
   assert.equal(await cell.textContent(), String(env.ready));
   await api('PUT', `/api/${env.ns}/${env.queue}`, env.token, 'one more');
   // no page.waitForFunction: the CSP (rightly) forbids its eval
-  await waitText(cell, String(env.ready + 1), 15000);
+  await waitText(cell, String(env.ready + 1), 30000);
 });
 
 await step('queue page shows counts and the next ready job; its job page opens', async () => {
