@@ -105,6 +105,9 @@ func (d *dashboard) checkCSRF(c *gin.Context) {
 
 // setFlash leaves a one-shot message for the next page the browser shows.
 func setFlash(c *gin.Context, msg string, ok bool) {
+	if r := []rune(msg); len(r) > 300 { // a cookie holds 4 KB
+		msg = string(r[:300]) + "…"
+	}
 	prefix := "e"
 	if ok {
 		prefix = "o"

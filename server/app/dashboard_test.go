@@ -56,6 +56,9 @@ func TestDashboardHTTP(t *testing.T) {
 	if st, _, _ := dashDo(t, e, "GET", "/ui/static/app.js", false, nil, nil); st != http.StatusUnauthorized {
 		t.Fatalf("GET /ui/static/app.js without basic auth: %d, want 401", st)
 	}
+	if st, h, _ := dashDo(t, e, "GET", "/ui", true, nil, nil); st != http.StatusMovedPermanently || h.Get("Location") != "/ui/" {
+		t.Errorf("GET /ui: %d %v, want 301 to /ui/", st, h)
+	}
 	st, h, body := dashDo(t, e, "GET", "/ui/", true, nil, nil)
 	if st != http.StatusOK {
 		t.Fatalf("GET /ui/: %d %s", st, body)
@@ -137,6 +140,46 @@ func TestDashboardHTTP(t *testing.T) {
 	}
 	r = doHTTP(t, http.MethodGet, e.Admin+"/queue/"+e.NS+"/q1/config", "", nil, e.basic())
 	r.wantBody(t, `{"backoff":"none","dead_ttl_ms":0,"paused":true}`)
+
+	// Backoff policy and webhook forms.
+	post := func(action string, form url.Values) (int, string) {
+		t.Helper()
+		form.Set("_csrf", csrf)
+		st, h, _ := dashDo(t, e, "POST", "/ui/queue/default/"+e.NS+"/q1/"+action, true, form, cookie)
+		var flash string
+		for _, c := range (&http.Response{Header: h}).Cookies() {
+			if c.Name == "kairos_flash" {
+				flash, _ = url.QueryUnescape(c.Value)
+			}
+		}
+		return st, flash
+	}
+	if st, flash := post("backoff", url.Values{"backoff": {"fixed:5s"}}); st != http.StatusSeeOther || flash != "obackoff policy set" {
+		t.Fatalf("set backoff: %d %q", st, flash)
+	}
+	if st, flash := post("backoff", url.Values{"backoff": {"sometimes"}}); st != http.StatusSeeOther || !strings.HasPrefix(flash, "e") {
+		t.Fatalf("set a bad backoff: %d %q, want an error flash", st, flash)
+	}
+	r = doHTTP(t, http.MethodGet, e.Admin+"/queue/"+e.NS+"/q1/config", "", nil, e.basic())
+	r.wantBody(t, `{"backoff":"fixed:5s","dead_ttl_ms":0,"paused":true}`)
+	if st, flash := post("webhook", url.Values{"url": {"http://127.0.0.1:9/hook"}, "secret": {"shh"}, "concurrency": {"2"}}); st != http.StatusSeeOther || flash != "owebhook subscribed" {
+		t.Fatalf("subscribe: %d %q", st, flash)
+	}
+	r = doHTTP(t, http.MethodGet, e.Admin+"/webhook/"+e.NS+"/q1", "", nil, e.basic())
+	if r.Status != http.StatusOK || !strings.Contains(string(r.Body), `"url":"http://127.0.0.1:9/hook"`) || !strings.Contains(string(r.Body), `"concurrency":2`) {
+		t.Fatalf("webhook after subscribe: %v", r)
+	}
+	_, _, body = dashDo(t, e, "GET", "/ui/queue/default/"+e.NS+"/q1", true, nil, cookie)
+	if !strings.Contains(body, "http://127.0.0.1:9/hook") || strings.Contains(body, "shh") {
+		t.Fatalf("queue page: want the webhook URL and never its secret:\n%s", body)
+	}
+	if st, flash := post("unsubscribe", url.Values{}); st != http.StatusSeeOther || flash != "owebhook removed" {
+		t.Fatalf("unsubscribe: %d %q", st, flash)
+	}
+	r = doHTTP(t, http.MethodGet, e.Admin+"/webhook/"+e.NS+"/q1", "", nil, e.basic())
+	if r.Status != http.StatusNotFound {
+		t.Fatalf("webhook after unsubscribe: %v", r)
+	}
 }
 
 // TestDashboardDisabled: [Dashboard] Enabled = false leaves /ui/ to the
