@@ -55,6 +55,9 @@ func browserTools(tb testing.TB) (node, dir, chromium string) {
 	if chromium == "" {
 		missing("chromium is not on PATH")
 	}
+	if fi, err := os.Stat(chromium); err != nil || fi.IsDir() {
+		missing("the browser " + chromium + " does not exist")
+	}
 	return node, dir, chromium
 }
 
@@ -164,6 +167,7 @@ func (e *browserE2E) fixtures(extra map[string]any) map[string]any {
 // and destroy. The script checks the UI and, through the API, the effect
 // of each action; this test checks what it reports back.
 func TestDashboardBrowser(t *testing.T) {
+	browserTools(t) // skip (or fail in CI) before starting anything
 	e := startBrowserE2E(t)
 	const queue = "orders"
 	first := e.publish(t, queue, "", `{"order":1}`, nil)
