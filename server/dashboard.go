@@ -65,6 +65,17 @@ func (s *Server) dashboardOf(pool string) (engine.Dashboard, error) {
 	return d, nil
 }
 
+// validateNamespace checks a namespace alone as validateNames does.
+func validateNamespace(ns string) error {
+	if len(ns) > engine.MaxNameLength {
+		return errNameTooLong
+	}
+	if !engine.ValidName(ns) {
+		return errNamespaceChars
+	}
+	return nil
+}
+
 // queryPool is the pool query parameter, "default" when absent.
 func queryPool(c *gin.Context) string {
 	if p := c.Query("pool"); p != "" {
@@ -218,9 +229,11 @@ func (s *Server) series(c *gin.Context) {
 			s.failAdmin(c, err)
 			return
 		}
-	} else if ns != "" && !engine.ValidName(ns) {
-		s.failAdmin(c, errNamespaceChars)
-		return
+	} else if ns != "" {
+		if err := validateNamespace(ns); err != nil {
+			s.failAdmin(c, err)
+			return
+		}
 	}
 	pool := c.Query("pool")
 	pools := []string{pool}
@@ -363,8 +376,8 @@ func queryInt(c *gin.Context, name string, def, lo, hi int, bad *apiError) (int,
 // listQueues serves GET /queues/:namespace.
 func (s *Server) listQueues(c *gin.Context) {
 	ns := c.Param("namespace")
-	if !engine.ValidName(ns) {
-		s.failAdmin(c, errNamespaceChars)
+	if err := validateNamespace(ns); err != nil {
+		s.failAdmin(c, err)
 		return
 	}
 	pool := queryPool(c)

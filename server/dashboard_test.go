@@ -252,7 +252,7 @@ func TestDashboardEndpoints(t *testing.T) {
 					"/history?from=abc", "/history?from=2000&to=1000", "/history?to=1000", "/history?from=0&to=86400001",
 					"/history?from=1&range=1h", "/history?from=-5", "/history/bad!ns", "/history/ns/bad%20q", "/history/ns?pool=nope",
 					"/queues/ns?offset=-1", "/queues/ns?limit=0", "/queues/ns?limit=501", "/queues/ns?limit=x", "/queues/ns?sort=bogus",
-					"/queues/ns?order=up", "/queues/bad!ns", "/queues/ns?pool=nope",
+					"/queues/ns?order=up", "/queues/bad!ns", "/queues/" + strings.Repeat("n", 256), "/history/" + strings.Repeat("n", 256), "/queues/ns?pool=nope",
 					"/queue/ns/q/jobs?state=dead", "/queue/ns/q/jobs?cursor=-1", "/queue/ns/q/jobs?cursor=x", "/queue/ns/q/jobs?limit=201",
 					"/queue/ns/_q/jobs", "/queue/ns/q/deadletter/jobs?limit=0", "/queue/ns/q/deadletter/jobs?pool=nope", "/job/not-an-id", "/job/" + strings.Repeat("*", 26),
 				} {

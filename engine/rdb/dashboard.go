@@ -161,7 +161,7 @@ func (e *Engine) NamespaceQueues(ctx context.Context, ns string) ([]engine.Queue
 	if !engine.ValidName(ns) {
 		return nil, fmt.Errorf("namespace queues: invalid namespace: %w", engine.ErrInvalid)
 	}
-	qs, err := e.rdb.HKeys(ctx, metaQueuesKey(ns)).Result()
+	qs, err := e.namespaceQueueNames(ctx, ns)
 	if err != nil {
 		return nil, fmt.Errorf("namespace queues %s: %w", ns, err)
 	}
@@ -185,6 +185,12 @@ func (e *Engine) NamespaceQueues(ctx context.Context, ns string) ([]engine.Queue
 		}
 	}
 	return out, nil
+}
+
+// namespaceQueueNames returns the queues of ns that the registry knows:
+// one HKEYS of lmstfy's m/ns/NS.
+func (e *Engine) namespaceQueueNames(ctx context.Context, ns string) ([]string, error) {
+	return e.rdb.HKeys(ctx, metaQueuesKey(ns)).Result()
 }
 
 // QueueDetails implements engine.Dashboard: one script per queue, all in
@@ -318,7 +324,7 @@ func (e *Engine) FindJob(ctx context.Context, id string) (*engine.Job, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, findJobBudget)
 	defer cancel()
-	match := "j/{*}/" + id
+	match := "j/*/" + id
 	var mu sync.Mutex
 	var found string
 	done := func() bool { mu.Lock(); defer mu.Unlock(); return found != "" }
@@ -330,7 +336,7 @@ func (e *Engine) FindJob(ctx context.Context, id string) (*engine.Job, error) {
 				return err
 			}
 			for _, k := range keys {
-				if strings.HasSuffix(k, "}/"+id) {
+				if strings.HasSuffix(k, "/"+id) {
 					mu.Lock()
 					found = k
 					mu.Unlock()
@@ -354,12 +360,37 @@ func (e *Engine) FindJob(ctx context.Context, id string) (*engine.Job, error) {
 		}
 		return nil, fmt.Errorf("find job %s: %w", id, engine.ErrJobNotFound)
 	}
-	tag := strings.TrimSuffix(strings.TrimPrefix(found, "j/{"), "}/"+id)
-	ns, q, ok := strings.Cut(tag, "/")
+	ns, q, ok := jobKeyQueue(found, id)
 	if !ok {
 		return nil, fmt.Errorf("find job %s: %w", id, engine.ErrJobNotFound)
 	}
 	return e.PeekJob(context.WithoutCancel(ctx), ns, q, id)
+}
+
+// jobKeyQueue returns the queue of a job key found by a SCAN: the names in
+// the key, provided jobKey builds this very key from them.
+func jobKeyQueue(key, id string) (ns, q string, ok bool) {
+	base, ok := strings.CutPrefix(key, "j/")
+	if !ok {
+		return "", "", false
+	}
+	base, ok = strings.CutSuffix(base, "/"+id)
+	if !ok || !strings.HasPrefix(base, "{") {
+		return "", "", false
+	}
+	end := strings.IndexByte(base, '}')
+	if end < 0 {
+		return "", "", false
+	}
+	names := base[end+1:] // a tag before the names
+	if names == "" {
+		names = base[1:end] // the names as the tag
+	}
+	ns, q, ok = strings.Cut(names, "/")
+	if !ok || jobKey(ns, q, id) != key {
+		return "", "", false
+	}
+	return ns, q, true
 }
 
 // Topology implements engine.Dashboard.

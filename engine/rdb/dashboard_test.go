@@ -185,3 +185,17 @@ func TestQueueDetailsLargeTimer(t *testing.T) {
 		t.Errorf("large timer: %+v, want an estimate near %d in flight", d[0], inFlightExact)
 	}
 }
+
+// TestJobKeyQueue: FindJob takes the queue from a key only when jobKey
+// builds that key from it.
+func TestJobKeyQueue(t *testing.T) {
+	id := "01M7YVBFN8AAS205RQ04000000"
+	if ns, q, ok := jobKeyQueue(jobKey("ns", "q-1", id), id); !ok || ns != "ns" || q != "q-1" {
+		t.Errorf("jobKeyQueue(jobKey) = %q %q %v", ns, q, ok)
+	}
+	for _, k := range []string{"j/{ns}/" + id, "j/ns/q/" + id, "x/{ns/q}/" + id, "j/{ns/q}/other", "j/{ns/q}x/" + id, "j/{ns/q/" + id} {
+		if ns, q, ok := jobKeyQueue(k, id); ok {
+			t.Errorf("jobKeyQueue(%q) = %q %q, want no queue", k, ns, q)
+		}
+	}
+}

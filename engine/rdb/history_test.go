@@ -405,3 +405,36 @@ func TestHistoryMemoryPerQueueDay(t *testing.T) {
 		t.Errorf("a day of one queue's history takes %d bytes (%d with every field), want at most 128 KiB (256 KiB) (doc/dashboard.md)", queueBytes, fullBytes)
 	}
 }
+
+// BenchmarkHistoryHotPath is what history adds to the hot paths, on its
+// own: per publish call of a queue, and per consumed job (its counter and
+// latency bucket), with the queue's names already known.
+func BenchmarkHistoryHotPath(b *testing.B) {
+	m := miniredis.RunT(b)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	b.Cleanup(func() { client.Close() })
+	e, err := New(bg, client, Options{HistoryFlush: 5 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	qn := e.names.get([3]string{"ns", "q"})
+	b.Run("publish", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			e.histPublished("ns", "q", qn, 1)
+		}
+	})
+	jobs := []*engine.Job{{Namespace: "ns", Queue: "q", ID: engine.NewJobID(time.Now(), 0, false)}}
+	now := time.Now()
+	b.Run("elapsed alone", func(b *testing.B) {
+		for range b.N {
+			_ = engine.ElapsedMS(jobs[0].ID, now)
+		}
+	})
+	b.Run("consumed job", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			e.histConsumed("ns", jobs, now)
+		}
+	})
+}

@@ -1,6 +1,9 @@
 package rdb
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // Keys of the Kairos extensions (see keys.go for the lmstfy-shaped ones).
 
@@ -19,13 +22,14 @@ func uniqueKey(ns, q, key string) string { return "u/{" + ns + "/" + q + "}/" + 
 
 // History keys (history.go): one hash per block B of historyBlock minutes
 // (B = Unix minute / historyBlock) with the counters of its minutes, for a
-// queue (tag {ns/q}, beside its other keys), a namespace (tag {ns}; a
-// queue's tag always holds a "/") and the pool. They expire
+// queue (with the queue's hash tag, beside its other keys), a namespace
+// (tag {ns}; a queue's tag always holds a "/") and the pool. They expire
 // historyRetention after their block.
 
-// queueHistoryKey is h/{ns/q}/B.
+// queueHistoryKey is h/{ns/q}/B: the queue's ready list's name with h for
+// q, so that it follows the queue's keys wherever their layout puts them.
 func queueHistoryKey(ns, q string, block int64) string {
-	return "h/{" + ns + "/" + q + "}/" + strconv.FormatInt(block, 10)
+	return "h" + strings.TrimPrefix(readyKey(ns, q), "q") + "/" + strconv.FormatInt(block, 10)
 }
 
 // namespaceHistoryKey is h/{ns}/B.
