@@ -205,7 +205,14 @@ func TestDashboardBrowser(t *testing.T) {
 		}
 	}
 
+	// A delayed job, and an in-flight one (consumed, not ACKed).
+	later := e.publish(t, "later", "delay=3600", "remind me", nil)
+	busy := e.publish(t, "busy", "", "working on it", nil)
+	r := doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/busy?ttr=600", e.Token, nil, nil)
+	r.wantStatus(t, http.StatusOK)
+
 	res := runBrowser(t, e.fixtures(map[string]any{
+		"later_job": later, "busy_job": busy,
 		"queue": queue, "ready": 3, "first_job": first, "delete_job": del,
 		"xss_job": xss, "xss_body": xssBody, "dead_queue": deadQueue,
 	}))
@@ -216,7 +223,7 @@ func TestDashboardBrowser(t *testing.T) {
 	if respawned == "" || deleted == "" {
 		t.Fatalf("the script reported no respawned or deleted job: %v", res)
 	}
-	r := doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/"+deadQueue+"/job/"+respawned, e.Token, nil, nil)
+	r = doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/"+deadQueue+"/job/"+respawned, e.Token, nil, nil)
 	r.wantStatus(t, http.StatusOK)
 	if j := r.job(t); j.RemainTries != 1 {
 		t.Errorf("respawned job: remain_tries %d, want 1", j.RemainTries)

@@ -149,6 +149,23 @@ await step('queue page shows counts and the next ready job; its job page opens',
   await shot('job');
 });
 
+await step('delayed and in-flight jobs are listed with their due time', async () => {
+  await page.goto(nsURL);
+  assert.equal(await page.locator('#queues tr[data-queue="later"] td.delayed').textContent(), '1');
+  assert.equal(await page.locator('#queues tr[data-queue="busy"] td.inflight').textContent(), '1');
+  await page.goto(queueURL('later'));
+  assert.equal(await page.locator('#q-delayed').textContent(), '1');
+  const row = page.locator(`#delayed-jobs tr[data-job="${env.later_job}"]`);
+  assert.match(await row.textContent(), /in 59m\d+s|in 1h0m0s/);
+  await page.goto(queueURL('busy'));
+  assert.equal(await page.locator('#q-inflight').textContent(), '1');
+  const busy = page.locator(`#in_flight-jobs tr[data-job="${env.busy_job}"]`);
+  assert.match(await busy.textContent(), /in \d+m\d+s/);
+  await busy.locator('a').click();
+  assert.match(await page.locator('#job-state').textContent(), /in_flight/);
+  await shot('job-in-flight');
+});
+
 await step('a job is found by ID from the header of any page', async () => {
   await page.goto(`${ADMIN}/ui/`);
   await page.fill('#lookup-id', env.xss_job);
