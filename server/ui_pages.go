@@ -114,7 +114,9 @@ func (d *dashboard) render(c *gin.Context, status int, page, title, nav string, 
 	if pd.LookupPool == "" {
 		pd.LookupPool = auth.DefaultPool
 	}
-	pd.Flash, pd.FlashOK = takeFlash(c)
+	if c.GetHeader("X-Kairos-Live") == "" { // a live refresh leaves the flash to the page
+		pd.Flash, pd.FlashOK = takeFlash(c)
+	}
 	var buf bytes.Buffer
 	if err := d.pages[page].Execute(&buf, pd); err != nil {
 		d.s.reqLogger(c).WithError(err).Error("dashboard: rendering failed")

@@ -95,20 +95,27 @@ func TestDashboardManyQueues(t *testing.T) {
 		t.Errorf("filter q0999: want 10 queues")
 	}
 
-	// A refresh of a page costs a bounded number of round trips.
-	idle, idleAt := redisRoundTrips(t, e), time.Now()
-	time.Sleep(2100 * time.Millisecond) // past the sizes cache: the worst case
-	before := redisRoundTrips(t, e)
-	perSec := (before - idle) / time.Since(idleAt).Seconds()
-	t.Logf("background: %.0f Redis round trips a second", perSec)
-	_, took = get("/ui/ns/default/big?sort=dead&order=desc&page=50")
-	trips := redisRoundTrips(t, e) - before
-	t.Logf("a page of the 10,000-queue table: %v, %.0f Redis round trips (background work included)", took, trips)
-	// The server's own background work (pump, reclaimer, history flush:
-	// 100 to 250 round trips a second here) is in the count: take out what
-	// it did at its rate; the bound stays loose, since reading each queue
-	// on its own would take at least 10,000.
-	if trips -= perSec * took.Seconds(); trips > 1000 {
+	// A refresh of a page costs a bounded number of round trips. The
+	// server's own background work (pump, reclaimer, history flushes: from
+	// 50 to a few hundred round trips a second here, in bursts) is in the
+	// count: its rate is measured just before and taken out, and a try
+	// that met a burst is made again. The bound stays loose, since reading
+	// each queue on its own would take at least 10,000.
+	var trips float64
+	for try := range 3 {
+		idle, idleAt := redisRoundTrips(t, e), time.Now()
+		time.Sleep(2100 * time.Millisecond) // past the sizes cache: the worst case
+		before := redisRoundTrips(t, e)
+		perSec := (before - idle) / time.Since(idleAt).Seconds()
+		_, took := get("/ui/ns/default/big?sort=dead&order=desc&page=50")
+		total := redisRoundTrips(t, e) - before
+		trips = total - perSec*took.Seconds()
+		t.Logf("try %d: a page of the 10,000-queue table: %v, %.0f Redis round trips, %.0f a second in the background before", try+1, took, total, perSec)
+		if trips <= 1000 {
+			break
+		}
+	}
+	if trips > 1000 {
 		t.Errorf("a page of the queues table took %.0f Redis round trips, want far fewer than one per queue", trips)
 	}
 }

@@ -42,8 +42,13 @@
     var a = document.activeElement;
     return a && region.contains(a) && (a.tagName === 'INPUT' || a.tagName === 'SELECT' || a.tagName === 'BUTTON');
   }
+  // A page that is being left (a form posted, a link followed) polls no
+  // more: its fetch could otherwise race the next page's request.
+  var leaving = false;
+  document.addEventListener('submit', function (ev) { if (!ev.defaultPrevented) leaving = true; });
+  window.addEventListener('pagehide', function () { leaving = true; });
   function poll() {
-    if (document.visibilityState !== 'visible') return;
+    if (leaving || document.visibilityState !== 'visible') return;
     fetch(window.location.href, { headers: { 'X-Kairos-Live': '1' }, credentials: 'same-origin' })
       .then(function (r) {
         if (!r.ok) throw new Error('HTTP ' + r.status);
