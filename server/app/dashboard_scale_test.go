@@ -50,11 +50,11 @@ func TestDashboardManyQueues(t *testing.T) {
 	for lo := 0; lo < n; lo += 500 {
 		var reqs []*engine.PublishRequest
 		for i := lo; i < lo+500; i++ {
-			// queue q07342 gets 7342 % 13 jobs … the fullest are the 12s
-			for range i % 13 {
+			// queue q07342 gets 7342 % 5 = 2 jobs: the fullest have 4
+			for range i % 5 {
 				reqs = append(reqs, &engine.PublishRequest{Namespace: "big", Queue: fmt.Sprintf("q%05d", i), Body: []byte("x"), Tries: 1, TTL: time.Hour})
 			}
-			if i%13 == 0 { // a queue with no ready job: a delayed one
+			if i%5 == 0 { // a queue with no ready job: a delayed one
 				reqs = append(reqs, &engine.PublishRequest{Namespace: "big", Queue: fmt.Sprintf("q%05d", i), Body: []byte("x"), Tries: 1, TTL: time.Hour, Delay: time.Hour})
 			}
 		}
@@ -84,11 +84,11 @@ func TestDashboardManyQueues(t *testing.T) {
 	if got := strings.Count(body, `<tr data-queue="`); got != 100 {
 		t.Errorf("%d rows, want 100 per page", got)
 	}
-	// Page 2 sorted by ready, descending: still the queues with 12 jobs
-	// (i = 13k+12: 769 of them), by name among equals: k = 100..199.
-	if !strings.Contains(body, `<tr data-queue="q01312">`) || !strings.Contains(body, `<tr data-queue="q02599">`) ||
-		strings.Contains(body, `<tr data-queue="q01299">`) || strings.Contains(body, `<td class="num ready">11</td>`) {
-		t.Errorf("page 2 by ready desc: want the 12-job queues q01312 to q02599")
+	// Page 2 sorted by ready, descending: still the queues with 4 jobs
+	// (i = 5k+4: 2,000 of them), by name among equals: k = 100..199.
+	if !strings.Contains(body, `<tr data-queue="q00504">`) || !strings.Contains(body, `<tr data-queue="q00999">`) ||
+		strings.Contains(body, `<tr data-queue="q00499">`) || strings.Contains(body, `<td class="num ready">3</td>`) {
+		t.Errorf("page 2 by ready desc: want the 4-job queues q00504 to q00999")
 	}
 	body, _ = get("/ui/ns/default/big?filter=q0999")
 	if !strings.Contains(body, "10 of 10000 queues") {
