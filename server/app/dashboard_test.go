@@ -157,6 +157,18 @@ func TestDashboardHTTP(t *testing.T) {
 	if st, flash := post("backoff", url.Values{"backoff": {"fixed:5s"}}); st != http.StatusSeeOther || flash != "obackoff policy set" {
 		t.Fatalf("set backoff: %d %q", st, flash)
 	}
+	// The message an action leaves is for the page, not for a live refresh.
+	_, flashCookie := post("backoff", url.Values{"backoff": {"fixed:5s"}})
+	flashHdr := map[string]string{"Cookie": "kairos_csrf=" + csrf + "; kairos_flash=" + url.QueryEscape(flashCookie), "X-Kairos-Live": "1"}
+	_, h, body = dashDo(t, e, "GET", "/ui/queue/default/"+e.NS+"/q1", true, nil, flashHdr)
+	if strings.Contains(body, `id="flash"`) || strings.Contains(h.Get("Set-Cookie"), "kairos_flash") {
+		t.Errorf("a live refresh took the flash message: %v", h)
+	}
+	delete(flashHdr, "X-Kairos-Live")
+	_, h, body = dashDo(t, e, "GET", "/ui/queue/default/"+e.NS+"/q1", true, nil, flashHdr)
+	if !strings.Contains(body, `id="flash">backoff policy set<`) || !strings.Contains(h.Get("Set-Cookie"), "kairos_flash=;") {
+		t.Errorf("the page did not show and clear the flash message: %v", h)
+	}
 	if st, flash := post("backoff", url.Values{"backoff": {"sometimes"}}); st != http.StatusSeeOther || !strings.HasPrefix(flash, "e") {
 		t.Fatalf("set a bad backoff: %d %q, want an error flash", st, flash)
 	}
