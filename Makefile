@@ -29,6 +29,7 @@ SCREENSHOTS ?= $(CURDIR)/bin/dashboard-screenshots
 test:
 	scripts/install-redis.sh
 	scripts/install-chromium.sh
+	rm -rf $(SCREENSHOTS)
 	KAIROS_SCREENSHOTS=$(SCREENSHOTS) $(GO) test -race -count=1 -timeout 9m ./...
 	@echo "dashboard screenshots: $(SCREENSHOTS)"
 	$(GO) test -count=1 -run Loop ./server
