@@ -89,6 +89,28 @@ type Config struct {
 	TimeoutSecond int `toml:"TimeoutSecond"`
 
 	Kairos Kairos `toml:"Kairos"`
+
+	// Dashboard is the built-in web dashboard (a [Dashboard] table, Kairos
+	// only), served at /ui/ on the admin listener.
+	Dashboard Dashboard `toml:"Dashboard"`
+}
+
+// Dashboard holds the web dashboard's settings (doc/dashboard.md).
+type Dashboard struct {
+	// Enabled serves the dashboard at /ui/ on the admin listener, behind
+	// the basic auth of Accounts when Accounts is not empty. nil means
+	// true; false turns it off (/ui/ then answers 404 like any unknown
+	// admin route). Use DashboardEnabled to read it.
+	Enabled *bool `toml:"Enabled"`
+	// RefreshSecond is how often the pages refresh their counts and
+	// charts by themselves.
+	RefreshSecond int `toml:"RefreshSecond"`
+}
+
+// DashboardEnabled reports whether the dashboard is served: Enabled, true
+// when unset.
+func (c *Config) DashboardEnabled() bool {
+	return c.Dashboard.Enabled == nil || *c.Dashboard.Enabled
 }
 
 // Kairos holds Kairos's own settings (a [Kairos] table), all optional.
@@ -174,6 +196,7 @@ func Default() *Config {
 			ReadHeaderTimeoutSecond: 10,
 			ProtectAdminEndpoints:   ptr(true),
 		},
+		Dashboard: Dashboard{Enabled: ptr(true), RefreshSecond: 5},
 	}
 }
 

@@ -62,6 +62,7 @@ func TestLoadDemoLmstfy(t *testing.T) {
 		TTRSecond:     60,
 		TimeoutSecond: 10,
 		Kairos:        Default().Kairos,
+		Dashboard:     Default().Dashboard,
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("LoadWithWarnings(demo-lmstfy.toml) =\n%+v\nwant\n%+v", cfg, want)

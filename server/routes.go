@@ -154,6 +154,13 @@ func (s *Server) adminRoutes() *gin.Engine {
 	r.GET("/queue/:namespace/:queue/deadletter/jobs", basic, s.adminDeadJobs)
 	r.GET("/job/:job_id", basic, s.findJob)
 
+	// The web dashboard (ui_pages.go), unless [Dashboard] Enabled = false.
+	if s.cfg.DashboardEnabled() {
+		if err := s.dashboardRoutes(r, basic); err != nil {
+			panic("server: the dashboard's embedded templates do not parse: " + err.Error())
+		}
+	}
+
 	r.NoRoute(noRoute)
 	return r
 }
