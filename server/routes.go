@@ -2,8 +2,10 @@ package server
 
 import (
 	"github.com/gin-gonic/gin"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kairos-dev/kairos/auth"
+	"github.com/kairos-dev/kairos/tracing"
 )
 
 // apiRoutes builds the public API (spec 3.1): global middleware in
@@ -25,13 +27,13 @@ func (s *Server) apiRoutes() *gin.Engine {
 	r.GET("/readyz", s.readyz)
 
 	g := r.Group("/api")
-	g.PUT("/:namespace/:queue", publish, s.publish)
-	g.PUT("/:namespace/:queue/bulk", publish, s.publishBulk)
-	g.PUT("/:namespace/:queue/job/:job_id", publish, s.publish)
-	g.GET("/:namespace/:queue", consume, s.consume)
+	g.PUT("/:namespace/:queue", s.traced(tracing.SpanPublish, trace.SpanKindServer, publish, s.publish)...)
+	g.PUT("/:namespace/:queue/bulk", s.traced(tracing.SpanPublish, trace.SpanKindServer, publish, s.publishBulk)...)
+	g.PUT("/:namespace/:queue/job/:job_id", s.traced(tracing.SpanPublish, trace.SpanKindServer, publish, s.publish)...)
+	g.GET("/:namespace/:queue", s.tracedConsume(consume, s.consume)...)
 	g.GET("/:namespace/:queue/peek", read, s.peekQueue)
 	g.GET("/:namespace/:queue/job/:job_id", read, s.peekJob)
-	g.DELETE("/:namespace/:queue/job/:job_id", ack, s.ack)
+	g.DELETE("/:namespace/:queue/job/:job_id", s.traced(tracing.SpanAck, trace.SpanKindServer, ack, s.ack)...)
 	g.DELETE("/:namespace/:queue", manage, s.destroy)
 	g.GET("/:namespace/:queue/deadletter", read, s.peekDeadLetter)
 	g.PUT("/:namespace/:queue/deadletter", manage, s.respawnDeadLetter)
@@ -41,7 +43,7 @@ func (s *Server) apiRoutes() *gin.Engine {
 
 	// Kairos extensions (in the file of the resource each extends).
 	unthrottledPublish := s.guard(routeOpts{role: auth.RolePublish})
-	g.PUT("/:namespace/:queue/job/:job_id/release", ack, s.release)
+	g.PUT("/:namespace/:queue/job/:job_id/release", s.traced(tracing.SpanRelease, trace.SpanKindServer, ack, s.release)...)
 	g.PUT("/:namespace/:queue/job/:job_id/touch", ack, s.touch)
 	g.DELETE("/:namespace/:queue/job_key/*key", unthrottledPublish, s.cancelKey)
 	g.PUT("/:namespace/:queue/pause", manage, s.setPaused(true))

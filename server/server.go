@@ -29,6 +29,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/config"
@@ -115,6 +116,9 @@ type Deps struct {
 	// ReadyChecks are what GET /readyz checks (each pool's Redis, the
 	// admin Redis); none means ready while not shutting down.
 	ReadyChecks []ReadyCheck
+	// Tracer makes the spans of publish, consume, ACK and release
+	// (tracing.Provider's Tracer); nil means tracing is off, at no cost.
+	Tracer trace.Tracer
 }
 
 // defaults are the lmstfy parameter defaults, checked once in New.
@@ -139,6 +143,10 @@ type Server struct {
 	skipVerify bool
 	webhooks   Webhooks
 	def        defaults
+	// tracer is nil when tracing is off (trace.go); storeTrace is
+	// Kairos.StoreTraceContext.
+	tracer     trace.Tracer
+	storeTrace bool
 
 	accessLog atomic.Bool
 	// debug is whether the logger logs at debug level: the hot paths build
@@ -216,6 +224,8 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		skipVerify: deps.SkipVerify,
 		webhooks:   deps.Webhooks,
 		def:        def,
+		tracer:     deps.Tracer,
+		storeTrace: cfg.Kairos.TraceContextStored(),
 
 		readyChecks: deps.ReadyChecks,
 	}
@@ -286,11 +296,13 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 }
 
 // eventLoops is how many event loops serve the public listener: none
-// where the platform has none or Kairos.EventLoops is negative.
+// where the platform has none or Kairos.EventLoops is negative, and none
+// with tracing on: net/http then serves every request with its span
+// (doc/tracing.md says why the loops make none).
 func (s *Server) eventLoops() int {
 	n := s.cfg.Kairos.EventLoops
 	switch {
-	case !loopsSupported || n < 0:
+	case !loopsSupported || n < 0 || s.tracer != nil:
 		return 0
 	case n == 0:
 		return runtime.GOMAXPROCS(0)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"github.com/sirupsen/logrus"
 
 	"github.com/kairos-dev/kairos/engine"
@@ -52,6 +53,10 @@ type Options struct {
 	// publish fails with engine.ErrNotReplicated.
 	WaitReplicas int
 	WaitTimeout  time.Duration
+	// Tracer makes a span of each batch the pump moves, per queue
+	// (tracing.Provider's Tracer); nil means tracing is off, and the pump
+	// script then reports nothing more than before.
+	Tracer trace.Tracer
 }
 
 // Engine is the Redis engine of one pool.
@@ -63,6 +68,7 @@ type Engine struct {
 	batch   int
 	maxWait time.Duration
 	metrics *poolMetrics
+	tracer  trace.Tracer // nil: tracing off
 
 	pumpWake chan struct{}
 	waiters  *waiters
@@ -131,6 +137,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 		batch:    opts.PumpBatch,
 		maxWait:  opts.MaxPumpSleep,
 		metrics:  opts.Metrics.forPool(opts.Pool),
+		tracer:   opts.Tracer,
 		pumpWake: make(chan struct{}, 1),
 		names:    newMemo(func(k [3]string) *queueNames { return newQueueNames(k[0], k[1]) }),
 

@@ -483,8 +483,11 @@ return out
 //
 //	KEYS[1]  timer index
 //	ARGV[1]  now (ms)   ARGV[2] most entries to handle   ARGV[3] random seed (jitter)
+//	ARGV[4]  '1' to report what moved (tracing on), else '0'
 //
-// Returns {entries handled, the pool's next due time (ms) or -1}.
+// Returns {entries handled, the pool's next due time (ms) or -1}; with
+// ARGV[4] = '1', followed by each queue's member (ns/q) and the job IDs of
+// its entries handled.
 var pumpScript = script(`
 local now = ARGV[1]
 local nowN = tonumber(now)
@@ -495,6 +498,8 @@ local function rand()
   return rnd / 4294967296
 end
 local handled = 0
+local report = ARGV[4] == '1'
+local moved = {}
 local queues = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, budget)
 for _, m in ipairs(queues) do
   if budget <= 0 then break end
@@ -549,6 +554,10 @@ for _, m in ipairs(queues) do
   if nready > 0 then redis.call('PUBLISH', 'n/' .. m, nready) end
   handled = handled + #ids
   budget = budget - #ids
+  if report and #ids > 0 then
+    moved[#moved + 1] = m
+    moved[#moved + 1] = ids
+  end
   local first = redis.call('ZRANGE', tk, 0, 0, 'WITHSCORES')
   if #first == 0 then
     redis.call('ZREM', KEYS[1], m)
@@ -557,8 +566,10 @@ for _, m in ipairs(queues) do
   end
 end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if #nxt == 0 then return {handled, -1} end
-return {handled, tonumber(nxt[2])}
+local out = {handled, -1}
+if #nxt > 0 then out[2] = tonumber(nxt[2]) end
+for _, v in ipairs(moved) do out[#out + 1] = v end
+return out
 `)
 
 // peekQueueScript returns the next live job of a queue (priority set
