@@ -98,7 +98,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 	}
 	tracer := a.Tracing.Tracer()
 	if tracer != nil {
-		opts.Logger.Info("tracing on: spans are exported over OTLP as the OTEL_* environment says; the event loops are off (every request goes through net/http)")
+		opts.Logger.Info("tracing on: spans are exported over OTLP as the OTEL_* environment says; requests carrying a trace context are served by net/http, which makes their spans")
 	}
 	engines := make(map[string]engine.Engine)
 	var all []*rdb.Engine
