@@ -12,16 +12,16 @@ import (
 
 // Admission: the one place that decides whether a request of the public
 // API may reach its handler, for gin's routes (guard) and for the event
-// loops' fast path (takeFast) alike, in lmstfy's order: names (400) →
-// pool (404) → token (401) → scope (403) → rate limit (429). A request that
-// took a rate-limit token and then did not deliver gives it back
-// (refundAdmission).
+// loops' fast path (loopHost.Take and TakeLater, fastpath.go) alike, in
+// lmstfy's order: names (400) → pool (404) → token (401) → scope (403) →
+// rate limit (429). A request that took a rate-limit token and then did
+// not deliver gives it back (refundAdmission).
 //
 // The event loops call admit with inline set: it then never waits on I/O.
 // When a check needs the admin Redis (a token not in the store's cache, a
 // token with a rate limit), it returns errAdmitLater having done nothing,
 // and the loop runs admit again, without inline, off the loop
-// (loop_admit_linux.go).
+// (loopHost.TakeLater, run by evloop/admit_linux.go).
 
 // Route options of the routes the fast path serves too: the fast path and
 // gin's routes must admit them alike.

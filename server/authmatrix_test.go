@@ -47,6 +47,12 @@ func matrixRoutes(jobID string) []matrixRoute {
 		{method: "GET", path: "/api/ns/q/deadletter/jobs", role: auth.RoleRead},
 		{method: "PUT", path: "/api/ns/q/deadletter/job/" + jobID, role: auth.RoleManage},
 		{method: "DELETE", path: "/api/ns/q/deadletter/job/" + jobID, role: auth.RoleManage},
+		{method: "GET", path: "/api/ns/q/schedule", role: auth.RolePublish, ok: []int{200}},
+		{method: "PUT", path: "/api/ns/q/schedule/s", body: "job", role: auth.RolePublish},
+		{method: "GET", path: "/api/ns/q/schedule/s", role: auth.RolePublish},
+		{method: "PUT", path: "/api/ns/q/schedule/s/pause", role: auth.RolePublish},
+		{method: "PUT", path: "/api/ns/q/schedule/s/resume", role: auth.RolePublish},
+		{method: "DELETE", path: "/api/ns/q/schedule/s", role: auth.RolePublish},
 	}
 }
 

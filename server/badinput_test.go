@@ -187,6 +187,12 @@ var barrageRoutes = []struct {
 	{false, "GET", "/api/{ns}/{q}/deadletter/jobs"},
 	{false, "PUT", "/api/{ns}/{q}/deadletter/job/{id}"},
 	{false, "DELETE", "/api/{ns}/{q}/deadletter/job/{id}"},
+	{false, "GET", "/api/{ns}/{q}/schedule"},
+	{false, "PUT", "/api/{ns}/{q}/schedule/{id}"},
+	{false, "GET", "/api/{ns}/{q}/schedule/{id}"},
+	{false, "DELETE", "/api/{ns}/{q}/schedule/{id}"},
+	{false, "PUT", "/api/{ns}/{q}/schedule/{id}/pause"},
+	{false, "PUT", "/api/{ns}/{q}/schedule/{id}/resume"},
 	{true, "GET", "/pools"},
 	{true, "GET", "/version"},
 	{true, "GET", "/info"},
@@ -243,7 +249,7 @@ func TestBadInputEveryRoute(t *testing.T) {
 	id := "01J5Z8R6Q1X0V3M2B7K9C4D000"
 	params := []string{"delay", "ttl", "tries", "ttr", "timeout", "count", "limit", "pool", "status",
 		"force_update", "description", "queues", "roles", "token", "seconds", "debug", "gc",
-		"delay_ms", "ttl_ms", "ttr_ms", "timeout_ms", "due_at", "priority", "job_key", "keep_try", "receipt", "offset", "cursor"}
+		"delay_ms", "ttl_ms", "ttr_ms", "timeout_ms", "due_at", "priority", "job_key", "keep_try", "receipt", "offset", "cursor", "cron", "tz", "missed"}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	valid := startValidPublishes(ctx, t, l, tok)

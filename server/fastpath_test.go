@@ -6,115 +6,119 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/kairos-dev/kairos/server/evloop"
 )
 
 // fastHead is a request head of the fast subset; tests vary it.
 const fastHead = "PUT /api/ns/q?delay=1&ttl=60&tries=3 HTTP/1.1\r\nHost: kairos:7777\r\nX-Token: tok\r\nContent-Length: 5\r\n\r\n"
 
 func TestParseFast(t *testing.T) {
-	big := strings.Repeat("x", fastMaxHead)
+	big := strings.Repeat("x", loopRoutes.MaxHead)
 	cases := []struct {
 		name string
 		raw  string
-		want parseResult
+		want evloop.Result
 	}{
-		{"plain", fastHead + "hello", parseDone},
-		{"pipelined", fastHead + "hello" + fastHead, parseDone},
-		{"no query", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", parseDone},
-		{"token in query", "PUT /api/ns/q?token=pool:abc HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", parseDone},
-		{"keep-alive", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nConnection: Keep-Alive\r\nContent-Length: 1\r\n\r\nx", parseDone},
-		{"other headers", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nUser-Agent: x/1\r\nAccept-Encoding: gzip\r\nContent-Type: text/plain\r\nContent-Length: 1\r\n\r\nx", parseDone},
-		{"body pending", fastHead + "hel", parseMore},
-		{"head pending", fastHead[:40], parseMore},
-		{"line pending", "PUT /ap", parseMore},
-		{"CR pending", "PUT /api/ns/q HTTP/1.1\r", parseMore},
-		{"bare CR pending", "GET /api/ns/q/size HTTP/1.1\rHost: x\r\r", parseOther},
-		{"bare CR in a header pending", "PUT /api/ns/q HTTP/1.1\r\nHost: x\rY", parseOther},
-		{"empty", "", parseMore},
-		{"POST", "POST /api/ns/q HTTP/1.1\r\nHost: h\r\n\r\n", parseOther},
-		{"POST pending", "POST /api/n", parseOther},
-		{"bulk route", "PUT /api/ns/q/bulk HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n[]", parseOther},
-		{"republish route", "PUT /api/ns/q/job/abc HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"trailing slash", "PUT /api/ns/q/ HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"encoded path", "PUT /api/n%73/q HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"dot segment", "PUT /api/../q HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"underscore queue", "PUT /api/ns/_q HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"HTTP/1.0", "PUT /api/ns/q HTTP/1.0\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"bare LF", "PUT /api/ns/q HTTP/1.1\nHost: h\nContent-Length: 1\n\nx", parseOther},
-		{"bare LF in headers", "PUT /api/ns/q HTTP/1.1\r\nHost: h\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"no Host", "PUT /api/ns/q HTTP/1.1\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"two Hosts", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"odd Host", "PUT /api/ns/q HTTP/1.1\r\nHost: a b\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"no Content-Length", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\n\r\n", parseOther},
-		{"zero Content-Length", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n", parseOther},
-		{"signed Content-Length", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nContent-Length: +1\r\n\r\nx", parseOther},
-		{"two Content-Lengths", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"huge Content-Length", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nContent-Length: 1048577\r\n\r\nx", parseOther},
-		{"chunked", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"Expect", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"Connection close", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nConnection: close\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"folded header", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\n X: y\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"header without colon", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nBad\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"space before colon", "PUT /api/ns/q HTTP/1.1\r\nHost : h\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"NUL in value", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nX-A: \x00\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"versioned", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nEnable-Job-Version: yes\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"attribute", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\njob-attr-a: b\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"idempotency key", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nIdempotency-Key: k\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"two X-Tokens", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nX-Token: a\r\nX-Token: b\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"extension parameter", "PUT /api/ns/q?delay_ms=5 HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"repeated parameter", "PUT /api/ns/q?delay=1&delay=2 HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"encoded value", "PUT /api/ns/q?token=a%3Ab HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"plus in value", "PUT /api/ns/q?delay=+1 HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"semicolon", "PUT /api/ns/q?delay=1;ttl=2 HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"empty pair", "PUT /api/ns/q?delay=1& HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"key without value", "PUT /api/ns/q?delay HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"consume", "GET /api/ns/q?ttr=30&timeout=0&count=3&token=t HTTP/1.1\r\nHost: h\r\n\r\n", parseDone},
-		{"consume, empty body", "GET /api/ns/q HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n", parseDone},
-		{"consume with body", "GET /api/ns/q HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", parseOther},
-		{"consume of queues", "GET /api/ns/q1,q2 HTTP/1.1\r\nHost: h\r\n\r\n", parseOther},
-		{"consume, ms timeout", "GET /api/ns/q?timeout_ms=5 HTTP/1.1\r\nHost: h\r\n\r\n", parseOther},
-		{"consume, publish parameter", "GET /api/ns/q?delay=5 HTTP/1.1\r\nHost: h\r\n\r\n", parseOther},
-		{"consume with receipts", "GET /api/ns/q HTTP/1.1\r\nHost: h\r\nX-Kairos-Extensions: 1\r\n\r\n", parseOther},
-		{"peek", "GET /api/ns/q/peek HTTP/1.1\r\nHost: h\r\n\r\n", parseOther},
-		{"size", "GET /api/ns/q/size HTTP/1.1\r\nHost: h\r\n\r\n", parseOther},
-		{"ack", "DELETE /api/ns/q/job/01ARZ3NDEKTSV4RRFFQ69G5FAV HTTP/1.1\r\nHost: h\r\n\r\n", parseDone},
-		{"ack with receipt", "DELETE /api/ns/q/job/abc?receipt=r HTTP/1.1\r\nHost: h\r\n\r\n", parseOther},
-		{"ack, odd job ID", "DELETE /api/ns/q/job/a-b HTTP/1.1\r\nHost: h\r\n\r\n", parseOther},
-		{"ack, no job ID", "DELETE /api/ns/q/job/ HTTP/1.1\r\nHost: h\r\n\r\n", parseOther},
-		{"destroy", "DELETE /api/ns/q HTTP/1.1\r\nHost: h\r\n\r\n", parseOther},
-		{"dead letter", "DELETE /api/ns/q/deadletter HTTP/1.1\r\nHost: h\r\n\r\n", parseOther},
-		{"ack pending", "DELETE /api/n", parseMore},
-		{"empty X-Token, query token", "GET /api/ns/q?token=q HTTP/1.1\r\nHost: h\r\nX-Token:\r\n\r\n", parseDone},
-		{"long head", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nX-Big: " + big + "\r\nContent-Length: 1\r\n\r\nx", parseOther},
+		{"plain", fastHead + "hello", evloop.Done},
+		{"pipelined", fastHead + "hello" + fastHead, evloop.Done},
+		{"no query", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", evloop.Done},
+		{"token in query", "PUT /api/ns/q?token=pool:abc HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", evloop.Done},
+		{"keep-alive", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nConnection: Keep-Alive\r\nContent-Length: 1\r\n\r\nx", evloop.Done},
+		{"other headers", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nUser-Agent: x/1\r\nAccept-Encoding: gzip\r\nContent-Type: text/plain\r\nContent-Length: 1\r\n\r\nx", evloop.Done},
+		{"body pending", fastHead + "hel", evloop.More},
+		{"head pending", fastHead[:40], evloop.More},
+		{"line pending", "PUT /ap", evloop.More},
+		{"CR pending", "PUT /api/ns/q HTTP/1.1\r", evloop.More},
+		{"bare CR pending", "GET /api/ns/q/size HTTP/1.1\rHost: x\r\r", evloop.Other},
+		{"bare CR in a header pending", "PUT /api/ns/q HTTP/1.1\r\nHost: x\rY", evloop.Other},
+		{"empty", "", evloop.More},
+		{"POST", "POST /api/ns/q HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Other},
+		{"POST pending", "POST /api/n", evloop.Other},
+		{"bulk route", "PUT /api/ns/q/bulk HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n[]", evloop.Other},
+		{"republish route", "PUT /api/ns/q/job/abc HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"trailing slash", "PUT /api/ns/q/ HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"encoded path", "PUT /api/n%73/q HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"dot segment", "PUT /api/../q HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"underscore queue", "PUT /api/ns/_q HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"HTTP/1.0", "PUT /api/ns/q HTTP/1.0\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"bare LF", "PUT /api/ns/q HTTP/1.1\nHost: h\nContent-Length: 1\n\nx", evloop.Other},
+		{"bare LF in headers", "PUT /api/ns/q HTTP/1.1\r\nHost: h\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"no Host", "PUT /api/ns/q HTTP/1.1\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"two Hosts", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"odd Host", "PUT /api/ns/q HTTP/1.1\r\nHost: a b\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"no Content-Length", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Other},
+		{"zero Content-Length", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n", evloop.Other},
+		{"signed Content-Length", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nContent-Length: +1\r\n\r\nx", evloop.Other},
+		{"two Content-Lengths", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"huge Content-Length", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nContent-Length: 1048577\r\n\r\nx", evloop.Other},
+		{"chunked", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"Expect", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"Connection close", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nConnection: close\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"folded header", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\n X: y\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"header without colon", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nBad\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"space before colon", "PUT /api/ns/q HTTP/1.1\r\nHost : h\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"NUL in value", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nX-A: \x00\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"versioned", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nEnable-Job-Version: yes\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"attribute", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\njob-attr-a: b\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"idempotency key", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nIdempotency-Key: k\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"two X-Tokens", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nX-Token: a\r\nX-Token: b\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"extension parameter", "PUT /api/ns/q?delay_ms=5 HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"repeated parameter", "PUT /api/ns/q?delay=1&delay=2 HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"encoded value", "PUT /api/ns/q?token=a%3Ab HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"plus in value", "PUT /api/ns/q?delay=+1 HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"semicolon", "PUT /api/ns/q?delay=1;ttl=2 HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"empty pair", "PUT /api/ns/q?delay=1& HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"key without value", "PUT /api/ns/q?delay HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"consume", "GET /api/ns/q?ttr=30&timeout=0&count=3&token=t HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Done},
+		{"consume, empty body", "GET /api/ns/q HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n", evloop.Done},
+		{"consume with body", "GET /api/ns/q HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
+		{"consume of queues", "GET /api/ns/q1,q2 HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Other},
+		{"consume, ms timeout", "GET /api/ns/q?timeout_ms=5 HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Other},
+		{"consume, publish parameter", "GET /api/ns/q?delay=5 HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Other},
+		{"consume with receipts", "GET /api/ns/q HTTP/1.1\r\nHost: h\r\nX-Kairos-Extensions: 1\r\n\r\n", evloop.Other},
+		{"peek", "GET /api/ns/q/peek HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Other},
+		{"size", "GET /api/ns/q/size HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Other},
+		{"ack", "DELETE /api/ns/q/job/01ARZ3NDEKTSV4RRFFQ69G5FAV HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Done},
+		{"ack with receipt", "DELETE /api/ns/q/job/abc?receipt=r HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Other},
+		{"ack, odd job ID", "DELETE /api/ns/q/job/a-b HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Other},
+		{"ack, no job ID", "DELETE /api/ns/q/job/ HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Other},
+		{"destroy", "DELETE /api/ns/q HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Other},
+		{"dead letter", "DELETE /api/ns/q/deadletter HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Other},
+		{"ack pending", "DELETE /api/n", evloop.More},
+		{"empty X-Token, query token", "GET /api/ns/q?token=q HTTP/1.1\r\nHost: h\r\nX-Token:\r\n\r\n", evloop.Done},
+		{"long head", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nX-Big: " + big + "\r\nContent-Length: 1\r\n\r\nx", evloop.Other},
 	}
 	for _, tc := range cases {
-		var r fastRequest
-		if got := parseFast([]byte(tc.raw), &r); got != tc.want {
-			t.Errorf("%s: parseFast = %d, want %d", tc.name, got, tc.want)
+		var r evloop.Request
+		if got := loopParser.Parse([]byte(tc.raw), &r); got != tc.want {
+			t.Errorf("%s: Parse = %d, want %d", tc.name, got, tc.want)
 		}
 	}
-	var r fastRequest
+	var r evloop.Request
 	raw := fastHead + "hello" + fastHead
-	if parseFast([]byte(raw), &r) != parseDone || r.size != len(fastHead)+5 ||
-		string(r.namespace) != "ns" || string(r.queue) != "q" || string(r.body) != "hello" ||
-		string(r.params[pDelay]) != "1" || string(r.params[pTTL]) != "60" || string(r.params[pTries]) != "3" || string(r.token) != "tok" {
+	param := func(name string) string { v, _ := r.Param(name); return string(v) }
+	if loopParser.Parse([]byte(raw), &r) != evloop.Done || r.Size != len(fastHead)+5 ||
+		string(r.Namespace) != "ns" || string(r.Queue) != "q" || string(r.Body) != "hello" ||
+		param("delay") != "1" || param("ttl") != "60" || param("tries") != "3" || string(r.Token) != "tok" {
 		t.Errorf("fields: %+v", r)
 	}
 	// The header wins over the query parameter, as in guard.
 	raw = "PUT /api/ns/q?token=query HTTP/1.1\r\nHost: h\r\nX-Token: header\r\nContent-Length: 1\r\n\r\nx"
-	if parseFast([]byte(raw), &r) != parseDone || string(r.token) != "header" {
-		t.Errorf("token: %q", r.token)
+	if loopParser.Parse([]byte(raw), &r) != evloop.Done || string(r.Token) != "header" {
+		t.Errorf("token: %q", r.Token)
 	}
 	// A pending body tells how long the whole request is.
-	if parseFast([]byte(fastHead+"he"), &r) != parseMore || r.size != len(fastHead)+5 {
-		t.Errorf("pending body: size %d, want %d", r.size, len(fastHead)+5)
+	if loopParser.Parse([]byte(fastHead+"he"), &r) != evloop.More || r.Size != len(fastHead)+5 {
+		t.Errorf("pending body: size %d, want %d", r.Size, len(fastHead)+5)
 	}
 }
 
-// FuzzParseFast: whatever parseFast takes as a complete fast request,
+// FuzzParseFast: whatever the loops' parser takes as a complete fast request,
 // net/http reads the same way: method, path, query, X-Token, Host, body and
 // length. A request net/http refuses must not be taken.
 func FuzzParseFast(f *testing.F) {
@@ -125,13 +129,13 @@ func FuzzParseFast(f *testing.F) {
 	f.Add([]byte("GET /api/ns/q?ttr=30&timeout=0&count=2 HTTP/1.1\r\nHost: h\r\nX-Token: t\r\n\r\nGET"))
 	f.Add([]byte("DELETE /api/ns/q/job/01ARZ3NDEKTSV4RRFFQ69G5FAV?token=t HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		var r fastRequest
-		res := parseFast(raw, &r)
-		if res != parseDone {
+		var r evloop.Request
+		res := loopParser.Parse(raw, &r)
+		if res != evloop.Done {
 			return
 		}
-		if r.size > len(raw) {
-			t.Fatalf("size %d beyond the %d bytes", r.size, len(raw))
+		if r.Size > len(raw) {
+			t.Fatalf("size %d beyond the %d bytes", r.Size, len(raw))
 		}
 		br := bufio.NewReader(bytes.NewReader(raw))
 		req, err := http.ReadRequest(br)
@@ -143,17 +147,17 @@ func FuzzParseFast(f *testing.F) {
 			t.Fatalf("net/http cannot read the body: %v", err)
 		}
 		rest, _ := io.ReadAll(br)
-		if consumed := len(raw) - len(rest); consumed != r.size {
-			t.Errorf("net/http read %d bytes, the fast path %d", consumed, r.size)
+		if consumed := len(raw) - len(rest); consumed != r.Size {
+			t.Errorf("net/http read %d bytes, the fast path %d", consumed, r.Size)
 		}
 		if req.ProtoMajor != 1 || req.ProtoMinor != 1 || req.Close || req.URL.RawPath != "" {
 			t.Errorf("net/http: HTTP/%d.%d close=%v raw path %q", req.ProtoMajor, req.ProtoMinor, req.Close, req.URL.RawPath)
 		}
-		if req.URL.RawQuery != string(r.query) {
-			t.Errorf("query %q, fast path %q", req.URL.RawQuery, r.query)
+		if req.URL.RawQuery != string(r.Query) {
+			t.Errorf("query %q, fast path %q", req.URL.RawQuery, r.Query)
 		}
-		if !bytes.Equal(body, r.body) || len(body) > 0 && req.ContentLength != int64(len(r.body)) {
-			t.Errorf("body %q (%d), fast path %q", body, req.ContentLength, r.body)
+		if !bytes.Equal(body, r.Body) || len(body) > 0 && req.ContentLength != int64(len(r.Body)) {
+			t.Errorf("body %q (%d), fast path %q", body, req.ContentLength, r.Body)
 		}
 		if req.Host == "" || len(req.TransferEncoding) > 0 {
 			t.Errorf("host %q, transfer encoding %v", req.Host, req.TransferEncoding)
@@ -166,23 +170,23 @@ func FuzzParseFast(f *testing.F) {
 		if token == "" {
 			token = q.Get("token")
 		}
-		if token != string(r.token) {
-			t.Errorf("token %q, fast path %q", token, r.token)
+		if token != string(r.Token) {
+			t.Errorf("token %q, fast path %q", token, r.Token)
 		}
-		for i, name := range paramNames {
-			v, has := r.param(i)
+		for _, name := range loopParamNames() {
+			v, has := r.Param(name)
 			if got, ok := q[name]; ok != has || has && (len(got) != 1 || got[0] != string(v)) {
 				t.Errorf("%s %q, fast path %q (given: %v)", name, got, v, has)
 			}
 		}
 		var route string
-		switch r.kind {
-		case kindPublish:
-			route = "PUT /api/" + string(r.namespace) + "/" + string(r.queue)
-		case kindConsume:
-			route = "GET /api/" + string(r.namespace) + "/" + string(r.queue)
-		case kindAck:
-			route = "DELETE /api/" + string(r.namespace) + "/" + string(r.queue) + "/job/" + string(r.jobID)
+		switch r.Route().Kind {
+		case evloop.Publish:
+			route = "PUT /api/" + string(r.Namespace) + "/" + string(r.Queue)
+		case evloop.Consume:
+			route = "GET /api/" + string(r.Namespace) + "/" + string(r.Queue)
+		case evloop.Ack:
+			route = "DELETE /api/" + string(r.Namespace) + "/" + string(r.Queue) + "/job/" + string(r.JobID)
 		}
 		if got := req.Method + " " + req.URL.Path; got != route {
 			t.Errorf("net/http reads %s, the fast path %s", got, route)
@@ -193,19 +197,19 @@ func FuzzParseFast(f *testing.F) {
 	})
 }
 
-// TestDecimalParam: decimalParam agrees with strconv.ParseUint.
+// TestDecimalParam: evloop.DecimalParam agrees with strconv.ParseUint.
 func TestDecimalParam(t *testing.T) {
 	for _, v := range []string{"", "0", "007", "1", "4294967295", "4294967296", "65535", "65536",
 		"18446744073709551615", "18446744073709551616", "99999999999999999999999", "-1", "+1", "1_0", "1a", " 1"} {
 		for _, bits := range []int{16, 32} {
 			want, err := strconv.ParseUint(v, 10, bits)
-			got, ok := decimalParam([]byte(v), true, bits, 7)
+			got, ok := evloop.DecimalParam([]byte(v), true, bits, 7)
 			if ok != (err == nil) || ok && got != want {
-				t.Errorf("decimalParam(%q, %d) = %d, %v; ParseUint: %d, %v", v, bits, got, ok, want, err)
+				t.Errorf("DecimalParam(%q, %d) = %d, %v; ParseUint: %d, %v", v, bits, got, ok, want, err)
 			}
 		}
 	}
-	if got, ok := decimalParam(nil, false, 32, 7); !ok || got != 7 {
+	if got, ok := evloop.DecimalParam(nil, false, 32, 7); !ok || got != 7 {
 		t.Errorf("absent: %d %v, want the default", got, ok)
 	}
 }
@@ -215,9 +219,9 @@ func TestAppendFastResponse(t *testing.T) {
 	id := []byte("01ARZ3NDEKTSV4RRFFQ69G5FAV")
 	date := []byte("Tue, 24 Nov 2026 22:38:36 GMT")
 	created := `{"job_id":"01M87VC16NZAC9VNKJGM000000","msg":"published"}`
-	b := appendFastResponse(nil, 201, 0, id, date, []byte(created))
-	b = appendFastResponse(b, 204, 0, id, date, nil)
-	b = appendFastResponse(b, 499, 0, id, date, errClientGone.body)
+	b := evloop.AppendResponse(nil, 201, 0, id, date, []byte(created))
+	b = evloop.AppendResponse(b, 204, 0, id, date, nil)
+	b = evloop.AppendResponse(b, 499, 0, id, date, errClientGone.body)
 	br := bufio.NewReader(bytes.NewReader(b))
 	for _, want := range []struct {
 		line, ctype, body string
@@ -236,4 +240,17 @@ func TestAppendFastResponse(t *testing.T) {
 			t.Errorf("got %s %v %q, want %s %q", resp.Status, resp.Header, body, want.line, want.body)
 		}
 	}
+}
+
+// loopParamNames are the query parameters of every route of loopRoutes.
+func loopParamNames() []string {
+	var names []string
+	for _, r := range loopRoutes.Routes {
+		for _, p := range r.Params {
+			if !slices.Contains(names, p) {
+				names = append(names, p)
+			}
+		}
+	}
+	return names
 }

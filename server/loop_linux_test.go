@@ -20,11 +20,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/server/evloop"
 )
 
 // eachFake is a fake engine that publishes in batches, as the event loops
@@ -959,6 +961,73 @@ func waitLoops(t testing.TB, srv *Server) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the event loops did not start")
+		}
+	}
+}
+
+// TestLoopServedBy: the metrics (kairos_http_responses's served_by) and the
+// access log (served_by) say which path answered: the loop for the fast
+// publishes, net/http for the rest of the connection once handed over.
+func TestLoopServedBy(t *testing.T) {
+	env, fake, addr := serveLoops(t)
+	env.srv.accessLog.Store(true)
+	fake.size = func(context.Context, string, string) (int64, error) { return 42, nil }
+	fake.publish = func(context.Context, *engine.PublishRequest) (string, error) { return "slow-1", nil }
+	conn := dialLoop(t, addr, 10*time.Second)
+	raw := fastPut("a") + fastPut("b") + "GET /api/ns/q/size HTTP/1.1\r\nHost: kairos\r\n\r\n" + fastPut("c")
+	if _, err := io.WriteString(conn, raw); err != nil {
+		t.Fatal(err)
+	}
+	got := readAnswers(t, bufio.NewReader(conn), 4)
+	for i, code := range []int{201, 201, 200, 201} {
+		if got[i].status != code {
+			t.Fatalf("answer %d: %d %s, want %d", i, got[i].status, got[i].body, code)
+		}
+	}
+	served := env.srv.metrics.served
+	for _, c := range []struct {
+		labels []string
+		want   float64
+	}{
+		{[]string{"default", "/api/:namespace/:queue", "PUT", "201", "loop"}, 2},
+		{[]string{"default", "/api/:namespace/:queue", "PUT", "201", "http"}, 1},
+		{[]string{"default", "/api/:namespace/:queue/size", "GET", "200", "http"}, 1},
+		{[]string{"default", "/api/:namespace/:queue/size", "GET", "200", "loop"}, 0},
+	} {
+		if n := counterValue(t, served.WithLabelValues(c.labels...)); n != c.want {
+			t.Errorf("kairos_http_responses%v = %v, want %v", c.labels, n, c.want)
+		}
+	}
+	byID := map[string]any{}
+	for _, e := range env.logs.AllEntries() {
+		if e.Message == "access" {
+			id, _ := e.Data["req_id"].(string)
+			byID[id] = e.Data["served_by"]
+		}
+	}
+	for i, want := range []string{"loop", "loop", "http", "http"} {
+		id := got[i].header.Get("X-Request-Id")
+		if byID[id] != want {
+			t.Errorf("answer %d (%s): access log served_by %v, want %s", i, id, byID[id], want)
+		}
+	}
+}
+
+// TestLoopRoutesAreGinRoutes: every route the loops may serve (loopRoutes)
+// is a route of apiRoutes with the handler of its kind, so that a request
+// the loops hand over meets the same route.
+func TestLoopRoutesAreGinRoutes(t *testing.T) {
+	env := newEnv(t)
+	handler := map[evloop.Kind]string{evloop.Publish: ".publish-fm", evloop.Consume: ".consume-fm", evloop.Ack: ".ack-fm"}
+	routes := env.srv.apiRoutes().Routes()
+	for _, lr := range loopRoutes.Routes {
+		i := slices.IndexFunc(routes, func(r gin.RouteInfo) bool { return r.Method == lr.Method && r.Path == lr.Path })
+		if i < 0 {
+			t.Errorf("loopRoutes has %s %s, apiRoutes has not", lr.Method, lr.Path)
+			continue
+		}
+		if h := routes[i].Handler; !strings.HasSuffix(h, handler[lr.Kind]) {
+			t.Errorf("%s %s: gin's handler %s, the loops' kind %d", lr.Method, lr.Path, h, lr.Kind)
 		}
 	}
 }

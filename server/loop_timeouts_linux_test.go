@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"syscall"
 	"testing"
@@ -129,5 +128,3 @@ func TestLoopHandedOverHalfClose(t *testing.T) {
 		conn.Close()
 	}
 }
-
-var _ net.Conn = (*prefixConn)(nil)

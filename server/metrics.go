@@ -11,11 +11,15 @@ import (
 
 // metrics are lmstfy's HTTP metrics, with lmstfy's names and labels so
 // that existing dashboards (Grafana 12748) keep working. The label api is
-// the gin route template, e.g. /api/:namespace/:queue.
+// the gin route template, e.g. /api/:namespace/:queue. Kairos adds
+// served: the responses by which path answered them (served_by "loop", an
+// event loop, or "http", net/http and gin), since lmstfy's families must
+// keep lmstfy's labels.
 type metrics struct {
 	latency   *prometheus.HistogramVec
 	codes     *prometheus.CounterVec
 	rateLimit *prometheus.CounterVec
+	served    *prometheus.CounterVec
 
 	// routes caches the latency and code series of each label set, so
 	// that a request does not hash its labels twice in the vectors. It
@@ -29,11 +33,19 @@ type metrics struct {
 type routeLabels struct {
 	pool, namespace, api, method string
 	code                         int
+	servedBy                     string // servedByLoop or servedByHTTP
 }
+
+// Values of the served_by label and of the access log's served_by field.
+const (
+	servedByLoop = "loop" // an event loop (fastpath.go)
+	servedByHTTP = "http" // net/http and gin
+)
 
 type routeSeries struct {
 	latency prometheus.Observer // nil for codes ≥ 300, which have none
 	code    prometheus.Counter
+	served  prometheus.Counter
 }
 
 // route returns the series of l, creating them at their first use.
@@ -44,7 +56,11 @@ func (m *metrics) route(l routeLabels) routeSeries {
 	if ok {
 		return r
 	}
-	r = routeSeries{code: m.codes.WithLabelValues(l.pool, l.namespace, l.api, l.method, strconv.Itoa(l.code))}
+	code := strconv.Itoa(l.code)
+	r = routeSeries{
+		code:   m.codes.WithLabelValues(l.pool, l.namespace, l.api, l.method, code),
+		served: m.served.WithLabelValues(l.pool, l.api, l.method, code, l.servedBy),
+	}
 	if l.code < 300 {
 		r.latency = m.latency.WithLabelValues(l.pool, l.namespace, l.api, l.method)
 	}
@@ -75,6 +91,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Help:      "Requests refused by a token's rate limit (action consume or produce).",
 	}, []string{"pool", "namespace", "token", "action"})
 
+	served := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kairos_http_responses",
+		Help: "API responses by status code and by the path that answered (served_by loop: an event loop; http: net/http).",
+	}, []string{"pool", "api", "method", "code", "served_by"})
+
 	m := &metrics{routes: make(map[routeLabels]routeSeries)}
 	var err error
 	if m.latency, err = register(reg, latency); err != nil {
@@ -84,6 +105,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.rateLimit, err = register(reg, rateLimit); err != nil {
+		return nil, err
+	}
+	if m.served, err = register(reg, served); err != nil {
 		return nil, err
 	}
 	return m, nil

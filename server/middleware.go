@@ -132,13 +132,14 @@ func (s *Server) accessLogger(redactPath bool) gin.HandlerFunc {
 			path = c.FullPath()
 		}
 		st := state(c)
-		s.logAccess(st.pool, path, c.Request.URL.RawQuery, st.start, c.ClientIP(), c.Request.Method, c.Writer.Status(), st.reqID)
+		s.logAccess(st.pool, path, c.Request.URL.RawQuery, st.start, c.ClientIP(), c.Request.Method, c.Writer.Status(), st.reqID, servedByHTTP)
 	}
 }
 
 // logAccess writes one access log line (lmstfy's fields, the token in the
-// query redacted), at a level that follows the status code.
-func (s *Server) logAccess(pool, path, rawQuery string, start time.Time, ip, method string, code int, reqID string) {
+// query redacted, and Kairos's served_by: which path answered, "loop" or
+// "http"), at a level that follows the status code.
+func (s *Server) logAccess(pool, path, rawQuery string, start time.Time, ip, method string, code int, reqID, servedBy string) {
 	e := s.log.WithFields(logrus.Fields{
 		"pool":    pool,
 		"path":    path,
@@ -148,6 +149,8 @@ func (s *Server) logAccess(pool, path, rawQuery string, start time.Time, ip, met
 		"method":  method,
 		"code":    code,
 		"req_id":  reqID,
+
+		"served_by": servedBy,
 	})
 	switch {
 	case code >= 500:
@@ -193,11 +196,12 @@ func (s *Server) collectMetrics(c *gin.Context) {
 	c.Next()
 	st := state(c)
 	code := c.Writer.Status()
-	r := s.metrics.route(routeLabels{st.pool, st.nsLabel, c.FullPath(), c.Request.Method, code})
+	r := s.metrics.route(routeLabels{st.pool, st.nsLabel, c.FullPath(), c.Request.Method, code, servedByHTTP})
 	if r.latency != nil {
 		r.latency.Observe(float64(time.Since(st.start)) / float64(time.Millisecond))
 	}
 	r.code.Inc()
+	r.served.Inc()
 }
 
 // recovery turns a panic into a logged 500 {"error":"internal error"}.

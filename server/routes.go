@@ -5,8 +5,47 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kairos-dev/kairos/auth"
+	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/server/evloop"
 	"github.com/kairos-dev/kairos/tracing"
 )
+
+// loopRoutes are the requests the event loops (package server/evloop, on
+// Linux) may serve themselves, in batches, before net/http and gin see
+// them; every other request, and every request that does not meet all of
+// these conditions, goes with its connection to net/http and the routes
+// of apiRoutes below, which answer it as they would without loops. A
+// request taken by a loop is admitted by admit (admit.go) like gin's, and
+// its parameters are checked by loopHost.Take (fastpath.go) as the
+// handler checks them: a value out of range (tries=0, ttl < delay,
+// count > 32) sends it to net/http too, to answer the 400.
+//
+//	PUT    /api/:namespace/:queue               publish; ?delay ttl tries token; body 1 B…MaxBodySize by Content-Length
+//	GET    /api/:namespace/:queue               consume of one queue; ?ttr timeout count token; no body
+//	DELETE /api/:namespace/:queue/job/:job_id   ACK; ?token; no body; job ID letters and digits, at most 64
+//
+// For all three: HTTP/1.1, one Host, a head of at most 8 KiB, no
+// percent-encoding in the path, plain query values (letters, digits and
+// "-._~:"), no Transfer-Encoding, Expect, Upgrade, Connection other than
+// keep-alive, nor a header of a Kairos extension (Idempotency-Key,
+// Enable-Job-Version, X-Kairos-Extensions, Job-Attr-*).
+var loopRoutes = evloop.Table{
+	Routes: []evloop.Route{
+		{Kind: evloop.Publish, Method: "PUT", Path: "/api/:namespace/:queue",
+			Params: []string{"delay", "ttl", "tries", "token"},
+			Body:   evloop.Body{Min: 1, Max: engine.MaxBodySize}},
+		{Kind: evloop.Consume, Method: "GET", Path: "/api/:namespace/:queue",
+			Params: []string{"ttr", "timeout", "count", "token"}},
+		{Kind: evloop.Ack, Method: "DELETE", Path: "/api/:namespace/:queue/job/:job_id",
+			Params: []string{"token"}},
+	},
+	MaxHead:              8 << 10,
+	MaxJobID:             64,
+	TokenHeader:          "X-Token",
+	TokenParam:           "token",
+	RefuseHeaders:        []string{"Idempotency-Key", "Enable-Job-Version", extHeader},
+	RefuseHeaderPrefixes: []string{attributePrefix},
+}
 
 // apiRoutes builds the public API (spec 3.1): global middleware in
 // lmstfy's order (request id, access log, metrics, recovery), then per
@@ -41,7 +80,8 @@ func (s *Server) apiRoutes() *gin.Engine {
 	g.GET("/:namespace/:queue/size", public, s.size)
 	g.GET("/:namespace/:queue/deadletter/size", public, s.deadLetterSize)
 
-	// Kairos extensions (in the file of the resource each extends).
+	// Kairos extensions (in the file of the resource each extends;
+	// schedules in schedule.go).
 	unthrottledPublish := s.guard(routeOpts{role: auth.RolePublish})
 	g.PUT("/:namespace/:queue/job/:job_id/release", s.traced(tracing.SpanRelease, trace.SpanKindServer, ack, s.release)...)
 	g.PUT("/:namespace/:queue/job/:job_id/touch", ack, s.touch)
@@ -51,6 +91,12 @@ func (s *Server) apiRoutes() *gin.Engine {
 	g.GET("/:namespace/:queue/deadletter/jobs", read, s.listDeadLetter)
 	g.PUT("/:namespace/:queue/deadletter/job/:job_id", manage, s.respawnDeadJob)
 	g.DELETE("/:namespace/:queue/deadletter/job/:job_id", manage, s.deleteDeadJob)
+	g.GET("/:namespace/:queue/schedule", unthrottledPublish, s.listSchedules)
+	g.PUT("/:namespace/:queue/schedule/:name", unthrottledPublish, s.putSchedule)
+	g.GET("/:namespace/:queue/schedule/:name", unthrottledPublish, s.getSchedule)
+	g.DELETE("/:namespace/:queue/schedule/:name", unthrottledPublish, s.deleteSchedule)
+	g.PUT("/:namespace/:queue/schedule/:name/pause", unthrottledPublish, s.pauseSchedule(true))
+	g.PUT("/:namespace/:queue/schedule/:name/resume", unthrottledPublish, s.pauseSchedule(false))
 
 	r.NoRoute(noRoute)
 	return r

@@ -34,6 +34,7 @@ import (
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/server/evloop"
 )
 
 // ErrInvalidConfig is wrapped by every error New returns about its
@@ -172,9 +173,10 @@ type Server struct {
 	apiLn    net.Listener
 	adminLn  net.Listener
 	serving  bool
-	// loops serve the public listener's plain publishes (loop_linux.go);
+	// loops serve the public listener's requests of loopRoutes (package
+	// evloop, fastpath.go);
 	// nil when Kairos.EventLoops is negative or the platform has none.
-	loops   *loopGroup
+	loops   *evloop.Group
 	closing bool // Close has begun
 
 	closeOnce       sync.Once
@@ -296,13 +298,11 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 }
 
 // eventLoops is how many event loops serve the public listener: none
-// where the platform has none or Kairos.EventLoops is negative, and none
-// with tracing on: net/http then serves every request with its span
-// (doc/tracing.md says why the loops make none).
+// where the platform has none or Kairos.EventLoops is negative.
 func (s *Server) eventLoops() int {
 	n := s.cfg.Kairos.EventLoops
 	switch {
-	case !loopsSupported || n < 0 || s.tracer != nil:
+	case !evloop.Supported || n < 0:
 		return 0
 	case n == 0:
 		return runtime.GOMAXPROCS(0)
@@ -470,9 +470,9 @@ func (s *Server) Serve(ctx context.Context) error {
 			s.mu.Unlock()
 			if closing {
 				// Close ran meanwhile and did not see the loops.
-				g.shutdown()
+				g.Shutdown()
 			}
-			apiServed = g.handoff
+			apiServed = g.Handoff()
 		}
 	}
 	go serve(s.apiSrv, apiServed)
@@ -521,7 +521,7 @@ func (s *Server) Close() error {
 		if loops != nil {
 			// The loops answer what they have read and close their
 			// connections; net/http then shuts down those it was given.
-			loops.shutdown()
+			loops.Shutdown()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.shutdownTimeout)
 		defer cancel()

@@ -10,6 +10,8 @@ package migration
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -424,4 +426,106 @@ func (e *Engine) RespawnDeadJob(ctx context.Context, ns, q, id string, ttl time.
 // DeleteDeadJob implements engine.Engine.
 func (e *Engine) DeleteDeadJob(ctx context.Context, ns, q, id string) error {
 	return firstFound(func() error { return e.Old.DeleteDeadJob(ctx, ns, q, id) }, func() error { return e.New.DeleteDeadJob(ctx, ns, q, id) })
+}
+
+// Schedules (engine.Scheduler) are created in the new pool; those made
+// before the migration stay in the old pool, where its engine keeps firing
+// them into the old queues (consumed first), until replaced or deleted.
+
+var _ engine.Scheduler = (*Engine)(nil)
+
+func schedulers(e *Engine) (old, new engine.Scheduler, err error) {
+	o, ok1 := e.Old.(engine.Scheduler)
+	n, ok2 := e.New.(engine.Scheduler)
+	if !ok1 || !ok2 {
+		return nil, nil, engine.ErrNoSchedules
+	}
+	return o, n, nil
+}
+
+// PutSchedule implements engine.Scheduler: the schedule moves to the new
+// pool (its copy in the old pool, if any, is deleted, not to fire twice).
+func (e *Engine) PutSchedule(ctx context.Context, s *engine.Schedule) (*engine.Schedule, error) {
+	o, n, err := schedulers(e)
+	if err != nil {
+		return nil, err
+	}
+	out, err := n.PutSchedule(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.DeleteSchedule(ctx, s.Namespace, s.Queue, s.Name); err != nil && !errors.Is(err, engine.ErrScheduleNotFound) {
+		return nil, err
+	}
+	return out, nil
+}
+
+// GetSchedule implements engine.Scheduler: the new pool's, else the old's.
+func (e *Engine) GetSchedule(ctx context.Context, ns, q, name string) (*engine.Schedule, error) {
+	o, n, err := schedulers(e)
+	if err != nil {
+		return nil, err
+	}
+	s, err := n.GetSchedule(ctx, ns, q, name)
+	if errors.Is(err, engine.ErrScheduleNotFound) {
+		return o.GetSchedule(ctx, ns, q, name)
+	}
+	return s, err
+}
+
+// ListSchedules implements engine.Scheduler: both pools', by name.
+func (e *Engine) ListSchedules(ctx context.Context, ns, q string) ([]*engine.Schedule, error) {
+	o, n, err := schedulers(e)
+	if err != nil {
+		return nil, err
+	}
+	a, err := n.ListSchedules(ctx, ns, q)
+	if err != nil {
+		return nil, err
+	}
+	b, err := o.ListSchedules(ctx, ns, q)
+	if err != nil {
+		return nil, err
+	}
+	seen := make(map[string]bool, len(a))
+	for _, s := range a {
+		seen[s.Name] = true
+	}
+	for _, s := range b {
+		if !seen[s.Name] {
+			a = append(a, s)
+		}
+	}
+	slices.SortFunc(a, func(x, y *engine.Schedule) int { return strings.Compare(x.Name, y.Name) })
+	return a, nil
+}
+
+// DeleteSchedule implements engine.Scheduler: from both pools.
+func (e *Engine) DeleteSchedule(ctx context.Context, ns, q, name string) error {
+	o, n, err := schedulers(e)
+	if err != nil {
+		return err
+	}
+	errOld := o.DeleteSchedule(ctx, ns, q, name)
+	if errOld != nil && !errors.Is(errOld, engine.ErrScheduleNotFound) {
+		return errOld
+	}
+	errNew := n.DeleteSchedule(ctx, ns, q, name)
+	if errors.Is(errNew, engine.ErrScheduleNotFound) {
+		return errOld
+	}
+	return errNew
+}
+
+// PauseSchedule implements engine.Scheduler, in the pool that has it.
+func (e *Engine) PauseSchedule(ctx context.Context, ns, q, name string, paused bool) (*engine.Schedule, error) {
+	o, n, err := schedulers(e)
+	if err != nil {
+		return nil, err
+	}
+	s, err := n.PauseSchedule(ctx, ns, q, name, paused)
+	if errors.Is(err, engine.ErrScheduleNotFound) {
+		return o.PauseSchedule(ctx, ns, q, name, paused)
+	}
+	return s, err
 }

@@ -72,6 +72,10 @@ type Engine struct {
 
 	pumpWake chan struct{}
 	waiters  *waiters
+
+	// schedWake wakes the scheduler (schedule.go) after a change here.
+	schedWake chan struct{}
+
 	// stepWorkers run the steps of event-loop passes (pass.go).
 	stepWorkers workers
 	// pipe batches hot-path scripts while Run runs (nil otherwise, or
@@ -143,7 +147,8 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 
 		stepWorkers: workers{tasks: make(chan func())},
 	}
-	for _, s := range allScripts {
+	e.schedWake = make(chan struct{}, 1)
+	for _, s := range append(allScripts[:len(allScripts):len(allScripts)], scheduleScripts...) {
 		if err := s.Load(ctx, client).Err(); err != nil {
 			return nil, fmt.Errorf("rdb: load scripts into pool %s: %w", opts.Pool, err)
 		}
@@ -174,7 +179,8 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.pipe.Store(newAutoPipeline(e.rdb, autoPipelineSenders, autoPipelineBatch))
 	}
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
+	go func() { defer wg.Done(); e.runSchedules(ctx) }()
 	go func() { defer wg.Done(); e.runPump(ctx) }()
 	go func() { defer wg.Done(); e.runReclaim(ctx) }()
 	go func() { defer wg.Done(); e.waiters.run(ctx) }()

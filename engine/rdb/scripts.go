@@ -218,7 +218,10 @@ func isIdent(c byte) bool {
 // Returns {0, made ready, new earliest due of the pool or 0};
 // {k} when job k's body key exists (nothing written);
 // {-1, id} when the idempotency key is taken (nothing written).
-var publishScript = script(`
+var publishScript = script(publishSrc)
+
+// publishSrc is publishScript's source; fireScheduleScript runs it too.
+const publishSrc = `
 local n = #KEYS - 7
 local meta = false
 if #ARGV ~= 5 + 5 * n then
@@ -277,7 +280,7 @@ if made > 0 then redis.call('PUBLISH', ARGV[2], made) end
 local earliest = 0
 if mindue then earliest = lower_index(KEYS[3], ARGV[1], mindue, ARGV[3]) end
 return {0, made, earliest}
-`)
+`
 
 // publishManyScript stores plain jobs (server-made IDs, no replaced job, no
 // idempotency key) of several queues of the pool and makes each ready or

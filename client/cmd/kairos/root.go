@@ -188,6 +188,7 @@ func (c *cli) rootCmd() *cobra.Command {
 		c.publishCmd(), c.consumeCmd(), c.ackCmd(), c.peekCmd(), c.sizeCmd(), c.destroyCmd(),
 		c.deadletterCmd(), c.tokenCmd(), c.limitsCmd(), c.poolsCmd(), c.statsCmd(), c.versionCmd(),
 		c.releaseCmd(), c.touchCmd(), c.cancelCmd(), c.queueConfigCmd(), c.webhookCmd(), c.benchCmd(),
+		c.scheduleCmd(),
 	)
 	root.AddCommand(c.pauseCmds()...)
 	return root

@@ -1,6 +1,6 @@
 //go:build linux && !race
 
-package server
+package evloop
 
 import (
 	"syscall"
@@ -8,7 +8,7 @@ import (
 )
 
 // rawRead is read(2) without the runtime's system-call bookkeeping
-// (loop_sys_linux.go says why).
+// (sys_linux.go says why).
 func rawRead(fd int, p []byte) (int, error) {
 	n, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
 	if e != 0 {

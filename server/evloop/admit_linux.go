@@ -1,17 +1,13 @@
 //go:build linux
 
-package server
+package evloop
 
-import (
-	"time"
+import "time"
 
-	"github.com/kairos-dev/kairos/engine"
-)
-
-// Admission off the loop. takeFast admits a request inline when everything
-// admit needs is in memory (a cached token, a token without a rate limit).
-// When it needs the admin Redis (it.later), the loop never waits for it: a
-// goroutine runs admit, and the connection reads and parses nothing more
+// Admission off the loop. Host.Take admits a request inline when
+// everything admission needs is in memory (a cached token, a token without
+// a rate limit). When it needs I/O (it.Later: the admin Redis), the loop
+// never waits for it: a goroutine runs Host.TakeLater, and the connection reads and parses nothing more
 // (as while a consume is parked) until the answer comes back through the
 // wake pipe; the request then joins the loop's next batch, admitted or
 // refused, ahead of the connection's next requests. A flood of unknown
@@ -20,16 +16,11 @@ import (
 
 // admitLater sends it, the request c's parse just took, to be admitted off
 // the loop.
-func (l *eventLoop) admitLater(c *loopConn, it *fastItem) {
+func (l *eventLoop) admitLater(c *loopConn, it *Item) {
 	c.admitting = it
 	l.admits++
-	s := l.s
 	go func() {
-		err := s.admit(s.pollCtx, &it.adm, false)
-		if err != nil && s.pollCtx.Err() != nil {
-			err = engine.ErrClosed // the server stops: 503, as the engine answers
-		}
-		s.admitted(it, err)
+		l.host.TakeLater(l.ctx, it)
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if l.released {
@@ -51,12 +42,12 @@ func (l *eventLoop) readmit(now time.Time) {
 	l.mu.Unlock()
 	for _, it := range done {
 		l.admits--
-		c := it.conn.(*loopConn)
+		c := it.conn
 		c.admitting = nil
 		if c.released || c.dead || l.closing {
 			// Nobody to answer: what admission took goes back.
-			l.s.refund(l.s.pollCtx, it, nil)
-			putFast(it)
+			l.host.Drop(it)
+			l.host.Recycle(it)
 			if !c.released {
 				l.touch(c) // finish closes it
 			}

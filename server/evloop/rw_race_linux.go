@@ -1,6 +1,6 @@
 //go:build linux && race
 
-package server
+package evloop
 
 import "syscall"
 
@@ -8,7 +8,7 @@ import "syscall"
 // syscall: its Read and Write tell the detector that what one goroutine
 // wrote to a socket or pipe happens before another reads it, which tests
 // rely on (a test sets its fake engine up, then sends a request). The raw
-// calls of loop_rw_linux.go would hide that; `make test` runs the loop's
+// calls of rw_linux.go would hide that; `make test` runs the loop's
 // tests without -race too, so that they run.
 
 func rawRead(fd int, p []byte) (int, error) { return syscall.Read(fd, p) }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package server
+package evloop
 
 import (
 	"context"
@@ -49,8 +49,10 @@ func (l *eventLoop) signal(s parkSignal) {
 	}
 }
 
-// wait implements fastConn: it parks it on c.
-func (c *loopConn) wait(it *fastItem) {
+// wait parks it, a consume that found nothing and may wait, on c: c reads
+// nothing more until it is answered (after a new look or at its deadline),
+// before its next requests.
+func (c *loopConn) wait(it *Item) {
 	l := c.l
 	if c.parked == nil {
 		c.parked = it
@@ -63,11 +65,11 @@ func (c *loopConn) wait(it *fastItem) {
 		return // still watched: that look was made with the watch on
 	}
 	if !l.closing {
-		stop, look, ok := it.eng.Watch(it.ns, it.con.Queues, func() { l.signal(parkSignal{c, gen, parkFired}) })
+		stop, look, ok := it.Eng.Watch(it.NS, it.Con.Queues, func() { l.signal(parkSignal{c, gen, parkFired}) })
 		if ok {
 			it.stop = stop
 			if it.timer == nil {
-				it.timer = time.AfterFunc(time.Until(it.deadline), func() { l.signal(parkSignal{c, gen, parkExpired}) })
+				it.timer = time.AfterFunc(time.Until(it.Deadline), func() { l.signal(parkSignal{c, gen, parkExpired}) })
 			}
 			if look {
 				l.relook = append(l.relook, parkSignal{c, gen, parkLook})
@@ -75,25 +77,25 @@ func (c *loopConn) wait(it *fastItem) {
 			return
 		}
 	}
-	ctx, cancel := context.WithCancel(l.s.pollCtx)
+	ctx, cancel := context.WithCancel(l.ctx)
 	it.cancel = cancel
-	req := it.con
-	req.Timeout = time.Until(it.deadline)
+	req := it.Con
+	req.Timeout = time.Until(it.Deadline)
 	go func() {
-		jobs, err := it.eng.Consume(ctx, &req)
+		jobs, err := it.Eng.Consume(ctx, &req)
 		if len(jobs) == 0 && ctx.Err() != nil {
 			err = nil // cancelled: no job, as the gin handler answers
 		}
-		it.jobs, it.err = jobs, err
+		it.Jobs, it.Err = jobs, err
 		cancel()
 		l.signal(parkSignal{c, gen, parkDone})
 	}()
 }
 
-// done implements fastConn: once its consume is answered (at once or after
+// done tells c that it is answered (before it is recycled): once its consume is answered (at once or after
 // waiting), c parses its next requests, starting with what it had already
 // read, in the next pass.
-func (c *loopConn) done(it *fastItem) {
+func (c *loopConn) done(it *Item) {
 	l := c.l
 	if c.consume == it {
 		c.consume = nil
@@ -150,7 +152,7 @@ func (l *eventLoop) resume(now time.Time) {
 				}
 			case parkDone:
 				it.cancel = nil
-				it.deadline = time.Time{}
+				it.Deadline = time.Time{}
 				l.answerParked(c, it, now)
 			}
 		}
@@ -158,9 +160,9 @@ func (l *eventLoop) resume(now time.Time) {
 }
 
 // look puts c's parked consume in this pass's batch.
-func (l *eventLoop) look(c *loopConn, it *fastItem) {
+func (l *eventLoop) look(c *loopConn, it *Item) {
 	c.looking = true
-	it.jobs, it.err, it.ran, it.after = nil, nil, false, false
+	it.Jobs, it.Err, it.ran, it.after = nil, nil, false, false
 	l.items = append(l.items, it)
 	l.touch(c)
 }
@@ -169,12 +171,12 @@ func (l *eventLoop) look(c *loopConn, it *fastItem) {
 // the goroutine wait (engine.Consume) ends when it could not be sure to
 // hear of a job (a watch not yet confirmed by Redis); the engine answers it
 // without a round trip when it knows the queue to be empty.
-func (l *eventLoop) lastLook(c *loopConn, it *fastItem) {
+func (l *eventLoop) lastLook(c *loopConn, it *Item) {
 	if it.stop != nil {
 		it.stop()
 		it.stop = nil
 	}
-	it.deadline = time.Time{} // the look's answer is the last
+	it.Deadline = time.Time{} // the look's answer is the last
 	l.look(c, it)
 }
 
@@ -188,23 +190,23 @@ func (l *eventLoop) giveUp(c *loopConn, now time.Time) {
 		return
 	}
 	if c.looking {
-		it.deadline = time.Time{} // the look's answer is the last
+		it.Deadline = time.Time{} // the look's answer is the last
 		return
 	}
 	if it.stop != nil {
 		it.stop()
 		it.stop = nil
 	}
-	it.deadline = time.Time{}
-	it.jobs, it.err = nil, nil
+	it.Deadline = time.Time{}
+	it.Jobs, it.Err = nil, nil
 	l.answerParked(c, it, now)
 }
 
 // answerParked answers c's parked consume with what it holds.
-func (l *eventLoop) answerParked(c *loopConn, it *fastItem, now time.Time) {
-	l.s.answerFast(context.Background(), it, l.httpDate(now))
+func (l *eventLoop) answerParked(c *loopConn, it *Item, now time.Time) {
+	c.out = l.host.Answer(it, l.httpDate(now), c.out)
 	c.done(it)
-	putFast(it)
+	l.host.Recycle(it)
 	c.since, c.last = now, now
 	l.touch(c)
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package server
+package evloop
 
 import (
 	"syscall"
@@ -14,7 +14,7 @@ import (
 // "syscall" state in which the scheduler may hand the loop's P to another
 // thread, a futex wake-up and a thread switch that buy nothing here (at
 // 4,000 jobs/s the server spent 3-5 % less CPU per job). rawRead and
-// rawWrite are in loop_rw_linux.go, and in loop_rw_race_linux.go under the
+// rawWrite are in rw_linux.go, and in rw_race_linux.go under the
 // race detector.
 
 // rawEpollWait is epoll_wait(2) with a zero timeout (as epoll_pwait with no

@@ -1,6 +1,6 @@
 //go:build linux
 
-package server
+package evloop
 
 import (
 	"bytes"
@@ -18,11 +18,11 @@ import (
 )
 
 // Event loops (Linux). Each loop owns an epoll set of client connections
-// and serves the fast path's publishes, consumes and ACKs (fastpath.go)
+// and serves the requests of its Table (publishes, consumes and ACKs)
 // itself: it reads what every ready connection sent, runs all the fast
 // requests it found with one engine call per kind, and writes the answers,
 // with no goroutine per connection or per request; a consume that waits is
-// parked on its connection (loop_wait_linux.go). The loop waits in the Go runtime's poller, on
+// parked on its connection (wait_linux.go). The loop waits in the Go runtime's poller, on
 // its own epoll descriptor (epoll nests), so it parks like any goroutine.
 //
 // A connection stays with its loop while it sends fast requests. At its
@@ -39,12 +39,12 @@ import (
 // net/http closes them, at most sweepEvery late. A request handed over to
 // net/http keeps the time it has already spent (prefixConn).
 
-// loopsSupported is whether this platform has event loops.
-const loopsSupported = true
+// Supported is whether this platform has event loops.
+const Supported = true
 
-// loopGroup is the server's event loops, the goroutine that accepts their
+// Group is a server's event loops, the goroutine that accepts their
 // connections and the listener through which they hand connections over.
-type loopGroup struct {
+type Group struct {
 	loops   []*eventLoop
 	ln      net.Listener // the public listener, accepted by acceptLoop
 	handoff *handoffListener
@@ -54,23 +54,20 @@ type loopGroup struct {
 	log     logrus.FieldLogger
 }
 
-// startLoops starts n event loops serving ln's connections and returns
-// them; net/http must serve g.handoff.
-func (s *Server) startLoops(ln net.Listener, n int) (*loopGroup, error) {
-	g := &loopGroup{
+// Start starts cfg.Loops event loops serving ln's connections and returns
+// them; net/http must serve g.Handoff().
+func Start(ln net.Listener, cfg Config) (*Group, error) {
+	if cfg.Host == nil || cfg.Parser == nil || cfg.Context == nil || cfg.Log == nil || cfg.Loops < 1 {
+		return nil, errors.New("evloop: Config needs Host, Parser, Context, Log and Loops")
+	}
+	g := &Group{
 		ln:      ln,
 		handoff: newHandoffListener(ln.Addr()),
 		stop:    make(chan struct{}),
-		log:     s.log,
+		log:     cfg.Log,
 	}
-	t := loopTimeouts{
-		readHeader: s.apiSrv.ReadHeaderTimeout,
-		read:       s.apiSrv.ReadTimeout,
-		write:      s.apiSrv.WriteTimeout,
-		idle:       s.apiSrv.IdleTimeout,
-	}
-	for range n {
-		l, err := newEventLoop(s, g.handoff, t)
+	for range cfg.Loops {
+		l, err := newEventLoop(&cfg, g.handoff)
 		if err != nil {
 			for _, l := range g.loops {
 				l.release()
@@ -99,10 +96,14 @@ func (s *Server) startLoops(ln net.Listener, n int) (*loopGroup, error) {
 	return g, nil
 }
 
-// shutdown stops accepting, lets every loop finish its pass (answers
+// Handoff is the listener net/http must serve: the connections the loops
+// hand over.
+func (g *Group) Handoff() net.Listener { return g.handoff }
+
+// Shutdown stops accepting, lets every loop finish its pass (answers
 // written), closes the loops' connections and waits for the loops. Handed
 // over connections are net/http's to shut down.
-func (g *loopGroup) shutdown() {
+func (g *Group) Shutdown() {
 	select {
 	case <-g.stop:
 		return
@@ -120,7 +121,7 @@ func (g *loopGroup) shutdown() {
 
 // accept gives each new connection to the next loop, as a descriptor of
 // its own: the net.Conn that Accept made is closed once duplicated.
-func (g *loopGroup) accept() {
+func (g *Group) accept() {
 	next := 0
 	var delay time.Duration
 	for {
@@ -160,7 +161,7 @@ func (g *loopGroup) accept() {
 const sweepEvery = 100 * time.Millisecond
 
 // tick wakes every loop each sweepEvery, to close timed-out connections.
-func (g *loopGroup) tick() {
+func (g *Group) tick() {
 	t := time.NewTicker(sweepEvery)
 	defer t.Stop()
 	for {
@@ -214,21 +215,19 @@ func detach(nc net.Conn) (int, string, error) {
 // between requests.
 const maxIdleBuffer = 64 << 10
 
-// loopTimeouts are net/http's limits, applied by the loops.
-type loopTimeouts struct {
-	readHeader, read, write, idle time.Duration
-}
-
-// eventLoop serves its connections' fast requests.
+// eventLoop serves its connections' requests of the table.
 type eventLoop struct {
-	s        *Server
+	host     Host
+	parser   *Parser
+	ctx      context.Context // Config.Context
+	log      logrus.FieldLogger
 	ep       int      // the loop's epoll set
 	epFile   *os.File // ep in the Go poller
 	epRaw    syscall.RawConn
 	wakeR    int // pipe: a byte wakes the loop
 	wakeW    int
 	handoff  *handoffListener
-	timeouts loopTimeouts
+	timeouts Timeouts
 	stopping atomic.Bool
 
 	mu       sync.Mutex
@@ -238,14 +237,14 @@ type eventLoop struct {
 	released bool         // on mu: the wake pipe is closed
 	closing  bool         // closeAll runs: read requests are not served
 	// admittedq (on mu) are requests admitted off the loop
-	// (loop_admit_linux.go); ended is signalled when it grows too.
-	admittedq []*fastItem
+	// (admit_linux.go); ended is signalled when it grows too.
+	admittedq []*Item
 
 	conns     map[int]*loopConn
 	events    []syscall.EpollEvent
 	rbuf      []byte
-	req       fastRequest
-	items     []*fastItem
+	req       Request
+	items     []*Item
 	touched   []*loopConn
 	again     []*loopConn // connections with input to parse without a new event
 	relook    []parkSignal
@@ -272,7 +271,7 @@ type loopConn struct {
 	pass     uint64    // the last pass that touched it
 	blocked  bool      // waiting for EPOLLOUT; reads are paused
 	handoff  bool      // the next request is net/http's
-	parked   *fastItem // a consume waiting for jobs; reads are paused
+	parked   *Item     // a consume waiting for jobs; reads are paused
 	looking  bool      // parked is in a batch, for a new look
 	gen      uint64    // counts parked consumes: which one a signal is for
 	eof      bool      // the client sent EOF: close once answered
@@ -282,15 +281,15 @@ type loopConn struct {
 	// consume is the connection's consume in the batch or parked: its
 	// next requests are parsed once it is answered (done), so that they
 	// never share a batch with it and their answers follow its own.
-	consume  *fastItem
+	consume  *Item
 	batched  uint64 // the last pass that put a request of it in the batch
 	answered bool   // a request of it was taken (and is answered, or parked)
 	// admitting is a request being admitted off the loop
-	// (loop_admit_linux.go); reads are paused meanwhile.
-	admitting *fastItem
+	// (admit_linux.go); reads are paused meanwhile.
+	admitting *Item
 }
 
-func newEventLoop(s *Server, h *handoffListener, t loopTimeouts) (*eventLoop, error) {
+func newEventLoop(cfg *Config, h *handoffListener) (*eventLoop, error) {
 	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, err
@@ -301,7 +300,8 @@ func newEventLoop(s *Server, h *handoffListener, t loopTimeouts) (*eventLoop, er
 		return nil, err
 	}
 	l := &eventLoop{
-		s: s, ep: ep, wakeR: p[0], wakeW: p[1], handoff: h, timeouts: t,
+		host: cfg.Host, parser: cfg.Parser, ctx: cfg.Context, log: cfg.Log,
+		ep: ep, wakeR: p[0], wakeW: p[1], handoff: h, timeouts: cfg.Timeouts,
 		conns:  make(map[int]*loopConn),
 		events: make([]syscall.EpollEvent, 256),
 		rbuf:   make([]byte, 64<<10),
@@ -390,7 +390,7 @@ func (l *eventLoop) run() {
 	for !l.stopping.Load() {
 		n, err := l.wait(len(l.again) == 0 && len(l.relook) == 0)
 		if err != nil {
-			l.s.log.WithError(err).Error("event loop stopped; its connections are closed")
+			l.log.WithError(err).Error("event loop stopped; its connections are closed")
 			return
 		}
 		l.pass++
@@ -442,7 +442,7 @@ func (l *eventLoop) run() {
 			l.parse(c, now)
 		}
 		if len(l.items) > 0 {
-			l.s.runFast(l.items, l.httpDate(now))
+			l.runFast(l.items, l.httpDate(now))
 			clear(l.items)
 			l.items = l.items[:0]
 		}
@@ -512,40 +512,41 @@ func (l *eventLoop) read(c *loopConn, now time.Time) {
 // wait, so what follows it waits until it is answered (done), to keep the
 // connection's order. A consume behind requests of c already in the batch
 // runs after their engine calls (it.after).
-func (l *eventLoop) batch(c *loopConn, it *fastItem) bool {
-	it.after = it.kind == kindConsume && c.batched == l.pass
+func (l *eventLoop) batch(c *loopConn, it *Item) bool {
+	it.after = it.Kind == Consume && c.batched == l.pass
 	c.batched = l.pass
 	l.items = append(l.items, it)
-	if it.kind == kindConsume {
+	if it.Kind == Consume {
 		c.consume = it
 		return true
 	}
 	return false
 }
 
-// parse takes the fast requests at the head of c's input into the batch,
-// up to the first request that is net/http's.
+// parse takes the table's requests at the head of c's input into the
+// batch, up to the first request that is net/http's.
 func (l *eventLoop) parse(c *loopConn, now time.Time) {
 	if c.released || c.dead || c.handoff || c.blocked || c.parked != nil || c.consume != nil || c.admitting != nil || l.closing {
 		return
 	}
 	used := 0
 	for used < len(c.in) {
-		res := parseFast(c.in[used:], &l.req)
-		if res == parseMore {
+		res := l.parser.Parse(c.in[used:], &l.req)
+		if res == More {
 			break
 		}
-		if res == parseOther {
+		if res == Other {
 			c.handoff = true
 			break
 		}
-		it, ok := l.s.takeFast(context.Background(), &l.req, c.ip, c, now)
+		it, ok := l.host.Take(&l.req, c.ip, now)
 		if !ok {
 			c.handoff = true
 			break
 		}
-		used += l.req.size
-		if it.later {
+		it.conn = c
+		used += l.req.Size
+		if it.Later {
 			// Its admission needs the admin Redis: it leaves the loop,
 			// and what follows waits for its answer.
 			l.admitLater(c, it)
@@ -562,6 +563,27 @@ func (l *eventLoop) parse(c *loopConn, now time.Time) {
 		if len(c.in) == 0 && cap(c.in) > maxIdleBuffer {
 			c.in = nil // a large body's buffer is not kept
 		}
+	}
+}
+
+// runFast runs a batch — one engine call per kind and engine (batch.go) —
+// and appends each answer to its connection's output in the order the
+// requests came; a consume that found nothing and may wait is parked on
+// its connection instead (wait_linux.go).
+func (l *eventLoop) runFast(items []*Item, date []byte) {
+	if len(items) == 0 {
+		return
+	}
+	runBatch(context.Background(), items)
+	for _, it := range items {
+		c := it.conn
+		if it.mayWait() {
+			c.wait(it)
+			continue
+		}
+		c.out = l.host.Answer(it, date, c.out)
+		c.done(it)
+		l.host.Recycle(it)
 	}
 }
 
@@ -597,9 +619,6 @@ func (l *eventLoop) finish(c *loopConn, now time.Time) {
 		l.drop(c)
 	}
 }
-
-// output implements fastConn.
-func (c *loopConn) output() *[]byte { return &c.out }
 
 // flush writes as much of c's output as the socket takes; the rest waits
 // for EPOLLOUT, and reads pause meanwhile.
@@ -669,7 +688,7 @@ func (l *eventLoop) handOver(c *loopConn) {
 	nc, err := net.FileConn(f)
 	_ = f.Close()
 	if err != nil {
-		l.s.log.WithError(err).Warn("event loop: cannot hand a connection to net/http")
+		l.log.WithError(err).Warn("event loop: cannot hand a connection to net/http")
 		return
 	}
 	pc := &prefixConn{Conn: nc, pre: c.in}
@@ -705,10 +724,10 @@ func (l *eventLoop) sweep(now time.Time) {
 		from := c.since
 		switch {
 		case c.blocked:
-			limit = t.write
+			limit = t.Write
 		case len(c.in) > 0:
-			limit = t.read
-			if parseFast(c.in, &l.req) == parseMore && l.req.size > 0 {
+			limit = t.Read
+			if l.parser.Parse(c.in, &l.req) == More && l.req.Size > 0 {
 				// A fast publish whose body is late: net/http answers it
 				// (400 "failed to read body") as it would have, its read
 				// deadline already past.
@@ -718,14 +737,14 @@ func (l *eventLoop) sweep(now time.Time) {
 				continue
 			}
 			if !bytes.Contains(c.in, []byte("\r\n\r\n")) {
-				limit = t.readHeader
+				limit = t.ReadHeader
 			}
 		case !c.answered:
 			// net/http gives a new connection ReadHeaderTimeout for its
 			// first request from the accept, not IdleTimeout.
-			limit = t.readHeader
+			limit = t.ReadHeader
 		default:
-			limit, from = t.idle, c.last
+			limit, from = t.Idle, c.last
 		}
 		if limit > 0 && now.Sub(from) > limit {
 			l.drop(c)
@@ -814,6 +833,8 @@ func (h *handoffListener) Close() error {
 
 // Addr implements net.Listener: the public listener's address.
 func (h *handoffListener) Addr() net.Addr { return h.addr }
+
+var _ net.Conn = (*prefixConn)(nil)
 
 // prefixConn is a handed-over connection: its reads return first the bytes
 // the loop had read, and it half-closes as net/http's own connections do.

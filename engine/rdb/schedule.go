@@ -1,0 +1,598 @@
+package rdb
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kairos-dev/kairos/engine"
+)
+
+// Schedules (engine.Scheduler). A schedule is a hash, sc/{ns/q}/NAME,
+// holding its expression, its job template and its state, the next tick
+// above all; the queue's set sn/{ns/q} names its schedules, and the
+// per-pool index schedule_index (member ns/q/NAME, score = next tick) lets
+// every server find the schedules due soon.
+//
+// Exactly once: each server's scheduler (runSchedules) reads a due
+// schedule and runs fireScheduleScript, which in one atomic step checks
+// that the hash still holds the tick it read (next and ver, compare and
+// set), publishes the tick's job with the publish script's own code, and
+// moves next on. Two servers racing for a tick both run the script; the
+// second finds next moved and does nothing. A server killed before the
+// script leaves the tick to the others; killed after it, the tick is
+// fired and recorded. There is no lock to lose and no window between the
+// claim and the publish.
+//
+// On time: a tick is published up to scheduleLead ahead as a delayed job
+// due at the tick, so the pump makes it ready on time, to the
+// millisecond, as any delayed job.
+
+const (
+	// scheduleLead is how far ahead of its tick a job is published.
+	scheduleLead = time.Second
+	// scheduleBatch is the most due schedules one scheduler pass reads.
+	scheduleBatch = 100
+	// scheduleMinSleep is the shortest pause between scheduler passes.
+	scheduleMinSleep = 10 * time.Millisecond
+)
+
+// fireScheduleScript fires one tick of a schedule: it publishes its job
+// and moves next on, only if the schedule still holds the tick the caller
+// read.
+//
+//	KEYS[1]   schedule hash sc/{ns/q}/NAME
+//	KEYS[2…]  publishScript's KEYS (one job, lmstfy's registries included)
+//	ARGV[1]   next tick read (ms)   ARGV[2] ver read
+//	ARGV[3]   next tick afterwards (ms; 0 = none)
+//	ARGV[4]   the tick fired (ms)   ARGV[5] the job's ID
+//	ARGV[6…]  publishScript's ARGV
+//
+// Returns {-9} when the schedule changed (another server fired the tick,
+// or it was replaced, paused or deleted): nothing written; otherwise
+// publishScript's reply, and the schedule moved on when that is {0, …}.
+var fireScheduleScript = script(`
+local function publish(KEYS, ARGV)
+` + publishSrc + `
+end
+local cur = redis.call('HMGET', KEYS[1], 'next', 'ver', 'paused')
+if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] or cur[3] == '1' then return {-9} end
+local pk, pa = {}, {}
+for i = 2, #KEYS do pk[#pk + 1] = KEYS[i] end
+for i = 6, #ARGV do pa[#pa + 1] = ARGV[i] end
+local r = publish(pk, pa)
+if r[1] == 0 then
+  redis.call('HSET', KEYS[1], 'next', ARGV[3], 'last_tick', ARGV[4], 'last_job', ARGV[5])
+  redis.call('HINCRBY', KEYS[1], 'fired', 1)
+end
+return r
+`)
+
+// skipScheduleScript moves a schedule's next tick on without firing
+// (missed ticks under the skip policy), if it still holds the tick read.
+//
+//	KEYS[1] schedule hash   ARGV[1] next read   ARGV[2] ver read
+//	ARGV[3] next tick afterwards (ms)
+var skipScheduleScript = script(`
+local cur = redis.call('HMGET', KEYS[1], 'next', 'ver', 'paused')
+if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] or cur[3] == '1' then return 0 end
+redis.call('HSET', KEYS[1], 'next', ARGV[3])
+return 1
+`)
+
+// putScheduleScript creates or replaces a schedule, keeping its state
+// (last tick, last job, fired, created) and whether it is paused.
+//
+//	KEYS[1] schedule hash   KEYS[2] the queue's schedule names sn/{ns/q}
+//	ARGV[1..9] spec, tz, missed, body, ttl (ms), tries, priority,
+//	        attributes (JSON or ""), versioned ("1" or "0")
+//	ARGV[10] next tick (ms)   ARGV[11] now (ms)   ARGV[12] name
+//
+// Returns the hash (HGETALL).
+var putScheduleScript = script(`
+local paused = redis.call('HGET', KEYS[1], 'paused') == '1'
+local nxt = ARGV[10]
+if paused then nxt = '0' end
+redis.call('HSET', KEYS[1], 'spec', ARGV[1], 'tz', ARGV[2], 'missed', ARGV[3], 'body', ARGV[4],
+  'ttl', ARGV[5], 'tries', ARGV[6], 'prio', ARGV[7], 'attrs', ARGV[8], 'versioned', ARGV[9],
+  'next', nxt, 'updated', ARGV[11])
+redis.call('HSETNX', KEYS[1], 'created', ARGV[11])
+redis.call('HSETNX', KEYS[1], 'paused', '0')
+redis.call('HINCRBY', KEYS[1], 'ver', 1)
+redis.call('SADD', KEYS[2], ARGV[12])
+return redis.call('HGETALL', KEYS[1])
+`)
+
+// pauseScheduleScript pauses or resumes a schedule.
+//
+//	KEYS[1] schedule hash   ARGV[1] "1" pause, "0" resume
+//	ARGV[2] next tick when resumed (ms)   ARGV[3] now (ms)
+//	ARGV[4] the spec and ARGV[5] the zone next was computed for
+//
+// Returns the hash, {} when there is no schedule, or {"changed"} when its
+// expression changed meanwhile (the caller computes next again).
+var pauseScheduleScript = script(`
+local cur = redis.call('HMGET', KEYS[1], 'paused', 'spec', 'tz')
+if not cur[1] then return {} end
+if cur[1] ~= ARGV[1] then
+  if ARGV[1] == '0' and (cur[2] ~= ARGV[4] or cur[3] ~= ARGV[5]) then return {'changed'} end
+  local nxt = ARGV[2]
+  if ARGV[1] == '1' then nxt = '0' end
+  redis.call('HSET', KEYS[1], 'paused', ARGV[1], 'next', nxt, 'updated', ARGV[3])
+  redis.call('HINCRBY', KEYS[1], 'ver', 1)
+end
+return redis.call('HGETALL', KEYS[1])
+`)
+
+// deleteScheduleScript deletes a schedule.
+//
+//	KEYS[1] schedule hash   KEYS[2] schedule names   ARGV[1] name
+var deleteScheduleScript = script(`
+redis.call('SREM', KEYS[2], ARGV[1])
+return redis.call('DEL', KEYS[1])
+`)
+
+var scheduleScripts = []*redis.Script{fireScheduleScript, skipScheduleScript, putScheduleScript, pauseScheduleScript, deleteScheduleScript}
+
+var _ engine.Scheduler = (*Engine)(nil)
+
+func checkSchedule(ns, q, name string) error {
+	if err := checkNames(ns, q); err != nil {
+		return err
+	}
+	if !engine.ValidScheduleName(name) {
+		return fmt.Errorf("schedule name %q: %w", name, engine.ErrInvalid)
+	}
+	return nil
+}
+
+// PutSchedule implements engine.Scheduler.
+func (e *Engine) PutSchedule(ctx context.Context, s *engine.Schedule) (*engine.Schedule, error) {
+	if err := checkSchedule(s.Namespace, s.Queue, s.Name); err != nil {
+		return nil, err
+	}
+	c, err := engine.ParseCron(s.Spec, s.TZ)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", err, engine.ErrInvalid)
+	}
+	missed, err := engine.ParseMissed(string(s.Missed))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", err, engine.ErrInvalid)
+	}
+	if s.Tries == 0 || s.TTL < 0 || s.Priority < 0 || s.Priority > engine.MaxPriority || len(s.Body) > engine.MaxBodySize {
+		return nil, fmt.Errorf("schedule template: tries ≥ 1, ttl ≥ 0, priority 0..%d: %w", engine.MaxPriority, engine.ErrInvalid)
+	}
+	tz := s.TZ
+	if tz == "" {
+		tz = "UTC"
+	}
+	attrs := ""
+	if len(s.Attributes) > 0 {
+		b, err := json.Marshal(s.Attributes)
+		if err != nil {
+			return nil, err
+		}
+		attrs = string(b)
+	}
+	versioned := "0"
+	if s.Versioned {
+		versioned = "1"
+	}
+	now := e.now()
+	next := c.Next(now)
+	key := scheduleKey(s.Namespace, s.Queue, s.Name)
+	res, err := putScheduleScript.Run(ctx, e.rdb, []string{key, scheduleNamesKey(s.Namespace, s.Queue)},
+		s.Spec, tz, string(missed), s.Body, durMS(s.TTL), s.Tries, s.Priority, attrs, versioned,
+		ms(next), ms(now), s.Name).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("put schedule %s/%s/%s: %w", s.Namespace, s.Queue, s.Name, err)
+	}
+	out := decodeSchedule(s.Namespace, s.Queue, s.Name, pairs(res))
+	if err := e.syncScheduleIndex(ctx, s.Namespace, s.Queue, s.Name); err != nil {
+		return nil, err
+	}
+	e.wakeScheduler()
+	return out, nil
+}
+
+// GetSchedule implements engine.Scheduler.
+func (e *Engine) GetSchedule(ctx context.Context, ns, q, name string) (*engine.Schedule, error) {
+	if err := checkSchedule(ns, q, name); err != nil {
+		return nil, err
+	}
+	h, err := e.rdb.HGetAll(ctx, scheduleKey(ns, q, name)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("get schedule %s/%s/%s: %w", ns, q, name, err)
+	}
+	if len(h) == 0 {
+		return nil, engine.ErrScheduleNotFound
+	}
+	return decodeSchedule(ns, q, name, h), nil
+}
+
+// ListSchedules implements engine.Scheduler.
+func (e *Engine) ListSchedules(ctx context.Context, ns, q string) ([]*engine.Schedule, error) {
+	if err := checkNames(ns, q); err != nil {
+		return nil, err
+	}
+	names, err := e.rdb.SMembers(ctx, scheduleNamesKey(ns, q)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list schedules %s/%s: %w", ns, q, err)
+	}
+	sort.Strings(names)
+	out := make([]*engine.Schedule, 0, len(names))
+	if len(names) == 0 {
+		return out, nil
+	}
+	pipe := e.rdb.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(names))
+	for i, n := range names {
+		cmds[i] = pipe.HGetAll(ctx, scheduleKey(ns, q, n))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("list schedules %s/%s: %w", ns, q, err)
+	}
+	for i, n := range names {
+		if h := cmds[i].Val(); len(h) > 0 {
+			out = append(out, decodeSchedule(ns, q, n, h))
+		}
+	}
+	return out, nil
+}
+
+// DeleteSchedule implements engine.Scheduler.
+func (e *Engine) DeleteSchedule(ctx context.Context, ns, q, name string) error {
+	if err := checkSchedule(ns, q, name); err != nil {
+		return err
+	}
+	n, err := deleteScheduleScript.Run(ctx, e.rdb, []string{scheduleKey(ns, q, name), scheduleNamesKey(ns, q)}, name).Int64()
+	if err != nil {
+		return fmt.Errorf("delete schedule %s/%s/%s: %w", ns, q, name, err)
+	}
+	if err := e.syncScheduleIndex(ctx, ns, q, name); err != nil {
+		return err
+	}
+	if n == 0 {
+		return engine.ErrScheduleNotFound
+	}
+	return nil
+}
+
+// PauseSchedule implements engine.Scheduler.
+func (e *Engine) PauseSchedule(ctx context.Context, ns, q, name string, paused bool) (*engine.Schedule, error) {
+	if err := checkSchedule(ns, q, name); err != nil {
+		return nil, err
+	}
+	key := scheduleKey(ns, q, name)
+	flag := "0"
+	if paused {
+		flag = "1"
+	}
+	for attempt := 0; ; attempt++ {
+		cur, err := e.rdb.HMGet(ctx, key, "spec", "tz").Result()
+		if err != nil {
+			return nil, fmt.Errorf("pause schedule %s/%s/%s: %w", ns, q, name, err)
+		}
+		spec, _ := cur[0].(string)
+		tz, _ := cur[1].(string)
+		if cur[0] == nil {
+			return nil, engine.ErrScheduleNotFound
+		}
+		var next int64
+		now := e.now()
+		if !paused {
+			c, err := e.cron(spec, tz)
+			if err != nil {
+				return nil, err
+			}
+			next = ms(c.Next(now))
+		}
+		res, err := pauseScheduleScript.Run(ctx, e.rdb, []string{key}, flag, next, ms(now), spec, tz).StringSlice()
+		if err != nil {
+			return nil, fmt.Errorf("pause schedule %s/%s/%s: %w", ns, q, name, err)
+		}
+		switch {
+		case len(res) == 0:
+			return nil, engine.ErrScheduleNotFound
+		case len(res) == 1 && attempt < 3:
+			continue // replaced meanwhile: compute next again
+		}
+		if err := e.syncScheduleIndex(ctx, ns, q, name); err != nil {
+			return nil, err
+		}
+		e.wakeScheduler()
+		return decodeSchedule(ns, q, name, pairs(res)), nil
+	}
+}
+
+// syncScheduleIndex makes the schedule's index entry what its hash says:
+// its next tick, or no entry (deleted, paused, no tick left). It reads the
+// hash again after writing the index, and writes again when the hash
+// changed meanwhile, so that whichever writer changes the hash last (each
+// then syncs), the index ends up right: a stale score from a writer that
+// read an older hash is corrected by its own second read.
+func (e *Engine) syncScheduleIndex(ctx context.Context, ns, q, name string) error {
+	key, member := scheduleKey(ns, q, name), scheduleMember(ns, q, name)
+	var prev int64 = -1
+	for i := 0; i < 4; i++ {
+		next, err := e.indexScore(ctx, key)
+		if err != nil {
+			return fmt.Errorf("schedule index %s: %w", member, err)
+		}
+		if next == prev {
+			return nil
+		}
+		if next > 0 {
+			err = e.rdb.ZAdd(ctx, scheduleIndexKey, redis.Z{Score: float64(next), Member: member}).Err()
+		} else {
+			err = e.rdb.ZRem(ctx, scheduleIndexKey, member).Err()
+		}
+		if err != nil {
+			return fmt.Errorf("schedule index %s: %w", member, err)
+		}
+		prev = next
+	}
+	return nil
+}
+
+// indexScore is the index score a schedule hash calls for: its next tick,
+// or 0 for no entry.
+func (e *Engine) indexScore(ctx context.Context, key string) (int64, error) {
+	v, err := e.rdb.HMGet(ctx, key, "next", "paused").Result()
+	if err != nil {
+		return 0, err
+	}
+	if v[0] == nil || v[1] == "1" {
+		return 0, nil
+	}
+	s, _ := v[0].(string)
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return max(n, 0), nil
+}
+
+// crons caches parsed expressions by "spec\x00tz".
+var crons sync.Map
+
+func (e *Engine) cron(spec, tz string) (*engine.Cron, error) {
+	k := spec + "\x00" + tz
+	if c, ok := crons.Load(k); ok {
+		return c.(*engine.Cron), nil
+	}
+	c, err := engine.ParseCron(spec, tz)
+	if err != nil {
+		return nil, err
+	}
+	crons.Store(k, c)
+	return c, nil
+}
+
+func (e *Engine) wakeScheduler() {
+	select {
+	case e.schedWake <- struct{}{}:
+	default:
+	}
+}
+
+// runSchedules fires due ticks until ctx is done (every server runs it).
+func (e *Engine) runSchedules(ctx context.Context) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-e.schedWake:
+		}
+		next, err := e.ScheduleOnce(ctx)
+		sleep := e.maxWait
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return
+			}
+			e.log.WithError(err).Warn("scheduler failed; retrying")
+			sleep = 100 * time.Millisecond
+		case next > 0:
+			// At least a few milliseconds: a tick another server is firing
+			// stays in the index until that server updates it.
+			sleep = min(max(time.Duration(next-ms(e.now()))*time.Millisecond-scheduleLead, scheduleMinSleep), e.maxWait)
+		}
+		t.Reset(sleep)
+	}
+}
+
+// ScheduleOnce fires every tick due within the publish lead and returns
+// the earliest next tick of the pool (ms), or 0 when there is none. Several
+// servers may run it at once: each tick fires once.
+func (e *Engine) ScheduleOnce(ctx context.Context) (int64, error) {
+	// Rounds until one fires nothing: a schedule whose next tick falls
+	// within the lead too (a late server catching up) fires again.
+	for round := 0; round < 1000; round++ {
+		now := e.now()
+		horizon := ms(now.Add(scheduleLead))
+		due, err := e.rdb.ZRangeByScore(ctx, scheduleIndexKey, &redis.ZRangeBy{
+			Min: "-inf", Max: strconv.FormatInt(horizon, 10), Count: scheduleBatch,
+		}).Result()
+		if err != nil {
+			return 0, fmt.Errorf("schedules: %w", err)
+		}
+		var firstErr error
+		fired := false
+		for _, m := range due {
+			ok, err := e.fireDue(ctx, m)
+			if err != nil {
+				e.log.WithError(err).WithField("schedule", m).Warn("schedule tick failed")
+				if firstErr == nil {
+					firstErr = err
+				}
+			}
+			fired = fired || ok
+		}
+		if firstErr != nil {
+			return 0, firstErr
+		}
+		if !fired {
+			break
+		}
+	}
+	first, err := e.rdb.ZRangeWithScores(ctx, scheduleIndexKey, 0, 0).Result()
+	if err != nil {
+		return 0, fmt.Errorf("schedules: %w", err)
+	}
+	if len(first) == 0 {
+		return 0, nil
+	}
+	return int64(first[0].Score), nil
+}
+
+// fireDue handles one schedule the index says is due: it fires its tick
+// (or skips missed ones) and corrects the index. It reports whether it
+// moved the schedule on.
+func (e *Engine) fireDue(ctx context.Context, member string) (bool, error) {
+	parts := strings.SplitN(member, "/", 3)
+	if len(parts) != 3 {
+		return false, e.rdb.ZRem(ctx, scheduleIndexKey, member).Err()
+	}
+	ns, q, name := parts[0], parts[1], parts[2]
+	key := scheduleKey(ns, q, name)
+	h, err := e.rdb.HGetAll(ctx, key).Result()
+	if err != nil {
+		return false, err
+	}
+	now := e.now()
+	next, _ := strconv.ParseInt(h["next"], 10, 64)
+	if len(h) == 0 || h["paused"] == "1" || next <= 0 || next > ms(now.Add(scheduleLead)) {
+		return false, e.syncScheduleIndex(ctx, ns, q, name)
+	}
+	c, err := e.cron(h["spec"], h["tz"])
+	if err != nil {
+		// Stored by PutSchedule, so parsed once already: a zone the
+		// server's tzdata lacks. Leave it for a server that has it.
+		return false, fmt.Errorf("schedule %s: %w", member, err)
+	}
+	s := decodeSchedule(ns, q, name, h)
+	plan := c.PlanTick(time.UnixMilli(next), now, s.Missed)
+	newNext := int64(0)
+	if !plan.Next.IsZero() {
+		newNext = ms(plan.Next)
+	}
+	if !plan.Fire {
+		n, err := skipScheduleScript.Run(ctx, e.rdb, []string{key}, h["next"], h["ver"], newNext).Int64()
+		if err != nil {
+			return false, err
+		}
+		if n == 1 {
+			e.log.WithField("schedule", member).Info("missed ticks skipped")
+		}
+		return n == 1, e.syncScheduleIndex(ctx, ns, q, name)
+	}
+	req := &engine.PublishRequest{
+		Namespace: ns, Queue: q, Body: s.Body, Tries: s.Tries, Priority: s.Priority,
+		Attributes: s.Attributes, Versioned: s.Versioned, DueAt: plan.Tick,
+	}
+	if s.TTL > 0 {
+		// The template's TTL counts from the tick.
+		req.TTL = s.TTL + max(plan.Tick.Sub(now), 0)
+	}
+	for attempt := 0; ; attempt++ {
+		keys, args, id, err := e.publishCall(req, now)
+		if err != nil {
+			return false, err
+		}
+		keys = append([]string{key}, keys...)
+		args = append([]interface{}{h["next"], h["ver"], newNext, ms(plan.Tick), id}, args...)
+		res, err := fireScheduleScript.Run(ctx, e.rdb, keys, args...).Slice()
+		if err != nil {
+			return false, err
+		}
+		code, _ := res[0].(int64)
+		switch {
+		case code == -9:
+			return false, nil // another server fired it, or the schedule changed
+		case code == 0 && len(res) == 3:
+			if earliest, _ := res[2].(int64); earliest > 0 {
+				e.wakePump()
+			}
+			delayed := 0
+			if plan.Tick.After(now) {
+				delayed = 1
+			}
+			e.metrics.publishedPool(1, delayed)
+			e.metrics.publishedQueue(ns, q, e.names.get([3]string{ns, q}), 1)
+			return true, e.syncScheduleIndex(ctx, ns, q, name)
+		case code == 1 && attempt < maxPublishRetries:
+			continue // the generated ID collided: a fresh one
+		}
+		return false, fmt.Errorf("schedule %s: unexpected reply %v", member, res)
+	}
+}
+
+// publishCall builds publishScript's keys and arguments for one job of a
+// fresh ID, lmstfy's registries included (as publishValid does for a job
+// without a replaced job or idempotency key).
+func (e *Engine) publishCall(r *engine.PublishRequest, now time.Time) ([]string, []interface{}, string, error) {
+	if err := checkPublish(r.Namespace, r.Queue, r); err != nil {
+		return nil, nil, "", err
+	}
+	ns, q := r.Namespace, r.Queue
+	qn := e.names.get([3]string{ns, q})
+	nowMS := ceilMS(now)
+	id := engine.NewJobID(now, jobDelay(r, now), r.Versioned)
+	value, due, err := jobValue(r, nowMS)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	keys := []string{qn.ready, qn.timer, timerIndexKey, qn.prio, qn.config, qn.ready, qn.ready, qn.jobPrefix + id, metaNamespacesKey, qn.metaQueues}
+	args := []interface{}{qn.member, qn.channel, timerChannel, "", "0",
+		packEntry(r.Tries, id), value, durMS(r.TTL), scriptDue(due, nowMS), r.Priority, ns, q}
+	return keys, args, id, nil
+}
+
+// pairs turns an HGETALL reply into a map.
+func pairs(kv []string) map[string]string {
+	m := make(map[string]string, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return m
+}
+
+func msTime(s string) time.Time {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(n).UTC()
+}
+
+// decodeSchedule reads a schedule hash.
+func decodeSchedule(ns, q, name string, h map[string]string) *engine.Schedule {
+	s := &engine.Schedule{
+		Namespace: ns, Queue: q, Name: name,
+		Spec: h["spec"], TZ: h["tz"], Missed: engine.MissedPolicy(h["missed"]),
+		Paused: h["paused"] == "1", Body: []byte(h["body"]), Versioned: h["versioned"] == "1",
+		Next: msTime(h["next"]), LastTick: msTime(h["last_tick"]), LastJob: h["last_job"],
+		Created: msTime(h["created"]), Updated: msTime(h["updated"]),
+	}
+	if s.Missed == "" {
+		s.Missed = engine.MissedSkip
+	}
+	ttl, _ := strconv.ParseInt(h["ttl"], 10, 64)
+	s.TTL = time.Duration(ttl) * time.Millisecond
+	tries, _ := strconv.ParseUint(h["tries"], 10, 16)
+	s.Tries = uint16(tries)
+	s.Priority, _ = strconv.Atoi(h["prio"])
+	s.Fired, _ = strconv.ParseInt(h["fired"], 10, 64)
+	if a := h["attrs"]; a != "" {
+		_ = json.Unmarshal([]byte(a), &s.Attributes)
+	}
+	return s
+}

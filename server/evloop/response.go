@@ -1,0 +1,44 @@
+package evloop
+
+import (
+	"net/http"
+	"strconv"
+)
+
+// JSONContentType is the Content-Type of the answers with a body, as gin
+// writes it.
+const JSONContentType = "application/json; charset=utf-8"
+
+// AppendResponse appends a whole HTTP/1.1 response as net/http writes
+// gin's: a JSON body, or none for a 204; retryAfter > 0 adds Retry-After
+// (seconds).
+func AppendResponse(b []byte, code, retryAfter int, reqID, date, body []byte) []byte {
+	b = append(b, "HTTP/1.1 "...)
+	b = strconv.AppendInt(b, int64(code), 10)
+	b = append(b, ' ')
+	if text := http.StatusText(code); text != "" {
+		b = append(b, text...)
+	} else {
+		b = append(b, "status code "...)
+		b = strconv.AppendInt(b, int64(code), 10)
+	}
+	// net/http writes the handler's headers sorted by name.
+	if code != http.StatusNoContent {
+		b = append(b, "\r\nContent-Type: "+JSONContentType...)
+	}
+	if retryAfter > 0 {
+		b = append(b, "\r\nRetry-After: "...)
+		b = strconv.AppendInt(b, int64(retryAfter), 10)
+	}
+	b = append(b, "\r\nX-Request-Id: "...)
+	b = append(b, reqID...)
+	b = append(b, "\r\nDate: "...)
+	b = append(b, date...)
+	if code == http.StatusNoContent {
+		return append(b, "\r\n\r\n"...)
+	}
+	b = append(b, "\r\nContent-Length: "...)
+	b = strconv.AppendInt(b, int64(len(body)), 10)
+	b = append(b, "\r\n\r\n"...)
+	return append(b, body...)
+}
