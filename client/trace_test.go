@@ -10,14 +10,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kairos-dev/kairos/client"
-	"github.com/kairos-dev/kairos/config"
 )
 
 // TestTraceContextRoundTrip: a publish made inside a span carries its
 // trace context; consumes (single and batch) hand it back on the job, and
 // Job.Context continues it. A publish outside any span carries none.
 func TestTraceContextRoundTrip(t *testing.T) {
-	e := newEnv(t, func(c *config.Config) { c.Kairos.EventLoops = -1 })
+	e := newEnv(t)
 	tp := sdktrace.NewTracerProvider()
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	ctx, span := tp.Tracer("test").Start(ctxT(t), "produce")
@@ -58,7 +57,7 @@ func TestTraceContextRoundTrip(t *testing.T) {
 // child of the producer's span, which the handler's context carries; a
 // failed handler's span is an error.
 func TestWorkerSpans(t *testing.T) {
-	e := newEnv(t, func(c *config.Config) { c.Kairos.EventLoops = -1 })
+	e := newEnv(t)
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })

@@ -219,9 +219,9 @@ func TestAppendFastResponse(t *testing.T) {
 	id := []byte("01ARZ3NDEKTSV4RRFFQ69G5FAV")
 	date := []byte("Tue, 24 Nov 2026 22:38:36 GMT")
 	created := `{"job_id":"01M87VC16NZAC9VNKJGM000000","msg":"published"}`
-	b := evloop.AppendResponse(nil, 201, 0, id, date, []byte(created))
-	b = evloop.AppendResponse(b, 204, 0, id, date, nil)
-	b = evloop.AppendResponse(b, 499, 0, id, date, errClientGone.body)
+	b := evloop.AppendResponse(nil, 201, 0, "", "", id, date, []byte(created))
+	b = evloop.AppendResponse(b, 204, 0, "", "", id, date, nil)
+	b = evloop.AppendResponse(b, 499, 0, "", "", id, date, errClientGone.body)
 	br := bufio.NewReader(bytes.NewReader(b))
 	for _, want := range []struct {
 		line, ctype, body string

@@ -28,7 +28,10 @@ import (
 // percent-encoding in the path, plain query values (letters, digits and
 // "-._~:"), no Transfer-Encoding, Expect, Upgrade, Connection other than
 // keep-alive, nor a header of a Kairos extension (Idempotency-Key,
-// Enable-Job-Version, X-Kairos-Extensions, Job-Attr-*).
+// Enable-Job-Version, X-Kairos-Extensions, Job-Attr-*). A publish's W3C
+// trace context (traceparent, tracestate, each at most once) is read and
+// stored as net/http stores it; with tracing on, a request carrying one
+// is net/http's instead (Server.loopTable).
 var loopRoutes = evloop.Table{
 	Routes: []evloop.Route{
 		{Kind: evloop.Publish, Method: "PUT", Path: "/api/:namespace/:queue",
@@ -45,6 +48,7 @@ var loopRoutes = evloop.Table{
 	TokenParam:           "token",
 	RefuseHeaders:        []string{"Idempotency-Key", "Enable-Job-Version", extHeader},
 	RefuseHeaderPrefixes: []string{attributePrefix},
+	TraceContext:         true,
 }
 
 // apiRoutes builds the public API (spec 3.1): global middleware in
