@@ -18,6 +18,7 @@ import (
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/server/openapitest"
 )
 
 // errUnexpected is what a fake returns for a call the test did not set up.
@@ -593,16 +594,44 @@ func do(t testing.TB, h http.Handler, r request) *httptest.ResponseRecorder {
 	return w
 }
 
-// api runs r against the public API.
+// api runs r against the public API; the response must match
+// doc/openapi.yaml.
 func (e *testEnv) api(t testing.TB, r request) *httptest.ResponseRecorder {
 	t.Helper()
-	return do(t, e.srv.Handler(), r)
+	return doDescribed(t, e.srv.Handler(), openapitest.Public, r)
 }
 
-// admin runs r against the admin API.
+// admin runs r against the admin API; the response must match
+// doc/openapi.yaml.
 func (e *testEnv) admin(t testing.TB, r request) *httptest.ResponseRecorder {
 	t.Helper()
-	return do(t, e.srv.AdminHandler(), r)
+	return doDescribed(t, e.srv.AdminHandler(), openapitest.Admin, r)
+}
+
+// openapiValidator checks the responses of api and admin (with any job
+// ID: the fakes make up IDs such as "J").
+var openapiValidator = func() *openapitest.Validator {
+	v, err := openapitest.NewValidatorAnyJobID()
+	if err != nil {
+		panic(err)
+	}
+	return v
+}()
+
+// doDescribed runs r against h, the handler of listener, and checks the
+// response against doc/openapi.yaml. A 499 is not checked: it is only
+// logged, its client went away before the answer.
+func doDescribed(t testing.TB, h http.Handler, listener string, r request) *httptest.ResponseRecorder {
+	t.Helper()
+	req := r.build(t)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	if w.Code != errClientGone.status {
+		if err := openapiValidator.Check(listener, req, w.Code, w.Header(), w.Body.Bytes()); err != nil {
+			t.Error(err)
+		}
+	}
+	return w
 }
 
 // expect checks the status and the exact body of a response.

@@ -123,6 +123,7 @@ func (s *Server) adminRoutes() *gin.Engine {
 	r.GET("/readyz", s.readyz)
 	r.GET("/pools", s.listPools)
 	r.GET("/version", s.showVersion)
+	r.GET("/openapi.yaml", s.serveOpenAPI) // Kairos: doc/openapi.yaml
 	ops := s.opsAuth(basic)
 	r.GET("/info", ops, s.info)
 	r.GET("/metrics", ops, s.serveMetrics)

@@ -21,6 +21,7 @@ import (
 	"github.com/kairos-dev/kairos/engine"
 	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 	"github.com/kairos-dev/kairos/server/app"
+	"github.com/kairos-dev/kairos/server/openapitest"
 )
 
 // These tests run the whole server (app.New → Listen → Run) against a real
@@ -108,6 +109,8 @@ func startKairos(tb testing.TB, cfg *config.Config) *kairos {
 		cancel: cancel,
 		done:   make(chan error, 1),
 	}
+	openapiTransport.Register(k.API, openapitest.Public)
+	openapiTransport.Register(k.Admin, openapitest.Admin)
 	u, _ := url.Parse(k.API)
 	k.APIHost = u.Hostname()
 	fmt.Sscan(u.Port(), &k.APIPort)
@@ -229,7 +232,21 @@ type response struct {
 	Body        []byte
 }
 
-var httpClient = &http.Client{Timeout: 30 * time.Second}
+// openapiTransport validates every response of a Kairos started by
+// startKairos against doc/openapi.yaml: an exchange the description does
+// not allow (a status, header, field or body it does not declare) fails
+// the request with an error naming the route and the violation.
+var openapiTransport = func() *openapitest.Transport {
+	t, err := openapitest.NewTransport(nil)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}()
+
+// httpClient is the client of the e2e tests: every exchange with a Kairos
+// is validated against doc/openapi.yaml.
+var httpClient = &http.Client{Timeout: 30 * time.Second, Transport: openapiTransport}
 
 func doHTTP(tb testing.TB, method, u, token string, body []byte, hdr map[string]string) *response {
 	tb.Helper()

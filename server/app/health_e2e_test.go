@@ -103,6 +103,12 @@ func TestE2EOutage(t *testing.T) {
 		{"deadletter", http.MethodGet, "q/deadletter", "", "", keepAlive},
 		{"deadletter size", http.MethodGet, "q/deadletter/size", "", "", keepAlive},
 		{"respawn", http.MethodPut, "q/deadletter", "limit=1", "", keepAlive},
+		{"schedule put", http.MethodPut, "q/schedule/s", "cron=%40hourly", "x", keepAlive},
+		{"schedule get", http.MethodGet, "q/schedule/s", "", "", keepAlive},
+		{"schedule list", http.MethodGet, "q/schedule", "", "", keepAlive},
+		{"schedule pause", http.MethodPut, "q/schedule/s/pause", "", "", keepAlive},
+		{"schedule resume", http.MethodPut, "q/schedule/s/resume", "", "", keepAlive},
+		{"schedule delete", http.MethodDelete, "q/schedule/s", "", "", keepAlive},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var body []byte

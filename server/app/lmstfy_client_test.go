@@ -23,9 +23,13 @@ import (
 // spec section 11. v1.0.15 has no publish-with-context methods (they came
 // one commit later); the consume family's WithContext variants are here.
 
-// lmstfyClient returns a client of e's namespace with token.
+// lmstfyClient returns a client of e's namespace with token. Its HTTP
+// client is lmstfy's default one (the same timeout) but for its transport:
+// openapiTransport, which validates every answer against doc/openapi.yaml
+// (a violation is a request error naming it).
 func (e *e2e) lmstfyClient(token string) *client.LmstfyClient {
-	return client.NewLmstfyClient(e.APIHost, e.APIPort, e.NS, token)
+	return client.NewLmstfyWithClient(&http.Client{Transport: openapiTransport, Timeout: 600 * time.Second},
+		e.APIHost, e.APIPort, e.NS, token)
 }
 
 // wantAPIError checks that err is a *client.APIError of type typ whose
