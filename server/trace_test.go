@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/config"
+	"github.com/kairos-dev/kairos/server/openapitest"
 	"github.com/kairos-dev/kairos/tracing"
 )
 
@@ -21,6 +23,25 @@ const (
 	testTP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	testTS = "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"
 )
+
+// checkSpec validates a live response against doc/openapi.yaml.
+func checkSpec(t *testing.T, method, url string, h map[string]string, r liveResponse) {
+	t.Helper()
+	v, err := openapitest.NewValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, val := range h {
+		req.Header.Set(k, val)
+	}
+	if err := v.Check(openapitest.Public, req, r.status, r.header, []byte(r.body)); err != nil {
+		t.Errorf("%s %s: not as doc/openapi.yaml says: %v", method, url, err)
+	}
+}
 
 // loopModes are the two ways a live server serves the hot requests: its
 // event loops (where the platform has them) and net/http alone.
@@ -62,6 +83,7 @@ func TestTraceContextPropagation(t *testing.T) {
 			if strings.Contains(r.body, "trace") {
 				t.Fatalf("consume without X-Kairos-Extensions: body %s has trace fields", r.body)
 			}
+			checkSpec(t, "GET", l.api+"/api/ns/a?ttr=30", plain, r)
 
 			// With X-Kairos-Extensions: fields, single and batch.
 			id := publish("b", traced)
@@ -86,10 +108,12 @@ func TestTraceContextPropagation(t *testing.T) {
 			if r.header.Get("Traceparent") != "" {
 				t.Fatalf("batch consume: a traceparent header %q", r.header.Get("Traceparent"))
 			}
+			checkSpec(t, "GET", l.api+"/api/ns/b?count=2&ttr=30", ext, r)
 			pk := liveDo(t, "GET", l.api+"/api/ns/b/job/"+id, nil, ext)
 			if !strings.Contains(pk.body, `"traceparent":"`+testTP+`"`) {
 				t.Fatalf("peek job: %s", pk.body)
 			}
+			checkSpec(t, "GET", l.api+"/api/ns/b/job/"+id, ext, pk)
 
 			// Not valid: ignored (no traceparent, so no tracestate either).
 			for _, bad := range []string{
