@@ -163,6 +163,22 @@ type Kairos struct {
 	// Go runtime uses (GOMAXPROCS), a negative value none, every request
 	// then going to net/http.
 	EventLoops int `toml:"EventLoops"`
+	// Tracing exports OpenTelemetry spans (publish, consume, ACK, release,
+	// webhook deliveries, the pump) over OTLP, configured by the standard
+	// OTEL_* environment variables (doc/tracing.md). Off by default at no
+	// cost; OTEL_TRACES_EXPORTER=otlp also turns it on.
+	Tracing bool `toml:"Tracing"`
+	// StoreTraceContext stores a publish's W3C traceparent and tracestate
+	// with the job and hands them back on consume. nil means true; false
+	// ignores them (for a rolling upgrade from a version that cannot read
+	// such jobs). Use TraceContextStored to read it.
+	StoreTraceContext *bool `toml:"StoreTraceContext"`
+}
+
+// TraceContextStored reports whether publishes store their trace context:
+// StoreTraceContext, true when unset.
+func (k Kairos) TraceContextStored() bool {
+	return k.StoreTraceContext == nil || *k.StoreTraceContext
 }
 
 // AdminEndpointsProtected reports whether /metrics, /info and /debug/pprof

@@ -540,3 +540,22 @@ func TestLoadDockerConfig(t *testing.T) {
 		t.Errorf("warnings %q, Embedded %v (in use %v), RequireDurableRedis %v", warnings, cfg.Kairos.Embedded, cfg.Embedded(), cfg.Kairos.RequireDurableRedis)
 	}
 }
+
+func TestLoadTracingKeys(t *testing.T) {
+	for _, tc := range []struct {
+		kairos         string
+		tracing, store bool
+	}{
+		{"", false, true},
+		{"Tracing = true\nStoreTraceContext = true\n", true, true},
+		{"StoreTraceContext = false\n", false, false},
+	} {
+		cfg, warnings, err := LoadWithWarnings(writeConfig(t, minimal+"[Kairos]\n"+tc.kairos))
+		if err != nil || len(warnings) != 0 {
+			t.Fatalf("%q: %v %q", tc.kairos, err, warnings)
+		}
+		if cfg.Kairos.Tracing != tc.tracing || cfg.Kairos.TraceContextStored() != tc.store {
+			t.Errorf("%q: Tracing %v, TraceContextStored %v; want %v %v", tc.kairos, cfg.Kairos.Tracing, cfg.Kairos.TraceContextStored(), tc.tracing, tc.store)
+		}
+	}
+}

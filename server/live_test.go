@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/config"
@@ -80,6 +81,8 @@ type liveOptions struct {
 	throttleRefresh time.Duration
 	// historyFlush is the engine's HistoryFlush (0: no history).
 	historyFlush time.Duration
+	// tracer makes the spans of the server and the engine; nil: off.
+	tracer trace.Tracer
 }
 
 // startLive starts a server over opts.client (a fresh miniredis by
@@ -105,7 +108,7 @@ func startLive(t testing.TB, opts liveOptions) *live {
 	logger.SetLevel(logrus.DebugLevel)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	eng, err := rdb.New(ctx, client, rdb.Options{Logger: logger, Now: opts.now, HistoryFlush: opts.historyFlush})
+	eng, err := rdb.New(ctx, client, rdb.Options{Logger: logger, Now: opts.now, HistoryFlush: opts.historyFlush, Tracer: opts.tracer})
 	if err != nil {
 		cancel()
 		t.Fatalf("rdb.New: %v", err)
@@ -135,6 +138,7 @@ func startLive(t testing.TB, opts liveOptions) *live {
 		Webhooks:  hooks, // not run: the admin routes only manage subscriptions
 		Logger:    logger,
 		Now:       opts.now,
+		Tracer:    opts.tracer,
 	})
 	if err != nil {
 		cancel()

@@ -452,8 +452,8 @@ func TestCoalescePublishAcrossQueues(t *testing.T) {
 			keys := []string{timerIndexKey, metaNamespacesKey, jobKey(ns, "a", fresh), jobKey(ns, "b", taken)}
 			args := []interface{}{timerChannel, 2, queueMember(ns, "a"), 1, queueMember(ns, "b"), 1,
 				packEntry(1, fresh), packEntry(1, taken),
-				newValue(true, 1, 0, now, []byte("a")), 0, 0, 0,
-				newValue(true, 1, 0, now, []byte("b")), 0, 0, 0,
+				newValue(true, 1, 0, now, "", "", []byte("a")), 0, 0, 0,
+				newValue(true, 1, 0, now, "", "", []byte("b")), 0, 0, 0,
 				queueMember(ns, "a"), queueMember(ns, "b")}
 			res, err := publishManyScript.Run(ctx, client, keys, args...).Int64Slice()
 			if err != nil || len(res) != 1 || res[0] != 2 {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kairos-dev/kairos/engine"
 )
@@ -56,6 +57,10 @@ type Options struct {
 	// counters in memory, written to Redis this often (a divisor of a
 	// minute, e.g. 5s). 0 keeps no history.
 	HistoryFlush time.Duration
+	// Tracer makes a span of each batch the pump moves, per queue
+	// (tracing.Provider's Tracer); nil means tracing is off, and the pump
+	// script then reports nothing more than before.
+	Tracer trace.Tracer
 }
 
 // Engine is the Redis engine of one pool.
@@ -67,6 +72,7 @@ type Engine struct {
 	batch   int
 	maxWait time.Duration
 	metrics *poolMetrics
+	tracer  trace.Tracer // nil: tracing off
 
 	pumpWake chan struct{}
 	waiters  *waiters
@@ -141,6 +147,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 		batch:    opts.PumpBatch,
 		maxWait:  opts.MaxPumpSleep,
 		metrics:  opts.Metrics.forPool(opts.Pool),
+		tracer:   opts.Tracer,
 		pumpWake: make(chan struct{}, 1),
 		names:    newMemo(func(k [3]string) *queueNames { return newQueueNames(k[0], k[1]) }),
 
@@ -657,7 +664,7 @@ func jobValue(r *engine.PublishRequest, nowMS int64) ([]byte, int64, error) {
 	if !r.DueAt.IsZero() {
 		due = ceilMS(r.DueAt)
 	}
-	return newValue(due <= nowMS, r.Tries, r.Priority, due, payload), due, nil
+	return newValue(due <= nowMS, r.Tries, r.Priority, due, r.TraceParent, r.TraceState, payload), due, nil
 }
 
 // runPublish runs a publish script and, with WaitReplicas, WAIT after it
@@ -955,7 +962,7 @@ func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, wan
 }
 
 func (e *Engine) decodeConsumed(req *engine.ConsumeRequest, res []interface{}, due int64) (more, empty bool, earliest, popped int64, jobs []*engine.Job, err error) {
-	const head, per = 3, 8
+	const head, per = 3, 9
 	if len(res) < head || (len(res)-head)%per != 0 {
 		return false, false, 0, 0, nil, fmt.Errorf("consume: unexpected reply of %d items", len(res))
 	}
@@ -971,10 +978,11 @@ func (e *Engine) decodeConsumed(req *engine.ConsumeRequest, res []interface{}, d
 		deliv, _ := res[i+5].(int64)
 		nonce, _ := res[i+6].(string)
 		prio, _ := res[i+7].(int64)
+		format, _ := res[i+8].(int64)
 		if pos < 1 || int(pos) > len(req.Queues) {
 			return false, false, 0, 0, nil, fmt.Errorf("consume: bad queue position %d", pos)
 		}
-		j, err := makeJob(req.Namespace, req.Queues[pos-1], id, []byte(payload), pttl)
+		j, err := makeJob(req.Namespace, req.Queues[pos-1], id, byte(format), []byte(payload), pttl)
 		if err != nil {
 			e.log.WithError(err).WithField("job_id", id).Error("consume: undecodable job body")
 			continue
@@ -998,8 +1006,13 @@ func newReceiptBase() string {
 	return string(b[:6])
 }
 
-// makeJob decodes a job from its payload (no header).
-func makeJob(ns, q, id string, payload []byte, pttl int64) (*engine.Job, error) {
+// makeJob decodes a job from what follows its header: its trace context
+// (by format, header byte 1) and its payload.
+func makeJob(ns, q, id string, format byte, rest []byte, pttl int64) (*engine.Job, error) {
+	tp, ts, payload, err := splitTrace(format, rest)
+	if err != nil {
+		return nil, err
+	}
 	body, attrs, err := decodePayload(engine.JobIDVersion(id), payload)
 	if err != nil {
 		return nil, err
@@ -1008,7 +1021,8 @@ func makeJob(ns, q, id string, payload []byte, pttl int64) (*engine.Job, error) 
 	if pttl > 0 {
 		ttl = time.Duration(pttl) * time.Millisecond
 	}
-	return &engine.Job{Namespace: ns, Queue: q, ID: id, Body: body, TTL: ttl, Attributes: attrs}, nil
+	return &engine.Job{Namespace: ns, Queue: q, ID: id, Body: body, TTL: ttl, Attributes: attrs,
+		TraceParent: tp, TraceState: ts}, nil
 }
 
 // makeStoredJob decodes a stored value (header + payload); now decides
@@ -1018,7 +1032,7 @@ func makeStoredJob(ns, q, id string, value []byte, pttl int64, now time.Time) (*
 	if err != nil {
 		return nil, err
 	}
-	j, err := makeJob(ns, q, id, payload, pttl)
+	j, err := makeJob(ns, q, id, h.format, payload, pttl)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,10 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kairos-dev/kairos/tracing"
 )
 
 // The pump moves due timer entries (delayed jobs and in-flight jobs whose
@@ -60,21 +64,31 @@ func (e *Engine) runPump(ctx context.Context) {
 // the pool's next due time in Unix milliseconds, or -1 when the timers are
 // empty. Several servers may pump one pool at once: each batch is atomic.
 func (e *Engine) PumpOnce(ctx context.Context) (int64, error) {
+	report := "0"
+	if e.tracer != nil {
+		report = "1"
+	}
 	for {
-		res, err := pumpScript.Run(ctx, e.rdb, []string{timerIndexKey}, ms(e.now()), e.batch, rand.Uint32()).Slice()
+		start := time.Now()
+		res, err := pumpScript.Run(ctx, e.rdb, []string{timerIndexKey}, ms(e.now()), e.batch, rand.Uint32(), report).Slice()
 		if err != nil {
 			return 0, fmt.Errorf("pump pool %s: %w", e.pool, err)
 		}
-		if len(res) < 2 || (len(res)-2)%3 != 0 {
+		if len(res) != 4 {
 			return 0, fmt.Errorf("pump pool %s: unexpected reply %v", e.pool, res)
 		}
 		handled, ok1 := res[0].(int64)
 		next, ok2 := res[1].(int64)
-		if !ok1 || !ok2 {
+		expired, ok3 := res[2].([]interface{})
+		moved, ok4 := res[3].([]interface{})
+		if !ok1 || !ok2 || !ok3 || !ok4 {
 			return 0, fmt.Errorf("pump pool %s: unexpected reply %v", e.pool, res)
 		}
-		e.histExpired(res[2:])
+		e.histExpired(expired)
 		e.metrics.pumped(handled, handled >= int64(e.batch))
+		if e.tracer != nil {
+			e.tracePump(ctx, start, moved)
+		}
 		if handled < int64(e.batch) {
 			return next, nil
 		}
@@ -98,5 +112,29 @@ func (e *Engine) histExpired(triples []interface{}) {
 		qn := e.names.get([3]string{ns, q})
 		e.histAdd(ns, q, qn, hRetried, retried)
 		e.histAdd(ns, q, qn, hDead, dead)
+	}
+}
+
+// tracePump makes one span per queue of a pump batch that started at
+// start: moved holds each queue's member (ns/q) and the IDs of its timer
+// entries the batch handled (made ready, retried later, sent to the dead
+// letter, or dropped when their job was gone).
+func (e *Engine) tracePump(ctx context.Context, start time.Time, moved []interface{}) {
+	end := time.Now()
+	for i := 0; i+1 < len(moved); i += 2 {
+		m, _ := moved[i].(string)
+		raw, _ := moved[i+1].([]interface{})
+		ids := make([]string, 0, len(raw))
+		for _, v := range raw {
+			if id, ok := v.(string); ok {
+				ids = append(ids, id)
+			}
+		}
+		ns, q, _ := strings.Cut(m, "/")
+		attrs := append(tracing.Queue(ns, q), tracing.AttrPool.String(e.pool), tracing.AttrMoved.Int(len(ids)))
+		attrs = append(attrs, tracing.JobIDs(ids)...)
+		_, span := e.tracer.Start(ctx, tracing.SpanPump, trace.WithSpanKind(trace.SpanKindInternal),
+			trace.WithTimestamp(start), trace.WithAttributes(attrs...))
+		span.End(trace.WithTimestamp(end))
 	}
 }

@@ -14,7 +14,9 @@ import (
 // Job values start with a 22-byte header (doc/keys.md) that records where
 // the job is; the payload follows:
 //
-//	1      version (1)
+//	1      format: 1 the payload follows, 2 a trace context then the
+//	       payload (codec.go); set at publish, never rewritten (scripts
+//	       write the rest of the header at offset 1)
 //	2      state: r ready, d delayed, f in flight, x dead
 //	3-4    tries left, uint16 little endian
 //	5-6    deliveries so far, uint16
@@ -48,8 +50,10 @@ local function r48(s, i)
   return n
 end
 local NONCE0 = '\0\0\0\0\0\0\0\0'
+-- hdr is the header from byte 2 on: scripts write it at offset 1, so that
+-- the format byte (1: payload, 2: trace context then payload) stays.
 local function hdr(state, tries, deliv, prio, reason, t, nonce)
-  return '\1' .. state .. u16(tries) .. u16(deliv) .. string.char(prio, reason) .. u48(t) .. nonce
+  return state .. u16(tries) .. u16(deliv) .. string.char(prio, reason) .. u48(t) .. nonce
 end
 local function entry(tries, id) return u16(tries) .. u16(#id) .. id end
 local function eid(e) return string.sub(e, 5, 4 + r16(e, 3)) end
@@ -104,7 +108,7 @@ end
 -- kill moves a job to the dead letter; its value loses its TTL, or gets
 -- the queue's dead TTL.
 local function kill(jk, dk, id, tries, deliv, prio, reason, now, deadttl)
-  redis.call('SETRANGE', jk, 0, hdr('x', tries, deliv, prio, reason, now, NONCE0))
+  redis.call('SETRANGE', jk, 1, hdr('x', tries, deliv, prio, reason, now, NONCE0))
   redis.call('LPUSH', dk, entry(1, id))
   if deadttl and tonumber(deadttl) and tonumber(deadttl) > 0 then
     redis.call('PEXPIRE', jk, deadttl)
@@ -391,7 +395,8 @@ return {0, total, earliest}
 //
 // Returns {more, earliest, popped, then per job: queue position (1-based),
 // id, tries left, payload, PTTL (ms, -1 = none), deliveries, receipt,
-// priority}.
+// priority, format (header byte 1: 2 when the payload starts with a trace
+// context)}.
 // more = 1 when the pop budget ran out first, 2 when every queue's ready
 // list and priority set are empty at the end, else 0; earliest = the pool's
 // new earliest due time when this call moved it earlier, else 0; popped =
@@ -436,7 +441,7 @@ for i = 1, n do
           local prio = string.byte(v, 7)
           got = got + 1
           local nonce = ARGV[5] .. u16(got)
-          redis.call('SETRANGE', jk, 0, hdr('f', left, deliv, prio, 0, dueN, nonce))
+          redis.call('SETRANGE', jk, 1, hdr('f', left, deliv, prio, 0, dueN, nonce))
           redis.call('ZADD', KEYS[n + i], due, id)
           hit = true
           local k = #out
@@ -448,6 +453,7 @@ for i = 1, n do
           out[k + 6] = deliv
           out[k + 7] = nonce
           out[k + 8] = prio
+          out[k + 9] = string.byte(v, 1)
         end
       end
     end
@@ -480,10 +486,13 @@ return out
 //
 //	KEYS[1]  timer index
 //	ARGV[1]  now (ms)   ARGV[2] most entries to handle   ARGV[3] random seed (jitter)
+//	ARGV[4]  '1' to report what moved (tracing on), else '0'
 //
-// Returns {entries handled, the pool's next due time (ms) or -1}, then for
-// each queue where TTRs expired: its member, the jobs retried (tries left)
-// and the jobs that went to the dead letter (for the history).
+// Returns {entries handled, the pool's next due time (ms) or -1, expired,
+// moved}: expired lists, for each queue where TTRs expired, its member, the
+// jobs retried (tries left) and the jobs that went to the dead letter (for
+// the history); moved, with ARGV[4] = '1', each queue's member (ns/q) and
+// the job IDs of its entries handled (for tracing), else it is empty.
 var pumpScript = script(`
 local now = ARGV[1]
 local nowN = tonumber(now)
@@ -495,6 +504,8 @@ local function rand()
 end
 local handled = 0
 local expired = {}
+local report = ARGV[4] == '1'
+local moved = {}
 local queues = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, budget)
 for _, m in ipairs(queues) do
   if budget <= 0 then break end
@@ -523,11 +534,11 @@ for _, m in ipairs(queues) do
           local delay = backoff(cfg[1], deliv, rand())
           if delay > 0 then
             local due = nowN + delay
-            redis.call('SETRANGE', jk, 0, hdr('d', tries, deliv, prio, 0, due, NONCE0))
+            redis.call('SETRANGE', jk, 1, hdr('d', tries, deliv, prio, 0, due, NONCE0))
             redis.call('ZADD', tk, num(due), id)
             if not later or due < later then later = due end
           else
-            redis.call('SETRANGE', jk, 0, hdr('r', tries, deliv, prio, 0, 0, NONCE0))
+            redis.call('SETRANGE', jk, 1, hdr('r', tries, deliv, prio, 0, 0, NONCE0))
             st = 'd'
           end
         end
@@ -557,6 +568,10 @@ for _, m in ipairs(queues) do
   end
   handled = handled + #ids
   budget = budget - #ids
+  if report and #ids > 0 then
+    moved[#moved + 1] = m
+    moved[#moved + 1] = ids
+  end
   local first = redis.call('ZRANGE', tk, 0, 0, 'WITHSCORES')
   if #first == 0 then
     redis.call('ZREM', KEYS[1], m)
@@ -565,9 +580,8 @@ for _, m in ipairs(queues) do
   end
 end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-local out = {handled, -1}
+local out = {handled, -1, expired, moved}
 if #nxt > 0 then out[2] = tonumber(nxt[2]) end
-for _, v in ipairs(expired) do out[#out + 1] = v end
 return out
 `)
 
@@ -688,12 +702,12 @@ local delay = tonumber(ARGV[4])
 if delay < 0 then delay = backoff(redis.call('HGET', KEYS[5], 'backoff'), deliv, tonumber(ARGV[7])) end
 if delay > 0 then
   local due = now + delay
-  redis.call('SETRANGE', KEYS[1], 0, hdr('d', tries, deliv, prio, 0, due, NONCE0))
+  redis.call('SETRANGE', KEYS[1], 1, hdr('d', tries, deliv, prio, 0, due, NONCE0))
   redis.call('ZADD', KEYS[2], num(due), id)
   lower_index(KEYS[7], ARGV[8], due, ARGV[10])
   return 3
 end
-redis.call('SETRANGE', KEYS[1], 0, hdr('r', tries, deliv, prio, 0, 0, NONCE0))
+redis.call('SETRANGE', KEYS[1], 1, hdr('r', tries, deliv, prio, 0, 0, NONCE0))
 push_ready(KEYS[3], KEYS[4], KEYS[5], prio, tries, id)
 redis.call('PUBLISH', ARGV[9], 1)
 return 1
@@ -737,7 +751,7 @@ while n < want and budget > 0 do
   local h = redis.call('GETRANGE', jk, 0, 21)
   if #h == 22 and string.sub(h, 2, 2) == 'x' then
     local prio = string.byte(h, 7)
-    redis.call('SETRANGE', jk, 0, hdr('r', 1, r16(h, 5), prio, 0, 0, NONCE0))
+    redis.call('SETRANGE', jk, 1, hdr('r', 1, r16(h, 5), prio, 0, 0, NONCE0))
     push_ready(KEYS[2], KEYS[3], KEYS[4], prio, 1, id)
     if ttl > 0 then redis.call('PEXPIRE', jk, ARGV[2]) else redis.call('PERSIST', jk) end
     n = n + 1
@@ -758,7 +772,7 @@ local h = redis.call('GETRANGE', KEYS[1], 0, 21)
 if #h < 22 or string.sub(h, 2, 2) ~= 'x' then return -1 end
 redis.call('LREM', KEYS[2], 1, entry(1, ARGV[1]))
 local prio = string.byte(h, 7)
-redis.call('SETRANGE', KEYS[1], 0, hdr('r', 1, r16(h, 5), prio, 0, 0, NONCE0))
+redis.call('SETRANGE', KEYS[1], 1, hdr('r', 1, r16(h, 5), prio, 0, 0, NONCE0))
 push_ready(KEYS[3], KEYS[4], KEYS[5], prio, 1, ARGV[1])
 if tonumber(ARGV[2]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) else redis.call('PERSIST', KEYS[1]) end
 redis.call('PUBLISH', ARGV[3], 1)

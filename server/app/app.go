@@ -26,6 +26,7 @@ import (
 	"github.com/kairos-dev/kairos/engine/rdb"
 	"github.com/kairos-dev/kairos/server"
 	"github.com/kairos-dev/kairos/server/webhook"
+	"github.com/kairos-dev/kairos/tracing"
 )
 
 // DefaultPoolSize is the Redis connection pool size when a pool's PoolSize
@@ -53,10 +54,13 @@ type App struct {
 	Throttler *auth.Throttler
 	Webhooks  *webhook.Manager // the queues' push subscriptions
 	Registry  *prometheus.Registry
-	metrics   *rdb.Metrics // the engines' metrics and the clients' command hooks
-	clients   []redis.UniversalClient
-	byConf    map[string]redis.UniversalClient // clients by their settings
-	embedded  *miniredis.Miniredis
+	// Tracing exports the spans ([Kairos] Tracing, OTEL_*); off, its
+	// Tracer is nil.
+	Tracing  *tracing.Provider
+	metrics  *rdb.Metrics // the engines' metrics and the clients' command hooks
+	clients  []redis.UniversalClient
+	byConf   map[string]redis.UniversalClient // clients by their settings
+	embedded *miniredis.Miniredis
 }
 
 // New connects to every Redis of cfg (starting the embedded in-memory one
@@ -88,6 +92,14 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 		return nil, err
 	}
 	a.metrics = metrics
+	a.Tracing, err = tracing.New(ctx, tracing.Options{Enabled: cfg.Kairos.Tracing, ServiceVersion: opts.Version.Version})
+	if err != nil {
+		return nil, err
+	}
+	tracer := a.Tracing.Tracer()
+	if tracer != nil {
+		opts.Logger.Info("tracing on: spans are exported over OTLP as the OTEL_* environment says; requests carrying a trace context are served by net/http, which makes their spans")
+	}
 	engines := make(map[string]engine.Engine)
 	var all []*rdb.Engine
 	var ready []server.ReadyCheck
@@ -101,6 +113,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 			Pool: name, Logger: opts.Logger, Now: opts.Now, PumpBatch: cfg.Kairos.PumpBatch, Metrics: metrics,
 			WaitReplicas: cfg.Pool[name].WaitReplicas, WaitTimeout: time.Duration(cfg.Pool[name].WaitTimeoutMs) * time.Millisecond,
 			HistoryFlush: server.HistoryFlushInterval,
+			Tracer:       tracer,
 		})
 		if err != nil {
 			return nil, err
@@ -133,7 +146,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 		hookEngines[name] = e
 	}
 	a.Webhooks, err = webhook.NewManager(webhook.NewStore(admin), hookEngines, webhook.Options{
-		Logger: opts.Logger, Registerer: a.Registry,
+		Logger: opts.Logger, Registerer: a.Registry, Tracer: tracer,
 	})
 	if err != nil {
 		return nil, err
@@ -149,6 +162,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 		Version:    opts.Version,
 		Now:        opts.Now,
 		SkipVerify: opts.SkipVerify,
+		Tracer:     tracer,
 
 		ReadyChecks: ready,
 	})
@@ -405,6 +419,15 @@ func (a *App) Run(ctx context.Context) error {
 }
 
 func (a *App) closeClients() {
+	if a.Tracing != nil {
+		// The spans still buffered go out, within the shutdown timeout.
+		ctx, cancel := context.WithTimeout(context.Background(), max(a.cfg.Kairos.ShutdownTimeout(), 5*time.Second))
+		if err := a.Tracing.Shutdown(ctx); err != nil {
+			a.log.WithError(err).Warn("tracing: spans not exported at shutdown")
+		}
+		cancel()
+		a.Tracing = nil
+	}
 	for _, c := range a.clients {
 		_ = c.Close()
 	}
