@@ -7,7 +7,7 @@ import (
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/engine"
 	"github.com/kairos-dev/kairos/server/evloop"
-	"github.com/kairos-dev/kairos/tracing"
+	"github.com/kairos-dev/kairos/engine/tracing"
 )
 
 // loopRoutes are the requests the event loops (package server/evloop, on

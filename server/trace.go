@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kairos-dev/kairos/engine"
-	"github.com/kairos-dev/kairos/tracing"
+	"github.com/kairos-dev/kairos/engine/tracing"
 )
 
 // W3C Trace Context headers, in Go's canonical form so that reading them

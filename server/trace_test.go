@@ -16,7 +16,7 @@ import (
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/server/openapitest"
-	"github.com/kairos-dev/kairos/tracing"
+	"github.com/kairos-dev/kairos/engine/tracing"
 )
 
 const (

@@ -9,7 +9,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/kairos-dev/kairos/tracing"
+	"github.com/kairos-dev/kairos/engine/tracing"
 )
 
 // The pump moves due timer entries (delayed jobs and in-flight jobs whose

@@ -21,7 +21,7 @@ import (
 
 	"github.com/kairos-dev/kairos/client"
 	"github.com/kairos-dev/kairos/engine/rdb/redistest"
-	"github.com/kairos-dev/kairos/tracing"
+	"github.com/kairos-dev/kairos/engine/tracing"
 )
 
 // otlpSpan is one span an OTLP receiver got.

@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kairos-dev/kairos/engine"
-	"github.com/kairos-dev/kairos/tracing"
+	"github.com/kairos-dev/kairos/engine/tracing"
 )
 
 // Engine is what the workers need from a pool's engine (engine.Engine
