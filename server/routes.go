@@ -6,8 +6,8 @@ import (
 
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/engine"
-	"github.com/kairos-dev/kairos/server/evloop"
 	"github.com/kairos-dev/kairos/engine/tracing"
+	"github.com/kairos-dev/kairos/server/evloop"
 )
 
 // loopRoutes are the requests the event loops (package server/evloop, on

@@ -15,8 +15,8 @@ import (
 
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/config"
-	"github.com/kairos-dev/kairos/server/openapitest"
 	"github.com/kairos-dev/kairos/engine/tracing"
+	"github.com/kairos-dev/kairos/server/openapitest"
 )
 
 const (

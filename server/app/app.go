@@ -24,9 +24,9 @@ import (
 	"github.com/kairos-dev/kairos/engine"
 	"github.com/kairos-dev/kairos/engine/migration"
 	"github.com/kairos-dev/kairos/engine/rdb"
+	"github.com/kairos-dev/kairos/engine/tracing"
 	"github.com/kairos-dev/kairos/server"
 	"github.com/kairos-dev/kairos/server/webhook"
-	"github.com/kairos-dev/kairos/engine/tracing"
 )
 
 // DefaultPoolSize is the Redis connection pool size when a pool's PoolSize
