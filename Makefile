@@ -22,10 +22,16 @@ endif
 run:
 	$(GO) run -ldflags "$(LDFLAGS)" ./server/cmd/kairos-server -c config/dev.toml
 
-## test: every package with -race and the real-Redis tier (installs redis-server if missing), the event loops' tests again without -race (their raw system calls), the fuzz targets briefly
+# Where the dashboard's browser tests (server/app TestDashboardBrowser) write their screenshots.
+SCREENSHOTS ?= $(CURDIR)/bin/dashboard-screenshots
+
+## test: every package with -race and the real-Redis tier (installs redis-server if missing) and the dashboard's browser tests (installs chromium and the npm packages if missing), the event loops' tests again without -race (their raw system calls), the fuzz targets briefly
 test:
 	scripts/install-redis.sh
-	$(GO) test -race -count=1 -timeout 9m ./...
+	scripts/install-chromium.sh
+	rm -rf $(SCREENSHOTS)
+	KAIROS_SCREENSHOTS=$(SCREENSHOTS) $(GO) test -race -count=1 -timeout 9m ./...
+	@echo "dashboard screenshots: $(SCREENSHOTS)"
 	$(GO) test -count=1 -run Loop ./server
 	FUZZTIME=2s scripts/fuzz.sh
 

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // Defaults of a Client.
@@ -318,6 +320,10 @@ func (t *transport) once(parent context.Context, r request) (*response, bool, er
 	for k, vs := range r.header {
 		req.Header[k] = slices.Clone(vs)
 	}
+	// The caller's trace context (W3C traceparent, tracestate), when its
+	// ctx has one: a publish stores it with the job, and the server's
+	// spans of the other requests join the caller's trace.
+	traceContext.Inject(parent, propagation.HeaderCarrier(req.Header))
 	if r.form {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}

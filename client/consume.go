@@ -38,6 +38,7 @@ func (c *Client) ConsumeFromQueues(ctx context.Context, ttr, timeout time.Durati
 	if err := decode(body, job); err != nil {
 		return nil, err
 	}
+	jobTraceHeaders(job, body.header)
 	return job, nil
 }
 
@@ -56,6 +57,7 @@ func (c *Client) BatchConsume(ctx context.Context, queues []string, count int, t
 		if err := decode(resp, job); err != nil {
 			return nil, err
 		}
+		jobTraceHeaders(job, resp.header)
 		return []*Job{job}, nil
 	}
 	var jobs []*Job
@@ -252,4 +254,13 @@ func (c *Client) DeleteDeadLetter(ctx context.Context, queue string, limit int64
 	q := url.Values{"limit": {strconv.FormatInt(limit, 10)}}
 	_, err = c.t.do(ctx, request{method: http.MethodDelete, path: c.apiPath(seg, "deadletter"), query: q, want: []int{http.StatusNoContent}})
 	return err
+}
+
+// jobTraceHeaders takes a single-job consume's trace context from the
+// response headers when the body has none (a server that answers it only
+// there).
+func jobTraceHeaders(job *Job, h http.Header) {
+	if job.TraceParent == "" {
+		job.TraceParent, job.TraceState = h.Get("Traceparent"), h.Get("Tracestate")
+	}
 }

@@ -50,6 +50,11 @@ type Job struct {
 	// dead-letter listings).
 	DeadAt     time.Time
 	DeadReason string
+	// TraceParent and TraceState are the W3C trace context the job was
+	// published with (empty without one): the Worker starts each handler's
+	// span from it, and Context returns a context carrying it.
+	TraceParent string
+	TraceState  string
 }
 
 // wireJob is the server's JSON shape of a job: lmstfy's fields, then the
@@ -69,6 +74,8 @@ type wireJob struct {
 	Receipt     string            `json:"receipt,omitempty"`
 	RemainTries int               `json:"remain_tries"`
 	State       string            `json:"state,omitempty"`
+	TraceParent string            `json:"traceparent,omitempty"`
+	TraceState  string            `json:"tracestate,omitempty"`
 	TTL         int64             `json:"ttl"`
 }
 
@@ -100,6 +107,7 @@ func (j *Job) MarshalJSON() ([]byte, error) {
 		Namespace: j.Namespace, Queue: j.Queue, RemainTries: j.RemainTries,
 		TTL: int64(j.TTL / time.Second), Receipt: j.Receipt, State: j.State, Priority: j.Priority,
 		Deliveries: j.Deliveries, DueAtMS: toUnixMS(j.DueAt), DeadAtMS: toUnixMS(j.DeadAt), DeadReason: j.DeadReason,
+		TraceParent: j.TraceParent, TraceState: j.TraceState,
 	})
 }
 
@@ -115,6 +123,7 @@ func (j *Job) UnmarshalJSON(data []byte) error {
 		RemainTries: w.RemainTries, Attributes: w.Attributes,
 		Receipt: w.Receipt, State: w.State, Priority: w.Priority, Deliveries: w.Deliveries,
 		DueAt: unixMS(w.DueAtMS), DeadAt: unixMS(w.DeadAtMS), DeadReason: w.DeadReason,
+		TraceParent: w.TraceParent, TraceState: w.TraceState,
 	}
 	return nil
 }

@@ -121,6 +121,28 @@ type Config struct {
 	TimeoutSecond int `toml:"TimeoutSecond"`
 
 	Kairos Kairos `toml:"Kairos"`
+
+	// Dashboard is the built-in web dashboard (a [Dashboard] table, Kairos
+	// only), served at /ui/ on the admin listener.
+	Dashboard Dashboard `toml:"Dashboard"`
+}
+
+// Dashboard holds the web dashboard's settings (doc/dashboard.md).
+type Dashboard struct {
+	// Enabled serves the dashboard at /ui/ on the admin listener, behind
+	// the basic auth of Accounts when Accounts is not empty. nil means
+	// true; false turns it off (/ui/ then answers 404 like any unknown
+	// admin route). Use DashboardEnabled to read it.
+	Enabled *bool `toml:"Enabled"`
+	// RefreshSecond is how often the pages refresh their counts and
+	// charts by themselves.
+	RefreshSecond int `toml:"RefreshSecond"`
+}
+
+// DashboardEnabled reports whether the dashboard is served: Enabled, true
+// when unset.
+func (c *Config) DashboardEnabled() bool {
+	return c.Dashboard.Enabled == nil || *c.Dashboard.Enabled
 }
 
 // Kairos holds Kairos's own settings (a [Kairos] table), all optional.
@@ -173,6 +195,22 @@ type Kairos struct {
 	// Go runtime uses (GOMAXPROCS), a negative value none, every request
 	// then going to net/http.
 	EventLoops int `toml:"EventLoops"`
+	// Tracing exports OpenTelemetry spans (publish, consume, ACK, release,
+	// webhook deliveries, the pump) over OTLP, configured by the standard
+	// OTEL_* environment variables (doc/tracing.md). Off by default at no
+	// cost; OTEL_TRACES_EXPORTER=otlp also turns it on.
+	Tracing bool `toml:"Tracing"`
+	// StoreTraceContext stores a publish's W3C traceparent and tracestate
+	// with the job and hands them back on consume. nil means true; false
+	// ignores them (for a rolling upgrade from a version that cannot read
+	// such jobs). Use TraceContextStored to read it.
+	StoreTraceContext *bool `toml:"StoreTraceContext"`
+}
+
+// TraceContextStored reports whether publishes store their trace context:
+// StoreTraceContext, true when unset.
+func (k Kairos) TraceContextStored() bool {
+	return k.StoreTraceContext == nil || *k.StoreTraceContext
 }
 
 // AdminEndpointsProtected reports whether /metrics, /info and /debug/pprof
@@ -206,6 +244,7 @@ func Default() *Config {
 			ReadHeaderTimeoutSecond: 10,
 			ProtectAdminEndpoints:   ptr(true),
 		},
+		Dashboard: Dashboard{Enabled: ptr(true), RefreshSecond: 5},
 	}
 }
 

@@ -25,6 +25,7 @@ func TestDefault(t *testing.T) {
 			ReadHeaderTimeoutSecond: 10,
 			ProtectAdminEndpoints:   ptr(true),
 		},
+		Dashboard: Dashboard{Enabled: ptr(true), RefreshSecond: 5},
 	}
 	if got := Default(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Default() = %+v, want %+v", got, want)

@@ -150,6 +150,7 @@ var (
 	topKeys    = tomlKeys(Config{})
 	redisKeys  = tomlKeys(RedisConf{})
 	kairosKeys = tomlKeys(Kairos{})
+	dashKeys   = tomlKeys(Dashboard{})
 )
 
 func tomlKeys(v any) []string {
@@ -181,7 +182,7 @@ func unknownKeys(md toml.MetaData) (errs []error, warnings []string) {
 		switch top := k[0]; {
 		case !slices.ContainsFunc(topKeys, func(t string) bool { return strings.EqualFold(t, top) }):
 			p = k[:1]
-		case (strings.EqualFold(top, "AdminRedis") || strings.EqualFold(top, "Kairos")) && len(k) > 2:
+		case (strings.EqualFold(top, "AdminRedis") || strings.EqualFold(top, "Kairos") || strings.EqualFold(top, "Dashboard")) && len(k) > 2:
 			p = k[:2]
 		case strings.EqualFold(top, "Pool") && len(k) > 3:
 			p = k[:3]
@@ -228,6 +229,8 @@ func mistake(k toml.Key, isTable bool) string {
 		table, known = "Pool."+k[1], redisKeys
 	case len(k) == 2 && strings.EqualFold(k[0], "Kairos"):
 		table, known = "Kairos", kairosKeys
+	case len(k) == 2 && strings.EqualFold(k[0], "Dashboard"):
+		table, known = "Dashboard", dashKeys
 	default:
 		return ""
 	}
@@ -246,6 +249,9 @@ func mistake(k toml.Key, isTable bool) string {
 	}
 	if table == "Kairos" {
 		return fmt.Sprintf("%s ([Kairos] takes only %s)", what, strings.Join(kairosKeys, ", "))
+	}
+	if table == "Dashboard" {
+		return fmt.Sprintf("%s ([Dashboard] takes only %s)", what, strings.Join(dashKeys, ", "))
 	}
 	return ""
 }

@@ -62,6 +62,7 @@ func TestLoadDemoLmstfy(t *testing.T) {
 		TTRSecond:     60,
 		TimeoutSecond: 10,
 		Kairos:        Default().Kairos,
+		Dashboard:     Default().Dashboard,
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("LoadWithWarnings(demo-lmstfy.toml) =\n%+v\nwant\n%+v", cfg, want)
@@ -584,5 +585,24 @@ PoolSize = 16
 	}
 	if got, want := big.Describe(), "the Redis Cluster of the seed nodes 10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000"; got != want {
 		t.Errorf("Describe() = %q, want %q", got, want)
+	}
+}
+
+func TestLoadTracingKeys(t *testing.T) {
+	for _, tc := range []struct {
+		kairos         string
+		tracing, store bool
+	}{
+		{"", false, true},
+		{"Tracing = true\nStoreTraceContext = true\n", true, true},
+		{"StoreTraceContext = false\n", false, false},
+	} {
+		cfg, warnings, err := LoadWithWarnings(writeConfig(t, minimal+"[Kairos]\n"+tc.kairos))
+		if err != nil || len(warnings) != 0 {
+			t.Fatalf("%q: %v %q", tc.kairos, err, warnings)
+		}
+		if cfg.Kairos.Tracing != tc.tracing || cfg.Kairos.TraceContextStored() != tc.store {
+			t.Errorf("%q: Tracing %v, TraceContextStored %v; want %v %v", tc.kairos, cfg.Kairos.Tracing, cfg.Kairos.TraceContextStored(), tc.tracing, tc.store)
+		}
 	}
 }

@@ -2,6 +2,8 @@ package config
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -243,3 +245,37 @@ func TestValidationError(t *testing.T) {
 }
 
 func wrap(err error) error { return &fileError{file: "f", err: err} }
+
+func TestValidateDashboard(t *testing.T) {
+	for _, tc := range []struct {
+		file, key, reason string
+	}{
+		{"[Dashboard]\nRefreshSecond = 0\n", "Dashboard.RefreshSecond", "must be in [1, 3600], not 0"},
+		{"[Dashboard]\nRefreshSecond = 3601\n", "Dashboard.RefreshSecond", "must be in [1, 3600], not 3601"},
+		{"[Dashboard]\nEnable = false\n", "Dashboard.Enable", "unknown key (did you mean Enabled?)"},
+		{"[Dashboard]\nTheme = \"dark\"\n", "Dashboard.Theme", "unknown key ([Dashboard] takes only Enabled, RefreshSecond)"},
+	} {
+		path := filepath.Join(t.TempDir(), "k.toml")
+		body := "Port = 7777\nAdminPort = 7778\n[AdminRedis]\nAddr = \"127.0.0.1:6379\"\n[Pool.default]\nAddr = \"127.0.0.1:6379\"\n" + tc.file
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(path)
+		var ve *ValidationError
+		if !errors.As(err, &ve) || ve.Key != tc.key || ve.Reason != tc.reason {
+			t.Errorf("Load(%q) = %v, want %s: %s", tc.file, err, tc.key, tc.reason)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "k.toml")
+	body := "Port = 7777\nAdminPort = 7778\n[AdminRedis]\nAddr = \"127.0.0.1:6379\"\n[Pool.default]\nAddr = \"127.0.0.1:6379\"\n[Dashboard]\nEnabled = false\n"
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(path)
+	if err != nil || cfg.DashboardEnabled() {
+		t.Errorf("Load(Enabled = false) = enabled %v, %v; want off", cfg != nil && cfg.DashboardEnabled(), err)
+	}
+	if !Default().DashboardEnabled() {
+		t.Error("Default().DashboardEnabled() = false, want true")
+	}
+}

@@ -111,6 +111,11 @@ type Job struct {
 	// DeadReason and DeadAt describe a dead job.
 	DeadReason DeadReason
 	DeadAt     time.Time
+	// TraceParent and TraceState are the W3C trace context stored with the
+	// job at publish ("" when it had none): a consumer continues the
+	// producer's trace from them.
+	TraceParent string
+	TraceState  string
 }
 
 // PublishRequest describes one job to publish.
@@ -147,6 +152,12 @@ type PublishRequest struct {
 	// Key is an idempotency key: while it lives (the job's TTL), publishing
 	// the same key again returns the first job's ID with ErrKeyExists.
 	Key string
+	// TraceParent and TraceState, when TraceParent is not empty, are a W3C
+	// trace context (already checked with ValidTraceParent and
+	// ValidTraceState) stored with the job and handed back with every
+	// delivery, peek and dead-letter listing of it.
+	TraceParent string
+	TraceState  string
 }
 
 // ConsumeRequest describes one consume call.

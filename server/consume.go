@@ -79,13 +79,19 @@ func (s *Server) consume(c *gin.Context) {
 		// them wait for their TTR.
 		s.reqLogger(c).WithError(err).Warn("consume returned jobs and an error")
 	}
+	if s.tracer != nil {
+		c.Set(consumedKey, jobs)
+	}
+	if count == 1 {
+		setTraceHeaders(c.Writer.Header(), jobs[0])
+	}
 	writeJSON(c, http.StatusOK, consumedBody(jobs, ns, st.queues, int(count), wantsExt(c), s.now()))
 }
 
 // consumedBody is consume's 200 body: one job, or an array when count > 1.
 // A job names its own queue; queues is the request's (for an engine that
 // leaves Job.Queue empty on a single-queue consume). receipts adds each
-// delivery's receipt (X-Kairos-Extensions).
+// delivery's receipt and trace context (X-Kairos-Extensions).
 func consumedBody(jobs []*engine.Job, ns string, queues []string, count int, receipts bool, now time.Time) any {
 	render := func(j *engine.Job) jobResponse {
 		q := j.Queue
@@ -95,6 +101,7 @@ func consumedBody(jobs []*engine.Job, ns string, queues []string, count int, rec
 		r := newJobResponse(j, ns, q, "new job", now)
 		if receipts {
 			r.Receipt = j.Receipt
+			r.TraceParent, r.TraceState = j.TraceParent, j.TraceState
 		}
 		return r
 	}

@@ -247,6 +247,8 @@ func mapAdminError(ctx context.Context, err error) *apiError {
 		return ae
 	case errors.Is(err, auth.ErrPoolNotFound):
 		return errAdminPool
+	case errors.Is(err, engine.ErrJobNotFound):
+		return errJobNotFound
 	case errors.Is(err, auth.ErrTokenExists):
 		return errTokenExists
 	case errors.Is(err, auth.ErrTokenTooShort):

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -38,12 +39,32 @@ var loopParser = func() *evloop.Parser {
 	return p
 }()
 
+// loopTable is loopRoutes as this server serves them: with tracing on, a
+// request carrying a trace context is net/http's, which makes its span
+// (doc/tracing.md says why the loops make none); off, the loops read a
+// publish's trace context to store it, unless StoreTraceContext is false.
+func (s *Server) loopTable() evloop.Table {
+	t := loopRoutes
+	switch {
+	case s.tracer != nil:
+		t.TraceContext = false
+		t.RefuseHeaders = append(slices.Clone(t.RefuseHeaders), "Traceparent", "Tracestate")
+	case !s.storeTrace:
+		t.TraceContext = false
+	}
+	return t
+}
+
 // startLoops starts n event loops serving ln's connections; net/http
 // must serve the group's Handoff listener.
 func (s *Server) startLoops(ln net.Listener, n int) (*evloop.Group, error) {
+	parser, err := evloop.NewParser(s.loopTable())
+	if err != nil {
+		return nil, err
+	}
 	return evloop.Start(ln, evloop.Config{
 		Host:   loopHost{s},
-		Parser: loopParser,
+		Parser: parser,
 		Loops:  n,
 		Timeouts: evloop.Timeouts{
 			ReadHeader: s.apiSrv.ReadHeaderTimeout,
@@ -105,6 +126,16 @@ func (h loopHost) Take(r *evloop.Request, ip string, now time.Time) (*evloop.Ite
 		it.Pub = engine.PublishRequest{
 			Namespace: ns, Queue: q, Body: append([]byte(nil), r.Body...),
 			TTL: secs(ttl), Delay: secs(delay), Tries: uint16(tries),
+		}
+		if r.TraceParent != nil {
+			// Only read when it is to be stored (loopTable), and checked
+			// as requestTrace checks it on net/http.
+			if tp := string(r.TraceParent); engine.ValidTraceParent(tp) {
+				it.Pub.TraceParent = tp
+				if ts := string(r.TraceState); engine.ValidTraceState(ts) {
+					it.Pub.TraceState = ts
+				}
+			}
 		}
 	case evloop.Consume:
 		opts = optsConsume
@@ -228,6 +259,10 @@ func (h loopHost) Answer(it *evloop.Item, date, out []byte) []byte {
 		code = http.StatusNoContent
 	}
 	retryAfter := 0
+	var traceParent, traceState string
+	if ae == nil && it.Kind == evloop.Consume && it.Con.Count == 1 {
+		traceParent, traceState = it.Jobs[0].TraceParent, it.Jobs[0].TraceState // setTraceHeaders
+	}
 	if ae != nil {
 		code, body, retryAfter = ae.status, ae.body, ae.retryAfter
 		if code >= http.StatusInternalServerError {
@@ -235,7 +270,7 @@ func (h loopHost) Answer(it *evloop.Item, date, out []byte) []byte {
 		}
 		s.refund(ctx, f, reqID[:])
 	}
-	out = evloop.AppendResponse(out, code, retryAfter, reqID[:], date, body)
+	out = evloop.AppendResponse(out, code, retryAfter, traceParent, traceState, reqID[:], date, body)
 
 	nsLabel := it.NS
 	if !f.adm.authenticated {

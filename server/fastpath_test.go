@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kairos-dev/kairos/engine"
 	"github.com/kairos-dev/kairos/server/evloop"
 )
 
@@ -128,6 +129,8 @@ func FuzzParseFast(f *testing.F) {
 	f.Add([]byte("PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nX-A: \x80\xff\r\nContent-Length: 1\r\n\r\nx"))
 	f.Add([]byte("GET /api/ns/q?ttr=30&timeout=0&count=2 HTTP/1.1\r\nHost: h\r\nX-Token: t\r\n\r\nGET"))
 	f.Add([]byte("DELETE /api/ns/q/job/01ARZ3NDEKTSV4RRFFQ69G5FAV?token=t HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n"))
+	f.Add([]byte("PUT /api/ns/q HTTP/1.1\r\nHost: h\r\ntraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\nTraceState:  a=b \r\nContent-Length: 1\r\n\r\nx"))
+	f.Add([]byte("PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nTraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\nTracestate: \x80\r\nContent-Length: 1\r\n\r\nx"))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		var r evloop.Request
 		res := loopParser.Parse(raw, &r)
@@ -172,6 +175,19 @@ func FuzzParseFast(f *testing.F) {
 		}
 		if token != string(r.Token) {
 			t.Errorf("token %q, fast path %q", token, r.Token)
+		}
+		// The trace context net/http's handler would store (requestTrace)
+		// is the one the loops read.
+		wantTP, wantTS := requestTrace(req.Header)
+		gotTP, gotTS := "", ""
+		if tp := string(r.TraceParent); engine.ValidTraceParent(tp) {
+			gotTP = tp
+			if ts := string(r.TraceState); engine.ValidTraceState(ts) {
+				gotTS = ts
+			}
+		}
+		if gotTP != wantTP || gotTS != wantTS {
+			t.Errorf("trace context %q %q, fast path %q %q", wantTP, wantTS, gotTP, gotTS)
 		}
 		for _, name := range loopParamNames() {
 			v, has := r.Param(name)
@@ -219,9 +235,9 @@ func TestAppendFastResponse(t *testing.T) {
 	id := []byte("01ARZ3NDEKTSV4RRFFQ69G5FAV")
 	date := []byte("Tue, 24 Nov 2026 22:38:36 GMT")
 	created := `{"job_id":"01M87VC16NZAC9VNKJGM000000","msg":"published"}`
-	b := evloop.AppendResponse(nil, 201, 0, id, date, []byte(created))
-	b = evloop.AppendResponse(b, 204, 0, id, date, nil)
-	b = evloop.AppendResponse(b, 499, 0, id, date, errClientGone.body)
+	b := evloop.AppendResponse(nil, 201, 0, "", "", id, date, []byte(created))
+	b = evloop.AppendResponse(b, 204, 0, "", "", id, date, nil)
+	b = evloop.AppendResponse(b, 499, 0, "", "", id, date, errClientGone.body)
 	br := bufio.NewReader(bytes.NewReader(b))
 	for _, want := range []struct {
 		line, ctype, body string

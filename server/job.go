@@ -24,6 +24,8 @@ type jobResponse struct {
 	Queue       string            `json:"queue"`
 	Receipt     string            `json:"receipt,omitempty"` // Kairos, with X-Kairos-Extensions
 	RemainTries uint16            `json:"remain_tries"`
+	TraceParent string            `json:"traceparent,omitempty"` // Kairos, with X-Kairos-Extensions
+	TraceState  string            `json:"tracestate,omitempty"`  // Kairos, with X-Kairos-Extensions
 	TTL         int64             `json:"ttl"`
 }
 
@@ -78,6 +80,8 @@ type jobDetail struct {
 	Queue       string            `json:"queue"`
 	RemainTries uint16            `json:"remain_tries"`
 	State       string            `json:"state"`
+	TraceParent string            `json:"traceparent,omitempty"`
+	TraceState  string            `json:"tracestate,omitempty"`
 	TTL         int64             `json:"ttl"`
 }
 
@@ -97,6 +101,8 @@ func newJobDetail(job *engine.Job, namespace, queue string, now time.Time) jobDe
 		Queue:       r.Queue,
 		RemainTries: r.RemainTries,
 		State:       string(job.State),
+		TraceParent: job.TraceParent,
+		TraceState:  job.TraceState,
 		TTL:         r.TTL,
 	}
 }

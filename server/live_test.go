@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/config"
@@ -52,6 +53,7 @@ func (b *syncBuffer) String() string {
 // live is one running server instance.
 type live struct {
 	srv       *Server
+	eng       *rdb.Engine
 	cfg       *config.Config
 	client    redis.UniversalClient
 	tokens    *auth.Store
@@ -77,6 +79,10 @@ type liveOptions struct {
 	// throttleRefresh is how often the throttler reloads the limits; 0:
 	// 50 ms.
 	throttleRefresh time.Duration
+	// historyFlush is the engine's HistoryFlush (0: no history).
+	historyFlush time.Duration
+	// tracer makes the spans of the server and the engine; nil: off.
+	tracer trace.Tracer
 }
 
 // startLive starts a server over opts.client (a fresh miniredis by
@@ -102,12 +108,13 @@ func startLive(t testing.TB, opts liveOptions) *live {
 	logger.SetLevel(logrus.DebugLevel)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	eng, err := rdb.New(ctx, client, rdb.Options{Logger: logger, Now: opts.now})
+	eng, err := rdb.New(ctx, client, rdb.Options{Logger: logger, Now: opts.now, HistoryFlush: opts.historyFlush, Tracer: opts.tracer})
 	if err != nil {
 		cancel()
 		t.Fatalf("rdb.New: %v", err)
 	}
 	l := &live{
+		eng:    eng,
 		cfg:    cfg,
 		client: client,
 		logs:   logs,
@@ -131,6 +138,7 @@ func startLive(t testing.TB, opts liveOptions) *live {
 		Webhooks:  hooks, // not run: the admin routes only manage subscriptions
 		Logger:    logger,
 		Now:       opts.now,
+		Tracer:    opts.tracer,
 	})
 	if err != nil {
 		cancel()

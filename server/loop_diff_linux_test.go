@@ -171,6 +171,14 @@ func genSeq(seed uint64) *diffSeq {
 				d = diffReq{raw: func([]string) string { return raw }, what: "PUT chunked " + q}
 			case 2: // net/http: an encoded parameter
 				ps = append(ps, "ttl=%36%30")
+			case 3: // a trace context, stored and handed back by both
+				extra = fmt.Sprintf("traceparent: 00-%032x-%016x-01\r\n", rng.Uint64()|1, rng.Uint64()|1)
+			case 4:
+				extra = fmt.Sprintf("Traceparent: 00-%032x-%016x-00\r\nTracestate: k=%d\r\n", rng.Uint64()|1, rng.Uint64()|1, rng.IntN(100))
+			case 5: // not valid: ignored by both
+				extra = "Traceparent: 00-zz\r\nTracestate: k=v\r\n"
+			case 6: // net/http: repeated
+				extra = "Tracestate: a=1\r\nTracestate: b=2\r\nTraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n"
 			}
 			if d.raw == nil {
 				raw := head("PUT", join("/api/ns/"+q, append(ps, tq)...), extra+"Content-Length: "+strconv.Itoa(len(b))+"\r\n\r\n") + b

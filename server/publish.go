@@ -54,12 +54,14 @@ func (s *Server) publish(c *gin.Context) {
 		return
 	}
 	req := s.publishRequest(c, &p, body)
+	req.TraceParent, req.TraceState = s.publishTrace(c)
 	ext.apply(req)
 	req.Replaces = c.Param("job_id")
 	id, err := st.eng.Publish(c.Request.Context(), req)
 	if err != nil {
 		if errors.Is(err, engine.ErrKeyExists) && id != "" {
 			// Kairos idempotency key: the first job stands.
+			s.spanJobIDs(c, id)
 			writeJSON(c, http.StatusOK, publishResponse{JobID: id, Msg: "duplicate job_key"})
 			return
 		}
@@ -71,6 +73,7 @@ func (s *Server) publish(c *gin.Context) {
 			"new_job_id": id, "delay": p.delay, "ttl": p.ttl, "tries": p.tries,
 		}).Debug("job published")
 	}
+	s.spanJobIDs(c, id)
 	writeJSON(c, http.StatusCreated, publishResponse{JobID: id, Msg: "published"})
 }
 
@@ -133,8 +136,10 @@ func (s *Server) publishBulk(c *gin.Context) {
 		return
 	}
 	reqs := make([]*engine.PublishRequest, len(jobs))
+	tp, ts := s.publishTrace(c)
 	for i, j := range jobs {
 		reqs[i] = s.publishRequest(c, &p, j)
+		reqs[i].TraceParent, reqs[i].TraceState = tp, ts
 		ext.apply(reqs[i])
 	}
 	ids, err := st.eng.PublishBatch(c.Request.Context(), reqs)
@@ -147,6 +152,7 @@ func (s *Server) publishBulk(c *gin.Context) {
 			"jobs": len(ids), "delay": p.delay, "ttl": p.ttl, "tries": p.tries,
 		}).Debug("jobs published")
 	}
+	s.spanJobIDs(c, ids...)
 	writeJSON(c, http.StatusCreated, bulkResponse{JobIDs: ids, Msg: "published"})
 }
 

@@ -2,9 +2,11 @@ package server
 
 import (
 	"github.com/gin-gonic/gin"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/engine/tracing"
 	"github.com/kairos-dev/kairos/server/evloop"
 )
 
@@ -26,7 +28,10 @@ import (
 // percent-encoding in the path, plain query values (letters, digits and
 // "-._~:"), no Transfer-Encoding, Expect, Upgrade, Connection other than
 // keep-alive, nor a header of a Kairos extension (Idempotency-Key,
-// Enable-Job-Version, X-Kairos-Extensions, Job-Attr-*).
+// Enable-Job-Version, X-Kairos-Extensions, Job-Attr-*). A publish's W3C
+// trace context (traceparent, tracestate, each at most once) is read and
+// stored as net/http stores it; with tracing on, a request carrying one
+// is net/http's instead (Server.loopTable).
 var loopRoutes = evloop.Table{
 	Routes: []evloop.Route{
 		{Kind: evloop.Publish, Method: "PUT", Path: "/api/:namespace/:queue",
@@ -43,6 +48,7 @@ var loopRoutes = evloop.Table{
 	TokenParam:           "token",
 	RefuseHeaders:        []string{"Idempotency-Key", "Enable-Job-Version", extHeader},
 	RefuseHeaderPrefixes: []string{attributePrefix},
+	TraceContext:         true,
 }
 
 // apiRoutes builds the public API (spec 3.1): global middleware in
@@ -64,13 +70,13 @@ func (s *Server) apiRoutes() *gin.Engine {
 	r.GET("/readyz", s.readyz)
 
 	g := r.Group("/api")
-	g.PUT("/:namespace/:queue", publish, s.publish)
-	g.PUT("/:namespace/:queue/bulk", publish, s.publishBulk)
-	g.PUT("/:namespace/:queue/job/:job_id", publish, s.publish)
-	g.GET("/:namespace/:queue", consume, s.consume)
+	g.PUT("/:namespace/:queue", s.traced(tracing.SpanPublish, trace.SpanKindServer, publish, s.publish)...)
+	g.PUT("/:namespace/:queue/bulk", s.traced(tracing.SpanPublish, trace.SpanKindServer, publish, s.publishBulk)...)
+	g.PUT("/:namespace/:queue/job/:job_id", s.traced(tracing.SpanPublish, trace.SpanKindServer, publish, s.publish)...)
+	g.GET("/:namespace/:queue", s.tracedConsume(consume, s.consume)...)
 	g.GET("/:namespace/:queue/peek", read, s.peekQueue)
 	g.GET("/:namespace/:queue/job/:job_id", read, s.peekJob)
-	g.DELETE("/:namespace/:queue/job/:job_id", ack, s.ack)
+	g.DELETE("/:namespace/:queue/job/:job_id", s.traced(tracing.SpanAck, trace.SpanKindServer, ack, s.ack)...)
 	g.DELETE("/:namespace/:queue", manage, s.destroy)
 	g.GET("/:namespace/:queue/deadletter", read, s.peekDeadLetter)
 	g.PUT("/:namespace/:queue/deadletter", manage, s.respawnDeadLetter)
@@ -81,7 +87,7 @@ func (s *Server) apiRoutes() *gin.Engine {
 	// Kairos extensions (in the file of the resource each extends;
 	// schedules in schedule.go).
 	unthrottledPublish := s.guard(routeOpts{role: auth.RolePublish})
-	g.PUT("/:namespace/:queue/job/:job_id/release", ack, s.release)
+	g.PUT("/:namespace/:queue/job/:job_id/release", s.traced(tracing.SpanRelease, trace.SpanKindServer, ack, s.release)...)
 	g.PUT("/:namespace/:queue/job/:job_id/touch", ack, s.touch)
 	g.DELETE("/:namespace/:queue/job_key/*key", unthrottledPublish, s.cancelKey)
 	g.PUT("/:namespace/:queue/pause", manage, s.setPaused(true))
@@ -142,6 +148,24 @@ func (s *Server) adminRoutes() *gin.Engine {
 	r.GET("/webhook/:namespace/:queue", basic, s.getWebhook)
 	r.PUT("/webhook/:namespace/:queue", basic, s.putWebhook)
 	r.DELETE("/webhook/:namespace/:queue", basic, s.deleteWebhook)
+
+	// The dashboard's data (dashboard.go, doc/dashboard.md).
+	r.GET("/overview", basic, s.overview)
+	r.GET("/history", basic, s.series)
+	r.GET("/history/:namespace", basic, s.series)
+	r.GET("/history/:namespace/:queue", basic, s.series)
+	r.GET("/queues/:namespace", basic, s.listQueues)
+	r.GET("/queue/:namespace/:queue/jobs", basic, s.listJobs)
+	r.GET("/queue/:namespace/:queue/job/:job_id", basic, s.adminPeekJob)
+	r.GET("/queue/:namespace/:queue/deadletter/jobs", basic, s.adminDeadJobs)
+	r.GET("/job/:job_id", basic, s.findJob)
+
+	// The web dashboard (ui_pages.go), unless [Dashboard] Enabled = false.
+	if s.cfg.DashboardEnabled() {
+		if err := s.dashboardRoutes(r, basic); err != nil {
+			panic("server: the dashboard's embedded templates do not parse: " + err.Error())
+		}
+	}
 
 	r.NoRoute(noRoute)
 	return r

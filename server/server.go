@@ -29,6 +29,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/config"
@@ -116,6 +117,9 @@ type Deps struct {
 	// ReadyChecks are what GET /readyz checks (each pool's Redis, the
 	// admin Redis); none means ready while not shutting down.
 	ReadyChecks []ReadyCheck
+	// Tracer makes the spans of publish, consume, ACK and release
+	// (tracing.Provider's Tracer); nil means tracing is off, at no cost.
+	Tracer trace.Tracer
 }
 
 // defaults are the lmstfy parameter defaults, checked once in New.
@@ -140,6 +144,13 @@ type Server struct {
 	skipVerify bool
 	webhooks   Webhooks
 	def        defaults
+	// sizes caches the queue sizes of namespaces for the dashboard
+	// (dashboard.go).
+	sizes sizesCache
+	// tracer is nil when tracing is off (trace.go); storeTrace is
+	// Kairos.StoreTraceContext.
+	tracer     trace.Tracer
+	storeTrace bool
 
 	accessLog atomic.Bool
 	// debug is whether the logger logs at debug level: the hot paths build
@@ -218,6 +229,8 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		skipVerify: deps.SkipVerify,
 		webhooks:   deps.Webhooks,
 		def:        def,
+		tracer:     deps.Tracer,
+		storeTrace: cfg.Kairos.TraceContextStored(),
 
 		readyChecks: deps.ReadyChecks,
 	}

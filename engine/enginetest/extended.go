@@ -26,6 +26,7 @@ func RunExtended(t *testing.T, f Factory) {
 		{"DeadLetterBrowsing", testDeadLetterBrowsing},
 		{"DeadTTL", testDeadTTL},
 		{"Inspection", testInspection},
+		{"TraceContext", testTraceContext},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := f(t)
@@ -321,5 +322,125 @@ func testInspection(t *testing.T, h *Harness, x engine.Engine) {
 	one(t, h, 10*time.Second, "q")
 	if j, _ = h.Engine.PeekJob(bg, ns, "q", id); j.State != engine.StateInFlight || j.Tries != 1 || j.Deliveries != 1 || j.DueAt.IsZero() {
 		t.Fatalf("in flight %+v", j)
+	}
+}
+
+// testTraceContext: a publish's W3C trace context is stored with the job
+// and comes back with each delivery (single, batch and ConsumeEach), after
+// a TTR expiry, a release, in peeks, in the dead letter and after a
+// respawn; v0 and v1 jobs, single and batch publishes alike.
+func testTraceContext(t *testing.T, h *Harness, x engine.Engine) {
+	const (
+		tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+		ts = "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"
+	)
+	traced := func(r *engine.PublishRequest) { r.TraceParent, r.TraceState = tp, ts; r.Tries = 3 }
+	check := func(what string, j *engine.Job, wantTP, wantTS string) {
+		t.Helper()
+		if j == nil || j.TraceParent != wantTP || j.TraceState != wantTS {
+			t.Fatalf("%s: job %+v, want traceparent %q tracestate %q", what, j, wantTP, wantTS)
+		}
+	}
+	body := "b\x00\xff"
+	v0 := pub(t, h, "q", body, traced)
+	v1 := pub(t, h, "q", body, func(r *engine.PublishRequest) {
+		traced(r)
+		r.TraceState = ""
+		r.Versioned, r.Attributes = true, map[string]string{"k": "v"}
+	})
+	plain := pub(t, h, "q", body, nil)
+	jobs := consume(t, h, time.Second, 3, "q")
+	if len(jobs) != 3 {
+		t.Fatalf("consumed %d jobs, want 3", len(jobs))
+	}
+	for _, j := range jobs {
+		if string(j.Body) != body {
+			t.Fatalf("job %s body %q, want %q", j.ID, j.Body, body)
+		}
+		switch j.ID {
+		case v0:
+			check("v0 delivery", j, tp, ts)
+		case v1:
+			check("v1 delivery", j, tp, "")
+			if j.Attributes["k"] != "v" {
+				t.Fatalf("v1 attributes %v", j.Attributes)
+			}
+		case plain:
+			check("plain delivery", j, "", "")
+		}
+	}
+	// The TTR runs out: the redelivery still has it.
+	h.Advance(1100 * time.Millisecond)
+	var v0d *engine.Job
+	for _, j := range consume(t, h, time.Minute, 3, "q") {
+		if j.ID == v0 {
+			v0d = j
+		}
+	}
+	check("redelivery after the TTR", v0d, tp, ts)
+	// Released on its last try (tries 3, deliveries 3): dead, with it.
+	if err := x.Release(bg, &engine.ReleaseRequest{Namespace: ns, Queue: "q", ID: v0, Receipt: v0d.Receipt}); err != nil {
+		t.Fatal(err)
+	}
+	j := one(t, h, time.Minute, "q")
+	if j.ID == v0 {
+		check("redelivery after a release", j, tp, ts)
+		if err := x.Release(bg, &engine.ReleaseRequest{Namespace: ns, Queue: "q", ID: v0, Receipt: j.Receipt}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := h.Engine.PeekJob(bg, ns, "q", v0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("peek job", p, tp, ts)
+	if p.State != engine.StateDead || string(p.Body) != body {
+		t.Fatalf("peeked %+v, want a dead job with its body", p)
+	}
+	dead, err := x.ListDeadLetter(bg, ns, "q", 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d *engine.Job
+	for _, j := range dead {
+		if j.ID == v0 {
+			d = j
+		}
+	}
+	check("dead letter", d, tp, ts)
+	if err := x.RespawnDeadJob(bg, ns, "q", v0, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	var got *engine.Job
+	for _, j := range consume(t, h, time.Minute, 3, "q") {
+		if j.ID == v0 {
+			got = j
+		}
+	}
+	check("respawned", got, tp, ts)
+	// Batch publishes: every job of the batch, and PublishEach.
+	ids, err := h.Engine.PublishBatch(bg, []*engine.PublishRequest{
+		{Namespace: ns, Queue: "b", Body: []byte("1"), TTL: time.Hour, Tries: 1, TraceParent: tp},
+		{Namespace: ns, Queue: "b", Body: []byte("2"), TTL: time.Hour, Tries: 1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	each := []*engine.PublishRequest{{Namespace: ns, Queue: "b", Body: []byte("3"), TTL: time.Hour, Tries: 1, TraceParent: tp, TraceState: ts}}
+	eachIDs, errs := make([]string, 1), make([]error, 1)
+	x.PublishEach(bg, each, eachIDs, errs)
+	if errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	reqs := []*engine.ConsumeRequest{{Namespace: ns, Queues: []string{"b"}, TTR: time.Minute, Count: 3}}
+	out, cerrs := make([][]*engine.Job, 1), make([]error, 1)
+	x.ConsumeEach(bg, reqs, out, cerrs)
+	if cerrs[0] != nil || len(out[0]) != 3 {
+		t.Fatalf("ConsumeEach = %v %v", out[0], cerrs[0])
+	}
+	want := map[string][2]string{ids[0]: {tp, ""}, ids[1]: {"", ""}, eachIDs[0]: {tp, ts}}
+	for _, j := range out[0] {
+		w := want[j.ID]
+		check("batch "+string(j.Body), j, w[0], w[1])
 	}
 }

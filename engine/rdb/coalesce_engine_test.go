@@ -463,8 +463,8 @@ func TestCoalescePublishAcrossQueues(t *testing.T) {
 				jobKey(ns, "a", fresh), jobKey(ns, mates[1], taken)}
 			args := []interface{}{"PUBLISH", 2, 4, 12, "pr", 1, qa.channel, qa.member, "pr", 1, qb.channel, qb.member,
 				packEntry(1, fresh), packEntry(1, taken),
-				newValue(true, 1, 0, now, []byte("a")), 0, 0, 0,
-				newValue(true, 1, 0, now, []byte("b")), 0, 0, 0}
+				newValue(true, 1, 0, now, "", "", []byte("a")), 0, 0, 0,
+				newValue(true, 1, 0, now, "", "", []byte("b")), 0, 0, 0}
 			res, err := publishManyScript.Run(ctx, client, keys, args...).Int64Slice()
 			if err != nil || len(res) != 1 || res[0] != 2 {
 				t.Fatalf("publishManyScript with a taken key = %v, %v; want [2]", res, err)

@@ -72,6 +72,7 @@ const headerSize = 22
 
 // header is a decoded job header.
 type header struct {
+	format     byte
 	state      byte
 	tries      uint16
 	deliveries uint16
@@ -93,11 +94,35 @@ func reasonCode(r engine.DeadReason) int {
 	return 2
 }
 
+// Header byte 1 is the value's format: the payload follows the header
+// (formatPlain), or a trace context does and then the payload
+// (formatTraced). Only a publish writes it: scripts rewrite the header
+// from byte 2 on.
+const (
+	formatPlain  = 1
+	formatTraced = 2
+)
+
+// The trace context of a formatTraced value, between the header and the
+// payload: len(traceparent) as one byte, the traceparent,
+// len(tracestate) as a little-endian uint16, the tracestate.
+
+// traceSize is the length of the trace block of traceparent tp and
+// tracestate ts, 0 without a traceparent.
+func traceSize(tp, ts string) int {
+	if tp == "" {
+		return 0
+	}
+	return 1 + len(tp) + 2 + len(ts)
+}
+
 // newValue is the stored value of a job just published: its header (ready
-// or delayed until due) followed by the payload, in one allocation.
-func newValue(ready bool, tries uint16, priority int, dueMS int64, payload []byte) []byte {
-	v := make([]byte, headerSize+len(payload))
-	v[0] = 1
+// or delayed until due), its trace context when tp is not empty, then the
+// payload, in one allocation.
+func newValue(ready bool, tries uint16, priority int, dueMS int64, tp, ts string, payload []byte) []byte {
+	tn := traceSize(tp, ts)
+	v := make([]byte, headerSize+tn+len(payload))
+	v[0] = formatPlain
 	v[1] = 'r'
 	if !ready {
 		v[1] = 'd'
@@ -107,16 +132,49 @@ func newValue(ready bool, tries uint16, priority int, dueMS int64, payload []byt
 	}
 	binary.LittleEndian.PutUint16(v[2:4], tries)
 	v[6] = byte(priority)
-	copy(v[headerSize:], payload)
+	if tn > 0 {
+		v[0] = formatTraced
+		b := v[headerSize:]
+		b[0] = byte(len(tp))
+		n := 1 + copy(b[1:], tp)
+		binary.LittleEndian.PutUint16(b[n:], uint16(len(ts)))
+		copy(b[n+2:], ts)
+	}
+	copy(v[headerSize+tn:], payload)
 	return v
 }
 
-// splitValue splits a stored value into its header and payload.
+// splitTrace splits the part of a value after its header into the trace
+// context and the payload, by the value's format.
+func splitTrace(format byte, rest []byte) (tp, ts string, payload []byte, err error) {
+	switch format {
+	case formatPlain:
+		return "", "", rest, nil
+	case formatTraced:
+		if len(rest) < 1 {
+			return "", "", nil, errBadEntry
+		}
+		n := 1 + int(rest[0])
+		if len(rest) < n+2 {
+			return "", "", nil, errBadEntry
+		}
+		m := n + 2 + int(binary.LittleEndian.Uint16(rest[n:]))
+		if len(rest) < m {
+			return "", "", nil, errBadEntry
+		}
+		return string(rest[1:n]), string(rest[n+2 : m]), rest[m:], nil
+	}
+	return "", "", nil, errBadEntry
+}
+
+// splitValue splits a stored value into its header and what follows it
+// (the trace context, by h.format, and the payload).
 func splitValue(v []byte) (header, []byte, error) {
 	var h header
-	if len(v) < headerSize || v[0] != 1 {
+	if len(v) < headerSize || (v[0] != formatPlain && v[0] != formatTraced) {
 		return h, nil, errBadEntry
 	}
+	h.format = v[0]
 	h.state = v[1]
 	h.tries = binary.LittleEndian.Uint16(v[2:4])
 	h.deliveries = binary.LittleEndian.Uint16(v[4:6])

@@ -87,8 +87,8 @@ func FuzzDecodePayload(f *testing.F) {
 }
 
 // FuzzSplitValue: splitValue never panics, accepts only values with a
-// whole version-1 header, and what it reads applies to a job without
-// panicking.
+// whole header of format 1 or 2, splitTrace never panics on what follows
+// it, and what it reads applies to a job without panicking.
 func FuzzSplitValue(f *testing.F) {
 	h := "\x01r\x03\x00\x01\x00\x05\x00" + strings.Repeat("\x00", 14)
 	for _, s := range []string{h + "payload", h, h[:21], "", "\x02" + h[1:], "\x01x" + h[2:], "\x01d\x00\x00\x00\x00\x00\x01\xff\xff\xff\xff\xff\xff" + strings.Repeat("\xff", 8)} {
@@ -98,13 +98,20 @@ func FuzzSplitValue(f *testing.F) {
 	f.Fuzz(func(t *testing.T, v []byte) {
 		hd, payload, err := splitValue(v)
 		if err != nil {
-			if len(v) >= headerSize && v[0] == 1 {
+			if len(v) >= headerSize && (v[0] == formatPlain || v[0] == formatTraced) {
 				t.Fatalf("splitValue refused %q", v)
 			}
 			return
 		}
-		if len(v) < headerSize || v[0] != 1 || !bytes.Equal(payload, v[headerSize:]) {
+		if len(v) < headerSize || (v[0] != formatPlain && v[0] != formatTraced) || hd.format != v[0] || !bytes.Equal(payload, v[headerSize:]) {
 			t.Fatalf("splitValue(%q) accepted it with payload %q", v, payload)
+		}
+		tp, ts, rest, err := splitTrace(hd.format, payload)
+		switch {
+		case err != nil && hd.format == formatPlain:
+			t.Fatalf("splitTrace of a plain value %q: %v", v, err)
+		case err == nil && len(tp)+len(ts)+len(rest) > len(payload):
+			t.Fatalf("splitTrace(%q) = %q, %q, %q: longer than its input", payload, tp, ts, rest)
 		}
 		if int(hd.tries) != int(v[2])|int(v[3])<<8 || hd.state != v[1] || hd.timeMS < 0 || hd.timeMS >= 1<<48 {
 			t.Fatalf("splitValue(%q) = %+v", v, hd)
@@ -113,6 +120,37 @@ func FuzzSplitValue(f *testing.F) {
 		hd.apply(&j, now)
 		if j.Tries != hd.tries || j.Priority != int(hd.priority) {
 			t.Fatalf("apply(%+v) = %+v", hd, j)
+		}
+	})
+}
+
+// FuzzTraceValue: a value made with a trace context gives back the same
+// trace context, payload and header fields; one made without is format 1,
+// byte for byte the value of earlier versions.
+func FuzzTraceValue(f *testing.F) {
+	f.Add("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "rojo=1,congo=2", []byte("body"), uint16(3), 7)
+	f.Add("", "", []byte{}, uint16(1), 0)
+	f.Add("x", strings.Repeat("s", 512), []byte("\x00\x01"), uint16(65535), 255)
+	f.Fuzz(func(t *testing.T, tp, ts string, payload []byte, tries uint16, prio int) {
+		if len(tp) > 255 || len(ts) > 65535 || prio < 0 || prio > 255 {
+			return
+		}
+		v := newValue(true, tries, prio, 0, tp, ts, payload)
+		h, rest, err := splitValue(v)
+		if err != nil {
+			t.Fatalf("splitValue(newValue(…)): %v", err)
+		}
+		wantFormat := byte(formatTraced)
+		if tp == "" {
+			wantFormat = formatPlain
+			ts = ""
+			if !bytes.Equal(v, append(append([]byte{1, 'r'}, byte(tries), byte(tries>>8), 0, 0, byte(prio)), append(make([]byte, 15), payload...)...)) {
+				t.Fatalf("plain value %q is not the earlier layout", v)
+			}
+		}
+		gotTP, gotTS, gotPayload, err := splitTrace(h.format, rest)
+		if err != nil || h.format != wantFormat || gotTP != tp || gotTS != ts || !bytes.Equal(gotPayload, payload) || h.tries != tries || int(h.priority) != prio {
+			t.Fatalf("round trip of %q %q %q: format %d, %q %q %q, %+v, %v", tp, ts, payload, h.format, gotTP, gotTS, gotPayload, h, err)
 		}
 	})
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kairos-dev/kairos/engine"
 )
@@ -62,6 +63,14 @@ type Options struct {
 	// anything ran (retry.go). Default 5 s; negative: no retry beyond
 	// go-redis's own.
 	ClusterRetry time.Duration
+	// HistoryFlush, when > 0, keeps the queues' history (history.go):
+	// counters in memory, written to Redis this often (a divisor of a
+	// minute, e.g. 5s). 0 keeps no history.
+	HistoryFlush time.Duration
+	// Tracer makes a span of each batch the pump moves, per queue
+	// (tracing.Provider's Tracer); nil means tracing is off, and the pump
+	// script then reports nothing more than before.
+	Tracer trace.Tracer
 }
 
 // Engine is the Redis engine of one pool.
@@ -73,6 +82,7 @@ type Engine struct {
 	batch   int
 	maxWait time.Duration
 	metrics *poolMetrics
+	tracer  trace.Tracer // nil: tracing off
 
 	pumpWake chan struct{}
 	waiters  *waiters
@@ -108,6 +118,8 @@ type Engine struct {
 
 	reclaimMu sync.Mutex
 	reclaim   reclaimer // reclaim.go
+
+	hist *history // nil without Options.HistoryFlush
 }
 
 // Limits on the work of one script call.
@@ -153,6 +165,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 		batch:    opts.PumpBatch,
 		maxWait:  opts.MaxPumpSleep,
 		metrics:  opts.Metrics.forPool(opts.Pool),
+		tracer:   opts.Tracer,
 		pumpWake: make(chan struct{}, 1),
 		names:    newMemo(func(k [3]string) *queueNames { return newQueueNames(k[0], k[1]) }),
 
@@ -186,6 +199,9 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 		e.acks = newCoalescer(coalesceMax, e.ackCoalesced)
 		e.cons = newCoalescer(coalesceMax, e.consumeCoalesced)
 	}
+	if opts.HistoryFlush > 0 {
+		e.hist = newHistory(opts.HistoryFlush)
+	}
 	e.waitReplicas = opts.WaitReplicas
 	e.waitTimeout = opts.WaitTimeout
 	if e.waitTimeout <= 0 {
@@ -210,6 +226,10 @@ func (e *Engine) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); e.runPump(ctx) }()
 	go func() { defer wg.Done(); e.runReclaim(ctx) }()
 	go func() { defer wg.Done(); e.waiters.run(ctx) }()
+	if e.hist != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); e.runHistory(ctx) }()
+	}
 	wg.Wait()
 	if p := e.pipe.Swap(nil); p != nil {
 		p.close()
@@ -481,6 +501,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 				qu.names.recorded.Store(true)
 			}
 			e.metrics.publishedQueue(qu.ns, qu.q, qu.names, qu.jobs)
+			e.histPublished(qu.ns, qu.q, qu.names, qu.jobs)
 		}
 		e.metrics.publishedPool(len(batch), delayed)
 		fail(e.replicaShortfall("publish", replicas))
@@ -665,6 +686,7 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 			}
 			e.metrics.publishedPool(len(reqs), delayed)
 			e.metrics.publishedQueue(ns, q, qn, len(reqs))
+			e.histPublished(ns, q, qn, len(reqs))
 			return ids, nil
 		case code == -1 && len(res) == 2:
 			first, _ := res[1].(string)
@@ -694,6 +716,7 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 			}
 			e.metrics.publishedPool(len(reqs), delayed)
 			e.metrics.publishedQueue(ns, q, qn, len(reqs))
+			e.histPublished(ns, q, qn, len(reqs))
 			return ids, nil
 		}
 		if !generated[k] || attempt >= maxPublishRetries {
@@ -755,7 +778,7 @@ func jobValue(r *engine.PublishRequest, nowMS int64) ([]byte, int64, error) {
 	if !r.DueAt.IsZero() {
 		due = ceilMS(r.DueAt)
 	}
-	return newValue(due <= nowMS, r.Tries, r.Priority, due, payload), due, nil
+	return newValue(due <= nowMS, r.Tries, r.Priority, due, r.TraceParent, r.TraceState, payload), due, nil
 }
 
 // runPublish runs a publish script and, with WaitReplicas, WAIT after it
@@ -1035,6 +1058,7 @@ func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, wan
 	}
 	for _, jobs := range out {
 		e.metrics.consumed(req.Namespace, jobs, now)
+		e.histConsumed(req.Namespace, jobs, now)
 	}
 	return nil
 }
@@ -1086,7 +1110,7 @@ func (e *Engine) consumeRun(ctx context.Context, req *engine.ConsumeRequest, nam
 // decodeConsumed decodes the reply of a consume call over the n queues of
 // req from lo.
 func (e *Engine) decodeConsumed(req *engine.ConsumeRequest, lo, n int, res []interface{}, due int64) (more, empty bool, earliest, popped int64, jobs []*engine.Job, err error) {
-	const head, per = 3, 8
+	const head, per = 3, 9
 	if len(res) < head || (len(res)-head)%per != 0 {
 		return false, false, 0, 0, nil, fmt.Errorf("consume: unexpected reply of %d items", len(res))
 	}
@@ -1102,10 +1126,11 @@ func (e *Engine) decodeConsumed(req *engine.ConsumeRequest, lo, n int, res []int
 		deliv, _ := res[i+5].(int64)
 		nonce, _ := res[i+6].(string)
 		prio, _ := res[i+7].(int64)
+		format, _ := res[i+8].(int64)
 		if pos < 1 || int(pos) > n {
 			return false, false, 0, 0, nil, fmt.Errorf("consume: bad queue position %d", pos)
 		}
-		j, err := makeJob(req.Namespace, req.Queues[lo+int(pos)-1], id, []byte(payload), pttl)
+		j, err := makeJob(req.Namespace, req.Queues[lo+int(pos)-1], id, byte(format), []byte(payload), pttl)
 		if err != nil {
 			e.log.WithError(err).WithField("job_id", id).Error("consume: undecodable job body")
 			continue
@@ -1129,8 +1154,13 @@ func newReceiptBase() string {
 	return string(b[:6])
 }
 
-// makeJob decodes a job from its payload (no header).
-func makeJob(ns, q, id string, payload []byte, pttl int64) (*engine.Job, error) {
+// makeJob decodes a job from what follows its header: its trace context
+// (by format, header byte 1) and its payload.
+func makeJob(ns, q, id string, format byte, rest []byte, pttl int64) (*engine.Job, error) {
+	tp, ts, payload, err := splitTrace(format, rest)
+	if err != nil {
+		return nil, err
+	}
 	body, attrs, err := decodePayload(engine.JobIDVersion(id), payload)
 	if err != nil {
 		return nil, err
@@ -1139,7 +1169,8 @@ func makeJob(ns, q, id string, payload []byte, pttl int64) (*engine.Job, error) 
 	if pttl > 0 {
 		ttl = time.Duration(pttl) * time.Millisecond
 	}
-	return &engine.Job{Namespace: ns, Queue: q, ID: id, Body: body, TTL: ttl, Attributes: attrs}, nil
+	return &engine.Job{Namespace: ns, Queue: q, ID: id, Body: body, TTL: ttl, Attributes: attrs,
+		TraceParent: tp, TraceState: ts}, nil
 }
 
 // makeStoredJob decodes a stored value (header + payload); now decides
@@ -1149,7 +1180,7 @@ func makeStoredJob(ns, q, id string, value []byte, pttl int64, now time.Time) (*
 	if err != nil {
 		return nil, err
 	}
-	j, err := makeJob(ns, q, id, payload, pttl)
+	j, err := makeJob(ns, q, id, h.format, payload, pttl)
 	if err != nil {
 		return nil, err
 	}

@@ -105,6 +105,15 @@ func (e *Engine) ackCoalesced(ctx context.Context, batch []*batchCall[ackOp]) {
 	}
 	if err == nil {
 		e.metrics.acked(ns, q, qn, batch, e.now())
+		if e.hist != nil {
+			var n int64
+			for _, c := range batch {
+				if c.in.code == 1 {
+					n++
+				}
+			}
+			e.histAdd(ns, q, qn, hAcked, n)
+		}
 	}
 }
 
@@ -142,6 +151,12 @@ func (e *Engine) Release(ctx context.Context, r *engine.ReleaseRequest) error {
 	}
 	if code == 3 {
 		e.wakePump()
+	}
+	switch code {
+	case 1, 3:
+		e.histAdd(ns, q, nil, hRetried, 1)
+	case 2:
+		e.histAdd(ns, q, nil, hDead, 1)
 	}
 	return receiptResult("release", ns, q, r.ID, code)
 }

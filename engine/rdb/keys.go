@@ -125,6 +125,9 @@ type queueNames struct {
 	// at its first publish (poolMetrics.publishedQueue), and acks its ACK
 	// histogram (a prometheus.Observer), at its first ACK.
 	publishes, acks atomic.Value
+	// hist is the queue's history counters (history.go), set at its first
+	// counted event.
+	hist atomic.Pointer[histCounters]
 }
 
 func newQueueNames(ns, q string) *queueNames {

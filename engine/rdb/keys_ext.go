@@ -1,5 +1,10 @@
 package rdb
 
+import (
+	"strconv"
+	"strings"
+)
+
 // Keys of the Kairos extensions (see keys.go for the lmstfy-shaped ones).
 
 // prioKey is the queue's ready set of jobs with a priority > 0: score =
@@ -32,3 +37,23 @@ func scheduleIndexKey(g int) string { return "si/{" + groupTags[g] + "}" }
 
 // scheduleMember is a schedule's member in its group's schedule index.
 func scheduleMember(ns, q, name string) string { return ns + "/" + q + "/" + name }
+
+// History keys (history.go): one hash per block B of historyBlock minutes
+// (B = Unix minute / historyBlock) with the counters of its minutes, for a
+// queue (with the queue's hash tag, beside its other keys), a namespace
+// (tag {ns}; a queue's tag always holds a "/") and the pool. They expire
+// historyRetention after their block.
+
+// queueHistoryKey is h/{ns/q}/B: the queue's ready list's name with h for
+// q, so that it follows the queue's keys wherever their layout puts them.
+func queueHistoryKey(ns, q string, block int64) string {
+	return "h" + strings.TrimPrefix(readyKey(ns, q), "q") + "/" + strconv.FormatInt(block, 10)
+}
+
+// namespaceHistoryKey is h/{ns}/B.
+func namespaceHistoryKey(ns string, block int64) string {
+	return "h/{" + ns + "}/" + strconv.FormatInt(block, 10)
+}
+
+// poolHistoryKey is h/B.
+func poolHistoryKey(block int64) string { return "h/" + strconv.FormatInt(block, 10) }

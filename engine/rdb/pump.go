@@ -5,9 +5,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kairos-dev/kairos/engine/tracing"
 )
 
 // The pump moves due timer entries (delayed jobs and in-flight jobs whose
@@ -92,6 +96,10 @@ func (e *Engine) PumpOnce(ctx context.Context) (int64, error) {
 func (e *Engine) pumpGroups(ctx context.Context, groups []int) (more []int, next int64, err error) {
 	now := ms(e.now())
 	next = -1
+	report := "0"
+	if e.tracer != nil {
+		report = "1"
+	}
 	heads, err := e.pumpHeads(ctx, groups)
 	if err != nil {
 		return nil, 0, err
@@ -119,8 +127,8 @@ func (e *Engine) pumpGroups(ctx context.Context, groups []int) (more []int, next
 		}
 		k := make([]string, 1, 1+6*len(due))
 		k[0] = timerIndexKey(g)
-		a := make([]interface{}, 4, 4+2*len(due))
-		a[0], a[1], a[2], a[3] = now, e.batch, rand.Uint32(), e.pub
+		a := make([]interface{}, 5, 5+2*len(due))
+		a[0], a[1], a[2], a[3], a[4] = now, e.batch, rand.Uint32(), e.pub, report
 		for _, m := range due {
 			ns, q, _ := cutMember(m)
 			qn := e.names.get([3]string{ns, q})
@@ -134,6 +142,7 @@ func (e *Engine) pumpGroups(ctx context.Context, groups []int) (more []int, next
 	if len(calls) == 0 {
 		return nil, next, nil
 	}
+	start := time.Now()
 	_, _ = e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range calls {
 			calls[i].cmd = pumpScript.EvalSha(ctx, p, keys[i], args[i]...)
@@ -147,18 +156,31 @@ func (e *Engine) pumpGroups(ctx context.Context, groups []int) (more []int, next
 			// then EVAL, retried (retry.go).
 			c.cmd = e.run(ctx, pumpScript, keys[i], args[i]...)
 		}
-		res, err := c.cmd.Int64Slice()
+		res, err := c.cmd.Slice()
 		if err != nil {
 			return nil, 0, err
 		}
-		if len(res) != 2 {
+		if len(res) != 4 {
 			return nil, 0, fmt.Errorf("unexpected reply %v", res)
 		}
-		e.metrics.pumped(res[0], res[0] >= int64(e.batch))
-		if res[0] >= int64(e.batch) {
+		handled, ok1 := res[0].(int64)
+		nxt, ok2 := res[1].(int64)
+		expired, ok3 := res[2].([]interface{})
+		moved, ok4 := res[3].([]interface{})
+		if !ok1 || !ok2 || !ok3 || !ok4 {
+			return nil, 0, fmt.Errorf("unexpected reply %v", res)
+		}
+		// Each group reports its own queues: the history and the spans
+		// add up over the groups of a pass.
+		e.histExpired(expired)
+		if e.tracer != nil {
+			e.tracePump(ctx, start, moved)
+		}
+		e.metrics.pumped(handled, handled >= int64(e.batch))
+		if handled >= int64(e.batch) {
 			more = append(more, c.g)
-		} else if res[1] >= 0 && (next < 0 || res[1] < next) {
-			next = res[1]
+		} else if nxt >= 0 && (next < 0 || nxt < next) {
+			next = nxt
 		}
 	}
 	return more, next, nil
@@ -236,4 +258,48 @@ func cutMember(m string) (ns, q string, ok bool) {
 		}
 	}
 	return "", "", false
+}
+
+// histExpired counts the jobs of expired TTRs the pump retried or killed:
+// triples {"ns/q", retried, dead} of its reply.
+func (e *Engine) histExpired(triples []interface{}) {
+	if e.hist == nil {
+		return
+	}
+	for i := 0; i+2 < len(triples); i += 3 {
+		m, _ := triples[i].(string)
+		retried, _ := triples[i+1].(int64)
+		dead, _ := triples[i+2].(int64)
+		ns, q, ok := strings.Cut(m, "/")
+		if !ok {
+			continue
+		}
+		qn := e.names.get([3]string{ns, q})
+		e.histAdd(ns, q, qn, hRetried, retried)
+		e.histAdd(ns, q, qn, hDead, dead)
+	}
+}
+
+// tracePump makes one span per queue of a pump batch that started at
+// start: moved holds each queue's member (ns/q) and the IDs of its timer
+// entries the batch handled (made ready, retried later, sent to the dead
+// letter, or dropped when their job was gone).
+func (e *Engine) tracePump(ctx context.Context, start time.Time, moved []interface{}) {
+	end := time.Now()
+	for i := 0; i+1 < len(moved); i += 2 {
+		m, _ := moved[i].(string)
+		raw, _ := moved[i+1].([]interface{})
+		ids := make([]string, 0, len(raw))
+		for _, v := range raw {
+			if id, ok := v.(string); ok {
+				ids = append(ids, id)
+			}
+		}
+		ns, q, _ := strings.Cut(m, "/")
+		attrs := append(tracing.Queue(ns, q), tracing.AttrPool.String(e.pool), tracing.AttrMoved.Int(len(ids)))
+		attrs = append(attrs, tracing.JobIDs(ids)...)
+		_, span := e.tracer.Start(ctx, tracing.SpanPump, trace.WithSpanKind(trace.SpanKindInternal),
+			trace.WithTimestamp(start), trace.WithAttributes(attrs...))
+		span.End(trace.WithTimestamp(end))
+	}
 }

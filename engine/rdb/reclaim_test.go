@@ -197,7 +197,7 @@ func TestReclaimWindows(t *testing.T) {
 					entries = append([]string{packEntry(1, id)}, entries...)
 					if alive {
 						live = append(live, id)
-						if err := client.Set(bg, jp+id, newValue(true, 1, 0, 0, []byte("x")), 0).Err(); err != nil {
+						if err := client.Set(bg, jp+id, newValue(true, 1, 0, 0, "", "", []byte("x")), 0).Err(); err != nil {
 							t.Fatal(err)
 						}
 					}

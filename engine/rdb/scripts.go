@@ -14,7 +14,9 @@ import (
 // Job values start with a 22-byte header (doc/keys.md) that records where
 // the job is; the payload follows:
 //
-//	1      version (1)
+//	1      format: 1 the payload follows, 2 a trace context then the
+//	       payload (codec.go); set at publish, never rewritten (scripts
+//	       write the rest of the header at offset 1)
 //	2      state: r ready, d delayed, f in flight, x dead
 //	3-4    tries left, uint16 little endian
 //	5-6    deliveries so far, uint16
@@ -52,8 +54,10 @@ local function r48(s, i)
   return n
 end
 local NONCE0 = '\0\0\0\0\0\0\0\0'
+-- hdr is the header from byte 2 on: scripts write it at offset 1, so that
+-- the format byte (1: payload, 2: trace context then payload) stays.
 local function hdr(state, tries, deliv, prio, reason, t, nonce)
-  return '\1' .. state .. u16(tries) .. u16(deliv) .. string.char(prio, reason) .. u48(t) .. nonce
+  return state .. u16(tries) .. u16(deliv) .. string.char(prio, reason) .. u48(t) .. nonce
 end
 local function entry(tries, id) return u16(tries) .. u16(#id) .. id end
 local function eid(e) return string.sub(e, 5, 4 + r16(e, 3)) end
@@ -112,7 +116,7 @@ end
 -- kill moves a job to the dead letter; its value loses its TTL, or gets
 -- the queue's dead TTL.
 local function kill(jk, dk, id, tries, deliv, prio, reason, now, deadttl)
-  redis.call('SETRANGE', jk, 0, hdr('x', tries, deliv, prio, reason, now, NONCE0))
+  redis.call('SETRANGE', jk, 1, hdr('x', tries, deliv, prio, reason, now, NONCE0))
   redis.call('LPUSH', dk, entry(1, id))
   if deadttl and tonumber(deadttl) and tonumber(deadttl) > 0 then
     redis.call('PEXPIRE', jk, deadttl)
@@ -404,7 +408,8 @@ return {0, total, earliest}
 //
 // Returns {more, earliest, popped, then per job: queue position (1-based),
 // id, tries left, payload, PTTL (ms, -1 = none), deliveries, receipt,
-// priority}.
+// priority, format (header byte 1: 2 when the payload starts with a trace
+// context)}.
 // more = 1 when the pop budget ran out first, 2 when every queue's ready
 // list and priority set are empty at the end, else 0; earliest = a group's
 // new earliest due time when this call moved it earlier, else 0; popped =
@@ -449,7 +454,7 @@ for i = 1, n do
           local prio = string.byte(v, 7)
           got = got + 1
           local nonce = ARGV[5] .. u16(got)
-          redis.call('SETRANGE', jk, 0, hdr('f', left, deliv, prio, 0, dueN, nonce))
+          redis.call('SETRANGE', jk, 1, hdr('f', left, deliv, prio, 0, dueN, nonce))
           redis.call('ZADD', KEYS[k + 2], due, id)
           hit = true
           local o = #out
@@ -461,6 +466,7 @@ for i = 1, n do
           out[o + 6] = deliv
           out[o + 7] = nonce
           out[o + 8] = prio
+          out[o + 9] = string.byte(v, 1)
         end
       end
     end
@@ -498,9 +504,14 @@ return out
 //	         letter, priority set, config, job key prefix j/{T}ns/q/
 //	ARGV[1]  now (ms)   ARGV[2] most entries to handle   ARGV[3] random seed (jitter)
 //	ARGV[4]  the publish command (PUBLISH or SPUBLISH)
-//	per queue i, ARGV[3+2i..4+2i]: index member ns/q, ready channel
+//	ARGV[5]  '1' to report what moved (tracing on), else '0'
+//	per queue i, ARGV[4+2i..5+2i]: index member ns/q, ready channel
 //
-// Returns {entries handled, the group's next due time (ms) or -1}.
+// Returns {entries handled, the group's next due time (ms) or -1, expired,
+// moved}: expired lists, for each queue where TTRs expired, its member, the
+// jobs retried (tries left) and the jobs that went to the dead letter (for
+// the history); moved, with ARGV[5] = '1', each queue's member (ns/q) and
+// the job IDs of its entries handled (for tracing), else it is empty.
 var pumpScript = script(`
 local now = ARGV[1]
 local nowN = tonumber(now)
@@ -512,16 +523,20 @@ local function rand()
   return rnd / 4294967296
 end
 local handled = 0
+local expired = {}
+local report = ARGV[5] == '1'
+local moved = {}
 for q = 1, (#KEYS - 1) / 6 do
   if budget <= 0 then break end
   local k = 1 + 6 * (q - 1)
-  local m, chan = ARGV[3 + 2 * q], ARGV[4 + 2 * q]
+  local m, chan = ARGV[4 + 2 * q], ARGV[5 + 2 * q]
   local tk, qk, dk, pk, ck, jp = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6]
   local ids = redis.call('ZRANGEBYSCORE', tk, '-inf', now, 'LIMIT', 0, budget)
   if #ids > 0 then redis.call('ZREMRANGEBYRANK', tk, 0, #ids - 1) end
   local cfg = nil
   local ready = {}
   local nready = 0
+  local retried, died = 0, 0
   for _, id in ipairs(ids) do
     local jk = jp .. id
     local h = redis.call('GETRANGE', jk, 0, 21)
@@ -532,14 +547,16 @@ for q = 1, (#KEYS - 1) / 6 do
         if not cfg then cfg = redis.call('HMGET', ck, 'backoff', 'dead_ttl') end
         if tries == 0 then
           kill(jk, dk, id, 0, deliv, prio, 1, nowN, cfg[2])
+          died = died + 1
         else
+          retried = retried + 1
           local delay = backoff(cfg[1], deliv, rand())
           if delay > 0 then
             local due = nowN + delay
-            redis.call('SETRANGE', jk, 0, hdr('d', tries, deliv, prio, 0, due, NONCE0))
+            redis.call('SETRANGE', jk, 1, hdr('d', tries, deliv, prio, 0, due, NONCE0))
             redis.call('ZADD', tk, num(due), id)
           else
-            redis.call('SETRANGE', jk, 0, hdr('r', tries, deliv, prio, 0, 0, NONCE0))
+            redis.call('SETRANGE', jk, 1, hdr('r', tries, deliv, prio, 0, 0, NONCE0))
             st = 'd'
           end
         end
@@ -562,8 +579,17 @@ for q = 1, (#KEYS - 1) / 6 do
   end
   if #ready > 0 then redis.call('LPUSH', qk, unpack(ready)) end
   if nready > 0 then redis.call(pub, chan, nready) end
+  if retried + died > 0 then
+    expired[#expired + 1] = m
+    expired[#expired + 1] = retried
+    expired[#expired + 1] = died
+  end
   handled = handled + #ids
   budget = budget - #ids
+  if report and #ids > 0 then
+    moved[#moved + 1] = m
+    moved[#moved + 1] = ids
+  end
   local first = redis.call('ZRANGE', tk, 0, 0, 'WITHSCORES')
   if #first == 0 then
     redis.call('ZREM', KEYS[1], m)
@@ -572,8 +598,9 @@ for q = 1, (#KEYS - 1) / 6 do
   end
 end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if #nxt == 0 then return {handled, -1} end
-return {handled, tonumber(nxt[2])}
+local out = {handled, -1, expired, moved}
+if #nxt > 0 then out[2] = tonumber(nxt[2]) end
+return out
 `)
 
 // pumpHeadsScript reads the heads of timer indexes for the pump: for each
@@ -710,12 +737,12 @@ local delay = tonumber(ARGV[4])
 if delay < 0 then delay = backoff(redis.call('HGET', KEYS[5], 'backoff'), deliv, tonumber(ARGV[7])) end
 if delay > 0 then
   local due = now + delay
-  redis.call('SETRANGE', KEYS[1], 0, hdr('d', tries, deliv, prio, 0, due, NONCE0))
+  redis.call('SETRANGE', KEYS[1], 1, hdr('d', tries, deliv, prio, 0, due, NONCE0))
   redis.call('ZADD', KEYS[2], num(due), id)
   lower_index(KEYS[7], ARGV[8], due, ARGV[10], ARGV[11])
   return 3
 end
-redis.call('SETRANGE', KEYS[1], 0, hdr('r', tries, deliv, prio, 0, 0, NONCE0))
+redis.call('SETRANGE', KEYS[1], 1, hdr('r', tries, deliv, prio, 0, 0, NONCE0))
 push_ready(KEYS[3], KEYS[4], KEYS[5], prio, tries, id)
 redis.call(ARGV[11], ARGV[9], 1)
 return 1
@@ -761,7 +788,7 @@ while n < want and budget > 0 do
   local h = redis.call('GETRANGE', jk, 0, 21)
   if #h == 22 and string.sub(h, 2, 2) == 'x' then
     local prio = string.byte(h, 7)
-    redis.call('SETRANGE', jk, 0, hdr('r', 1, r16(h, 5), prio, 0, 0, NONCE0))
+    redis.call('SETRANGE', jk, 1, hdr('r', 1, r16(h, 5), prio, 0, 0, NONCE0))
     push_ready(KEYS[2], KEYS[3], KEYS[4], prio, 1, id)
     if ttl > 0 then redis.call('PEXPIRE', jk, ARGV[2]) else redis.call('PERSIST', jk) end
     n = n + 1
@@ -783,7 +810,7 @@ local h = redis.call('GETRANGE', KEYS[1], 0, 21)
 if #h < 22 or string.sub(h, 2, 2) ~= 'x' then return -1 end
 redis.call('LREM', KEYS[2], 1, entry(1, ARGV[1]))
 local prio = string.byte(h, 7)
-redis.call('SETRANGE', KEYS[1], 0, hdr('r', 1, r16(h, 5), prio, 0, 0, NONCE0))
+redis.call('SETRANGE', KEYS[1], 1, hdr('r', 1, r16(h, 5), prio, 0, 0, NONCE0))
 push_ready(KEYS[3], KEYS[4], KEYS[5], prio, 1, ARGV[1])
 if tonumber(ARGV[2]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) else redis.call('PERSIST', KEYS[1]) end
 redis.call(ARGV[4], ARGV[3], 1)
@@ -1099,4 +1126,5 @@ var allScripts = []*redis.Script{
 	publishScript, publishManyScript, consumeScript, pumpScript, pumpHeadsScript, peekQueueScript, peekJobScript, ackManyScript,
 	releaseScript, touchScript, respawnScript, respawnOneScript, deleteDeadScript,
 	deleteDeadOneScript, listDeadScript, destroyScript, cancelKeyScript, reclaimScript, sizeScript, upgradeQueueScript,
+	queueDetailScript, listJobsScript,
 }

@@ -221,7 +221,7 @@ func TestSweepPriority(t *testing.T) {
 			if err := client.HSet(ctx, configKey(ns, q), "seq", 1).Err(); err != nil {
 				t.Fatal(err)
 			}
-			if err := client.Set(ctx, jobKey(ns, q, id), newValue(true, 1, 5, 0, payload), 0).Err(); err != nil {
+			if err := client.Set(ctx, jobKey(ns, q, id), newValue(true, 1, 5, 0, "", "", payload), 0).Err(); err != nil {
 				t.Fatal(err)
 			}
 			if err := client.ZAdd(ctx, prioKey(ns, q), redis.Z{Score: 1, Member: packEntry(1, id)}).Err(); err != nil {

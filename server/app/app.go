@@ -26,6 +26,7 @@ import (
 	"github.com/kairos-dev/kairos/engine"
 	"github.com/kairos-dev/kairos/engine/migration"
 	"github.com/kairos-dev/kairos/engine/rdb"
+	"github.com/kairos-dev/kairos/engine/tracing"
 	"github.com/kairos-dev/kairos/server"
 	"github.com/kairos-dev/kairos/server/webhook"
 )
@@ -55,10 +56,13 @@ type App struct {
 	Throttler *auth.Throttler
 	Webhooks  *webhook.Manager // the queues' push subscriptions
 	Registry  *prometheus.Registry
-	metrics   *rdb.Metrics // the engines' metrics and the clients' command hooks
-	clients   []redis.UniversalClient
-	byConf    map[string]redis.UniversalClient // clients by their settings
-	embedded  *miniredis.Miniredis
+	// Tracing exports the spans ([Kairos] Tracing, OTEL_*); off, its
+	// Tracer is nil.
+	Tracing  *tracing.Provider
+	metrics  *rdb.Metrics // the engines' metrics and the clients' command hooks
+	clients  []redis.UniversalClient
+	byConf   map[string]redis.UniversalClient // clients by their settings
+	embedded *miniredis.Miniredis
 }
 
 // New connects to every Redis of cfg (starting the embedded in-memory one
@@ -90,6 +94,14 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 		return nil, err
 	}
 	a.metrics = metrics
+	a.Tracing, err = tracing.New(ctx, tracing.Options{Enabled: cfg.Kairos.Tracing, ServiceVersion: opts.Version.Version})
+	if err != nil {
+		return nil, err
+	}
+	tracer := a.Tracing.Tracer()
+	if tracer != nil {
+		opts.Logger.Info("tracing on: spans are exported over OTLP as the OTEL_* environment says; requests carrying a trace context are served by net/http, which makes their spans")
+	}
 	engines := make(map[string]engine.Engine)
 	var all []*rdb.Engine
 	var ready []server.ReadyCheck
@@ -102,6 +114,8 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 		e, err := rdb.New(ctx, client, rdb.Options{
 			Pool: name, Logger: opts.Logger, Now: opts.Now, PumpBatch: cfg.Kairos.PumpBatch, Metrics: metrics,
 			WaitReplicas: cfg.Pool[name].WaitReplicas, WaitTimeout: time.Duration(cfg.Pool[name].WaitTimeoutMs) * time.Millisecond,
+			HistoryFlush: server.HistoryFlushInterval,
+			Tracer:       tracer,
 		})
 		if err != nil {
 			return nil, err
@@ -137,7 +151,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 		hookEngines[name] = e
 	}
 	a.Webhooks, err = webhook.NewManager(webhook.NewStore(admin), hookEngines, webhook.Options{
-		Logger: opts.Logger, Registerer: a.Registry,
+		Logger: opts.Logger, Registerer: a.Registry, Tracer: tracer,
 	})
 	if err != nil {
 		return nil, err
@@ -153,6 +167,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 		Version:    opts.Version,
 		Now:        opts.Now,
 		SkipVerify: opts.SkipVerify,
+		Tracer:     tracer,
 
 		ReadyChecks: ready,
 	})
@@ -526,6 +541,15 @@ func (a *App) Run(ctx context.Context) error {
 }
 
 func (a *App) closeClients() {
+	if a.Tracing != nil {
+		// The spans still buffered go out, within the shutdown timeout.
+		ctx, cancel := context.WithTimeout(context.Background(), max(a.cfg.Kairos.ShutdownTimeout(), 5*time.Second))
+		if err := a.Tracing.Shutdown(ctx); err != nil {
+			a.log.WithError(err).Warn("tracing: spans not exported at shutdown")
+		}
+		cancel()
+		a.Tracing = nil
+	}
 	for _, c := range a.clients {
 		_ = c.Close()
 	}

@@ -355,6 +355,29 @@ func TestE2EOpenAPIEveryOperation(t *testing.T) {
 		o.do(401, m, k.Admin+"/debug/pprof/cmdline", "", nil, nil)
 	}
 
+	// The dashboard's data (doc/dashboard.md).
+	dashID := jsonField(t, o.pub(201, put, "dash", "delay=60", []byte("later"), nil), "job_id")
+	o.adm(200, get, "/overview", "", nil)
+	o.do(401, get, k.Admin+"/overview", "", nil, nil)
+	o.adm(200, get, "/history?range=24h&step=300", "", nil)
+	o.adm(400, get, "/history?range=2h", "", nil)
+	o.do(401, get, k.Admin+"/history", "", nil, nil)
+	o.adm(200, get, "/history/oa", "", nil)
+	o.adm(400, get, "/history/oa?step=30", "", nil)
+	o.adm(200, get, "/history/oa/dash?range=15m", "", nil)
+	o.adm(400, get, "/history/oa/dash?from=x", "", nil)
+	o.adm(200, get, "/queues/oa?sort=ready&order=desc", "", nil)
+	o.adm(400, get, "/queues/oa?limit=0", "", nil)
+	o.adm(200, get, "/queue/oa/dash/jobs?state=delayed", "", nil)
+	o.adm(400, get, "/queue/oa/dash/jobs?state=dead", "", nil)
+	o.adm(200, get, "/queue/oa/dash/job/"+dashID, "", nil)
+	o.adm(404, get, "/queue/oa/dash/job/01M00000000000000000000000", "", nil)
+	o.adm(200, get, "/queue/oa/dash/deadletter/jobs", "", nil)
+	o.adm(400, get, "/queue/oa/dash/deadletter/jobs?limit=0", "", nil)
+	o.adm(200, get, "/job/"+dashID, "", nil)
+	o.adm(400, get, "/job/nope", "", nil)
+	o.adm(404, get, "/job/01M00000000000000000000000", "", nil)
+
 	// Bad names on every route that takes a namespace: 400 before anything
 	// else (the names are checked before the token and the basic auth is
 	// given).

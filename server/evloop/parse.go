@@ -50,6 +50,11 @@ type Table struct {
 	// send a request to net/http.
 	RefuseHeaders        []string
 	RefuseHeaderPrefixes []string
+	// TraceContext makes the W3C traceparent and tracestate headers the
+	// request's (Request.TraceParent, TraceState); a repeated one sends
+	// the request to net/http. Without it they are like any header not
+	// refused: ignored.
+	TraceContext bool
 }
 
 // Path parameters a Route may have.
@@ -139,9 +144,12 @@ type Request struct {
 	params    [maxParams][]byte
 	has       uint32 // bit i: params[i] (Route.Params[i]) was given
 	Token     []byte // TokenHeader, else the TokenParam query parameter
-	Body      []byte
-	length    int       // Content-Length
-	seen      headFlags // headers met so far
+	// TraceParent and TraceState are the W3C trace context headers, as
+	// sent (Table.TraceContext), nil when absent.
+	TraceParent, TraceState []byte
+	Body                    []byte
+	length                  int       // Content-Length
+	seen                    headFlags // headers met so far
 }
 
 // Route is the table row r matched.
@@ -246,6 +254,8 @@ const (
 	seenConnection
 	seenToken
 	seenTokenValue
+	seenTraceParent
+	seenTraceState
 )
 
 // maybeLine reports whether an incomplete first line may still become a
@@ -407,6 +417,18 @@ func (p *Parser) parseHeader(line []byte, r *Request) bool {
 			*f |= seenTokenValue
 			r.Token = value
 		}
+	case p.t.TraceContext && asciiEqualFold(name, "traceparent"):
+		if *f&seenTraceParent != 0 {
+			return false
+		}
+		*f |= seenTraceParent
+		r.TraceParent = value
+	case p.t.TraceContext && asciiEqualFold(name, "tracestate"):
+		if *f&seenTraceState != 0 {
+			return false // several are one list: net/http joins them
+		}
+		*f |= seenTraceState
+		r.TraceState = value
 	default:
 		for _, h := range p.refused {
 			if asciiEqualFold(name, h) {

@@ -68,6 +68,47 @@ func TestParserFollowsTable(t *testing.T) {
 	}
 }
 
+// TestParserTraceContext: with TraceContext the W3C headers are the
+// request's, once each; without, they are ignored, or refused when listed.
+func TestParserTraceContext(t *testing.T) {
+	const (
+		head = "DELETE /v1/ns/q/jobs/ab HTTP/1.1\r\nHost: h\r\n"
+		tp   = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	)
+	tab := testTable
+	tab.TraceContext = true
+	p, err := NewParser(tab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Request
+	raw := head + "traceparent:  " + tp + " \r\nTraceState: a=b,c=d\r\n\r\n"
+	if p.Parse([]byte(raw), &r) != Done || string(r.TraceParent) != tp || string(r.TraceState) != "a=b,c=d" {
+		t.Fatalf("trace context: %q %q", r.TraceParent, r.TraceState)
+	}
+	if p.Parse([]byte(head+"\r\n"), &r) != Done || r.TraceParent != nil || r.TraceState != nil {
+		t.Fatalf("no trace context: %q %q", r.TraceParent, r.TraceState)
+	}
+	for _, raw := range []string{
+		head + "Traceparent: " + tp + "\r\ntraceparent: " + tp + "\r\n\r\n",
+		head + "Tracestate: a=b\r\nTracestate: c=d\r\n\r\n",
+	} {
+		if got := p.Parse([]byte(raw), &r); got != Other {
+			t.Errorf("repeated header: Parse = %d, want Other", got)
+		}
+	}
+	off, _ := NewParser(testTable)
+	if off.Parse([]byte(raw), &r) != Done || r.TraceParent != nil {
+		t.Fatalf("without TraceContext: %q", r.TraceParent)
+	}
+	tab = testTable
+	tab.RefuseHeaders = []string{"Traceparent"}
+	refuse, _ := NewParser(tab)
+	if got := refuse.Parse([]byte(raw), &r); got != Other {
+		t.Fatalf("refused traceparent: Parse = %d, want Other", got)
+	}
+}
+
 // TestNewParserRefusesBadTables: a table the parser cannot follow is an
 // error, not a parser that takes the wrong requests.
 func TestNewParserRefusesBadTables(t *testing.T) {

@@ -11,8 +11,9 @@ const JSONContentType = "application/json; charset=utf-8"
 
 // AppendResponse appends a whole HTTP/1.1 response as net/http writes
 // gin's: a JSON body, or none for a 204; retryAfter > 0 adds Retry-After
-// (seconds).
-func AppendResponse(b []byte, code, retryAfter int, reqID, date, body []byte) []byte {
+// (seconds); traceParent and traceState, when not empty, add the W3C
+// trace context headers (a consumed job's).
+func AppendResponse(b []byte, code, retryAfter int, traceParent, traceState string, reqID, date, body []byte) []byte {
 	b = append(b, "HTTP/1.1 "...)
 	b = strconv.AppendInt(b, int64(code), 10)
 	b = append(b, ' ')
@@ -29,6 +30,14 @@ func AppendResponse(b []byte, code, retryAfter int, reqID, date, body []byte) []
 	if retryAfter > 0 {
 		b = append(b, "\r\nRetry-After: "...)
 		b = strconv.AppendInt(b, int64(retryAfter), 10)
+	}
+	if traceParent != "" {
+		b = append(b, "\r\nTraceparent: "...)
+		b = append(b, traceParent...)
+	}
+	if traceState != "" {
+		b = append(b, "\r\nTracestate: "...)
+		b = append(b, traceState...)
 	}
 	b = append(b, "\r\nX-Request-Id: "...)
 	b = append(b, reqID...)

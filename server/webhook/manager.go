@@ -13,8 +13,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/engine/tracing"
 )
 
 // Engine is what the workers need from a pool's engine (engine.Engine
@@ -44,6 +48,10 @@ type Options struct {
 	RetryPause time.Duration
 	// Now is the clock of the signature timestamps; nil means time.Now.
 	Now func() time.Time
+	// Tracer makes a span of each delivery (tracing.Provider's Tracer);
+	// nil means tracing is off. Either way a delivery carries the job's
+	// W3C trace context (traceparent, tracestate) when it has one.
+	Tracer trace.Tracer
 }
 
 // settleTimeout bounds the ACK or release that settles a delivery; it runs
@@ -74,6 +82,7 @@ type Manager struct {
 	reload  time.Duration
 	poll    time.Duration
 	pause   time.Duration
+	tracer  trace.Tracer // nil: tracing off
 	now     func() time.Time
 
 	deliveries *prometheus.CounterVec
@@ -97,6 +106,7 @@ func NewManager(store *Store, engines map[string]Engine, opts Options) (*Manager
 		poll:    opts.PollTimeout,
 		pause:   opts.RetryPause,
 		now:     opts.Now,
+		tracer:  opts.Tracer,
 		kick:    make(chan struct{}, 1),
 	}
 	if m.log == nil {
@@ -318,6 +328,29 @@ func (m *Manager) deliver(ctx context.Context, eng Engine, s Subscription, j *en
 	var result string
 	var status int
 	var err error
+	if m.tracer != nil {
+		// The delivery is a child of the job's trace context: the
+		// receiver continues the producer's trace from it.
+		var span trace.Span
+		ctx, span = m.tracer.Start(tracing.ContextOf(ctx, j.TraceParent, j.TraceState), tracing.SpanWebhook,
+			trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(append(tracing.Job(s.Namespace, s.Queue, j.ID), tracing.AttrPool.String(s.Pool),
+				attribute.Int("kairos.webhook.delivery", j.Deliveries))...))
+		defer func() {
+			span.SetAttributes(attribute.String("kairos.webhook.result", result))
+			if status != 0 {
+				span.SetAttributes(attribute.Int("http.response.status_code", status))
+			}
+			if result != resultOK {
+				msg := result
+				if err != nil {
+					msg = err.Error()
+				}
+				span.SetStatus(codes.Error, msg)
+			}
+			span.End()
+		}()
+	}
 	if ctx.Err() == nil {
 		start := time.Now()
 		result, status, err = m.post(ctx, s, j)
@@ -377,6 +410,16 @@ func (m *Manager) post(ctx context.Context, s Subscription, j *engine.Job) (resu
 	h.Set("X-Kairos-Delivery", strconv.Itoa(j.Deliveries))
 	h.Set("X-Kairos-Timestamp", ts)
 	h.Set("X-Kairos-Signature", Sign(s.Secret, ts, j.Body))
+	tp, tstate := j.TraceParent, j.TraceState
+	if sc := trace.SpanContextFromContext(ctx); m.tracer != nil && sc.IsValid() {
+		tp, tstate = tracing.Format(sc) // the delivery span's
+	}
+	if tp != "" {
+		h.Set("Traceparent", tp)
+		if tstate != "" {
+			h.Set("Tracestate", tstate)
+		}
+	}
 	resp, err := m.client.Do(req)
 	if err != nil {
 		return resultNetworkError, 0, err

@@ -141,6 +141,9 @@ func (c *cli) printJob(j *client.Job) error {
 	if j.Receipt != "" {
 		fmt.Fprintf(&b, " receipt=%s", j.Receipt)
 	}
+	if j.TraceParent != "" {
+		fmt.Fprintf(&b, " traceparent=%s", j.TraceParent)
+	}
 	if j.State != "" {
 		fmt.Fprintf(&b, " state=%s", j.State)
 	}

@@ -118,3 +118,22 @@ func TestExtensionCommands(t *testing.T) {
 		t.Fatalf("QueueSize: %d, want 2", n)
 	}
 }
+
+// TestPublishTraceParent: publish --traceparent stores it with the job,
+// and consume prints it (and its JSON carries both).
+func TestPublishTraceParent(t *testing.T) {
+	_, env, _ := setup(t)
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	kairos(t, env, "", "publish", "tr", "x", "--traceparent", tp, "--tracestate", "k=v").want(t, exitOK)
+	if r := kairos(t, env, "", "consume", "tr", "--wait", "0").want(t, exitOK); !strings.Contains(r.stdout, " traceparent="+tp) {
+		t.Fatalf("consume: %q", r.stdout)
+	}
+	kairos(t, env, "", "publish", "tr", "y", "--traceparent", tp).want(t, exitOK)
+	r := kairos(t, env, "", "consume", "tr", "--wait", "0", "--json").want(t, exitOK)
+	var j struct{ TraceParent string }
+	if err := json.Unmarshal([]byte(r.stdout), &j); err != nil || j.TraceParent != tp {
+		t.Fatalf("consume --json: %q %v", r.stdout, err)
+	}
+	kairos(t, env, "", "publish", "tr", "x", "--traceparent", "nope").want(t, exitUsage)
+	kairos(t, env, "", "publish", "tr", "x", "--tracestate", "k=v").want(t, exitUsage)
+}

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kairos-dev/kairos/client"
 )
@@ -33,6 +35,8 @@ type publishFlags struct {
 	priority         int
 	hasPriority      bool
 	jobKey, dueAt    string
+	traceParent      string
+	traceState       string
 }
 
 const publishLong = `Publish one job to QUEUE, its body taken from BODY, from --body-file (- for
@@ -68,6 +72,10 @@ func (c *cli) publishCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			ctx, err := f.traceContext(cmd.Context())
+			if err != nil {
+				return err
+			}
 			cl, err := c.client("")
 			if err != nil {
 				return err
@@ -82,13 +90,13 @@ func (c *cli) publishCmd() *cobra.Command {
 				if f.concurrency < 1 || f.concurrency > 64 {
 					return usagef("--concurrency must be 1..64")
 				}
-				return c.publishFile(cmd.Context(), cl, a[0], &f, opts)
+				return c.publishFile(ctx, cl, a[0], &f, opts)
 			}
 			body, err := c.body(a, f.bodyFile)
 			if err != nil {
 				return err
 			}
-			id, err := cl.Publish(cmd.Context(), a[0], body, opts...)
+			id, err := cl.Publish(ctx, a[0], body, opts...)
 			if err != nil {
 				return err
 			}
@@ -107,6 +115,8 @@ func (c *cli) publishCmd() *cobra.Command {
 	fl.IntVar(&f.priority, "priority", 0, "priority within the queue, 0..255, higher first (Kairos; default 0)")
 	fl.StringVar(&f.jobKey, "job-key", "", "idempotency key: a second publish with the same key publishes nothing (Kairos)")
 	fl.StringVar(&f.dueAt, "due-at", "", "when the job becomes consumable: RFC 3339 time or Unix milliseconds (Kairos; not with --delay)")
+	fl.StringVar(&f.traceParent, "traceparent", "", "W3C traceparent the job carries to its consumers (with tracing on, the parent of Kairos's publish span)")
+	fl.StringVar(&f.traceState, "tracestate", "", "W3C tracestate sent with --traceparent")
 	fl.StringVar(&f.bodyFile, "body-file", "", "read the body from this file (- for stdin)")
 	fl.StringVarP(&f.file, "file", "f", "", "bulk-publish every line of this JSON Lines file (- for stdin)")
 	fl.IntVar(&f.concurrency, "concurrency", 4, "bulk requests in flight with --file (1..64)")
@@ -467,4 +477,20 @@ func bar(pct float64, width int) string {
 	n := int(pct / 100 * float64(width))
 	n = min(max(n, 0), width)
 	return "[" + strings.Repeat("#", n) + strings.Repeat(".", width-n) + "]"
+}
+
+// traceContext returns ctx carrying --traceparent and --tracestate as the
+// remote span context the client sends with the publish.
+func (f *publishFlags) traceContext(ctx context.Context) (context.Context, error) {
+	if f.traceParent == "" {
+		if f.traceState != "" {
+			return nil, usagef("--tracestate needs --traceparent")
+		}
+		return ctx, nil
+	}
+	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": f.traceParent, "tracestate": f.traceState})
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return nil, usagef("--traceparent %q is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)", f.traceParent)
+	}
+	return ctx, nil
 }

@@ -163,6 +163,9 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	}
 	log.Infof("kairos %s: API on http://%s, admin API on http://%s", version, a.Server.Addr(), a.Server.AdminAddr())
 	log.Info(tokenHint(cfg, a.Server.AdminAddr()))
+	if cfg.DashboardEnabled() {
+		log.Info("dashboard: http://" + a.Server.AdminAddr() + "/ui/")
+	}
 	go func() {
 		// A second signal during the graceful shutdown forces the exit.
 		<-ctx.Done()
