@@ -40,11 +40,12 @@ func scheduleMember(ns, q, name string) string { return ns + "/" + q + "/" + nam
 
 // History keys (history.go): one hash per block B of historyBlock minutes
 // (B = Unix minute / historyBlock) with the counters of its minutes, for a
-// queue (with the queue's hash tag, beside its other keys), a namespace
-// (tag {ns}; a queue's tag always holds a "/") and the pool. They expire
+// queue (with the queue's group tag, in its slot beside its other keys), a
+// namespace (tag {ns}: "}" then "/B", where a queue's key has "}ns/q/B")
+// and the pool. They expire
 // historyRetention after their block.
 
-// queueHistoryKey is h/{ns/q}/B: the queue's ready list's name with h for
+// queueHistoryKey is h/{T}ns/q/B: the queue's ready list's name with h for
 // q, so that it follows the queue's keys wherever their layout puts them.
 func queueHistoryKey(ns, q string, block int64) string {
 	return "h" + strings.TrimPrefix(readyKey(ns, q), "q") + "/" + strconv.FormatInt(block, 10)

@@ -17,7 +17,7 @@ import (
 // oldValue is a stored job value with any header state: what the engine
 // before slot groups wrote (the header format did not change).
 func oldValue(state byte, tries, deliveries uint16, prio int, timeMS int64, nonce string, payload string) string {
-	v := newValue(true, tries, prio, 0, []byte(payload))
+	v := newValue(true, tries, prio, 0, "", "", []byte(payload))
 	v[1] = state
 	binary.LittleEndian.PutUint16(v[4:6], deliveries)
 	var t [8]byte
@@ -48,7 +48,10 @@ func TestUpgradeFromLegacyLayout(t *testing.T) {
 			set := func(k, v string, ttl time.Duration) { old.Set(ctx, k, v, ttl) }
 			set(jp+a, oldValue('r', 3, 0, 0, 0, "", "a"), time.Hour)
 			set(jp+b, oldValue('r', 3, 0, 0, 0, "", "b"), time.Hour)
-			set(jp+c, oldValue('r', 3, 0, 0, 0, "", "c"), 0)
+			// c carries a trace context (format 2, as main wrote jobs
+			// published with a traceparent before slot groups).
+			const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+			set(jp+c, string(newValue(true, 3, 0, 0, tp, "k=v", []byte("c"))), 0)
 			old.LPush(ctx, legacyKey("q", ns, q), packEntry(3, a), packEntry(3, b), packEntry(3, c))
 			set(jp+p, oldValue('r', 3, 0, 5, 0, "", "p"), time.Hour)
 			old.ZAdd(ctx, legacyKey("p", ns, q), redis.Z{Score: float64(250<<40 + 1), Member: packEntry(3, p)})
@@ -116,6 +119,7 @@ func TestUpgradeFromLegacyLayout(t *testing.T) {
 			if next, err := e.ScheduleOnce(ctx); err != nil || next != daily {
 				t.Errorf("ScheduleOnce = %d, %v; want the old schedule's next tick %d", next, err, daily)
 			}
+			var consumed []*engine.Job
 			consume := func(queue string, want ...string) {
 				t.Helper()
 				jobs, err := e.Consume(ctx, &engine.ConsumeRequest{Namespace: ns, Queues: []string{queue}, Count: 10, TTR: 10 * time.Hour})
@@ -125,6 +129,7 @@ func TestUpgradeFromLegacyLayout(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				consumed = jobs
 				var got []string
 				for _, j := range jobs {
 					got = append(got, string(j.Body))
@@ -134,6 +139,9 @@ func TestUpgradeFromLegacyLayout(t *testing.T) {
 				}
 			}
 			consume(q, "p", "a", "b", "c")
+			if j := consumed[3]; j.TraceParent != tp || j.TraceState != "k=v" || consumed[0].TraceParent != "" {
+				t.Errorf("moved traced job c: traceparent %q tracestate %q (p: %q); want its trace context kept", j.TraceParent, j.TraceState, consumed[0].TraceParent)
+			}
 			ids, err := e.PublishBatch(ctx, []*engine.PublishRequest{{Namespace: ns, Queue: q, Body: []byte("again"), Tries: 1, Key: "K"}})
 			if !errors.Is(err, engine.ErrKeyExists) || len(ids) != 1 || ids[0] != a {
 				t.Errorf("publish with the old key K = %v, %v; want a's ID %s and ErrKeyExists", ids, err, a)
