@@ -66,7 +66,7 @@ func (s *Server) dashboardRoutes(r *gin.Engine, basic gin.HandlerFunc) error {
 	if err != nil {
 		return err
 	}
-	g := r.Group("/ui", basic, dashHeaders)
+	g := r.Group("/ui", dashHeaders, basic) // the security headers on a 401 too
 	g.GET("/static/*file", d.serveStatic)
 
 	pg := g.Group("", d.csrfCookie)
@@ -964,7 +964,10 @@ func (d *dashboard) createToken(c *gin.Context) {
 			d.redirect(c, back, "invalid "+f.name+" limit", false)
 			return
 		}
-		*f.v, limited = n, limited || n > 0
+		*f.v = n
+		// The form's interval defaults to 1: only a read or write limit
+		// asks for a limit.
+		limited = limited || (n > 0 && f.name != "interval")
 	}
 	if limited {
 		if lim.Interval == 0 {

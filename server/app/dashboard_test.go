@@ -11,9 +11,10 @@ import (
 	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 )
 
-// dashGet fetches an admin URL with the browser E2E's basic auth (none
-// when auth is false) and returns status, headers and body; redirects are
-// not followed.
+// dashDo sends a request to an admin URL with the browser E2E's basic
+// auth (none when auth is false) and returns status, headers and body;
+// redirects are not followed, and the exchange is validated against
+// doc/openapi.yaml.
 func dashDo(t *testing.T, e *browserE2E, method, u string, auth bool, form url.Values, hdr map[string]string) (int, http.Header, string) {
 	t.Helper()
 	var body io.Reader
@@ -33,7 +34,8 @@ func dashDo(t *testing.T, e *browserE2E, method, u string, auth bool, form url.V
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	c := &http.Client{Transport: openapiTransport, // validated against doc/openapi.yaml
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)

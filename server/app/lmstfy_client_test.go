@@ -599,16 +599,20 @@ func TestLmstfyClient(t *testing.T) {
 	run("rate limits", func(t *testing.T) {
 		tok := e.newToken(t, e.NS)
 		limitURL := e.Admin + "/token/" + e.NS + "/" + tok + "/limit"
-		r := doHTTP(t, http.MethodPost, limitURL, "", []byte(`{"read":3,"write":3,"interval":1}`), nil)
+		r := doHTTP(t, http.MethodPost, limitURL, "", []byte(`{"read":3,"write":3,"interval":6}`), nil)
 		r.wantStatus(t, http.StatusCreated)
-		r.wantBody(t, `{"limiter":{"read":3,"write":3,"interval":1}}`)
+		r.wantBody(t, `{"limiter":{"read":3,"write":3,"interval":6}}`)
 		r = doHTTP(t, http.MethodGet, limitURL, "", nil, nil)
 		r.wantStatus(t, http.StatusOK)
-		r.wantBody(t, `{"read":3,"write":3,"interval":1}`)
-		if r := doHTTP(t, http.MethodPost, limitURL, "", []byte(`{"read":3,"write":3,"interval":1}`), nil); r.Status < 400 {
+		r.wantBody(t, `{"read":3,"write":3,"interval":6}`)
+		if r := doHTTP(t, http.MethodPost, limitURL, "", []byte(`{"read":3,"write":3,"interval":6}`), nil); r.Status < 400 {
 			t.Fatalf("adding a limit twice: %v, want an error", r)
 		}
 
+		// 3 per 6 s refills one request every 2 s: the four requests
+		// of a direction below must run within 2 s to see the 429 (a
+		// loaded -race run takes well under that), and 2.5 s later
+		// one is allowed again.
 		c := e.lmstfyClient(tok)
 		for i := range 10 { // jobs to consume, published with the unlimited token
 			okID(t)(cli.Publish("limited", []byte(fmt.Sprint(i)), 0, 1, 0))
@@ -626,7 +630,7 @@ func TestLmstfyClient(t *testing.T) {
 		r = e.do(t, http.MethodGet, "limited", "", nil, map[string]string{"X-Token": tok})
 		r.wantStatus(t, http.StatusTooManyRequests)
 		r.wantBody(t, `{"msg":"token(`+tok+`) consume reach the limit rate, please retry later"}`)
-		time.Sleep(2 * time.Second)
+		time.Sleep(2500 * time.Millisecond)
 		okID(t)(c.Publish("limited-w", []byte("x"), 0, 1, 0))
 		if job := okJob(t)(c.Consume("limited", 10, 0)); job == nil {
 			t.Fatalf("consume after the interval: no job")
