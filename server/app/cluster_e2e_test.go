@@ -59,6 +59,9 @@ func TestE2ECluster(t *testing.T) {
 		{"LmstfyClient", TestLmstfyClient},
 		{"Schedules", TestE2ESchedules},
 		{"ScheduleTwoServers", TestE2EScheduleTwoServers},
+		{"HistoryTwoServers", TestE2EHistoryTwoServers},
+		{"Tracing", TestE2ETracing},
+		{"DashboardHTTP", TestDashboardHTTP},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !onCluster(t) {

@@ -197,6 +197,20 @@ const clusterSuite = "TestE2ECluster"
 // end-to-end tests that startE2E then runs on a Redis Cluster.
 func onCluster(tb testing.TB) bool { return strings.HasPrefix(tb.Name(), clusterSuite+"/") }
 
+// e2eRedisConfig returns the config maker of a test's servers: under
+// TestE2ECluster (onCluster) the shared cluster, flushed first, else a
+// Redis of the test's own (append-only, fsync every second).
+func e2eRedisConfig(tb testing.TB) func() *config.Config {
+	tb.Helper()
+	if onCluster(tb) {
+		c := redistest.SharedCluster(tb)
+		c.Flush(tb)
+		return func() *config.Config { return clusterConfig(c) }
+	}
+	rs := redistest.StartWith(tb, redistest.Options{AppendOnly: true, AppendFsync: "everysec"})
+	return func() *config.Config { return redisConfig(rs.Addr) }
+}
+
 // clusterConfig is redisConfig with the default pool and the admin Redis
 // on the Redis Cluster c: the pool seeded with every node (Addrs), the
 // admin Redis with one (Addr), as users may write either.
