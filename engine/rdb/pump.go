@@ -199,9 +199,17 @@ func (e *Engine) pumpHeads(ctx context.Context, groups []int) ([][]head, error) 
 	for i, g := range groups {
 		keys[i] = timerIndexKey(g)
 	}
+	return e.indexHeads(ctx, keys, e.batch)
+}
+
+// indexHeads reads the first limit members of the sorted sets keys, each
+// a group's index (pumpHeadsScript): one call over every key on one Redis,
+// one call per key, pipelined, on a cluster. The pump reads the timer
+// indexes with it, the scheduler the schedule indexes.
+func (e *Engine) indexHeads(ctx context.Context, keys []string, limit int) ([][]head, error) {
 	var replies [][]interface{}
 	if !e.cluster {
-		res, err := e.run(ctx, pumpHeadsScript, keys, e.batch).Slice()
+		res, err := e.run(ctx, pumpHeadsScript, keys, limit).Slice()
 		if err != nil {
 			return nil, err
 		}
@@ -210,13 +218,13 @@ func (e *Engine) pumpHeads(ctx context.Context, groups []int) ([][]head, error) 
 		cmds := make([]*redis.Cmd, len(keys))
 		_, _ = e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, k := range keys {
-				cmds[i] = pumpHeadsScript.EvalSha(ctx, p, []string{k}, e.batch)
+				cmds[i] = pumpHeadsScript.EvalSha(ctx, p, []string{k}, limit)
 			}
 			return nil
 		})
 		for i, c := range cmds {
 			if err := c.Err(); err != nil && (isNoScript(err) || clusterRetryable(err)) {
-				c = e.run(ctx, pumpHeadsScript, []string{keys[i]}, e.batch)
+				c = e.run(ctx, pumpHeadsScript, []string{keys[i]}, limit)
 			}
 			res, err := c.Slice()
 			if err != nil {
@@ -225,13 +233,13 @@ func (e *Engine) pumpHeads(ctx context.Context, groups []int) ([][]head, error) 
 			replies = append(replies, res)
 		}
 	}
-	out := make([][]head, 0, len(groups))
+	out := make([][]head, 0, len(keys))
 	for _, res := range replies {
 		for j := 0; j < len(res); {
 			n, _ := res[j].(int64)
 			j++
 			if n < 0 || j+2*int(n) > len(res) {
-				return nil, fmt.Errorf("unexpected timer index reply %v", res)
+				return nil, fmt.Errorf("unexpected index reply %v", res)
 			}
 			hs := make([]head, n)
 			for k := range hs {
@@ -244,8 +252,8 @@ func (e *Engine) pumpHeads(ctx context.Context, groups []int) ([][]head, error) 
 			out = append(out, hs)
 		}
 	}
-	if len(out) != len(groups) {
-		return nil, fmt.Errorf("timer index heads: %d replies for %d groups", len(out), len(groups))
+	if len(out) != len(keys) {
+		return nil, fmt.Errorf("index heads: %d replies for %d indexes", len(out), len(keys))
 	}
 	return out, nil
 }

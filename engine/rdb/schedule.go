@@ -421,39 +421,39 @@ func (e *Engine) ScheduleOnce(ctx context.Context) (int64, error) {
 	for g := range groups {
 		groups[g] = g
 	}
-	// heads[g] is group g's earliest tick beyond the horizon, 0 for none.
-	var heads [slotGroups]int64
+	// nexts[g] is group g's earliest tick beyond the horizon, 0 for none.
+	var nexts [slotGroups]int64
 	// Rounds until no group has a due tick left: a schedule whose next
 	// tick falls within the lead too (a late server catching up) fires
-	// again. Each round reads the head of every group still in play, one
-	// ZRANGE each in one pipeline (one round trip, per node on a
+	// again. Each round reads the heads of the indexes of the groups
+	// still in play as the pump reads the timer indexes (indexHeads: one
+	// script call on one Redis, one per group in one pipeline on a
 	// cluster); a group is read again only when it had due ticks. Every
 	// tick handled moves the schedule's index entry (the scripts keep it
 	// with the hash), so the rounds end.
 	for round := 0; len(groups) > 0 && round < 1000; round++ {
 		horizon := ms(e.now().Add(scheduleLead))
-		pipe := e.rdb.Pipeline()
-		cmds := make([]*redis.ZSliceCmd, len(groups))
+		keys := make([]string, len(groups))
 		for i, g := range groups {
-			cmds[i] = pipe.ZRangeWithScores(ctx, scheduleIndexKey(g), 0, scheduleBatch-1)
+			keys[i] = scheduleIndexKey(g)
 		}
-		if _, err := pipe.Exec(ctx); err != nil {
+		heads, err := e.indexHeads(ctx, keys, scheduleBatch)
+		if err != nil {
 			return 0, fmt.Errorf("schedules: %w", err)
 		}
 		var firstErr error
 		again := groups[:0:0]
 		for i, g := range groups {
-			heads[g] = 0
+			nexts[g] = 0
 			due := false
-			for _, z := range cmds[i].Val() {
-				if int64(z.Score) > horizon {
-					heads[g] = int64(z.Score)
+			for _, h := range heads[i] {
+				if h.score > horizon {
+					nexts[g] = h.score
 					break
 				}
 				due = true
-				m, _ := z.Member.(string)
-				if err := e.fireDue(ctx, g, m); err != nil {
-					e.log.WithError(err).WithField("schedule", m).Warn("schedule tick failed")
+				if err := e.fireDue(ctx, g, h.member); err != nil {
+					e.log.WithError(err).WithField("schedule", h.member).Warn("schedule tick failed")
 					if firstErr == nil {
 						firstErr = err
 					}
@@ -469,7 +469,7 @@ func (e *Engine) ScheduleOnce(ctx context.Context) (int64, error) {
 		groups = again
 	}
 	var first int64
-	for _, h := range heads {
+	for _, h := range nexts {
 		if h > 0 && (first == 0 || h < first) {
 			first = h
 		}

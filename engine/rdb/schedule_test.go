@@ -6,17 +6,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kairos-dev/kairos/engine"
 	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 )
 
-// onTopologies runs f on a throwaway Redis and on the shared Redis
-// Cluster (flushed): every schedule script must touch one slot, and the
-// scheduler must find the ticks of every slot group, on every master.
+// onTopologies runs f on a throwaway Redis, on the shared Redis Cluster
+// (flushed: every schedule script must touch one slot, and the scheduler
+// must find the ticks of every slot group, on every master), and on
+// miniredis (the embedded store, [Kairos] Embedded, runs the same scripts).
 func onTopologies(t *testing.T, f func(t *testing.T, client redis.UniversalClient)) {
 	t.Run("redis", func(t *testing.T) { f(t, realClient(t)) })
+	t.Run("miniredis", func(t *testing.T) {
+		m := miniredis.RunT(t)
+		client := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = client.Close() })
+		f(t, client)
+	})
 	t.Run("cluster", func(t *testing.T) {
 		c := redistest.SharedCluster(t)
 		c.Flush(t)
