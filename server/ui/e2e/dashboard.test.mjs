@@ -245,6 +245,38 @@ await step('pause and resume a queue', async () => {
   assert.equal(r.status, 200, 'a resumed queue hands out jobs');
 });
 
+await step('schedules: one made through the API shows by itself; pause and delete it from the page', async () => {
+  const q = 'cron-ui';
+  const sched = `/api/${env.ns}/${q}/schedule/nightly`;
+  await page.goto(queueURL(q));
+  await page.locator('#no-schedules').waitFor();
+  let r = await api('PUT', `${sched}?cron=${encodeURIComponent('30 2 * * *')}&tz=Europe/Paris&missed=last`, env.token, 'report');
+  assert.equal(r.status, 200);
+  // the live refresh brings the new schedule in, without a reload
+  const row = page.locator('#schedules-table tr[data-schedule="nightly"]');
+  await row.waitFor({ timeout: 15000 });
+  const text = await row.textContent();
+  assert.match(text, /30 2 \* \* \*/);
+  assert.match(text, /Europe\/Paris/);
+  assert.match(text, /active/);
+  await shot('schedules');
+  await row.locator('button.pause').click();
+  await page.locator('#flash').waitFor();
+  assert.equal(await page.locator('#flash').textContent(), 'schedule nightly paused');
+  await page.locator('#schedules-table tr[data-schedule="nightly"] button.resume').waitFor();
+  r = await fetch(API + sched, { headers: { 'X-Token': env.token } });
+  const body = await r.json();
+  assert.equal(r.status, 200);
+  assert.equal(body.paused, true, 'the schedule is paused through the API');
+  assert.equal(body.next_at, null);
+  await page.locator('#schedules-table tr[data-schedule="nightly"] button.delete').click();
+  await page.locator('#no-schedules').waitFor();
+  assert.equal(await page.locator('#flash').textContent(), 'schedule nightly deleted');
+  r = await api('GET', sched, env.token);
+  assert.equal(r.status, 404, 'the schedule is gone');
+  results.ui_schedule = `${q}/nightly`;
+});
+
 await step('create a scoped, rate-limited token; it is shown once, then only its fingerprint', async () => {
   await page.goto(`${ADMIN}/ui/tokens?pool=default&namespace=${env.ns}`);
   await page.fill('#token-desc', 'made in the UI');
