@@ -1159,6 +1159,29 @@ func (d *dashboard) queueAction(c *gin.Context) {
 			_, err = d.s.webhooks.Put(ctx, sub)
 		}
 		done("webhook subscribed", err)
+	case "schedule":
+		done2 := func(msg string, err error) { // back to the Schedules section
+			base += "#schedules"
+			done(msg, err)
+		}
+		sc, ok := x.(engine.Scheduler)
+		if !ok {
+			done2("", errNoSchedules)
+			return
+		}
+		s, err := d.newSchedule(c, ns, q)
+		if err == nil {
+			if _, gerr := sc.GetSchedule(ctx, ns, q, s.Name); gerr == nil {
+				err = badRequest("schedule " + s.Name + " exists: delete it first (or replace it through the API)")
+			} else if !errors.Is(gerr, engine.ErrScheduleNotFound) {
+				err = scheduleFailure(gerr)
+			}
+		}
+		if err == nil {
+			_, err = sc.PutSchedule(ctx, s)
+			err = scheduleFailure(err)
+		}
+		done2("schedule "+s.Name+" created", err)
 	case "unsubscribe":
 		if d.s.webhooks == nil {
 			done("", errWebhooksDisabled)
@@ -1203,6 +1226,39 @@ func (d *dashboard) jobAction(c *gin.Context) {
 	}
 	d.s.reqLogger(c).WithField("action", c.Param("action")).Info("dashboard: " + msg)
 	d.redirect(c, back, msg, true)
+}
+
+// newSchedule reads the queue page's schedule form: name, cron, tz
+// (UTC when empty), missed (skip when empty) and the job's body; the job
+// gets the server's default TTL and tries, as a PUT …/schedule/:name
+// without them.
+func (d *dashboard) newSchedule(c *gin.Context, ns, q string) (*engine.Schedule, error) {
+	s := &engine.Schedule{Namespace: ns, Queue: q, Name: strings.TrimSpace(c.PostForm("name")),
+		Spec: strings.TrimSpace(c.PostForm("cron")), TZ: strings.TrimSpace(c.PostForm("tz")),
+		Body: []byte(c.PostForm("body")), TTL: time.Duration(d.s.def.ttl) * time.Second, Tries: uint16(d.s.def.tries)}
+	if !engine.ValidScheduleName(s.Name) {
+		return s, errScheduleName
+	}
+	if s.Spec == "" {
+		return s, errCronMissing
+	}
+	if s.TZ == "" {
+		s.TZ = "UTC"
+	}
+	if _, err := engine.ParseCron(s.Spec, s.TZ); err != nil {
+		if errors.Is(err, engine.ErrBadTimeZone) {
+			return s, badRequest("invalid tz: " + err.Error())
+		}
+		return s, badRequest("invalid cron: " + err.Error())
+	}
+	var err error
+	if s.Missed, err = engine.ParseMissed(strings.TrimSpace(c.PostForm("missed"))); err != nil {
+		return s, errInvalidMissed
+	}
+	if len(s.Body) > engine.MaxBodySize {
+		return s, errBodyTooLarge
+	}
+	return s, nil
 }
 
 // scheduleAction serves POST /ui/schedule/:pool/:namespace/:queue/:name/:action:

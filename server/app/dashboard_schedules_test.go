@@ -13,7 +13,8 @@ import (
 // real HTTP on a real redis-server: schedules made through the API are
 // listed with their spec, zone, policy, state, next and last ticks and a
 // link to the last job; pause, resume and delete are CSRF-checked form
-// POSTs whose effect shows through the API.
+// POSTs whose effect shows through the API, and the page's form creates
+// one (refusing a bad cron, zone, name or policy, and a name in use).
 func TestDashboardSchedules(t *testing.T) {
 	e := startBrowserE2E(t)
 	const q = "cronq"
@@ -136,6 +137,58 @@ func TestDashboardSchedules(t *testing.T) {
 	if st, _, _ = action("every-second", "delete", tok, cookie); st != http.StatusSeeOther {
 		t.Fatalf("delete every-second: %d", st)
 	}
+	// The page's form creates one; a bad cron, zone or name, or a name in
+	// use, is refused with the reason and stores nothing.
+	create := func(form url.Values) (int, string, string) {
+		t.Helper()
+		form.Set("_csrf", csrf)
+		st, h, _ := dashDo(t, e, "POST", page+"/schedule", true, form, cookie)
+		var flash string
+		for _, c := range (&http.Response{Header: h}).Cookies() {
+			if c.Name == "kairos_flash" {
+				flash, _ = url.QueryUnescape(c.Value)
+			}
+		}
+		return st, h.Get("Location"), flash
+	}
+	for _, tc := range []struct {
+		form url.Values
+		want string
+	}{
+		{url.Values{"name": {"ui-made"}, "cron": {"61 * * * *"}}, "einvalid cron: "},
+		{url.Values{"name": {"ui-made"}, "cron": {"@daily"}, "tz": {"Mars/Olympus"}}, "einvalid tz: "},
+		{url.Values{"name": {"ui made"}, "cron": {"@daily"}}, "einvalid schedule name"},
+		{url.Values{"name": {"ui-made"}, "cron": {""}}, "einvalid cron: the cron parameter is required"},
+		{url.Values{"name": {"ui-made"}, "cron": {"@daily"}, "missed": {"all"}}, "einvalid missed"},
+	} {
+		if st, _, flash := create(tc.form); st != http.StatusSeeOther || !strings.HasPrefix(flash, tc.want) {
+			t.Errorf("create %v: %d %q, want a flash starting %q", tc.form, st, flash, tc.want)
+		}
+	}
+	if _, st := getSched("ui-made"); st != http.StatusNotFound {
+		t.Fatalf("a refused create stored a schedule: %d", st)
+	}
+	st, loc, flash = create(url.Values{"name": {"ui-made"}, "cron": {"15 4 * * 1"}, "tz": {"America/New_York"}, "missed": {"last"}, "body": {`<b>"hi"</b>`}})
+	if st != http.StatusSeeOther || loc != page+"#schedules" || flash != "oschedule ui-made created" {
+		t.Fatalf("create: %d %q %q", st, loc, flash)
+	}
+	r := doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/"+q+"/schedule/ui-made", e.Token, nil, nil)
+	var made struct {
+		Cron, TZ, Missed string
+		Paused           bool
+		Job              struct{ Data []byte }
+	}
+	r.decode(t, &made)
+	if made.Cron != "15 4 * * 1" || made.TZ != "America/New_York" || made.Missed != "last" || made.Paused || string(made.Job.Data) != `<b>"hi"</b>` {
+		t.Fatalf("the schedule made from the page: %+v", made)
+	}
+	if st, _, flash = create(url.Values{"name": {"ui-made"}, "cron": {"@daily"}}); st != http.StatusSeeOther || !strings.HasPrefix(flash, "eschedule ui-made exists") {
+		t.Fatalf("create over an existing one: %d %q", st, flash)
+	}
+	if st, _, _ = action("ui-made", "delete", tok, cookie); st != http.StatusSeeOther {
+		t.Fatalf("delete ui-made: %d", st)
+	}
+
 	_, _, body = dashDo(t, e, "GET", page, true, nil, cookie)
 	if !strings.Contains(body, `Schedules (0)`) || !strings.Contains(body, `id="no-schedules"`) {
 		t.Errorf("queue page after deleting both schedules: want the empty section")

@@ -522,6 +522,11 @@ func TestE2EOpenAPIEveryOperation(t *testing.T) {
 	uiDo(404, post, uiSched+"explode", withCSRF(url.Values{}), cookie)
 	uiDo(400, post, "/ui/schedule/default/oa/uisq/bad!name/pause", withCSRF(url.Values{}), cookie)
 	uiDo(403, post, uiSched+"pause", url.Values{}, cookie)
+	wantLocation(uiDo(303, post, uisq+"/schedule", withCSRF(url.Values{"name": {"ui.made"}, "cron": {"@hourly"}, "tz": {"Europe/Berlin"}, "missed": {"last"}, "body": {"from the page"}}), cookie), uisq+"#schedules")
+	if !strings.Contains(string(o.pub(200, get, "uisq/schedule/ui.made", "", nil, nil).Body), `"cron":"@hourly","tz":"Europe/Berlin","missed":"last"`) {
+		t.Errorf("ui.made not created by the dashboard as asked")
+	}
+	o.pub(204, del, "uisq/schedule/ui.made", "", nil, nil)
 
 	// Tokens: create (shown once), revoke by fingerprint.
 	created := uiDo(201, post, "/ui/tokens/create?pool=default", withCSRF(url.Values{"namespace": {"oa"}, "description": {"ui-made"},

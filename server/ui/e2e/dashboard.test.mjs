@@ -245,7 +245,7 @@ await step('pause and resume a queue', async () => {
   assert.equal(r.status, 200, 'a resumed queue hands out jobs');
 });
 
-await step('schedules: one made through the API shows by itself; pause and delete it from the page', async () => {
+await step('schedules: one made through the API shows by itself; pause and delete it from the page; create one with the form', async () => {
   const q = 'cron-ui';
   const sched = `/api/${env.ns}/${q}/schedule/nightly`;
   await page.goto(queueURL(q));
@@ -274,6 +274,21 @@ await step('schedules: one made through the API shows by itself; pause and delet
   assert.equal(await page.locator('#flash').textContent(), 'schedule nightly deleted');
   r = await api('GET', sched, env.token);
   assert.equal(r.status, 404, 'the schedule is gone');
+  // the page's form makes one (the body is stored as typed, never run)
+  await page.fill('#schedule-name', 'from-ui');
+  await page.fill('#schedule-cron', '@daily');
+  await page.fill('#schedule-tz', 'Asia/Tokyo');
+  await page.fill('#schedule-body', '<img src=x onerror="window.__xss=3">');
+  await page.click('#schedule-create');
+  await page.locator('#schedules-table tr[data-schedule="from-ui"]').waitFor();
+  assert.equal(await page.locator('#flash').textContent(), 'schedule from-ui created');
+  r = await fetch(API + `/api/${env.ns}/${q}/schedule/from-ui`, { headers: { 'X-Token': env.token } });
+  const made = await r.json();
+  assert.equal(made.tz, 'Asia/Tokyo');
+  assert.equal(Buffer.from(made.job.data, 'base64').toString(), '<img src=x onerror="window.__xss=3">');
+  assert.equal(await page.evaluate(() => window.__xss), undefined);
+  await page.locator('#schedules-table tr[data-schedule="from-ui"] button.delete').click();
+  await page.locator('#no-schedules').waitFor();
   results.ui_schedule = `${q}/nightly`;
 });
 
