@@ -80,6 +80,7 @@ func (s *Server) dashboardRoutes(r *gin.Engine, basic gin.HandlerFunc) error {
 	post := g.Group("", d.checkCSRF)
 	post.POST("/queue/:pool/:namespace/:queue/:action", d.queueAction)
 	post.POST("/job/:pool/:namespace/:queue/:job_id/:action", d.jobAction)
+	post.POST("/schedule/:pool/:namespace/:queue/:name/:action", d.scheduleAction)
 	post.POST("/tokens/create", d.createToken)
 	post.POST("/tokens/revoke", d.revokeToken)
 	return nil
@@ -547,6 +548,24 @@ type queuePage struct {
 	DeadJobs           []*jobView
 	DeadOffset         int64
 	DeadPrev, DeadNext string
+	// Schedules are the queue's schedules (issue #24); SchedulesOn is
+	// false when the pool's engine runs none, SchedulesError set when
+	// they could not be read.
+	Schedules      []scheduleView
+	SchedulesOn    bool
+	SchedulesError string
+}
+
+// scheduleView is one schedule's line on the queue page.
+type scheduleView struct {
+	Name, Cron, TZ, Missed string
+	Paused                 bool
+	Next, LastTick         time.Time
+	NextIn, LastAgo        string
+	LastJob                string
+	LastJobURL             string
+	Fired                  int64
+	Action                 string // /ui/schedule/pool/ns/q/name
 }
 
 // jobListView is one list of the queue page: ready, delayed or in flight.
@@ -702,7 +721,37 @@ func (d *dashboard) queue(c *gin.Context) {
 	if len(dead) == deadPage {
 		p.DeadNext = p.Base + "?dead_offset=" + strconv.FormatInt(p.DeadOffset+deadPage, 10) + "#dead"
 	}
+	if sc, ok := x.(engine.Scheduler); ok {
+		p.SchedulesOn = true
+		list, err := sc.ListSchedules(ctx, ns, q)
+		switch {
+		case err == nil:
+			for _, s := range list {
+				p.Schedules = append(p.Schedules, newScheduleView(pool, s, now))
+			}
+		case errors.Is(err, engine.ErrNoSchedules):
+			p.SchedulesOn = false
+		default:
+			p.SchedulesError = errMessage(ctx, err)
+		}
+	}
 	d.render(c, http.StatusOK, "queue", ns+"/"+q, "overview", p)
+}
+
+func newScheduleView(pool string, s *engine.Schedule, now time.Time) scheduleView {
+	v := scheduleView{Name: s.Name, Cron: s.Spec, TZ: s.TZ, Missed: string(s.Missed), Paused: s.Paused,
+		Next: s.Next, LastTick: s.LastTick, LastJob: s.LastJob, Fired: s.Fired,
+		Action: "/ui/schedule/" + url.PathEscape(pool) + "/" + url.PathEscape(s.Namespace) + "/" + url.PathEscape(s.Queue) + "/" + url.PathEscape(s.Name)}
+	if !s.Next.IsZero() {
+		v.NextIn = "in " + max(0, s.Next.Sub(now)).Round(time.Second).String()
+	}
+	if !s.LastTick.IsZero() {
+		v.LastAgo = max(0, now.Sub(s.LastTick)).Round(time.Second).String() + " ago"
+	}
+	if s.LastJob != "" {
+		v.LastJobURL = "/ui/job/" + url.PathEscape(pool) + "/" + url.PathEscape(s.Namespace) + "/" + url.PathEscape(s.Queue) + "/" + url.PathEscape(s.LastJob)
+	}
+	return v
 }
 
 // jobPage is how many jobs each list of the queue page shows at once.
@@ -1110,6 +1159,29 @@ func (d *dashboard) queueAction(c *gin.Context) {
 			_, err = d.s.webhooks.Put(ctx, sub)
 		}
 		done("webhook subscribed", err)
+	case "schedule":
+		done2 := func(msg string, err error) { // back to the Schedules section
+			base += "#schedules"
+			done(msg, err)
+		}
+		sc, ok := x.(engine.Scheduler)
+		if !ok {
+			done2("", errNoSchedules)
+			return
+		}
+		s, err := d.newSchedule(c, ns, q)
+		if err == nil {
+			if _, gerr := sc.GetSchedule(ctx, ns, q, s.Name); gerr == nil {
+				err = badRequest("schedule " + s.Name + " exists: delete it first (or replace it through the API)")
+			} else if !errors.Is(gerr, engine.ErrScheduleNotFound) {
+				err = scheduleFailure(gerr)
+			}
+		}
+		if err == nil {
+			_, err = sc.PutSchedule(ctx, s)
+			err = scheduleFailure(err)
+		}
+		done2("schedule "+s.Name+" created", err)
 	case "unsubscribe":
 		if d.s.webhooks == nil {
 			done("", errWebhooksDisabled)
@@ -1153,6 +1225,81 @@ func (d *dashboard) jobAction(c *gin.Context) {
 		return
 	}
 	d.s.reqLogger(c).WithField("action", c.Param("action")).Info("dashboard: " + msg)
+	d.redirect(c, back, msg, true)
+}
+
+// newSchedule reads the queue page's schedule form: name, cron, tz
+// (UTC when empty), missed (skip when empty) and the job's body; the job
+// gets the server's default TTL and tries, as a PUT …/schedule/:name
+// without them.
+func (d *dashboard) newSchedule(c *gin.Context, ns, q string) (*engine.Schedule, error) {
+	s := &engine.Schedule{Namespace: ns, Queue: q, Name: strings.TrimSpace(c.PostForm("name")),
+		Spec: strings.TrimSpace(c.PostForm("cron")), TZ: strings.TrimSpace(c.PostForm("tz")),
+		Body: []byte(c.PostForm("body")), TTL: time.Duration(d.s.def.ttl) * time.Second, Tries: uint16(d.s.def.tries)}
+	if !engine.ValidScheduleName(s.Name) {
+		return s, errScheduleName
+	}
+	if s.Spec == "" {
+		return s, errCronMissing
+	}
+	if s.TZ == "" {
+		s.TZ = "UTC"
+	}
+	if _, err := engine.ParseCron(s.Spec, s.TZ); err != nil {
+		if errors.Is(err, engine.ErrBadTimeZone) {
+			return s, badRequest("invalid tz: " + err.Error())
+		}
+		return s, badRequest("invalid cron: " + err.Error())
+	}
+	var err error
+	if s.Missed, err = engine.ParseMissed(strings.TrimSpace(c.PostForm("missed"))); err != nil {
+		return s, errInvalidMissed
+	}
+	if len(s.Body) > engine.MaxBodySize {
+		return s, errBodyTooLarge
+	}
+	return s, nil
+}
+
+// scheduleAction serves POST /ui/schedule/:pool/:namespace/:queue/:name/:action:
+// pause, resume or delete one of the queue's schedules, then back to the
+// queue page.
+func (d *dashboard) scheduleAction(c *gin.Context) {
+	pool, ns, q, x, ok := d.queueNames(c)
+	if !ok {
+		return
+	}
+	ctx := c.Request.Context()
+	back := queueBase(pool, ns, q) + "#schedules"
+	name, action := c.Param("name"), c.Param("action")
+	if action != "pause" && action != "resume" && action != "delete" {
+		d.notFound(c, "no such action")
+		return
+	}
+	if !engine.ValidScheduleName(name) {
+		d.render(c, http.StatusBadRequest, "error", "Bad request", "", errorPage{Message: errScheduleName.Error()})
+		return
+	}
+	sc, ok := x.(engine.Scheduler)
+	if !ok {
+		d.redirect(c, back, errNoSchedules.Error(), false)
+		return
+	}
+	var err error
+	var msg string
+	switch action {
+	case "delete":
+		err, msg = sc.DeleteSchedule(ctx, ns, q, name), "schedule "+name+" deleted"
+	default:
+		paused := action == "pause"
+		_, err = sc.PauseSchedule(ctx, ns, q, name, paused)
+		msg = "schedule " + name + map[bool]string{true: " paused", false: " resumed"}[paused]
+	}
+	if err != nil {
+		d.redirect(c, back, errMessage(ctx, scheduleFailure(err)), false)
+		return
+	}
+	d.s.reqLogger(c).WithField("action", action).WithField("schedule", name).Info("dashboard: " + msg)
 	d.redirect(c, back, msg, true)
 }
 

@@ -162,7 +162,8 @@ func (e *browserE2E) fixtures(extra map[string]any) map[string]any {
 // real server on a real redis-server, with basic auth on: jobs published
 // through the API show in the queues table (which refreshes by itself),
 // a job page, lookup by ID, the XSS case, dead-letter respawn and delete,
-// job delete, pause and resume, token create and revoke, the CSRF checks
+// job delete, pause and resume, a schedule's pause and delete, token
+// create and revoke, the CSRF checks
 // and destroy. The script checks the UI and, through the API, the effect
 // of each action; this test checks what it reports back.
 func TestDashboardBrowser(t *testing.T) {
@@ -237,6 +238,12 @@ func TestDashboardBrowser(t *testing.T) {
 		r = doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/"+q+"/deadletter/size", "", nil, nil)
 		r.wantBody(t, `{"namespace":"`+e.NS+`","queue":"`+q+`","size":0}`)
 	}
+	// The schedule the UI paused and deleted is gone.
+	if sched, _ := res["ui_schedule"].(string); sched != "cron-ui/nightly" {
+		t.Errorf("the script reported no schedule step: %v", res)
+	}
+	r = doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/cron-ui/schedule/nightly", e.Token, nil, nil)
+	r.wantStatus(t, http.StatusNotFound)
 	// The token the UI created and revoked is refused.
 	tok, _ := res["ui_token"].(string)
 	r = doHTTP(t, http.MethodPut, e.API+"/api/"+e.NS+"/"+queue, tok, []byte("x"), nil)

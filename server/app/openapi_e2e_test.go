@@ -505,6 +505,28 @@ func TestE2EOpenAPIEveryOperation(t *testing.T) {
 	uiDo(400, post, "/ui/queue/default/oa/bad.q/pause", withCSRF(url.Values{}), cookie)
 	uiDo(400, post, "/ui/job/default/bad.ns/uiq/"+uiDead[0]+"/delete", withCSRF(url.Values{}), cookie)
 	uiDo(404, post, "/ui/queue/nopool/oa/uiq/pause", withCSRF(url.Values{}), cookie)
+	// Schedule actions from the queue page's Schedules section.
+	o.pub(200, put, "uisq/schedule/ui.nightly", "cron=0+3+*+*+*&tz=Asia/Tokyo", []byte("ui"), nil)
+	uisq := "/ui/queue/default/oa/uisq"
+	if b := uiDo(200, get, uisq, nil, nil).Body; !strings.Contains(string(b), `data-schedule="ui.nightly"`) {
+		t.Errorf("queue page lacks the schedule ui.nightly")
+	}
+	uiSched := "/ui/schedule/default/oa/uisq/ui.nightly/"
+	wantLocation(uiDo(303, post, uiSched+"pause", withCSRF(url.Values{}), cookie), uisq+"#schedules")
+	if !strings.Contains(string(o.pub(200, get, "uisq/schedule/ui.nightly", "", nil, nil).Body), `"paused":true`) {
+		t.Errorf("ui.nightly not paused by the dashboard")
+	}
+	wantLocation(uiDo(303, post, uiSched+"resume", withCSRF(url.Values{}), cookie), uisq+"#schedules")
+	wantLocation(uiDo(303, post, uiSched+"delete", withCSRF(url.Values{}), cookie), uisq+"#schedules")
+	o.pub(404, get, "uisq/schedule/ui.nightly", "", nil, nil)
+	uiDo(404, post, uiSched+"explode", withCSRF(url.Values{}), cookie)
+	uiDo(400, post, "/ui/schedule/default/oa/uisq/bad!name/pause", withCSRF(url.Values{}), cookie)
+	uiDo(403, post, uiSched+"pause", url.Values{}, cookie)
+	wantLocation(uiDo(303, post, uisq+"/schedule", withCSRF(url.Values{"name": {"ui.made"}, "cron": {"@hourly"}, "tz": {"Europe/Berlin"}, "missed": {"last"}, "body": {"from the page"}}), cookie), uisq+"#schedules")
+	if !strings.Contains(string(o.pub(200, get, "uisq/schedule/ui.made", "", nil, nil).Body), `"cron":"@hourly","tz":"Europe/Berlin","missed":"last"`) {
+		t.Errorf("ui.made not created by the dashboard as asked")
+	}
+	o.pub(204, del, "uisq/schedule/ui.made", "", nil, nil)
 
 	// Tokens: create (shown once), revoke by fingerprint.
 	created := uiDo(201, post, "/ui/tokens/create?pool=default", withCSRF(url.Values{"namespace": {"oa"}, "description": {"ui-made"},

@@ -245,6 +245,53 @@ await step('pause and resume a queue', async () => {
   assert.equal(r.status, 200, 'a resumed queue hands out jobs');
 });
 
+await step('schedules: one made through the API shows by itself; pause and delete it from the page; create one with the form', async () => {
+  const q = 'cron-ui';
+  const sched = `/api/${env.ns}/${q}/schedule/nightly`;
+  await page.goto(queueURL(q));
+  await page.locator('#no-schedules').waitFor();
+  let r = await api('PUT', `${sched}?cron=${encodeURIComponent('30 2 * * *')}&tz=Europe/Paris&missed=last`, env.token, 'report');
+  assert.equal(r.status, 200);
+  // the live refresh brings the new schedule in, without a reload
+  const row = page.locator('#schedules-table tr[data-schedule="nightly"]');
+  await row.waitFor({ timeout: 15000 });
+  const text = await row.textContent();
+  assert.match(text, /30 2 \* \* \*/);
+  assert.match(text, /Europe\/Paris/);
+  assert.match(text, /active/);
+  await shot('schedules');
+  await row.locator('button.pause').click();
+  await page.locator('#flash').waitFor();
+  assert.equal(await page.locator('#flash').textContent(), 'schedule nightly paused');
+  await page.locator('#schedules-table tr[data-schedule="nightly"] button.resume').waitFor();
+  r = await fetch(API + sched, { headers: { 'X-Token': env.token } });
+  const body = await r.json();
+  assert.equal(r.status, 200);
+  assert.equal(body.paused, true, 'the schedule is paused through the API');
+  assert.equal(body.next_at, null);
+  await page.locator('#schedules-table tr[data-schedule="nightly"] button.delete').click();
+  await page.locator('#no-schedules').waitFor();
+  assert.equal(await page.locator('#flash').textContent(), 'schedule nightly deleted');
+  r = await api('GET', sched, env.token);
+  assert.equal(r.status, 404, 'the schedule is gone');
+  // the page's form makes one (the body is stored as typed, never run)
+  await page.fill('#schedule-name', 'from-ui');
+  await page.fill('#schedule-cron', '@daily');
+  await page.fill('#schedule-tz', 'Asia/Tokyo');
+  await page.fill('#schedule-body', '<img src=x onerror="window.__xss=3">');
+  await page.click('#schedule-create');
+  await page.locator('#schedules-table tr[data-schedule="from-ui"]').waitFor();
+  assert.equal(await page.locator('#flash').textContent(), 'schedule from-ui created');
+  r = await fetch(API + `/api/${env.ns}/${q}/schedule/from-ui`, { headers: { 'X-Token': env.token } });
+  const made = await r.json();
+  assert.equal(made.tz, 'Asia/Tokyo');
+  assert.equal(Buffer.from(made.job.data, 'base64').toString(), '<img src=x onerror="window.__xss=3">');
+  assert.equal(await page.evaluate(() => window.__xss), undefined);
+  await page.locator('#schedules-table tr[data-schedule="from-ui"] button.delete').click();
+  await page.locator('#no-schedules').waitFor();
+  results.ui_schedule = `${q}/nightly`;
+});
+
 await step('create a scoped, rate-limited token; it is shown once, then only its fingerprint', async () => {
   await page.goto(`${ADMIN}/ui/tokens?pool=default&namespace=${env.ns}`);
   await page.fill('#token-desc', 'made in the UI');
