@@ -6,9 +6,17 @@
 // what Kairos writes:
 //
 //	tk/{pool}/{ns}        hash  token → description               (lmstfy)
-//	tks/{pool}/{ns}       hash  token → JSON Scope (scoped tokens)  (Kairos)
+//	tks/{tk/{pool}/{ns}}  hash  token → JSON Scope (scoped tokens)  (Kairos)
 //	__throttler_keys__    hash  "{pool}/{ns}/{token}" → JSON Limit  (lmstfy)
 //	tb/{pool}/{ns}/{token}/{r|w}  hash  token bucket state          (Kairos)
+//
+// (Here {pool} stands for the pool's name; in tks/{tk/...} the braces are
+// literal: a Redis Cluster hash tag that puts the scopes in the slot of
+// the token hash.) The admin Redis may be a Redis Cluster: every script
+// and MULTI touches one slot (a token and its scope; one bucket), and the
+// writes that span slots (a limit and its buckets) are plain pipelines.
+// Scopes made before cluster support, in tks/{pool}/{ns}, are still read
+// (see legacyScopeKey).
 //
 // With HashTokens (StoreOptions, ThrottlerOptions) a token's hashed form,
 // "sha256-" + hex SHA-256 of the secret, takes the token's place in every

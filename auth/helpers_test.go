@@ -18,8 +18,14 @@ import (
 // testPools are the pools every test Store is configured with.
 var testPools = []string{DefaultPool, "b"}
 
-// forEachRedis runs fn once on miniredis and once on a real redis-server,
-// each a fresh, empty instance.
+// TestMain stops the Redis Cluster the tests share (redistest.SharedCluster).
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// forEachRedis runs fn once on miniredis, once on a real redis-server,
+// each a fresh, empty instance, and once on the test binary's shared
+// 6-node Redis Cluster (flushed first), where every script, MULTI and
+// multi-key command must touch a single slot. Top-level tests run one at a
+// time, so that the cluster subtests of two tests never share the cluster.
 func forEachRedis(t *testing.T, fn func(t *testing.T, c redis.UniversalClient)) {
 	t.Helper()
 	t.Run("miniredis", func(t *testing.T) {
@@ -29,6 +35,12 @@ func forEachRedis(t *testing.T, fn func(t *testing.T, c redis.UniversalClient)) 
 	t.Run("redis", func(t *testing.T) {
 		t.Parallel()
 		fn(t, redistest.Start(t).Client())
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		c := redistest.SharedCluster(t)
+		c.Flush(t)
+		fn(t, c.Client(t))
 	})
 }
 

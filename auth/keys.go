@@ -11,8 +11,20 @@ func tokenKey(pool, namespace string) string {
 }
 
 // scopeKey is Kairos's hash of scopes: token → JSON Scope. Only scoped
-// tokens have a field; a token without one may do everything.
+// tokens have a field; a token without one may do everything. Its hash tag
+// is the name of tokenKey (which has no braces: pool and namespace names
+// have none), so both keys live in one Redis Cluster slot, and creating a
+// token with its scope is one script on one node.
 func scopeKey(pool, namespace string) string {
+	return "tks/{" + tokenKey(pool, namespace) + "}"
+}
+
+// legacyScopeKey is where Kairos kept scopes before Redis Cluster support:
+// a slot of its own. Verify still reads it (the scopes of tokens made then
+// stay in force) and Delete clears it; on a standalone or Sentinel Redis,
+// Create also writes it, so that servers of the earlier version, during a
+// rolling upgrade, never take a new scoped token for an unrestricted one.
+func legacyScopeKey(pool, namespace string) string {
 	return "tks/" + pool + "/" + namespace
 }
 

@@ -1,14 +1,21 @@
 package auth
 
-import "github.com/redis/go-redis/v9"
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // createTokenScript creates a token and its scope in one atomic step, so a
 // scoped token can never exist, even for a moment, without its scope (which
 // would let it do everything). A token exists already when either of its
 // forms (in clear or hashed) is stored.
 //
-// KEYS[1]: tk/{pool}/{ns}   hash token → description (lmstfy's layout)
-// KEYS[2]: tks/{pool}/{ns}  hash token → JSON Scope
+// KEYS[1]: tk/{pool}/{ns}      hash token → description (lmstfy's layout)
+// KEYS[2]: tks/{tk/{pool}/{ns}} hash token → JSON Scope, in KEYS[1]'s slot
+// KEYS[3]: (optional, not on a Redis Cluster) tks/{pool}/{ns}, the legacy
+// scope hash, written the same way for servers of the earlier version
 // ARGV[1]: the field to create: the secret (without "pool:"), or its
 // hashed form in hashed mode
 // ARGV[2]: description
@@ -23,10 +30,12 @@ end
 if redis.call("HSETNX", KEYS[1], ARGV[1], ARGV[2]) == 0 then
 	return 0
 end
-if ARGV[3] ~= "" then
-	redis.call("HSET", KEYS[2], ARGV[1], ARGV[3])
-else
-	redis.call("HDEL", KEYS[2], ARGV[1])
+for i = 2, #KEYS do
+	if ARGV[3] ~= "" then
+		redis.call("HSET", KEYS[i], ARGV[1], ARGV[3])
+	else
+		redis.call("HDEL", KEYS[i], ARGV[1])
+	end
 end
 return 1
 `)
@@ -206,3 +215,20 @@ end
 redis.call("PEXPIRE", KEYS[1], ttl)
 return 1
 `)
+
+// evalshaScripts are the scripts the package runs with EVALSHA (Run);
+// retuneScript goes by EVAL in pipelines.
+var evalshaScripts = []*redis.Script{createTokenScript, addLimitScript, bucketScript}
+
+// LoadScripts loads the scripts the token store and the throttler run into
+// the admin Redis (on a Redis Cluster, into every master), so that their
+// first runs meet no NOSCRIPT (which Run would answer with an EVAL, but the
+// command metrics would count as a failed EVALSHA).
+func LoadScripts(ctx context.Context, client redis.UniversalClient) error {
+	for _, s := range evalshaScripts {
+		if err := s.Load(ctx, client).Err(); err != nil {
+			return fmt.Errorf("auth: load scripts: %w", err)
+		}
+	}
+	return nil
+}

@@ -46,10 +46,11 @@ type StoreOptions struct {
 
 // Store keeps tokens in the admin Redis, lmstfy-compatible: hash
 // `tk/{pool}/{ns}` token → description (exactly lmstfy's key and layout, so
-// existing lmstfy tokens keep working), plus hash `tks/{pool}/{ns}` token →
-// JSON Scope for scoped tokens only. With StoreOptions.HashTokens the
-// token's hashed form takes the token's place in both hashes. It is safe
-// for concurrent use.
+// existing lmstfy tokens keep working), plus hash `tks/{tk/{pool}/{ns}}`
+// token → JSON Scope for scoped tokens only, in the token hash's Redis
+// Cluster slot (see scopeKey and legacyScopeKey for the earlier layout).
+// With StoreOptions.HashTokens the token's hashed form takes the token's
+// place in these hashes. It is safe for concurrent use.
 type Store struct {
 	client   redis.UniversalClient
 	pools    []string
@@ -58,6 +59,9 @@ type Store struct {
 	now      func() time.Time
 	maxCache int
 	hash     bool
+	// cluster: the admin Redis is a Redis Cluster, where the legacy scope
+	// hash is in another slot (and no earlier server ran).
+	cluster bool
 
 	mu    sync.Mutex
 	cache map[cacheKey]cacheEntry
@@ -101,6 +105,7 @@ func NewStore(client redis.UniversalClient, pools []string, logger logrus.FieldL
 		now:      opts.Now,
 		maxCache: opts.MaxCacheEntries,
 		hash:     opts.HashTokens,
+		cluster:  isCluster(client),
 		cache:    make(map[cacheKey]cacheEntry),
 	}
 }
@@ -174,9 +179,11 @@ func (s *Store) Create(ctx context.Context, pool, namespace, description, token 
 	if s.hash {
 		field, other = hashed, token
 	}
-	created, err := createTokenScript.Run(ctx, s.client,
-		[]string{tokenKey(pool, namespace), scopeKey(pool, namespace)},
-		field, description, scopeJSON, other).Int()
+	keys := []string{tokenKey(pool, namespace), scopeKey(pool, namespace)}
+	if !s.cluster {
+		keys = append(keys, legacyScopeKey(pool, namespace))
+	}
+	created, err := createTokenScript.Run(ctx, s.client, keys, field, description, scopeJSON, other).Int()
 	if err != nil {
 		return "", fmt.Errorf("auth: create token in %s/%s: %w", pool, namespace, err)
 	}
@@ -245,6 +252,13 @@ func (s *Store) Delete(ctx context.Context, pool, namespace, token string) error
 		p.HDel(ctx, scopeKey(pool, namespace), fields...)
 		return nil
 	})
+	if err == nil {
+		// The token is gone; its scope in the legacy hash (another slot
+		// on a cluster) goes next. Were this to fail, the scope left
+		// behind would only restrict a token re-created under the same
+		// secret.
+		err = s.client.HDel(ctx, legacyScopeKey(pool, namespace), fields...).Err()
+	}
 	for _, f := range fields {
 		s.forget(cacheKey{pool, namespace, hashedFormOf(f)})
 	}
@@ -283,10 +297,11 @@ func (s *Store) Verify(ctx context.Context, pool, namespace, token string) (Scop
 		return scope, err
 	}
 	hashed := key.hashed
-	var descs, scopes *redis.SliceCmd
+	var descs, scopes, legacy *redis.SliceCmd
 	_, err = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		descs = p.HMGet(ctx, tokenKey(pool, namespace), hashed, token)
 		scopes = p.HMGet(ctx, scopeKey(pool, namespace), hashed, token)
+		legacy = p.HMGet(ctx, legacyScopeKey(pool, namespace), hashed, token)
 		return nil
 	})
 	if err != nil {
@@ -300,11 +315,17 @@ func (s *Store) Verify(ctx context.Context, pool, namespace, token string) (Scop
 			break
 		}
 	}
-	if form < 0 || len(scopes.Val()) <= form {
+	if form < 0 || len(scopes.Val()) <= form || len(legacy.Val()) <= form {
 		s.storeIfCurrent(key, cacheEntry{}, gen)
 		return Scope{}, ErrInvalidToken
 	}
-	switch raw := scopes.Val()[form].(type) {
+	// A scope in the current hash wins; one only in the legacy hash is a
+	// token's scope all the same (made by an earlier version).
+	raw := scopes.Val()[form]
+	if raw == nil {
+		raw = legacy.Val()[form]
+	}
+	switch raw := raw.(type) {
 	case nil:
 	case string:
 		if err := json.Unmarshal([]byte(raw), &scope); err != nil {

@@ -443,3 +443,63 @@ func TestStoreFloodKeepsKnownTokens(t *testing.T) {
 		}
 	}
 }
+
+// TestStoreScopeLayout: scopes live in tks/{tk/POOL/NS}, in the Redis
+// Cluster slot of the token hash tk/POOL/NS, so that a token and its scope
+// are created by one script on one node. Scopes an earlier version kept in
+// tks/POOL/NS stay in force (read compatibly, no migration), and Delete
+// clears them. Off a cluster, Create also writes the earlier hash, so that
+// servers of the earlier version (a rolling upgrade) never take a new
+// scoped token for an unrestricted one; on a cluster it cannot (another
+// slot), and no earlier version ran there.
+func TestStoreScopeLayout(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		_, cluster := c.(*redis.ClusterClient)
+		const (
+			current = "tks/{tk/default/ns}"
+			earlier = "tks/default/ns"
+		)
+		s := newTestStore(t, c, nil)
+		consume := Scope{Roles: []Role{RoleConsume}}
+
+		// Made by the earlier version: token and scope in its layout.
+		seedToken(t, c, DefaultPool, "ns", "earlier-token-0123456789", "old")
+		if err := c.HSet(ctx, earlier, "earlier-token-0123456789", `{"roles":["consume"]}`).Err(); err != nil {
+			t.Fatal(err)
+		}
+		scope, err := s.Verify(ctx, DefaultPool, "ns", "earlier-token-0123456789")
+		if err != nil || !reflect.DeepEqual(scope, consume) {
+			t.Fatalf("Verify(earlier scoped token) = %+v, %v; want %+v", scope, err, consume)
+		}
+
+		// Made now.
+		tok := mustCreate(t, s, "", "ns", "new", "", consume)
+		if v, err := c.HGet(ctx, current, tok).Result(); err != nil || v != `{"roles":["consume"]}` {
+			t.Errorf("HGET %s %s = %q, %v", current, tok, v, err)
+		}
+		v, err := c.HGet(ctx, earlier, tok).Result()
+		switch {
+		case cluster && !errors.Is(err, redis.Nil):
+			t.Errorf("on a cluster HGET %s %s = %q, %v; want nothing", earlier, tok, v, err)
+		case !cluster && (err != nil || v != `{"roles":["consume"]}`):
+			t.Errorf("HGET %s %s = %q, %v; want the scope, for servers of the earlier version", earlier, tok, v, err)
+		}
+		fresh := newTestStore(t, c, nil) // no cache
+		if scope, err := fresh.Verify(ctx, DefaultPool, "ns", tok); err != nil || !reflect.DeepEqual(scope, consume) {
+			t.Errorf("Verify(new scoped token) = %+v, %v; want %+v", scope, err, consume)
+		}
+
+		// Deleted: nothing left in either layout.
+		for _, tk := range []string{tok, "earlier-token-0123456789"} {
+			if err := s.Delete(ctx, "", "ns", tk); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, key := range []string{"tk/default/ns", current, earlier} {
+			if n, err := c.Exists(ctx, key).Result(); err != nil || n != 0 {
+				t.Errorf("after Delete, EXISTS %s = %d, %v; want 0", key, n, err)
+			}
+		}
+	})
+}

@@ -400,8 +400,9 @@ func (t *Throttler) Add(ctx context.Context, pool, namespace, token string, l Li
 		return ErrLimitExists
 	}
 	t.setCached(limitKey{pool, namespace, target}, l, true)
-	// The buckets may still say "no limit" after a recent Delete.
-	if _, err := txPipelined(ctx, t.client, func(p redis.Pipeliner) error {
+	// The buckets may still say "no limit" after a recent Delete. (Not a
+	// MULTI: the two buckets are in two Redis Cluster slots.)
+	if _, err := t.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		t.retune(ctx, p, pool, namespace, target, l)
 		return nil
 	}); err != nil {
@@ -435,7 +436,10 @@ func (t *Throttler) Set(ctx context.Context, pool, namespace, token string, l Li
 	if err != nil {
 		return err
 	}
-	_, err = txPipelined(ctx, t.client, func(p redis.Pipeliner) error {
+	// One pipeline, not a MULTI: the limits hash and the buckets are in
+	// several Redis Cluster slots. Each write stands alone (a request in
+	// between is judged as before the change), and Set may be repeated.
+	_, err = t.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, throttlerKey, limitField(pool, namespace, target), b)
 		t.retune(ctx, p, pool, namespace, target, l)
 		if other != "" {
@@ -444,7 +448,8 @@ func (t *Throttler) Set(ctx context.Context, pool, namespace, token string, l Li
 			// reloaded yet judge by the old limit, on a fresh bucket, for
 			// at most Refresh.
 			p.HDel(ctx, throttlerKey, limitField(pool, namespace, other))
-			p.Del(ctx, bucketKey(pool, namespace, other, false), bucketKey(pool, namespace, other, true))
+			p.Del(ctx, bucketKey(pool, namespace, other, false))
+			p.Del(ctx, bucketKey(pool, namespace, other, true))
 		}
 		return nil
 	})
@@ -496,8 +501,9 @@ func (t *Throttler) Delete(ctx context.Context, pool, namespace, token string) e
 		return fmt.Errorf("auth: delete limit of %s/%s: %w", pool, namespace, err)
 	}
 	// Only a form that held a limit can be in another instance's cache
-	// (and only then may its bucket name hold the secret).
-	_, err = txPipelined(ctx, t.client, func(p redis.Pipeliner) error {
+	// (and only then may its bucket name hold the secret). The buckets
+	// are in several Redis Cluster slots: a pipeline, not a MULTI.
+	_, err = t.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, f := range forms.all() {
 			if deleted[i].Val() > 0 {
 				t.retune(ctx, p, pool, namespace, f, Limit{})

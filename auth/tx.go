@@ -29,3 +29,10 @@ func execAbortCause(cmds []redis.Cmder, err error) error {
 	}
 	return err
 }
+
+// isCluster reports whether c is a Redis Cluster client, on which one
+// command, script or MULTI/EXEC may only touch keys of one slot.
+func isCluster(c redis.UniversalClient) bool {
+	_, ok := c.(*redis.ClusterClient)
+	return ok
+}

@@ -22,15 +22,26 @@ import (
 // DefaultPoolName is the pool every config must have (lmstfy: "default").
 const DefaultPoolName = "default"
 
-// RedisConf is one Redis (or Sentinel master set): a pool or the admin Redis.
+// RedisConf is one Redis (or Sentinel master set, or Redis Cluster): a pool
+// or the admin Redis.
 type RedisConf struct {
 	// Addr is host:port; for Sentinel (MasterName set) a comma-separated
-	// list of Sentinel addresses. It is required, unless [Kairos] Embedded
-	// is set: then a section without Addr uses the embedded in-memory store
-	// (development only: nothing is durable).
-	Addr     string `toml:"Addr"`
-	Password string `toml:"Password"`
-	DB       int    `toml:"DB"`
+	// list of Sentinel addresses; for a Redis Cluster (Cluster set) one
+	// seed node, or a comma-separated list of them. It (or Addrs, for a
+	// cluster) is required, unless [Kairos] Embedded is set: then a section
+	// without Addr uses the embedded in-memory store (development only:
+	// nothing is durable).
+	Addr string `toml:"Addr"`
+	// Cluster (Kairos) makes this section a Redis Cluster: Addrs (or Addr)
+	// are seed nodes, from which go-redis's cluster client learns every
+	// node and follows slot moves. It cannot be combined with MasterName,
+	// a DB other than 0, or the embedded store.
+	Cluster bool `toml:"Cluster"`
+	// Addrs (Kairos) are the seed nodes of a Redis Cluster, host:port each;
+	// only with Cluster = true, instead of Addr.
+	Addrs    []string `toml:"Addrs"`
+	Password string   `toml:"Password"`
+	DB       int      `toml:"DB"`
 	// PoolSize is the go-redis connection pool size; 0 picks the default.
 	PoolSize         int    `toml:"PoolSize"`
 	MigrateTo        string `toml:"MigrateTo"`
@@ -51,21 +62,42 @@ type RedisConf struct {
 // (MasterName is set), in which case Addrs are the Sentinel addresses.
 func (r RedisConf) IsSentinel() bool { return r.MasterName != "" }
 
-// HasAddr reports whether Addr holds anything but spaces. A section
-// without one is an error, unless [Kairos] Embedded asks for the embedded
-// in-memory store (see Config.UsesEmbedded).
-func (r RedisConf) HasAddr() bool { return strings.TrimSpace(r.Addr) != "" }
+// IsCluster reports whether this Redis is a Redis Cluster (Cluster is
+// set), in which case Endpoints are its seed nodes.
+func (r RedisConf) IsCluster() bool { return r.Cluster }
 
-// Addrs splits Addr on commas and trims spaces around each address, so the
-// Sentinel list "a:26379, b:26379" works; it returns nil for an empty Addr.
-func (r RedisConf) Addrs() []string {
+// HasAddr reports whether Addr or Addrs holds anything but spaces. A
+// section without one is an error, unless [Kairos] Embedded asks for the
+// embedded in-memory store (see Config.UsesEmbedded).
+func (r RedisConf) HasAddr() bool {
+	return strings.TrimSpace(r.Addr) != "" || strings.TrimSpace(strings.Join(r.Addrs, "")) != ""
+}
+
+// Endpoints returns the addresses to dial: Addr split on commas, then the
+// entries of Addrs, each trimmed of spaces, empty ones dropped (so the
+// Sentinel list "a:26379, b:26379" works); nil when there is none. For a
+// cluster these are the seed nodes, for Sentinel the Sentinels, otherwise
+// the one Redis.
+func (r RedisConf) Endpoints() []string {
 	var out []string
-	for _, a := range strings.Split(r.Addr, ",") {
+	for _, a := range append(strings.Split(r.Addr, ","), r.Addrs...) {
 		if a = strings.TrimSpace(a); a != "" {
 			out = append(out, a)
 		}
 	}
 	return out
+}
+
+// Describe names the Redis for messages: its address, the Sentinel master
+// set, or the cluster's seed nodes.
+func (r RedisConf) Describe() string {
+	switch {
+	case r.IsSentinel():
+		return "the master " + r.MasterName + " of the Sentinels " + strings.Join(r.Endpoints(), ",")
+	case r.IsCluster():
+		return "the Redis Cluster of the seed nodes " + strings.Join(r.Endpoints(), ",")
+	}
+	return strings.TrimSpace(r.Addr)
 }
 
 // Config is the whole configuration file.

@@ -108,13 +108,16 @@ func TestRedisConf(t *testing.T) {
 		wantAddr     bool
 	}{
 		{RedisConf{}, nil, false, false},
+		{RedisConf{Cluster: true, Addrs: []string{}}, nil, false, false},
+		{RedisConf{Cluster: true, Addrs: []string{" a:1", "", "b:2 "}}, []string{"a:1", "b:2"}, false, true},
+		{RedisConf{Cluster: true, Addr: "a:1,b:2"}, []string{"a:1", "b:2"}, false, true},
 		{RedisConf{Addr: " "}, nil, false, false},
 		{RedisConf{Addr: "h:1"}, []string{"h:1"}, false, true},
 		{RedisConf{Addr: " a:1, b:2 ,,c:3 ", MasterName: "m"}, []string{"a:1", "b:2", "c:3"}, true, true},
 	}
 	for _, tc := range tests {
-		if got := tc.r.Addrs(); !reflect.DeepEqual(got, tc.wantAddrs) {
-			t.Errorf("%+v.Addrs() = %q, want %q", tc.r, got, tc.wantAddrs)
+		if got := tc.r.Endpoints(); !reflect.DeepEqual(got, tc.wantAddrs) {
+			t.Errorf("%+v.Endpoints() = %q, want %q", tc.r, got, tc.wantAddrs)
 		}
 		if got := tc.r.IsSentinel(); got != tc.wantSentinel {
 			t.Errorf("%+v.IsSentinel() = %v, want %v", tc.r, got, tc.wantSentinel)

@@ -129,7 +129,7 @@ func TestLoadUpstreamLmstfy(t *testing.T) {
 	}
 	s := cfg.Pool["mysentinel"]
 	if !s.IsSentinel() || s.MasterName != "mymaster" || s.SentinelPassword != "foobared1" || s.Password != "foobared" ||
-		len(s.Addrs()) != 3 {
+		len(s.Endpoints()) != 3 {
 		t.Errorf("Pool.mysentinel = %+v", s)
 	}
 }
@@ -277,6 +277,14 @@ func TestLoadMistypedKeys(t *testing.T) {
 			[]string{"unknown key BacktraceLevel ignored"}},
 		{"Adr", "Port = 7777\nAdminPort = 7778\n" + adminRedis + "[Pool.default]\nAdr = \"127.0.0.1:6379\"\n",
 			[]string{"Pool.default.Adr: unknown key (did you mean Addr?)", "Pool.default.Addr: is required (set it, or [Kairos] Embedded = true for an in-memory store that loses everything on stop)"}, nil},
+		{"Adrs", "Port = 7777\nAdminPort = 7778\n" + adminRedis + "[Pool.default]\nCluster = true\nAdrs = [\"r:1\"]\n",
+			[]string{"Pool.default.Adrs: unknown key (did you mean Addrs?)", "Pool.default.Addrs: is required with Cluster = true"}, nil},
+		{"Addrss", "Port = 7777\nAdminPort = 7778\n" + adminRedis + "[Pool.default]\nCluster = true\nAddrss = [\"r:1\"]\n",
+			[]string{"Pool.default.Addrss: unknown key (did you mean Addrs?)", "Pool.default.Addrs: is required with Cluster = true"}, nil},
+		{"Clsuter", "Port = 7777\nAdminPort = 7778\n[AdminRedis]\nClsuter = true\nAddrs = [\"r:1\"]\n[Pool.default]\nAddr = \"r:1\"\n",
+			[]string{"AdminRedis.Clsuter: unknown key (did you mean Cluster?)", "AdminRedis.Addrs: needs Cluster = true"}, nil},
+		{"Cluster at the top", "Port = 7777\nAdminPort = 7778\nCluster = true\n" + adminRedis + "[Pool.default]\nAddr = \"r:1\"\n",
+			[]string{"Cluster: unknown key (Cluster belongs in a Redis section: [Pool.NAME] or [AdminRedis])"}, nil},
 		{"transposed letters", "Port = 7777\nAdminPort = 7778\n" + adminRedis + "[Pool.default]\nAddr = \"r:1\"\nPasswrod = \"x\"\n",
 			[]string{"Pool.default.Passwrod: unknown key (did you mean Password?)"}, nil},
 		{"table name", "Port = 7777\nAdminPort = 7778\n" + adminRedis + "[Pools.default]\nAddr = \"r:1\"\n",
@@ -538,6 +546,45 @@ func TestLoadDockerConfig(t *testing.T) {
 	}
 	if len(warnings) != 0 || cfg.Kairos.Embedded || cfg.Embedded() || !cfg.Kairos.RequireDurableRedis {
 		t.Errorf("warnings %q, Embedded %v (in use %v), RequireDurableRedis %v", warnings, cfg.Kairos.Embedded, cfg.Embedded(), cfg.Kairos.RequireDurableRedis)
+	}
+}
+
+// TestLoadCluster: a Redis Cluster pool and admin Redis as a user writes
+// them, seed nodes in Addrs or in one Addr.
+func TestLoadCluster(t *testing.T) {
+	const text = `
+Port = 7777
+AdminPort = 7778
+[AdminRedis]
+Cluster = true
+Addr = "10.0.0.9:7000"
+Password = "secret"
+[Pool.default]
+Addr = "127.0.0.1:6379"
+MigrateTo = "big"
+[Pool.big]
+cluster = true
+Addrs = ["10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"]
+Password = "secret"
+PoolSize = 16
+`
+	cfg, warnings, err := Parse("kairos.toml", []byte(text))
+	if err != nil || warnings != nil {
+		t.Fatalf("Parse: %v (warnings %q)", err, warnings)
+	}
+	big := cfg.Pool["big"]
+	if !big.IsCluster() || big.IsSentinel() || big.PoolSize != 16 || big.Password != "secret" ||
+		!reflect.DeepEqual(big.Endpoints(), []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"}) {
+		t.Errorf("Pool.big = %+v", big)
+	}
+	if a := cfg.AdminRedis; !a.IsCluster() || !reflect.DeepEqual(a.Endpoints(), []string{"10.0.0.9:7000"}) {
+		t.Errorf("AdminRedis = %+v", a)
+	}
+	if d := cfg.Pool["default"]; d.IsCluster() || d.Describe() != "127.0.0.1:6379" {
+		t.Errorf("Pool.default = %+v", d)
+	}
+	if got, want := big.Describe(), "the Redis Cluster of the seed nodes 10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000"; got != want {
+		t.Errorf("Describe() = %q, want %q", got, want)
 	}
 }
 

@@ -210,8 +210,31 @@ func (c *Config) validateRedis(p *problems, key string, r RedisConf) {
 	if r.WaitTimeoutMs < 0 {
 		p.add(key+".WaitTimeoutMs", "must be >= 0 (0 means 100), not %d", r.WaitTimeoutMs)
 	}
+	if r.Addrs != nil && !r.IsCluster() {
+		hint := "a plain Redis takes one host:port in Addr"
+		if r.IsSentinel() {
+			hint = "list the Sentinels in Addr"
+		}
+		p.add(key+".Addrs", "needs Cluster = true (it lists the seed nodes of a Redis Cluster); %s", hint)
+		return
+	}
+	if r.IsCluster() {
+		if r.IsSentinel() {
+			p.add(key+".Cluster", "cannot be combined with MasterName (Sentinel): a Redis Cluster fails over by itself; remove one of them")
+		}
+		if r.DB != 0 {
+			p.add(key+".DB", "must be 0 with Cluster = true (a Redis Cluster has one database), not %d", r.DB)
+		}
+		if strings.TrimSpace(r.Addr) != "" && r.Addrs != nil {
+			p.add(key+".Addrs", "set the seed nodes in Addrs or in Addr, not both")
+		}
+	}
 	if !r.HasAddr() {
 		switch {
+		case r.IsCluster() && r.Addrs != nil:
+			p.add(key+".Addrs", `is empty: list the cluster's seed nodes, e.g. Addrs = ["10.0.0.1:7000", "10.0.0.2:7000"]`)
+		case r.IsCluster():
+			p.add(key+".Addrs", `is required with Cluster = true: list the cluster's seed nodes, e.g. Addrs = ["10.0.0.1:7000", "10.0.0.2:7000"] (the embedded store is not a cluster)`)
 		case r.IsSentinel():
 			p.add(key+".MasterName", "needs Addr (the Sentinel addresses)")
 		case !c.Kairos.Embedded:
@@ -219,17 +242,25 @@ func (c *Config) validateRedis(p *problems, key string, r RedisConf) {
 		}
 		return
 	}
-	addrs := r.Addrs()
-	if len(addrs) == 0 {
-		p.add(key+".Addr", "no address in %q", r.Addr)
+	if r.Addrs == nil {
+		addrs := r.Endpoints()
+		if len(addrs) == 0 {
+			p.add(key+".Addr", "no address in %q", r.Addr)
+			return
+		}
+		if len(addrs) > 1 && !r.IsSentinel() && !r.IsCluster() {
+			p.add(key+".Addr", "a list of addresses needs MasterName (Sentinel) or Cluster = true; a plain Redis takes one host:port")
+		}
+		for _, a := range addrs {
+			if err := checkHostPort(a); err != nil {
+				p.add(key+".Addr", "%q: %v", a, err)
+			}
+		}
 		return
 	}
-	if len(addrs) > 1 && !r.IsSentinel() {
-		p.add(key+".Addr", "a list of addresses needs MasterName (Sentinel); a plain Redis takes one host:port")
-	}
-	for _, a := range addrs {
-		if err := checkHostPort(a); err != nil {
-			p.add(key+".Addr", "%q: %v", a, err)
+	for i, a := range r.Addrs {
+		if err := checkHostPort(strings.TrimSpace(a)); err != nil {
+			p.add(fmt.Sprintf("%s.Addrs[%d]", key, i), "%q: %v", a, err)
 		}
 	}
 }

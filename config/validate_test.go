@@ -45,6 +45,16 @@ func TestValidateAccepts(t *testing.T) {
 			c.Pool["s"] = RedisConf{Addr: "a:26379, b:26379 ,c:26379", MasterName: "m", SentinelPassword: "x"}
 		}},
 		{"IPv6 redis address", func(c *Config) { c.AdminRedis.Addr = "[::1]:6379" }},
+		{"cluster pool with seed nodes", func(c *Config) {
+			c.Pool["c"] = RedisConf{Cluster: true, Addrs: []string{"10.0.0.1:7000", " 10.0.0.2:7000 "}, Password: "x", PoolSize: 10}
+		}},
+		{"cluster with a single Addr", func(c *Config) { c.Pool["default"] = RedisConf{Cluster: true, Addr: "10.0.0.1:7000"} }},
+		{"cluster with a list in Addr", func(c *Config) { c.Pool["default"] = RedisConf{Cluster: true, Addr: "a:7000, b:7000"} }},
+		{"admin redis on a cluster", func(c *Config) { c.AdminRedis = RedisConf{Cluster: true, Addrs: []string{"a:7000"}} }},
+		{"cluster pool with WaitReplicas and migration", func(c *Config) {
+			c.Pool["default"] = RedisConf{Addr: "r1:6379", MigrateTo: "c"}
+			c.Pool["c"] = RedisConf{Cluster: true, Addrs: []string{"a:7000"}, WaitReplicas: 1}
+		}},
 		{"migration", func(c *Config) {
 			c.Pool["default"] = RedisConf{Addr: "r1:6379", MigrateTo: "new"}
 			c.Pool["new"] = RedisConf{Addr: "r2:6379"}
@@ -122,6 +132,27 @@ func TestValidateRejects(t *testing.T) {
 		{"address list without sentinel", func(c *Config) { c.Pool["x"] = RedisConf{Addr: "a:1,b:2"} },
 			[]string{"Pool.x.Addr: a list of addresses needs MasterName"}},
 		{"address without port", func(c *Config) { c.Pool["x"] = RedisConf{Addr: "redis"} }, []string{`Pool.x.Addr: "redis": want host:port`}},
+		{"address list names Cluster too", func(c *Config) { c.Pool["x"] = RedisConf{Addr: "a:1,b:2"} },
+			[]string{"Pool.x.Addr: a list of addresses needs MasterName (Sentinel) or Cluster = true; a plain Redis takes one host:port"}},
+		{"Addrs without Cluster", func(c *Config) { c.Pool["x"] = RedisConf{Addrs: []string{"a:1", "b:2"}} },
+			[]string{"Pool.x.Addrs: needs Cluster = true (it lists the seed nodes of a Redis Cluster); a plain Redis takes one host:port in Addr"}},
+		{"Addrs with Sentinel", func(c *Config) { c.AdminRedis = RedisConf{Addrs: []string{"a:1"}, MasterName: "m"} },
+			[]string{"AdminRedis.Addrs: needs Cluster = true (it lists the seed nodes of a Redis Cluster); list the Sentinels in Addr"}},
+		{"empty Addrs", func(c *Config) { c.Pool["c"] = RedisConf{Cluster: true, Addrs: []string{}} },
+			[]string{`Pool.c.Addrs: is empty: list the cluster's seed nodes, e.g. Addrs = ["10.0.0.1:7000", "10.0.0.2:7000"]`}},
+		{"blank Addrs", func(c *Config) { c.Pool["c"] = RedisConf{Cluster: true, Addrs: []string{" "}} }, []string{`Pool.c.Addrs: is empty`}},
+		{"cluster without seeds", func(c *Config) { c.AdminRedis = RedisConf{Cluster: true} },
+			[]string{`AdminRedis.Addrs: is required with Cluster = true: list the cluster's seed nodes`}},
+		{"cluster without seeds is not embedded", func(c *Config) { c.Kairos.Embedded = true; c.Pool["c"] = RedisConf{Cluster: true} },
+			[]string{`Pool.c.Addrs: is required with Cluster = true: list the cluster's seed nodes, e.g. Addrs = ["10.0.0.1:7000", "10.0.0.2:7000"] (the embedded store is not a cluster)`}},
+		{"cluster with Sentinel", func(c *Config) { c.Pool["c"] = RedisConf{Cluster: true, MasterName: "m", Addr: "a:26379"} },
+			[]string{"Pool.c.Cluster: cannot be combined with MasterName (Sentinel)"}},
+		{"cluster with a DB", func(c *Config) { c.Pool["c"] = RedisConf{Cluster: true, Addrs: []string{"a:7000"}, DB: 2} },
+			[]string{"Pool.c.DB: must be 0 with Cluster = true (a Redis Cluster has one database), not 2"}},
+		{"cluster with Addr and Addrs", func(c *Config) { c.Pool["c"] = RedisConf{Cluster: true, Addr: "a:7000", Addrs: []string{"b:7000"}} },
+			[]string{"Pool.c.Addrs: set the seed nodes in Addrs or in Addr, not both"}},
+		{"bad seed node", func(c *Config) { c.Pool["c"] = RedisConf{Cluster: true, Addrs: []string{"a:7000", "b", ""}} },
+			[]string{`Pool.c.Addrs[1]: "b": want host:port`, `Pool.c.Addrs[2]: "": want host:port`}},
 		{"address with bad port", func(c *Config) { c.AdminRedis.Addr = "redis:http" }, []string{`AdminRedis.Addr: "redis:http": the port must be 1..65535`}},
 		{"address without host", func(c *Config) { c.AdminRedis.Addr = ":6379" }, []string{`AdminRedis.Addr: ":6379": want host:port (the host is empty)`}},
 		{"address of commas", func(c *Config) { c.AdminRedis.Addr = " , " }, []string{`AdminRedis.Addr: no address`}},

@@ -20,6 +20,7 @@ import (
 
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/config"
+	"github.com/kairos-dev/kairos/engine/rdb"
 )
 
 // The bad-input barrage: malformed request lines and headers, invalid
@@ -464,23 +465,23 @@ func checkStore(t reporter, c redis.UniversalClient, wantJobs bool) {
 	entries := map[string]string{} // "ns/q/id" → its entries: r ready list or priority set, t timer, x dead letter
 	for i := 0; i+2 < len(flat); i += 3 {
 		kind, k, v := flat[i], flat[i+1], flat[i+2]
-		tag := k[strings.IndexByte(k, '{')+1 : strings.IndexByte(k, '}')]
+		queue := k[strings.IndexByte(k, '}')+1:] // X/{T}ns/q (engine/rdb/keys.go)
 		switch kind {
-		case "j": // j/{ns/q}/ID → the first two bytes of the value
-			job := tag + "/" + k[strings.IndexByte(k, '}')+2:]
+		case "j": // j/{T}ns/q/ID → the first two bytes of the value
+			job := queue
 			if len(v) < 2 || v[0] != 1 {
 				t.Errorf("job %s has a malformed value %q", job, v)
 				continue
 			}
 			jobs[job] = v[1]
 		case "t": // timers hold bare IDs
-			entries[tag+"/"+v] += "t"
+			entries[queue+"/"+v] += "t"
 		default: // packed entries
 			if len(v) < 4 || len(v) != 4+int(v[2])+int(v[3])<<8 {
 				t.Errorf("%s holds a malformed entry %q", k, v)
 				continue
 			}
-			entries[tag+"/"+v[4:]] += map[string]string{"q": "r", "p": "r", "d": "x"}[kind]
+			entries[queue+"/"+v[4:]] += map[string]string{"q": "r", "p": "r", "d": "x"}[kind]
 		}
 	}
 	// A delayed job keeps state d when the pump makes it ready.
@@ -498,7 +499,7 @@ func checkStore(t reporter, c redis.UniversalClient, wantJobs bool) {
 	if len(jobs) == 0 && wantJobs {
 		t.Errorf("no job at all: the check checked nothing")
 	}
-	if n, _ := c.Exists(ctx, "q/{valid/abandoned}", "t/{valid/abandoned}").Result(); n != 0 {
+	if n, _ := c.Exists(ctx, rdb.ReadyKey("valid", "abandoned"), rdb.TimerKey("valid", "abandoned")).Result(); n != 0 {
 		t.Errorf("abandoned publishes were written")
 	}
 }
@@ -658,10 +659,10 @@ func TestBadInputCheckStoreFindsOrphans(t *testing.T) {
 	l := startLive(t, liveOptions{})
 	ctx := context.Background()
 	header := "\x01r" + strings.Repeat("\x00", 20)
-	if err := l.client.Set(ctx, "j/{ns/q}/01J5Z8R6Q1X0V3M2B7K9C4D000", header+"orphan", 0).Err(); err != nil {
+	if err := l.client.Set(ctx, rdb.JobKey("ns", "q", "01J5Z8R6Q1X0V3M2B7K9C4D000"), header+"orphan", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.client.LPush(ctx, "q/{ns/q2}", "\x01\x00\x02\x00ab").Err(); err != nil {
+	if err := l.client.LPush(ctx, rdb.ReadyKey("ns", "q2"), "\x01\x00\x02\x00ab").Err(); err != nil {
 		t.Fatal(err)
 	}
 	ft := &fakeT{}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/config"
+	"github.com/kairos-dev/kairos/engine/rdb"
 )
 
 // steppingClock is real time that also jumps step further at every
@@ -49,7 +50,7 @@ func TestDueAtStoredExactly(t *testing.T) {
 					t.Fatalf("%s: %d %s", tc.name, r.status, r.body)
 				}
 				q := strings.TrimPrefix(strings.TrimSuffix(tc.path, "/bulk"), "/api/ns/")
-				got, err := l.client.ZRangeWithScores(context.Background(), "t/{ns/"+q+"}", 0, -1).Result()
+				got, err := l.client.ZRangeWithScores(context.Background(), rdb.TimerKey("ns", q), 0, -1).Result()
 				if err != nil || len(got) != tc.jobs {
 					t.Fatalf("%s: timer = %v, %v; want %d entries", tc.name, got, err, tc.jobs)
 				}

@@ -153,7 +153,11 @@ func publishFailure(err error, ids ...string) error {
 // cannot be made or broke, a timeout that is not the client's own, an
 // exhausted or closed connection pool, or Redis refusing while it loads,
 // is read-only, fails over, cannot persist or is full (OOM: maxmemory
-// reached under noeviction, until consumers make room). Those are 503s: a
+// reached under noeviction, until consumers make room), or a Redis Cluster
+// that moves slots or fails over (CLUSTERDOWN, TRYAGAIN, and a MOVED or ASK
+// that go-redis could not follow within its redirects: the client's slot
+// map is being rebuilt; a redirect's text, which names a node, never
+// reaches a client). Those are 503s: a
 // retry later may succeed, and nothing is wrong with the request. ctx is the request's:
 // when it is done, the client went away (499), which is not an outage.
 func unavailable(ctx context.Context, err error) bool {
@@ -164,10 +168,10 @@ func unavailable(ctx context.Context, err error) bool {
 		errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted), errors.Is(err, redis.ErrClosed):
 		return true
 	case redis.IsLoadingError(err), redis.IsReadOnlyError(err), redis.IsClusterDownError(err),
-		redis.IsMasterDownError(err), redis.IsTryAgainError(err):
+		redis.IsMasterDownError(err), redis.IsTryAgainError(err), redirected(err):
 		return true
 	case redis.HasErrorPrefix(err, "MISCONF"), redis.HasErrorPrefix(err, "NOREPLICAS"), redis.HasErrorPrefix(err, "BUSY"),
-		redis.HasErrorPrefix(err, "OOM"):
+		redis.HasErrorPrefix(err, "OOM"), redis.HasErrorPrefix(err, "CLUSTERDOWN"), redis.HasErrorPrefix(err, "TRYAGAIN"):
 		return true
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
@@ -177,6 +181,14 @@ func unavailable(ctx context.Context, err error) bool {
 	}
 	var ne net.Error
 	return errors.As(err, &ne)
+}
+
+// redirected reports whether err is a Redis Cluster redirection (MOVED or
+// ASK) that reached Kairos.
+func redirected(err error) bool {
+	_, moved := redis.IsMovedError(err)
+	_, ask := redis.IsAskError(err)
+	return moved || ask || redis.HasErrorPrefix(err, "MOVED ") || redis.HasErrorPrefix(err, "ASK ")
 }
 
 // errForbidden is the 403 for a scoped token used outside its scope.

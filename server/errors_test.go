@@ -48,6 +48,16 @@ func TestUnavailableErrors(t *testing.T) {
 		// for): writes are refused until consumers make room.
 		{"oom", ctx, fmt.Errorf("publish: %w", redisReply("OOM command not allowed when used memory > 'maxmemory'. script: 6644f33, on @user_script:38.")), errUnavailable},
 		{"redis bug", ctx, fmt.Errorf("publish: %w", redisReply("ERR wrong number of arguments")), errInternal},
+		// Redis Cluster: a cluster that lost a master, a slot being moved,
+		// and redirects go-redis gave up following (its slot map is being
+		// rebuilt) are outages; the node they name never reaches a client.
+		{"cluster down", ctx, fmt.Errorf("publish: %w", redisReply("CLUSTERDOWN The cluster is down")), errUnavailable},
+		{"try again", ctx, fmt.Errorf("consume: %w", redisReply("TRYAGAIN Multiple keys request during rehashing of slot")), errUnavailable},
+		{"moved", ctx, fmt.Errorf("ack: %w", redisReply("MOVED 3999 127.0.0.1:7002")), errUnavailable},
+		{"ask", ctx, fmt.Errorf("ack: %w", redisReply("ASK 3999 127.0.0.1:7002")), errUnavailable},
+		{"moved from go-redis", ctx, fmt.Errorf("ack: %w", movedError(t)), errUnavailable},
+		// Keys of several slots in one command is a bug, not an outage.
+		{"cross slot", ctx, fmt.Errorf("publish: %w", redis.ErrCrossSlot), errInternal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := mapAPIError(tc.ctx, tc.err); got != tc.want {
@@ -99,6 +109,40 @@ func TestOutageRoutes(t *testing.T) {
 		w := env.api(t, request{method: "PUT", target: "/api/ns/q", body: "x", header: tok(goodToken)})
 		expect(t, w, 503, `{"error":"publish not replicated: the job may exist","job_id":"01JX0000000000000000000000"}`)
 	})
+}
+
+// movedError is the error go-redis returns for a MOVED reply, from a
+// fake Redis that answers every command so.
+func movedError(t *testing.T) error {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 4096)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				return
+			}
+			if _, err := c.Write([]byte("-MOVED 3999 127.0.0.1:7002\r\n")); err != nil {
+				return
+			}
+		}
+	}()
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), DisableIdentity: true, Protocol: 2, MaxRetries: -1})
+	defer c.Close()
+	err = c.Get(context.Background(), "k").Err()
+	if _, ok := redis.IsMovedError(err); !ok {
+		t.Fatalf("fake Redis: Get = %v, want a MOVED error", err)
+	}
+	return err
 }
 
 // redisReply is an error reply of Redis, as go-redis returns it.

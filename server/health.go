@@ -21,8 +21,9 @@ import (
 //     to the server log.
 
 // ReadyCheck is one dependency /readyz checks: a pool's Redis, the admin
-// Redis. Check returns nil when the dependency can serve now; ErrNotMaster
-// or ErrLoading say why not, other errors read "unreachable".
+// Redis. Check returns nil when the dependency can serve now; ErrNotMaster,
+// ErrLoading or ErrClusterDown say why not, other errors read
+// "unreachable".
 type ReadyCheck struct {
 	// Name names the check in /readyz's body, e.g. "pool default".
 	Name  string
@@ -37,6 +38,9 @@ var (
 	// ErrLoading means the Redis is loading its dataset (AOF or RDB) and
 	// refuses commands until done.
 	ErrLoading = errors.New("server: redis is loading")
+	// ErrClusterDown means a Redis Cluster does not serve every hash slot
+	// (CLUSTER INFO cluster_state:fail): some keys have no master.
+	ErrClusterDown = errors.New("server: redis cluster is down")
 )
 
 const (
@@ -126,6 +130,8 @@ func checkState(err error) string {
 		return "not master"
 	case errors.Is(err, ErrLoading), redis.IsLoadingError(err):
 		return "loading"
+	case errors.Is(err, ErrClusterDown), redis.IsClusterDownError(err):
+		return "cluster down"
 	}
 	// Refused, reset, timed out (go-redis retries its dials until the
 	// deadline): did not answer in time.

@@ -45,6 +45,7 @@ func TestHealthAndReadiness(t *testing.T) {
 			503, `{"ready":false,"checks":{"admin redis":"ok","pool default":"unreachable"}}`},
 		{fmt.Errorf("pool default: %w", ErrLoading), 503, `{"ready":false,"checks":{"admin redis":"ok","pool default":"loading"}}`},
 		{fmt.Errorf("pool default: role \"slave\": %w", ErrNotMaster), 503, `{"ready":false,"checks":{"admin redis":"ok","pool default":"not master"}}`},
+		{fmt.Errorf("pool default: node 10.1.2.3:7000: cluster_state:fail: %w", ErrClusterDown), 503, `{"ready":false,"checks":{"admin redis":"ok","pool default":"cluster down"}}`},
 		{nil, 200, `{"ready":true,"checks":{"admin redis":"ok","pool default":"ok"}}`},
 	} {
 		mu.Lock()

@@ -544,8 +544,11 @@ func testLongPollPublish(t *testing.T, h *Harness) {
 }
 
 func testLongPollDelayed(t *testing.T, h *Harness) {
-	id := pub(t, h, "q", "soon", func(r *engine.PublishRequest) { r.Delay = 200 * time.Millisecond })
+	// From before the publish: the delay counts from the publish's clock
+	// reading, and a slow publish round trip (a loaded machine, -race)
+	// must not make an on-time delivery look early.
 	start := time.Now()
+	id := pub(t, h, "q", "soon", func(r *engine.PublishRequest) { r.Delay = 200 * time.Millisecond })
 	jobs, err := h.Engine.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{"q"}, TTR: time.Minute, Count: 1, Timeout: 3 * time.Second})
 	if err != nil || len(jobs) != 1 || jobs[0].ID != id {
 		t.Fatalf("got %v, %v", jobs, err)

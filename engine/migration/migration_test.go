@@ -45,8 +45,15 @@ func pair(t *testing.T, oldC, newC redis.UniversalClient, elapse func(time.Durat
 		Engine: m,
 		Advance: func(d time.Duration) {
 			c.off.Add(int64(d))
+			// Both pools' pumps at once, as their servers run them: one
+			// pumping after the other would read the clock later by the
+			// first one's round trips (real time flows too).
+			errs := make(chan error, len(engines))
 			for _, e := range engines {
-				if _, err := e.PumpOnce(bg); err != nil {
+				go func() { _, err := e.PumpOnce(bg); errs <- err }()
+			}
+			for range engines {
+				if err := <-errs; err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -316,9 +323,42 @@ func TestPublishEachReplacesOldJob(t *testing.T) {
 	}
 }
 
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// MigrateTo from a standalone pool into a cluster pool: the contract.
+func TestContractIntoCluster(t *testing.T) {
+	oldS, newC := redistest.Start(t), redistest.SharedCluster(t)
+	newClient := newC.Client(t)
+	f := func(t *testing.T) *enginetest.Harness {
+		if err := oldS.Client().FlushAll(bg).Err(); err != nil {
+			t.Fatal(err)
+		}
+		newC.Flush(t)
+		_, h := pair(t, oldS.Client(), newClient, time.Sleep)
+		return h
+	}
+	enginetest.Run(t, f)
+	enginetest.RunExtended(t, f)
+}
+
 func TestMigrationOnRealRedis(t *testing.T) {
-	oldS, newS := redistest.Start(t), redistest.Start(t)
-	m, _ := pair(t, oldS.Client(), newS.Client(), time.Sleep)
+	oldS := redistest.Start(t)
+	t.Run("standalone", func(t *testing.T) {
+		newS := redistest.Start(t)
+		testMigration(t, oldS.Client(), newS.Client())
+	})
+	t.Run("into a cluster", func(t *testing.T) {
+		if err := oldS.Client().FlushAll(bg).Err(); err != nil {
+			t.Fatal(err)
+		}
+		c := redistest.SharedCluster(t)
+		c.Flush(t)
+		testMigration(t, oldS.Client(), c.Client(t))
+	})
+}
+
+func testMigration(t *testing.T, oldC, newC redis.UniversalClient) {
+	m, _ := pair(t, oldC, newC, time.Sleep)
 	// Jobs published before the migration sit in the old pool.
 	oldID, err := m.Old.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "q", Tries: 2, Body: []byte("old")})
 	if err != nil {
@@ -328,7 +368,7 @@ func TestMigrationOnRealRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := newS.Client().Exists(bg, "j/{ns/q}/"+newID).Result(); n != 1 {
+	if n, _ := newC.Exists(bg, rdb.JobKey("ns", "q", newID)).Result(); n != 1 {
 		t.Fatal("a publish during migration did not land in the new pool")
 	}
 	if n, _ := m.Size(bg, "ns", "q"); n != 2 {

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 )
 
 // coalesceTiers are the servers the engine-level coalescing tests run on.
@@ -28,8 +29,18 @@ var coalesceTiers = []struct {
 	{"redis", func(t *testing.T) redis.UniversalClient { return realClient(t) }},
 }
 
+// engineTiers are coalesceTiers and the shared 6-node cluster (flushed).
+var engineTiers = append(coalesceTiers[:len(coalesceTiers):len(coalesceTiers)], struct {
+	name   string
+	client func(t *testing.T) redis.UniversalClient
+}{"cluster", func(t *testing.T) redis.UniversalClient {
+	c := redistest.SharedCluster(t)
+	c.Flush(t)
+	return c.Client(t)
+}})
+
 func TestCoalesceEngine(t *testing.T) {
-	for _, tier := range coalesceTiers {
+	for _, tier := range engineTiers {
 		t.Run(tier.name, func(t *testing.T) {
 			client := tier.client(t)
 			t.Run("roundtrip", func(t *testing.T) {
@@ -326,7 +337,7 @@ func testAckManyScript(t *testing.T, e *Engine, client redis.UniversalClient) {
 // plain jobs, and checks every queue's ready jobs, timer, registries and
 // due index entry; then that a batch is all or nothing.
 func TestCoalescePublishAcrossQueues(t *testing.T) {
-	for _, tier := range coalesceTiers {
+	for _, tier := range engineTiers {
 		t.Run(tier.name, func(t *testing.T) {
 			ctx := context.Background()
 			client := tier.client(t)
@@ -408,17 +419,14 @@ func TestCoalescePublishAcrossQueues(t *testing.T) {
 				}
 				if w.delayed > 0 {
 					first := client.ZRangeWithScores(ctx, timerKey(ns, q), 0, 0).Val()
-					idx, err := client.ZScore(ctx, timerIndexKey, queueMember(ns, q)).Result()
+					idx, err := client.ZScore(ctx, timerIndexKey(slotGroup(ns, q)), queueMember(ns, q)).Result()
 					if err != nil || len(first) != 1 || idx != first[0].Score {
 						t.Errorf("%s: index score %v (%v), earliest timer entry %v", q, idx, err, first)
 					}
 				}
-				if !client.HExists(ctx, metaQueuesKey(ns), q).Val() {
+				if !inRegistry(ctx, client, ns, q) {
 					t.Errorf("%s: not in the queue registry", q)
 				}
-			}
-			if !client.HExists(ctx, metaNamespacesKey, ns).Val() {
-				t.Error("namespace not in the registry")
 			}
 			// Every ready job is consumable once, with its body, priority
 			// jobs of a queue before its plain ones.
@@ -442,25 +450,27 @@ func TestCoalescePublishAcrossQueues(t *testing.T) {
 			}
 
 			// All or nothing: job 2's body key exists, so job 1 (another
-			// queue) is not written either.
+			// queue of the group) is not written either.
+			mates := groupMates(ns, 2)
 			taken := engine.NewJobID(clock.Now(), 0, false)
-			if err := client.Set(ctx, jobKey(ns, "b", taken), "x", 0).Err(); err != nil {
+			if err := client.Set(ctx, jobKey(ns, mates[1], taken), "x", 0).Err(); err != nil {
 				t.Fatal(err)
 			}
 			fresh := engine.NewJobID(clock.Now(), 0, false)
 			now := clock.Now().UnixMilli()
-			keys := []string{timerIndexKey, metaNamespacesKey, jobKey(ns, "a", fresh), jobKey(ns, "b", taken)}
-			args := []interface{}{timerChannel, 2, queueMember(ns, "a"), 1, queueMember(ns, "b"), 1,
+			qa, qb := newQueueNames(ns, "a"), newQueueNames(ns, mates[1])
+			keys := []string{qa.ready, qa.registry, qb.ready, qb.registry,
+				jobKey(ns, "a", fresh), jobKey(ns, mates[1], taken)}
+			args := []interface{}{"PUBLISH", 2, 4, 12, "pr", 1, qa.channel, qa.member, "pr", 1, qb.channel, qb.member,
 				packEntry(1, fresh), packEntry(1, taken),
 				newValue(true, 1, 0, now, "", "", []byte("a")), 0, 0, 0,
-				newValue(true, 1, 0, now, "", "", []byte("b")), 0, 0, 0,
-				queueMember(ns, "a"), queueMember(ns, "b")}
+				newValue(true, 1, 0, now, "", "", []byte("b")), 0, 0, 0}
 			res, err := publishManyScript.Run(ctx, client, keys, args...).Int64Slice()
 			if err != nil || len(res) != 1 || res[0] != 2 {
 				t.Fatalf("publishManyScript with a taken key = %v, %v; want [2]", res, err)
 			}
 			if client.Exists(ctx, jobKey(ns, "a", fresh)).Val() != 0 || client.LLen(ctx, readyKey(ns, "a")).Val() != 0 ||
-				client.HExists(ctx, metaQueuesKey(ns), "a").Val() {
+				inRegistry(ctx, client, ns, "a") {
 				t.Fatal("a batch with a taken key wrote part of itself")
 			}
 		})
@@ -472,20 +482,24 @@ func TestCoalescePublishAcrossQueues(t *testing.T) {
 // queue, and each queue must still get its jobs in the batch's order, plain
 // ones in one LPUSH, a queue with delayed and priority jobs the slow way.
 func TestCoalescePublishInterleaved(t *testing.T) {
-	for _, tier := range coalesceTiers {
+	for _, tier := range engineTiers {
 		t.Run(tier.name, func(t *testing.T) {
 			ctx := context.Background()
 			client := tier.client(t)
 			e := startEngine(t, client, newTestClock())
 			const ns = "il"
-			queues := []string{"a", "b", "a", "c", "b", "a", "c", "c", "a", "b"}
+			// Three queues of one slot group, as a publish lane's batch
+			// is on a cluster.
+			g := groupMates(ns, 3)
+			qa, qb, qc := g[0], g[1], g[2]
+			queues := []string{qa, qb, qa, qc, qb, qa, qc, qc, qa, qb}
 			var batch []*batchCall[pubOp]
 			for i, q := range queues {
 				req := &engine.PublishRequest{Namespace: ns, Queue: q, Tries: 1, TTL: time.Hour, Body: []byte(fmt.Sprint(i))}
 				switch {
-				case q == "c" && i == 6:
+				case q == qc && i == 6:
 					req.Delay = time.Hour
-				case q == "c" && i == 7:
+				case q == qc && i == 7:
 					req.Priority = 3
 				}
 				batch = append(batch, &batchCall[pubOp]{in: pubOp{req: req}})
@@ -496,13 +510,13 @@ func TestCoalescePublishInterleaved(t *testing.T) {
 					t.Fatalf("job %d: id %q, err %v", i, c.in.id, c.err)
 				}
 			}
-			if n := client.ZCard(ctx, timerKey(ns, "c")).Val(); n != 1 {
+			if n := client.ZCard(ctx, timerKey(ns, qc)).Val(); n != 1 {
 				t.Errorf("queue c: %d timer entries, want the delayed job", n)
 			}
 			want := map[string][]string{ // queue → bodies in consume order
-				"a": {"0", "2", "5", "8"},
-				"b": {"1", "4", "9"},
-				"c": {"7", "3"}, // the priority job first; 6 is delayed
+				qa: {"0", "2", "5", "8"},
+				qb: {"1", "4", "9"},
+				qc: {"7", "3"}, // the priority job first; 6 is delayed
 			}
 			for q, bodies := range want {
 				var got []string
@@ -520,8 +534,8 @@ func TestCoalescePublishInterleaved(t *testing.T) {
 					t.Errorf("queue %s gave %v, want %v", q, got, bodies)
 				}
 			}
-			for _, q := range []string{"a", "b", "c"} {
-				if !client.HExists(ctx, metaQueuesKey(ns), q).Val() {
+			for _, q := range g {
+				if !inRegistry(ctx, client, ns, q) {
 					t.Errorf("%s: not in the queue registry", q)
 				}
 			}
@@ -536,7 +550,7 @@ func TestCoalescePublishInterleaved(t *testing.T) {
 // hands out every ready job once, with its body, to consumers that share
 // calls, and DeleteEach acknowledges them.
 func TestPublishEach(t *testing.T) {
-	for _, tier := range coalesceTiers {
+	for _, tier := range engineTiers {
 		t.Run(tier.name, func(t *testing.T) {
 			ctx := context.Background()
 			client := tier.client(t)
@@ -640,7 +654,7 @@ func TestPublishEach(t *testing.T) {
 // its first publish through this engine, and again at the first publish
 // after it was destroyed, on both publish paths (coalesced and batch).
 func TestRegistryAfterDestroy(t *testing.T) {
-	for _, tier := range coalesceTiers {
+	for _, tier := range engineTiers {
 		t.Run(tier.name, func(t *testing.T) {
 			ctx := context.Background()
 			client := tier.client(t)
@@ -657,16 +671,32 @@ func TestRegistryAfterDestroy(t *testing.T) {
 				if err := publishes[path](); err != nil {
 					t.Fatalf("%s publish: %v", path, err)
 				}
-				if !client.HExists(ctx, metaQueuesKey(ns), q).Val() {
+				if !inRegistry(ctx, client, ns, q) {
 					t.Fatalf("after a %s publish the queue is not in the registry", path)
 				}
 				if _, err := e.Destroy(ctx, ns, q); err != nil {
 					t.Fatal(err)
 				}
-				if client.HExists(ctx, metaQueuesKey(ns), q).Val() {
+				if inRegistry(ctx, client, ns, q) {
 					t.Fatal("the destroyed queue is still in the registry")
 				}
 			}
 		})
 	}
+}
+
+// inRegistry reports whether queue ns/q is in its slot group's registry.
+func inRegistry(ctx context.Context, client redis.UniversalClient, ns, q string) bool {
+	return client.HExists(ctx, registryKey(slotGroup(ns, q)), queueMember(ns, q)).Val()
+}
+
+// groupMates returns n queue names of ns in one slot group.
+func groupMates(ns string, n int) []string {
+	out := []string{"a"}
+	for i := 0; len(out) < n; i++ {
+		if q := fmt.Sprintf("m%d", i); slotGroup(ns, q) == slotGroup(ns, "a") {
+			out = append(out, q)
+		}
+	}
+	return out
 }

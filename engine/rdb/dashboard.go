@@ -29,15 +29,16 @@ const (
 // queueDetailScript reads what the queue table shows of one queue.
 //
 //	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] timer   KEYS[4] dead letter
-//	KEYS[5] config   KEYS[6..] the history hashes of the recent minutes' blocks
-//	ARGV[1] job key prefix   ARGV[2] exact split up to   ARGV[3] sample size
+//	KEYS[5] config   KEYS[6] job key prefix j/{T}ns/q/
+//	KEYS[7..] the history hashes of the recent minutes' blocks
+//	ARGV[2] exact split up to   ARGV[3] sample size   (ARGV[1] unused)
 //	ARGV[4..] per recent minute: the index in KEYS of its block's hash, and
 //	its place in the block
 //
 // Returns {ready, timer, dead, paused, in flight, exact, oldest list ID,
 // first priority ID, published, consumed, acked, retried, dead (recent)}.
 var queueDetailScript = script(`
-local jp = ARGV[1]
+local jp = KEYS[6]
 local ready = redis.call('LLEN', KEYS[1]) + redis.call('ZCARD', KEYS[2])
 local timer = redis.call('ZCARD', KEYS[3])
 local dead = redis.call('LLEN', KEYS[4])
@@ -83,13 +84,13 @@ return {ready, timer, dead, paused, inflight, exact, oldest, first, sums[1], sum
 // priority set, then the ready list from its consume end) or the timer's
 // (by due time) of one state.
 //
-//	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] timer
-//	ARGV[1] job key prefix   ARGV[2] list: ready, delayed, in_flight, scheduled
+//	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] timer   KEYS[4] job key prefix
+//	ARGV[2] list: ready, delayed, in_flight, scheduled
 //	ARGV[3] cursor   ARGV[4] most jobs   ARGV[5] most entries to look at
 //
 // Returns {next cursor or -1, then id, value, PTTL per job}.
 var listJobsScript = script(`
-local jp, list = ARGV[1], ARGV[2]
+local jp, list = KEYS[4], ARGV[2]
 local cur, lim, budget = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local out = {-1}
 local n = 0
@@ -187,10 +188,31 @@ func (e *Engine) NamespaceQueues(ctx context.Context, ns string) ([]engine.Queue
 	return out, nil
 }
 
-// namespaceQueueNames returns the queues of ns that the registry knows:
-// one HKEYS of lmstfy's m/ns/NS.
+// namespaceQueueNames returns the queues of ns that the registries know:
+// the queues of ns are spread over the slot groups, so one HKEYS of each
+// group's registry m/{T}, in one pipeline (one round trip per node on a
+// cluster), keeping the members "ns/…".
 func (e *Engine) namespaceQueueNames(ctx context.Context, ns string) ([]string, error) {
-	return e.rdb.HKeys(ctx, metaQueuesKey(ns)).Result()
+	cmds := make([]*redis.StringSliceCmd, slotGroups)
+	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for g := range cmds {
+			cmds[g] = p.HKeys(ctx, registryKey(g))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	prefix := ns + "/"
+	for _, c := range cmds {
+		for _, m := range c.Val() {
+			if q, ok := strings.CutPrefix(m, prefix); ok {
+				out = append(out, q)
+			}
+		}
+	}
+	return out, nil
 }
 
 // QueueDetails implements engine.Dashboard: one script per queue, all in
@@ -210,8 +232,8 @@ func (e *Engine) QueueDetails(ctx context.Context, ns string, queues []string) (
 	run := func() error {
 		_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, q := range queues {
-				keys := []string{readyKey(ns, q), prioKey(ns, q), timerKey(ns, q), deadKey(ns, q), configKey(ns, q)}
-				args := []interface{}{jobKeyPrefix(ns, q), inFlightExact, inFlightSample}
+				keys := []string{readyKey(ns, q), prioKey(ns, q), timerKey(ns, q), deadKey(ns, q), configKey(ns, q), jobKeyPrefix(ns, q)}
+				args := []interface{}{"", inFlightExact, inFlightSample}
 				last := int64(-1)
 				for m := minute - engine.RecentMinutes; m < minute; m++ {
 					b, at := blockOf(m)
@@ -289,8 +311,8 @@ func (e *Engine) ListJobs(ctx context.Context, ns, q string, list engine.JobList
 	if cursor < 0 || limit < 1 || limit > listScanBudget {
 		return nil, 0, fmt.Errorf("list jobs: %w", engine.ErrInvalid)
 	}
-	res, err := listJobsScript.Run(ctx, e.rdb, []string{readyKey(ns, q), prioKey(ns, q), timerKey(ns, q)},
-		jobKeyPrefix(ns, q), string(list), cursor, limit, listScanBudget).Slice()
+	res, err := listJobsScript.Run(ctx, e.rdb, []string{readyKey(ns, q), prioKey(ns, q), timerKey(ns, q), jobKeyPrefix(ns, q)},
+		"", string(list), cursor, limit, listScanBudget).Slice()
 	if err != nil {
 		return nil, 0, fmt.Errorf("list jobs %s/%s: %w", ns, q, err)
 	}

@@ -15,7 +15,7 @@ import (
 // readings; the job ID carries the delay; a DueAt in the past is ready at
 // once; DueAt with Delay is refused.
 func TestPublishDueAt(t *testing.T) {
-	for _, tier := range coalesceTiers {
+	for _, tier := range engineTiers {
 		t.Run(tier.name, func(t *testing.T) {
 			ctx := context.Background()
 			client := tier.client(t)

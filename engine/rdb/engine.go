@@ -1,7 +1,10 @@
 // Package rdb is the Redis implementation of engine.Engine: one Engine per
 // pool. Every state change is one Lua script (scripts.go) over keys built in
-// keys.go; a timer-driven pump (pump.go) moves due jobs; waiting consumers
-// are multiplexed over one Pub/Sub connection per pool (waiters.go).
+// keys.go, every call on the keys of one slot group, so that a Redis
+// Cluster runs them as well as one Redis; a timer-driven pump (pump.go)
+// moves due jobs; waiting consumers are multiplexed over one Pub/Sub
+// connection per pool, one sharded one per slot group on a cluster
+// (waiters.go).
 package rdb
 
 import (
@@ -12,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,6 +57,12 @@ type Options struct {
 	// publish fails with engine.ErrNotReplicated.
 	WaitReplicas int
 	WaitTimeout  time.Duration
+	// ClusterRetry bounds how long a script call on a cluster pool is
+	// retried while Redis answers TRYAGAIN, CLUSTERDOWN, MASTERDOWN or
+	// LOADING (a slot migration, a failover), errors answered before
+	// anything ran (retry.go). Default 5 s; negative: no retry beyond
+	// go-redis's own.
+	ClusterRetry time.Duration
 	// HistoryFlush, when > 0, keeps the queues' history (history.go):
 	// counters in memory, written to Redis this often (a divisor of a
 	// minute, e.g. 5s). 0 keeps no history.
@@ -95,6 +105,14 @@ type Engine struct {
 
 	waitReplicas int
 	waitTimeout  time.Duration
+
+	// cluster: the pool is a Redis Cluster. Every pool has the same
+	// layout and scripts; on a cluster, calls never mix slot groups
+	// (publish lanes are groups, a consume over queues of several groups
+	// is one call per group), and messages go out with SPUBLISH.
+	cluster  bool
+	pub      string        // PUBLISH, or SPUBLISH on a cluster
+	retryFor time.Duration // Options.ClusterRetry on a cluster, else 0
 
 	names *memo[*queueNames] // {ns, q, ""} → the queue's key names
 
@@ -159,6 +177,21 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 			return nil, fmt.Errorf("rdb: load scripts into pool %s: %w", opts.Pool, err)
 		}
 	}
+	if _, ok := client.(*redis.ClusterClient); ok {
+		e.cluster = true
+		e.pub = "SPUBLISH"
+		e.retryFor = opts.ClusterRetry
+		if e.retryFor == 0 {
+			e.retryFor = 5 * time.Second
+		}
+	} else {
+		e.pub = "PUBLISH"
+	}
+	if n, err := e.upgrade(ctx); err != nil {
+		return nil, fmt.Errorf("rdb: move pool %s to the slot-group layout: %w", opts.Pool, err)
+	} else if n > 0 {
+		e.log.WithField("queues", n).Warn("moved the pool's queues from the layout before slot groups (doc/keys.md)")
+	}
 	e.waiters = newWaiters(e)
 	e.autoPipe = !opts.NoAutoPipeline
 	if e.autoPipe {
@@ -185,7 +218,7 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 // is done. It returns nil after a clean stop.
 func (e *Engine) Run(ctx context.Context) error {
 	if e.autoPipe {
-		e.pipe.Store(newAutoPipeline(e.rdb, autoPipelineSenders, autoPipelineBatch))
+		e.pipe.Store(newAutoPipeline(e.rdb, autoPipelineSenders, autoPipelineBatch, e.retryFor))
 	}
 	var wg sync.WaitGroup
 	wg.Add(4)
@@ -216,7 +249,7 @@ func (e *Engine) runScript(ctx context.Context, s *redis.Script, keys []string, 
 	if p := e.pipe.Load(); p != nil {
 		return p.run(ctx, s, keys, args...)
 	}
-	return s.Run(ctx, e.rdb, keys, args...)
+	return e.run(ctx, s, keys, args...)
 }
 
 // ms is t in Unix milliseconds, rounded down: the pump moves entries whose
@@ -256,7 +289,7 @@ func (e *Engine) Publish(ctx context.Context, req *engine.PublishRequest) (strin
 		if err := checkPublish(req.Namespace, req.Queue, req); err != nil {
 			return "", err
 		}
-		op, err := e.pubs.do(ctx, publishLane(req.Namespace, req.Queue), pubOp{req: req})
+		op, err := e.pubs.do(ctx, e.publishLane(req.Namespace, req.Queue), pubOp{req: req})
 		return op.id, err
 	}
 	ids, err := e.PublishBatch(ctx, []*engine.PublishRequest{req})
@@ -269,8 +302,43 @@ func (e *Engine) Publish(ctx context.Context, req *engine.PublishRequest) (strin
 
 // PublishEach implements engine.Batcher: the plain publishes among
 // reqs run as coalesced batches of up to coalesceMax jobs (one script call
-// each, whatever their queues), the others one by one through Publish.
+// each, whatever their queues; on a cluster, of one slot group), the
+// others one by one through Publish.
 func (e *Engine) PublishEach(ctx context.Context, reqs []*engine.PublishRequest, ids []string, errs []error) {
+	if e.cluster && e.pubs != nil {
+		// One batch per slot group, in the order the groups first appear.
+		var order []int
+		byGroup := map[int][]int{}
+		for i, r := range reqs {
+			g := -1 // not a plain publish: Publish handles it
+			if r != nil && r.ID == "" && r.Replaces == "" && r.Key == "" && checkNames(r.Namespace, r.Queue) == nil {
+				g = slotGroup(r.Namespace, r.Queue)
+			}
+			if _, ok := byGroup[g]; !ok {
+				order = append(order, g)
+			}
+			byGroup[g] = append(byGroup[g], i)
+		}
+		if len(order) > 1 {
+			for _, g := range order {
+				at := byGroup[g]
+				sub := make([]*engine.PublishRequest, len(at))
+				for k, i := range at {
+					sub[k] = reqs[i]
+				}
+				subIDs, subErrs := make([]string, len(at)), make([]error, len(at))
+				e.publishEach(ctx, sub, subIDs, subErrs)
+				for k, i := range at {
+					ids[i], errs[i] = subIDs[k], subErrs[k]
+				}
+			}
+			return
+		}
+	}
+	e.publishEach(ctx, reqs, ids, errs)
+}
+
+func (e *Engine) publishEach(ctx context.Context, reqs []*engine.PublishRequest, ids []string, errs []error) {
 	var calls []*batchCall[pubOp]
 	var at []int // calls[k] is reqs[at[k]]
 	for i, r := range reqs {
@@ -305,22 +373,27 @@ type pubOp struct {
 	id  string
 }
 
-// publishLanes is how many publish batches of a pool may be in flight at
-// once: publishes are coalesced across queues within a lane, and a queue
-// always uses the same lane.
+// publishLanes is how many publish batches of a pool on one Redis may be
+// in flight at once: publishes are coalesced across queues within a lane,
+// and a queue always uses the same lane. On a cluster a lane is a slot
+// group, as one script call touches one slot.
 const publishLanes = 4
 
-var laneKeys = [publishLanes]string{"0", "1", "2", "3"}
-
-// publishLane returns the coalescing key of publishes to ns/q (FNV-1a).
-func publishLane(ns, q string) string {
-	h := uint32(2166136261)
-	for _, s := range [2]string{ns, q} {
-		for i := 0; i < len(s); i++ {
-			h = (h ^ uint32(s[i])) * 16777619
-		}
+var laneKeys = func() (k [slotGroups]string) {
+	for g := range k {
+		k[g] = strconv.Itoa(g)
 	}
-	return laneKeys[h%publishLanes]
+	return k
+}()
+
+// publishLane returns the coalescing key of publishes to ns/q: its slot
+// group on a cluster, else the group modulo publishLanes.
+func (e *Engine) publishLane(ns, q string) string {
+	g := slotGroup(ns, q)
+	if !e.cluster {
+		g %= publishLanes
+	}
+	return laneKeys[g]
 }
 
 // publishCoalesced runs coalesced publishes, of one or several queues, as
@@ -334,6 +407,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		names  *queueNames
 		record bool
 		jobs   int
+		full   bool // a job is delayed or has a priority (publishManyScript's kind "f")
 	}
 	// Group the jobs by queue. A linear search is enough: a batch holds at
 	// most coalesceMax jobs, and a map (with its growth) cost more than the
@@ -351,6 +425,9 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 			queues = append(queues, queue{ns: r.Namespace, q: r.Queue, names: qn, record: !qn.recorded.Load()})
 		}
 		queues[g].jobs++
+		if r.Priority != 0 || !readyNow(r, nowMS) {
+			queues[g].full = true
+		}
 		group[i] = g
 	}
 	// The script takes the jobs grouped by queue, in arrival order within
@@ -365,17 +442,28 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		pos[i], at[next[g]] = next[g], i
 		next[g]++
 	}
-	keys := make([]string, 2+n)
-	args := make([]interface{}, 2+2*m+5*n, 2+2*m+5*n+m)
-	keys[0], keys[1] = timerIndexKey, metaNamespacesKey
-	args[0], args[1] = timerChannel, m
-	for g, qu := range queues {
-		args[2+2*g], args[3+2*g] = qu.names.member, qu.jobs
-		if qu.record { // after every job's arguments, as the script reads them
-			args = append(args, qu.names.member)
+	keys := make([]string, 0, 6*m+n)
+	args := make([]interface{}, 4, 4+5*m+5*n)
+	for _, qu := range queues {
+		qn := qu.names
+		kind := pubKinds[b2i(qu.full)][b2i(qu.record)]
+		args = append(args, kind, qu.jobs, qn.argChannel)
+		keys = append(keys, qn.ready)
+		if qu.full || qu.record {
+			args = append(args, qn.argMember)
+		}
+		if qu.full {
+			args = append(args, qn.argWake)
+			keys = append(keys, qn.timer, qn.prio, qn.config, qn.index)
+		}
+		if qu.record {
+			keys = append(keys, qn.registry)
 		}
 	}
-	k0, e0, v0 := 2, 2+2*m, 2+2*m+n // a job's key, ready entry, other arguments
+	k0, e0, v0 := len(keys), len(args), len(args)+n // a job's key, ready entry, other arguments
+	args[0], args[1], args[2], args[3] = e.pub, m, k0, e0
+	keys = keys[:k0+n]
+	args = args[:v0+4*n]
 	fail := func(err error) {
 		for _, c := range batch {
 			c.err = err
@@ -454,6 +542,33 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 	}
 }
 
+// pubKinds are publishManyScript's queue kinds: [full][record].
+var pubKinds = [2][2]interface{}{{"p", "pr"}, {"f", "fr"}}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// readyNow reports whether job r published at nowMS is ready at once
+// (jobValue's due time is not after nowMS).
+func readyNow(r *engine.PublishRequest, nowMS int64) bool {
+	if !r.DueAt.IsZero() {
+		return ceilMS(r.DueAt) <= nowMS
+	}
+	return r.Delay <= 0
+}
+
+// flag is a boolean script argument: "1" or "0".
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
 // checkPublish validates one job of a publish to ns/q.
 func checkPublish(ns, q string, r *engine.PublishRequest) error {
 	if r == nil {
@@ -505,14 +620,20 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 	ids := make([]string, len(reqs))
 	generated := make([]bool, len(reqs))
 	qn := e.names.get([3]string{ns, q})
-	keys := make([]string, 7+len(reqs))
-	keys[0], keys[1], keys[2], keys[3], keys[4] = qn.ready, qn.timer, timerIndexKey, qn.prio, qn.config
-	args := make([]interface{}, 5+5*len(reqs))
-	args[0] = qn.member
-	args[1] = qn.channel
-	args[2] = timerChannel
+	// The first publish to the queue through this engine also records it
+	// in its group's registry, in the same round trip.
+	record := !qn.recorded.Load()
+	keys := make([]string, 8+len(reqs))
+	keys[0], keys[1], keys[2], keys[3], keys[4] = qn.ready, qn.timer, qn.index, qn.prio, qn.config
+	keys[7] = qn.registry
+	args := make([]interface{}, 7+5*len(reqs))
+	args[0] = qn.argMember
+	args[1] = qn.argChannel
+	args[2] = qn.argWake
 	args[3] = ""
 	args[4] = "0"
+	args[5] = flag(record)
+	args[6] = e.pub
 	keys[5], keys[6] = keys[0], keys[0] // unused unless set below; same slot
 	// delayed counts the jobs that go to the timer rather than the ready queue.
 	delayed := 0
@@ -535,8 +656,8 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 		if err != nil {
 			return nil, fmt.Errorf("publish %s/%s: %w", ns, q, err)
 		}
-		keys[7+i] = qn.jobPrefix + id
-		b := 5 + 5*i
+		keys[8+i] = qn.jobPrefix + id
+		b := 7 + 5*i
 		args[b] = packEntry(r.Tries, id)
 		args[b+1] = value
 		args[b+2] = durMS(r.TTL)
@@ -545,13 +666,6 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 		if due > nowMS {
 			delayed++
 		}
-	}
-	// The first publish to the queue through this engine also records it
-	// in lmstfy's registries, in the same round trip.
-	record := !qn.recorded.Load()
-	if record {
-		keys = append(keys, metaNamespacesKey, qn.metaQueues)
-		args = append(args, ns, q)
 	}
 	for attempt := 0; ; attempt++ {
 		res, replicas, err := e.runPublish(ctx, publishScript, keys, args)
@@ -589,7 +703,7 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 		if k < 0 || k >= len(reqs) {
 			return nil, fmt.Errorf("publish %s/%s: unexpected reply %v", ns, q, res)
 		}
-		if k == 0 && generated[0] && e.ownEarlierWrite(ctx, keys[7], args[6]) {
+		if k == 0 && generated[0] && e.ownEarlierWrite(ctx, keys[8], args[8]) {
 			// The script ran already (atomic: every job is there).
 			if delayed > 0 {
 				e.wakePump()
@@ -612,8 +726,8 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 		// that job with a fresh one.
 		r := reqs[k]
 		ids[k] = engine.NewJobID(now, jobDelay(r, now), r.Versioned)
-		keys[7+k] = qn.jobPrefix + ids[k]
-		args[5+5*k] = packEntry(r.Tries, ids[k])
+		keys[8+k] = qn.jobPrefix + ids[k]
+		args[7+5*k] = packEntry(r.Tries, ids[k])
 	}
 }
 
@@ -905,63 +1019,97 @@ func (e *Engine) consumeCoalesced(ctx context.Context, batch []*batchCall[consum
 // that want want[i] jobs each, and puts each one's jobs in out[i]. It loops
 // only while stale entries used up the pop budget of a call. When the
 // script leaves the queues empty, waiters learns it (waiters.go).
+//
+// On a cluster, one call touches one slot group: a consume over queues of
+// several groups runs one call per run of consecutive queues of a group,
+// in the queues' priority order, until the consumers have their jobs.
 func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, want []int, out [][]*engine.Job) error {
 	marks := e.waiters.mark(req.Namespace, req.Queues)
-	n := len(req.Queues)
-	keys := make([]string, 4*n+1)
-	args := make([]interface{}, 5+2*n)
+	names := make([]*queueNames, len(req.Queues))
 	for i, q := range req.Queues {
-		qn := e.names.get([3]string{req.Namespace, q})
-		keys[i], keys[n+i], keys[2*n+i], keys[3*n+i] = qn.ready, qn.timer, qn.prio, qn.config
-		args[5+i], args[5+n+i] = qn.jobPrefix, qn.member
+		names[i] = e.names.get([3]string{req.Namespace, q})
 	}
-	keys[4*n] = timerIndexKey
-	args[2] = consumeScanBudget
-	args[3] = timerChannel
 	total := 0
 	for _, w := range want {
 		total += w
 	}
 	next, got := 0, 0 // the consumer served next, jobs handed out
-	for {
-		now := e.now()
-		due := ceilMS(now) + durMS(req.TTR)
-		args[0] = due
-		args[1] = total - got
-		args[4] = newReceiptBase()
-		res, err := e.runScript(ctx, consumeScript, keys, args...).Slice()
-		if err != nil {
-			return fmt.Errorf("consume %s/%v: %w", req.Namespace, req.Queues, err)
+	now := e.now()
+	allEmpty := true
+	for lo := 0; lo < len(names); {
+		hi := len(names)
+		if e.cluster {
+			for hi = lo + 1; hi < len(names) && names[hi].group == names[lo].group; hi++ {
+			}
 		}
-		more, empty, earliest, popped, jobs, err := e.decodeConsumed(req, res, due)
+		empty, err := e.consumeRun(ctx, req, names, lo, hi, total, &got, &next, want, out)
 		if err != nil {
 			return err
 		}
+		allEmpty = allEmpty && empty
+		if got >= total && hi < len(names) {
+			allEmpty = false // the queues after hi were not looked at
+			break
+		}
+		lo = hi
+	}
+	if allEmpty {
+		e.waiters.sawEmpty(marks)
+	}
+	for _, jobs := range out {
+		e.metrics.consumed(req.Namespace, jobs, now)
+		e.histConsumed(req.Namespace, jobs, now)
+	}
+	return nil
+}
+
+// consumeRun runs the consume script over req's queues lo..hi-1 (one slot
+// group on a cluster) until the consumers have total jobs, the queues are
+// empty, or a call found nothing; it reports whether the queues are empty.
+func (e *Engine) consumeRun(ctx context.Context, req *engine.ConsumeRequest, names []*queueNames, lo, hi, total int, got, next *int, want []int, out [][]*engine.Job) (bool, error) {
+	n := hi - lo
+	keys := make([]string, 6*n)
+	args := make([]interface{}, 5+2*n)
+	for i, qn := range names[lo:hi] {
+		k := keys[6*i : 6*i+6]
+		k[0], k[1], k[2], k[3], k[4], k[5] = qn.ready, qn.timer, qn.prio, qn.config, qn.index, qn.jobPrefix
+		args[5+2*i], args[6+2*i] = qn.argMember, qn.argWake
+	}
+	args[2] = consumeScanBudget
+	args[3] = e.pub
+	for {
+		due := ceilMS(e.now()) + durMS(req.TTR)
+		args[0] = due
+		args[1] = total - *got
+		args[4] = newReceiptBase()
+		res, err := e.runScript(ctx, consumeScript, keys, args...).Slice()
+		if err != nil {
+			return false, fmt.Errorf("consume %s/%v: %w", req.Namespace, req.Queues, err)
+		}
+		more, empty, earliest, popped, jobs, err := e.decodeConsumed(req, lo, n, res, due)
+		if err != nil {
+			return false, err
+		}
 		e.metrics.popped(popped)
-		if empty {
-			e.waiters.sawEmpty(marks)
-		}
 		for _, j := range jobs {
-			for len(out[next]) >= want[next] {
-				next++
+			for len(out[*next]) >= want[*next] {
+				*next++
 			}
-			out[next] = append(out[next], j)
+			out[*next] = append(out[*next], j)
 		}
-		got += len(jobs)
+		*got += len(jobs)
 		if earliest > 0 {
 			e.wakePump()
 		}
-		if !more || got >= total {
-			for _, jobs := range out {
-				e.metrics.consumed(req.Namespace, jobs, now)
-				e.histConsumed(req.Namespace, jobs, now)
-			}
-			return nil
+		if !more || *got >= total {
+			return empty, nil
 		}
 	}
 }
 
-func (e *Engine) decodeConsumed(req *engine.ConsumeRequest, res []interface{}, due int64) (more, empty bool, earliest, popped int64, jobs []*engine.Job, err error) {
+// decodeConsumed decodes the reply of a consume call over the n queues of
+// req from lo.
+func (e *Engine) decodeConsumed(req *engine.ConsumeRequest, lo, n int, res []interface{}, due int64) (more, empty bool, earliest, popped int64, jobs []*engine.Job, err error) {
 	const head, per = 3, 9
 	if len(res) < head || (len(res)-head)%per != 0 {
 		return false, false, 0, 0, nil, fmt.Errorf("consume: unexpected reply of %d items", len(res))
@@ -979,10 +1127,10 @@ func (e *Engine) decodeConsumed(req *engine.ConsumeRequest, res []interface{}, d
 		nonce, _ := res[i+6].(string)
 		prio, _ := res[i+7].(int64)
 		format, _ := res[i+8].(int64)
-		if pos < 1 || int(pos) > len(req.Queues) {
+		if pos < 1 || int(pos) > n {
 			return false, false, 0, 0, nil, fmt.Errorf("consume: bad queue position %d", pos)
 		}
-		j, err := makeJob(req.Namespace, req.Queues[pos-1], id, byte(format), []byte(payload), pttl)
+		j, err := makeJob(req.Namespace, req.Queues[lo+int(pos)-1], id, byte(format), []byte(payload), pttl)
 		if err != nil {
 			e.log.WithError(err).WithField("job_id", id).Error("consume: undecodable job body")
 			continue
@@ -1051,7 +1199,7 @@ func (e *Engine) PeekQueue(ctx context.Context, ns, q string) (*engine.Job, erro
 	if err := checkNames(ns, q); err != nil {
 		return nil, fmt.Errorf("peek: %w", err)
 	}
-	res, err := peekQueueScript.Run(ctx, e.rdb, []string{readyKey(ns, q), prioKey(ns, q)}, jobKeyPrefix(ns, q), peekScanBudget).Slice()
+	res, err := e.run(ctx, peekQueueScript, []string{readyKey(ns, q), prioKey(ns, q), jobKeyPrefix(ns, q)}, peekScanBudget).Slice()
 	if errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("peek %s/%s: %w", ns, q, engine.ErrQueueEmpty)
 	}
@@ -1074,7 +1222,7 @@ func (e *Engine) PeekJob(ctx context.Context, ns, q, id string) (*engine.Job, er
 	if err := checkNames(ns, q); err != nil {
 		return nil, fmt.Errorf("peek job: %w", err)
 	}
-	res, err := peekJobScript.Run(ctx, e.rdb, []string{jobKey(ns, q, id)}).Slice()
+	res, err := e.run(ctx, peekJobScript, []string{jobKey(ns, q, id)}).Slice()
 	if errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("peek job %s/%s/%s: %w", ns, q, id, engine.ErrJobNotFound)
 	}
@@ -1095,7 +1243,7 @@ func (e *Engine) PeekJob(ctx context.Context, ns, q, id string) (*engine.Job, er
 // Entries of gone jobs stranded behind live ones count until the reclaimer
 // (reclaim.go) removes them.
 func (e *Engine) Size(ctx context.Context, ns, q string) (int64, error) {
-	n, err := sizeScript.Run(ctx, e.rdb, []string{readyKey(ns, q), prioKey(ns, q)}, jobKeyPrefix(ns, q), sizeScanBudget).Int64()
+	n, err := e.run(ctx, sizeScript, []string{readyKey(ns, q), prioKey(ns, q), jobKeyPrefix(ns, q)}, sizeScanBudget).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("size %s/%s: %w", ns, q, err)
 	}
@@ -1107,10 +1255,11 @@ func (e *Engine) Destroy(ctx context.Context, ns, q string) (int64, error) {
 	if err := checkNames(ns, q); err != nil {
 		return 0, fmt.Errorf("destroy: %w", err)
 	}
-	keys := []string{readyKey(ns, q), timerKey(ns, q), timerIndexKey, prioKey(ns, q)}
+	qn := e.names.get([3]string{ns, q})
+	keys := []string{qn.ready, qn.timer, qn.index, qn.prio, qn.jobPrefix}
 	var total int64
 	for {
-		n, err := destroyScript.Run(ctx, e.rdb, keys, destroyBatch, jobKeyPrefix(ns, q), queueMember(ns, q)).Int64()
+		n, err := e.run(ctx, destroyScript, keys, destroyBatch, qn.member).Int64()
 		if err != nil {
 			return total, fmt.Errorf("destroy %s/%s: %w", ns, q, err)
 		}
@@ -1119,10 +1268,10 @@ func (e *Engine) Destroy(ctx context.Context, ns, q string) (int64, error) {
 			break
 		}
 	}
-	if err := e.rdb.HDel(ctx, metaQueuesKey(ns), q).Err(); err != nil {
+	if err := e.rdb.HDel(ctx, qn.registry, qn.member).Err(); err != nil {
 		return total, fmt.Errorf("destroy %s/%s: %w", ns, q, err)
 	}
-	e.names.get([3]string{ns, q}).recorded.Store(false)
+	qn.recorded.Store(false)
 	return total, nil
 }
 
@@ -1166,14 +1315,14 @@ func (e *Engine) RespawnDeadLetter(ctx context.Context, ns, q string, limit int6
 	if limit <= 0 || ttl < 0 {
 		return 0, fmt.Errorf("respawn: %w", engine.ErrInvalid)
 	}
-	keys := []string{deadKey(ns, q), readyKey(ns, q), prioKey(ns, q), configKey(ns, q)}
+	keys := []string{deadKey(ns, q), readyKey(ns, q), prioKey(ns, q), configKey(ns, q), jobKeyPrefix(ns, q)}
 	var total int64
 	for total < limit {
 		want := limit - total
 		if want > deadBatch {
 			want = deadBatch
 		}
-		res, err := respawnScript.Run(ctx, e.rdb, keys, want, durMS(ttl), jobKeyPrefix(ns, q), readyChannel(ns, q), deadBatch).Int64Slice()
+		res, err := e.run(ctx, respawnScript, keys, want, durMS(ttl), e.pub, readyChannel(ns, q), deadBatch).Int64Slice()
 		if err != nil {
 			return total, fmt.Errorf("respawn %s/%s: %w", ns, q, err)
 		}
@@ -1200,7 +1349,7 @@ func (e *Engine) DeleteDeadLetter(ctx context.Context, ns, q string, limit int64
 		if want > deadBatch {
 			want = deadBatch
 		}
-		n, err := deleteDeadScript.Run(ctx, e.rdb, []string{deadKey(ns, q)}, want, jobKeyPrefix(ns, q)).Int64()
+		n, err := e.run(ctx, deleteDeadScript, []string{deadKey(ns, q), jobKeyPrefix(ns, q)}, want).Int64()
 		if err != nil {
 			return total, fmt.Errorf("delete dead letter %s/%s: %w", ns, q, err)
 		}
@@ -1212,19 +1361,31 @@ func (e *Engine) DeleteDeadLetter(ctx context.Context, ns, q string, limit int64
 	return total, nil
 }
 
-// Info implements engine.Engine.
+// Info implements engine.Engine: the queues of the groups' registries
+// (one HKEYS per group, in one pipeline: one round trip per node).
 func (e *Engine) Info(ctx context.Context) (map[string][]string, error) {
-	nss, err := e.rdb.HKeys(ctx, metaNamespacesKey).Result()
+	cmds := make([]*redis.StringSliceCmd, slotGroups)
+	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for g := range cmds {
+			cmds[g] = p.HKeys(ctx, registryKey(g))
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("info: %w", err)
 	}
-	out := make(map[string][]string, len(nss))
-	for _, ns := range nss {
-		qs, err := e.rdb.HKeys(ctx, metaQueuesKey(ns)).Result()
-		if err != nil {
-			return nil, fmt.Errorf("info %s: %w", ns, err)
+	out := make(map[string][]string)
+	for _, c := range cmds {
+		for _, m := range c.Val() {
+			ns, q, ok := strings.Cut(m, "/")
+			if !ok {
+				continue
+			}
+			out[ns] = append(out[ns], q)
 		}
-		out[ns] = qs
+	}
+	for _, qs := range out {
+		slices.Sort(qs)
 	}
 	return out, nil
 }
@@ -1256,3 +1417,12 @@ func (e *Engine) Stats(ctx context.Context) ([]engine.QueueStats, error) {
 
 // Pool returns the pool's name.
 func (e *Engine) Pool() string { return e.pool }
+
+// publishMsg publishes a Pub/Sub message outside a script: SPUBLISH on a
+// cluster, so that it stays on the node of the channel's slot.
+func (e *Engine) publishMsg(ctx context.Context, channel string, msg interface{}) error {
+	if e.cluster {
+		return e.rdb.SPublish(ctx, channel, msg).Err()
+	}
+	return e.rdb.Publish(ctx, channel, msg).Err()
+}

@@ -142,9 +142,10 @@ func (e *Engine) Release(ctx context.Context, r *engine.ReleaseRequest) error {
 		reason = engine.ReasonNacked
 	}
 	ns, q := r.Namespace, r.Queue
-	keys := []string{jobKey(ns, q, r.ID), timerKey(ns, q), readyKey(ns, q), prioKey(ns, q), configKey(ns, q), deadKey(ns, q), timerIndexKey}
-	code, err := releaseScript.Run(ctx, e.rdb, keys, r.ID, nonce, ceilMS(e.now()), delay, keep, reasonCode(reason),
-		strconv.FormatFloat(rand.Float64(), 'f', 6, 64), queueMember(ns, q), readyChannel(ns, q), timerChannel).Int64()
+	qn := e.names.get([3]string{ns, q})
+	keys := []string{qn.jobPrefix + r.ID, qn.timer, qn.ready, qn.prio, qn.config, qn.dead, qn.index}
+	code, err := e.run(ctx, releaseScript, keys, r.ID, nonce, ceilMS(e.now()), delay, keep, reasonCode(reason),
+		strconv.FormatFloat(rand.Float64(), 'f', 6, 64), qn.member, qn.channel, qn.wake, e.pub).Int64()
 	if err != nil {
 		return fmt.Errorf("release %s/%s/%s: %w", ns, q, r.ID, err)
 	}
@@ -173,8 +174,9 @@ func (e *Engine) Touch(ctx context.Context, ns, q, id, receipt string, ttr time.
 		return time.Time{}, fmt.Errorf("touch: negative ttr: %w", engine.ErrInvalid)
 	}
 	due := ceilMS(e.now()) + durMS(ttr)
-	code, err := touchScript.Run(ctx, e.rdb, []string{jobKey(ns, q, id), timerKey(ns, q), timerIndexKey},
-		id, nonce, due, queueMember(ns, q), timerChannel).Int64()
+	qn := e.names.get([3]string{ns, q})
+	code, err := e.run(ctx, touchScript, []string{qn.jobPrefix + id, qn.timer, qn.index},
+		id, nonce, due, qn.member, qn.wake, e.pub).Int64()
 	if err != nil {
 		return time.Time{}, fmt.Errorf("touch %s/%s/%s: %w", ns, q, id, err)
 	}
@@ -190,7 +192,7 @@ func (e *Engine) CancelKey(ctx context.Context, ns, q, key string) (string, erro
 	if err := checkNames(ns, q); err != nil {
 		return "", fmt.Errorf("cancel: %w", err)
 	}
-	id, err := cancelKeyScript.Run(ctx, e.rdb, []string{uniqueKey(ns, q, key), timerKey(ns, q)}, jobKeyPrefix(ns, q)).Text()
+	id, err := e.run(ctx, cancelKeyScript, []string{uniqueKey(ns, q, key), timerKey(ns, q), jobKeyPrefix(ns, q)}).Text()
 	if errors.Is(err, redis.Nil) {
 		return "", fmt.Errorf("cancel %s/%s key %q: %w", ns, q, key, engine.ErrJobNotFound)
 	}
@@ -281,7 +283,7 @@ func (e *Engine) SetQueueConfig(ctx context.Context, ns, q string, cfg engine.Qu
 		// send their own message), and at least one, as the message also
 		// tells the servers that the queue is no longer known empty.
 		n := max(ready.Val()+prio.Val(), 1)
-		if err := e.rdb.Publish(ctx, readyChannel(ns, q), n).Err(); err != nil {
+		if err := e.publishMsg(ctx, readyChannel(ns, q), n); err != nil {
 			e.log.WithError(err).Warn("resume: wake-up not published; waiting consumers look at the next sweep")
 		}
 	}
@@ -296,7 +298,7 @@ func (e *Engine) ListDeadLetter(ctx context.Context, ns, q string, offset, limit
 	if offset < 0 || limit < 1 || limit > 1000 {
 		return nil, fmt.Errorf("list dead letter: %w", engine.ErrInvalid)
 	}
-	res, err := listDeadScript.Run(ctx, e.rdb, []string{deadKey(ns, q)}, jobKeyPrefix(ns, q), offset, limit).Slice()
+	res, err := e.run(ctx, listDeadScript, []string{deadKey(ns, q), jobKeyPrefix(ns, q)}, offset, limit).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("list dead letter %s/%s: %w", ns, q, err)
 	}
@@ -325,7 +327,7 @@ func (e *Engine) RespawnDeadJob(ctx context.Context, ns, q, id string, ttl time.
 		return fmt.Errorf("respawn: negative ttl: %w", engine.ErrInvalid)
 	}
 	keys := []string{jobKey(ns, q, id), deadKey(ns, q), readyKey(ns, q), prioKey(ns, q), configKey(ns, q)}
-	code, err := respawnOneScript.Run(ctx, e.rdb, keys, id, durMS(ttl), readyChannel(ns, q)).Int64()
+	code, err := e.run(ctx, respawnOneScript, keys, id, durMS(ttl), readyChannel(ns, q), e.pub).Int64()
 	if err != nil {
 		return fmt.Errorf("respawn %s/%s/%s: %w", ns, q, id, err)
 	}
@@ -340,7 +342,7 @@ func (e *Engine) DeleteDeadJob(ctx context.Context, ns, q, id string) error {
 	if err := checkNames(ns, q); err != nil {
 		return fmt.Errorf("delete dead job: %w", err)
 	}
-	code, err := deleteDeadOneScript.Run(ctx, e.rdb, []string{jobKey(ns, q, id), deadKey(ns, q)}, id).Int64()
+	code, err := e.run(ctx, deleteDeadOneScript, []string{jobKey(ns, q, id), deadKey(ns, q)}, id).Int64()
 	if err != nil {
 		return fmt.Errorf("delete dead job %s/%s/%s: %w", ns, q, id, err)
 	}

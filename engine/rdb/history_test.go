@@ -384,9 +384,9 @@ func TestHistoryMemoryPerQueueDay(t *testing.T) {
 				t.Fatal(err)
 			}
 			switch {
-			case strings.HasPrefix(k, "h/{"+ns+"/"+q+"}"):
+			case strings.HasPrefix(k, strings.TrimSuffix(queueHistoryKey(ns, q, 0), "0")):
 				queueBytes += n
-			case strings.HasPrefix(k, "h/{"+ns+"/full}"):
+			case strings.HasPrefix(k, strings.TrimSuffix(queueHistoryKey(ns, "full", 0), "0")):
 				fullBytes += n
 				if enc, err := client.ObjectEncoding(bg, k).Result(); err != nil || enc != "listpack" {
 					t.Errorf("%s is encoded %q (%v), want listpack", k, enc, err)

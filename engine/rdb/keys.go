@@ -1,60 +1,125 @@
 package rdb
 
-import "sync/atomic"
-
-// Every Redis key and channel Kairos uses is built here. Keys of one queue
-// share the hash tag {ns/q}, so that on Redis Cluster every per-queue script
-// touches one slot (doc/keys.md).
-
-const (
-	// timerIndexKey is the per-pool sorted set of queues with timer entries:
-	// member "ns/q", score = the earliest due time (ms) in that queue's timer.
-	timerIndexKey = "timer_index"
-	// timerChannel carries "a job falls due at <ms>" wake-ups to the pumps of
-	// every server instance sharing the pool.
-	timerChannel = "kairos/timer"
-	// metaNamespacesKey is lmstfy's hash of known namespaces (ns → 1).
-	metaNamespacesKey = "m/ns"
+import (
+	"strings"
+	"sync/atomic"
 )
 
-// queueMember is a queue's name in the timer index and in key tags.
+// Every Redis key and channel Kairos uses is built here (the Kairos
+// extensions' ones in keys_ext.go, the layout before slot groups, read only
+// by the upgrade, in upgrade.go). Scripts get every key in KEYS; the only
+// names a script completes are job body keys, a prefix from KEYS plus an
+// ID it read from a structure of the same queue.
+//
+// Slot groups. Every queue belongs to one of slotGroups groups (FNV-1a of
+// "ns/q", slotGroup), and every key of the queue carries its group's hash
+// tag {T} (groupTags), as do the group's timer index, queue registry and
+// wake-up channel. So on Redis Cluster each group is one hash slot, and a
+// script of a queue touches one slot: its keys, and the index and registry
+// entries its scripts update. The pump walks the groups. Standalone and
+// Sentinel pools use the same layout (doc/keys.md).
+
+// slotGroups is the number of slot groups of a pool. It is part of the key
+// layout: changing it moves every queue (doc/keys.md says why 64).
+const slotGroups = 64
+
+// groupTags are the groups' hash tags: two letters each, to keep keys
+// short (a delayed job costs no more memory than in lmstfy's layout). The
+// tag of group g hashes to a slot in [256g, 256g+256), so that the groups
+// spread evenly over the masters of a cluster whose slots were assigned in
+// equal ranges (redis-cli --cluster create): 64 groups over 3 masters are
+// 21, 21 and 22. Each is the first of "aa", "ab", …, "zz" whose CRC16
+// lands there; TestGroupTags checks it.
+var groupTags = [slotGroups]string{
+	"bh", "bd", "by", "bq", "aa", "ai", "ap", "ax",
+	"ea", "ds", "dj", "db", "fh", "fd", "fy", "fq",
+	"bi", "ba", "bx", "bp", "ad", "ah", "aq", "ay",
+	"dz", "dr", "dk", "dc", "fi", "fa", "fx", "fp",
+	"bj", "bb", "ca", "bs", "ac", "ak", "ar", "az",
+	"dy", "dq", "dh", "dd", "fj", "fb", "ga", "fs",
+	"bk", "bc", "bz", "br", "ab", "aj", "as", "nz",
+	"dx", "dp", "di", "da", "fk", "fc", "fz", "fr",
+}
+
+// slotGroup is the slot group of queue ns/q: FNV-1a (32 bits) of "ns/q",
+// modulo slotGroups.
+func slotGroup(ns, q string) int {
+	h := uint32(2166136261)
+	for _, s := range [3]string{ns, "/", q} {
+		for i := 0; i < len(s); i++ {
+			h = (h ^ uint32(s[i])) * 16777619
+		}
+	}
+	return int(h % slotGroups)
+}
+
+// queueTag is the hash tag of queue ns/q's keys: "{T}".
+func queueTag(ns, q string) string { return "{" + groupTags[slotGroup(ns, q)] + "}" }
+
+// queueMember is a queue's name in its group's timer index and registry.
 func queueMember(ns, q string) string { return ns + "/" + q }
 
-// jobKeyPrefix is the prefix of the queue's job body keys: j/{ns/q}/.
-func jobKeyPrefix(ns, q string) string { return "j/{" + ns + "/" + q + "}/" }
+// timerIndexKey is group g's timer index ti/{T}: a sorted set of the
+// group's queues with timer entries, member "ns/q", score = the earliest
+// due time (ms) in that queue's timer.
+func timerIndexKey(g int) string { return "ti/{" + groupTags[g] + "}" }
 
-// jobKey is a job's body key: j/{ns/q}/ID (string, SET NX with PX ttl).
+// registryKey is group g's queue registry m/{T}: a hash of the group's
+// queues, field "ns/q" → 1 (what lmstfy kept in m/ns and m/ns/NS).
+func registryKey(g int) string { return "m/{" + groupTags[g] + "}" }
+
+// wakeChannel carries "a job of group g falls due at <ms>" wake-ups to
+// the pumps of every server instance sharing the pool: w/{T}.
+func wakeChannel(g int) string { return "w/{" + groupTags[g] + "}" }
+
+// queueBase is "{T}ns/q", what follows the type letter and slash in the
+// names of the queue's keys. No slash after the tag: a job key stays 60
+// bytes with typical names (j/{T}order-service/cancel-unpaid/ID), inside
+// the allocator's 64-byte class, as lmstfy's j/ns/q/ID
+// (TestMemoryPerDelayedJob).
+func queueBase(ns, q string) string { return queueTag(ns, q) + ns + "/" + q }
+
+// jobKeyPrefix is the prefix of the queue's job body keys: j/{T}ns/q/.
+func jobKeyPrefix(ns, q string) string { return "j/" + queueBase(ns, q) + "/" }
+
+// jobKey is a job's body key: j/{T}ns/q/ID (string, SET NX with PX ttl).
 func jobKey(ns, q, id string) string { return jobKeyPrefix(ns, q) + id }
 
-// readyKey is the ready list: q/{ns/q} (LPUSH in, RPOP out).
-func readyKey(ns, q string) string { return "q/{" + ns + "/" + q + "}" }
+// readyKey is the ready list: q/{T}ns/q (LPUSH in, RPOP out).
+func readyKey(ns, q string) string { return "q/" + queueBase(ns, q) }
 
-// timerKey is the queue's timer: t/{ns/q}, delayed and in-flight entries
+// timerKey is the queue's timer: t/{T}ns/q, delayed and in-flight entries
 // scored by due time in milliseconds.
-func timerKey(ns, q string) string { return "t/{" + ns + "/" + q + "}" }
+func timerKey(ns, q string) string { return "t/" + queueBase(ns, q) }
 
-// deadKey is the dead letter list: d/{ns/q}.
-func deadKey(ns, q string) string { return "d/{" + ns + "/" + q + "}" }
+// deadKey is the dead letter list: d/{T}ns/q.
+func deadKey(ns, q string) string { return "d/" + queueBase(ns, q) }
 
 // readyChannel is published to when jobs become ready in the queue; the
 // payload is how many. Servers subscribe only while consumers wait on it.
-func readyChannel(ns, q string) string { return "n/" + ns + "/" + q }
+// It carries the group's tag, so that on a cluster it is a sharded channel
+// of the queue's slot: n/{T}ns/q.
+func readyChannel(ns, q string) string { return "n/" + queueBase(ns, q) }
 
-// metaQueuesKey is lmstfy's hash of a namespace's queues (q → 1).
-func metaQueuesKey(ns string) string { return "m/ns/" + ns }
-
-// queueNames are the names a queue's hot-path scripts use, built once per
-// queue (Engine.names, keyed {ns, q, ""}) rather than concatenated for
-// every call, and what the engine remembers of the queue, so that a
-// publish looks a queue up once.
+// queueNames are the names a queue's scripts use, built once per queue
+// (Engine.names, keyed {ns, q, ""}) rather than concatenated for every
+// call, and what the engine remembers of the queue, so that a publish
+// looks a queue up once.
 type queueNames struct {
-	member, ready, timer, prio, config, channel, jobPrefix, metaQueues string
+	group                                                        int
+	member, ready, timer, prio, config, dead, channel, jobPrefix string
+	// index, registry and wake are the group's timer index, queue
+	// registry and wake-up channel.
+	index, registry, wake string
+	// argMember, argChannel and argWake are member, channel and wake as
+	// script arguments, boxed once rather than at every call.
+	argMember, argChannel, argWake interface{}
 
-	// recorded: this engine has recorded the queue in lmstfy's registries
-	// (m/ns, m/ns/NS). While it is false, a publish script records the
-	// queue in the same round trip, and it is set once that succeeded;
-	// Destroy clears it. Lost when the memo is emptied: the next publish
-	// records the queue again, which is harmless.
+	// recorded: this engine has recorded the queue in its group's
+	// registry. While it is false, a publish script records the queue in
+	// the same round trip, and it is set once that succeeded; Destroy
+	// clears it. Lost when the memo is emptied: the next publish records
+	// the queue again, which is harmless.
 	recorded atomic.Bool
 	// publishes is the queue's publish counter (a prometheus.Counter), set
 	// at its first publish (poolMetrics.publishedQueue), and acks its ACK
@@ -66,14 +131,56 @@ type queueNames struct {
 }
 
 func newQueueNames(ns, q string) *queueNames {
-	return &queueNames{
-		member:     queueMember(ns, q),
-		ready:      readyKey(ns, q),
-		timer:      timerKey(ns, q),
-		prio:       prioKey(ns, q),
-		config:     configKey(ns, q),
-		channel:    readyChannel(ns, q),
-		jobPrefix:  jobKeyPrefix(ns, q),
-		metaQueues: metaQueuesKey(ns),
+	g := slotGroup(ns, q)
+	qn := &queueNames{
+		group:     g,
+		member:    queueMember(ns, q),
+		ready:     readyKey(ns, q),
+		timer:     timerKey(ns, q),
+		prio:      prioKey(ns, q),
+		config:    configKey(ns, q),
+		dead:      deadKey(ns, q),
+		channel:   readyChannel(ns, q),
+		jobPrefix: jobKeyPrefix(ns, q),
+		index:     timerIndexKey(g),
+		registry:  registryKey(g),
+		wake:      wakeChannel(g),
 	}
+	qn.argMember, qn.argChannel, qn.argWake = qn.member, qn.channel, qn.wake
+	return qn
 }
+
+var tagGroups = func() map[string]int {
+	m := make(map[string]int, slotGroups)
+	for g, t := range groupTags {
+		m[t] = g
+	}
+	return m
+}()
+
+// channelGroup returns the slot group of a channel built here (its tag),
+// or 0.
+func channelGroup(c string) int {
+	i := strings.IndexByte(c, '{')
+	if i < 0 {
+		return 0
+	}
+	j := strings.IndexByte(c[i:], '}')
+	if j < 0 {
+		return 0
+	}
+	return tagGroups[c[i+1:i+j]]
+}
+
+// isWakeChannel reports whether c is a group's wake-up channel.
+func isWakeChannel(c string) bool { return strings.HasPrefix(c, "w/{") }
+
+// JobKey is the Redis key of job id of queue ns/q, for tools and tests
+// that look at a pool's Redis directly (doc/keys.md).
+func JobKey(ns, q, id string) string { return jobKey(ns, q, id) }
+
+// ReadyKey is the Redis key of the ready list of queue ns/q.
+func ReadyKey(ns, q string) string { return readyKey(ns, q) }
+
+// TimerKey is the Redis key of the timer of queue ns/q.
+func TimerKey(ns, q string) string { return timerKey(ns, q) }

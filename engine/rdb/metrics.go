@@ -408,22 +408,51 @@ func (c *RedisCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, e := range c.engines {
-		info, err := e.rdb.Info(ctx).Result()
+		fields, err := e.redisInfo(ctx)
 		if err != nil {
 			e.log.WithError(err).Warn("collect redis info")
 			continue
 		}
-		db := 0
-		if o, ok := e.rdb.(interface{ Options() *redis.Options }); ok {
-			db = o.Options().DB
-		}
-		fields := parseInfo(info, db)
 		for _, g := range c.gauges {
 			if v, ok := fields[g.field]; ok {
 				ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v, e.pool)
 			}
 		}
 	}
+}
+
+// redisInfo returns the numeric fields of the pool's INFO (parseInfo); on
+// a cluster, the sums over the masters (one INFO each, ForEachMaster): a
+// cluster client would send INFO to one node. maxmemory is the sum too, the
+// memory the pool may use.
+func (e *Engine) redisInfo(ctx context.Context) (map[string]float64, error) {
+	cc, ok := e.rdb.(*redis.ClusterClient)
+	if !ok {
+		info, err := e.rdb.Info(ctx).Result()
+		if err != nil {
+			return nil, err
+		}
+		db := 0
+		if o, ok := e.rdb.(interface{ Options() *redis.Options }); ok {
+			db = o.Options().DB
+		}
+		return parseInfo(info, db), nil
+	}
+	var mu sync.Mutex
+	sum := make(map[string]float64)
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		info, err := node.Info(ctx).Result()
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for k, v := range parseInfo(info, 0) {
+			sum[k] += v
+		}
+		return nil
+	})
+	return sum, err
 }
 
 // parseInfo returns the numeric fields of an INFO reply, with keys and

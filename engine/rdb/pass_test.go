@@ -12,7 +12,7 @@ import (
 // calls share round trips, run in step order, and steps that make several
 // calls, none, or lead a coalesced batch all finish.
 func TestTogether(t *testing.T) {
-	for _, tier := range coalesceTiers {
+	for _, tier := range engineTiers {
 		t.Run(tier.name, func(t *testing.T) {
 			client := tier.client(t)
 			e := startEngine(t, client, newTestClock())

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -31,6 +32,7 @@ type pipeCall struct {
 // autoPipeline batches concurrent calls over a few sender goroutines.
 type autoPipeline struct {
 	c        redis.UniversalClient
+	retryFor time.Duration // cluster errors are retried this long (retry.go)
 	calls    chan *pipeCall
 	maxBatch int
 	wg       sync.WaitGroup
@@ -46,8 +48,8 @@ type autoPipeline struct {
 
 // newAutoPipeline starts senders goroutines; close stops them. Callers
 // block until their call's reply is read.
-func newAutoPipeline(c redis.UniversalClient, senders, maxBatch int) *autoPipeline {
-	p := &autoPipeline{c: c, calls: make(chan *pipeCall, senders*maxBatch), maxBatch: maxBatch, stop: make(chan struct{})}
+func newAutoPipeline(c redis.UniversalClient, senders, maxBatch int, retryFor time.Duration) *autoPipeline {
+	p := &autoPipeline{c: c, retryFor: retryFor, calls: make(chan *pipeCall, senders*maxBatch), maxBatch: maxBatch, stop: make(chan struct{})}
 	for i := 0; i < senders; i++ {
 		p.wg.Add(1)
 		go p.send()
@@ -61,7 +63,7 @@ func (p *autoPipeline) run(ctx context.Context, s *redis.Script, keys []string, 
 	p.mu.RLock()
 	if p.closed {
 		p.mu.RUnlock()
-		return s.Run(ctx, p.c, keys, args...)
+		return runRetry(ctx, p.c, s, p.retryFor, keys, args...)
 	}
 	c := newCall(ctx, s, keys, args, 0)
 	p.calls <- c
@@ -122,7 +124,7 @@ func (p *autoPipeline) exec(batch []*pipeCall) {
 	p.nCalls.Add(int64(len(batch)))
 	if len(batch) == 1 {
 		c := batch[0]
-		c.cmd = c.script.Run(c.ctx, p.c, c.keys, c.args...)
+		c.cmd = runRetry(c.ctx, p.c, c.script, p.retryFor, c.keys, c.args...)
 		c.done <- struct{}{}
 		return
 	}
@@ -136,9 +138,11 @@ func (p *autoPipeline) exec(batch []*pipeCall) {
 	_, _ = pipe.Exec(ctx)
 	for _, c := range batch {
 		// Scripts are loaded at New, but a SCRIPT FLUSH or a restarted Redis
-		// empties the cache: fall back to Run (EVALSHA, then EVAL).
-		if err := c.cmd.Err(); err != nil && isNoScript(err) {
-			c.cmd = c.script.Run(ctx, p.c, c.keys, c.args...)
+		// (a new master after a failover) empties the cache: fall back to
+		// Run (EVALSHA, then EVAL). A call a cluster answered TRYAGAIN or
+		// CLUSTERDOWN did not run: it goes again alone (runRetry).
+		if err := c.cmd.Err(); err != nil && (isNoScript(err) || p.retryFor > 0 && clusterRetryable(err)) {
+			c.cmd = runRetry(ctx, p.c, c.script, p.retryFor, c.keys, c.args...)
 		}
 		c.done <- struct{}{}
 	}

@@ -15,7 +15,7 @@ import (
 // consumes: consume, peek and the pump drop such entries only when they
 // meet them, so an unconsumed queue kept them for ever (doc/design.md,
 // "Stale entries and the reclaimer"). Once a second it runs reclaimScript
-// on the queues of lmstfy's registries (m/ns, m/ns/NS): the consume ends of
+// on the queues of the groups' registries (m/{T}): the consume ends of
 // each queue when they are due — when the live job found at an end last
 // time may have expired (its PTTL), 30 s after finding a structure empty,
 // 60 s behind a job without TTL — which is where the entries of a queue
@@ -209,8 +209,8 @@ func (e *Engine) reclaimCalls(ctx context.Context, queues [][2]string, window in
 		for i, nq := range queues {
 			ns, q := nq[0], nq[1]
 			c := e.reclaim.cursors[nq]
-			keys := []string{readyKey(ns, q), prioKey(ns, q), timerKey(ns, q), deadKey(ns, q)}
-			cmds[i] = reclaimScript.EvalSha(ctx, p, keys, jobKeyPrefix(ns, q), reclaimEndBudget, window, c[0], c[1], c[2], c[3], reclaimWalk)
+			keys := []string{readyKey(ns, q), prioKey(ns, q), timerKey(ns, q), deadKey(ns, q), jobKeyPrefix(ns, q)}
+			cmds[i] = reclaimScript.EvalSha(ctx, p, keys, reclaimEndBudget, window, c[0], c[1], c[2], c[3], reclaimWalk)
 		}
 		return nil
 	})
@@ -232,7 +232,7 @@ func (e *Engine) reclaimCalls(ctx context.Context, queues [][2]string, window in
 	return out, nil
 }
 
-// registeredQueues lists the queues of lmstfy's registries, the queues the
+// registeredQueues lists the queues of the groups' registries, the queues the
 // reclaimer looks after.
 func (e *Engine) registeredQueues(ctx context.Context) ([][2]string, error) {
 	info, err := e.Info(ctx)

@@ -83,8 +83,8 @@ func TestPublishResentByGoRedis(t *testing.T) {
 	}
 	var jobs []string
 	for _, k := range m.Keys() {
-		if strings.HasPrefix(k, "j/{ns/q}/") {
-			jobs = append(jobs, strings.TrimPrefix(k, "j/{ns/q}/"))
+		if strings.HasPrefix(k, jobKeyPrefix("ns", "q")) {
+			jobs = append(jobs, strings.TrimPrefix(k, jobKeyPrefix("ns", "q")))
 		}
 	}
 	want := append(append([]string{id}, ids...), more...)

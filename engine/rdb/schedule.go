@@ -15,11 +15,15 @@ import (
 	"github.com/kairos-dev/kairos/engine"
 )
 
-// Schedules (engine.Scheduler). A schedule is a hash, sc/{ns/q}/NAME,
+// Schedules (engine.Scheduler). A schedule is a hash, sc/{T}ns/q/NAME,
 // holding its expression, its job template and its state, the next tick
-// above all; the queue's set sn/{ns/q} names its schedules, and the
-// per-pool index schedule_index (member ns/q/NAME, score = next tick) lets
-// every server find the schedules due soon.
+// above all; the queue's set sn/{T}ns/q names its schedules, and the
+// schedule index of the queue's slot group, si/{T} (member ns/q/NAME,
+// score = next tick), lets every server find the schedules due soon. All
+// of them carry the queue's group tag, as do the keys of a publish: every
+// schedule script touches one slot, and keeps the index entry of the
+// schedule it changes in the same atomic step, so the index is exact. The
+// scheduler walks the groups' indexes as the pump walks the timer indexes.
 //
 // Exactly once: each server's scheduler (runSchedules) reads a due
 // schedule and runs fireScheduleScript, which in one atomic step checks
@@ -44,33 +48,53 @@ const (
 	scheduleMinSleep = 10 * time.Millisecond
 )
 
+// schedIndexSrc is the Lua function the schedule scripts end with:
+// sched_index sets schedule member's entry in its group's schedule index
+// idx from its hash h: its next tick, or no entry (deleted, paused, no
+// tick left).
+const schedIndexSrc = `
+local function sched_index(h, idx, member)
+  local v = redis.call('HMGET', h, 'next', 'paused')
+  local n = tonumber(v[1])
+  if n and n > 0 and v[2] ~= '1' then
+    redis.call('ZADD', idx, v[1], member)
+  else
+    redis.call('ZREM', idx, member)
+  end
+end
+`
+
 // fireScheduleScript fires one tick of a schedule: it publishes its job
 // and moves next on, only if the schedule still holds the tick the caller
-// read.
+// read. Its keys are all of the queue's slot group.
 //
-//	KEYS[1]   schedule hash sc/{ns/q}/NAME
-//	KEYS[2…]  publishScript's KEYS (one job, lmstfy's registries included)
+//	KEYS[1]   schedule hash sc/{T}ns/q/NAME   KEYS[2] schedule index si/{T}
+//	KEYS[3…]  publishScript's KEYS (one job; the group's timer index and
+//	          registry included)
 //	ARGV[1]   next tick read (ms)   ARGV[2] ver read
 //	ARGV[3]   next tick afterwards (ms; 0 = none)
 //	ARGV[4]   the tick fired (ms)   ARGV[5] the job's ID
-//	ARGV[6…]  publishScript's ARGV
+//	ARGV[6]   the schedule's index member ns/q/NAME
+//	ARGV[7…]  publishScript's ARGV
 //
 // Returns {-9} when the schedule changed (another server fired the tick,
 // or it was replaced, paused or deleted): nothing written; otherwise
-// publishScript's reply, and the schedule moved on when that is {0, …}.
-var fireScheduleScript = script(`
+// publishScript's reply, and the schedule and its index entry moved on
+// when that is {0, …}.
+var fireScheduleScript = script(schedIndexSrc + `
 local function publish(KEYS, ARGV)
 ` + publishSrc + `
 end
 local cur = redis.call('HMGET', KEYS[1], 'next', 'ver', 'paused')
 if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] or cur[3] == '1' then return {-9} end
 local pk, pa = {}, {}
-for i = 2, #KEYS do pk[#pk + 1] = KEYS[i] end
-for i = 6, #ARGV do pa[#pa + 1] = ARGV[i] end
+for i = 3, #KEYS do pk[#pk + 1] = KEYS[i] end
+for i = 7, #ARGV do pa[#pa + 1] = ARGV[i] end
 local r = publish(pk, pa)
 if r[1] == 0 then
   redis.call('HSET', KEYS[1], 'next', ARGV[3], 'last_tick', ARGV[4], 'last_job', ARGV[5])
   redis.call('HINCRBY', KEYS[1], 'fired', 1)
+  sched_index(KEYS[1], KEYS[2], ARGV[6])
 end
 return r
 `)
@@ -78,25 +102,39 @@ return r
 // skipScheduleScript moves a schedule's next tick on without firing
 // (missed ticks under the skip policy), if it still holds the tick read.
 //
-//	KEYS[1] schedule hash   ARGV[1] next read   ARGV[2] ver read
-//	ARGV[3] next tick afterwards (ms)
-var skipScheduleScript = script(`
+//	KEYS[1] schedule hash   KEYS[2] schedule index si/{T}
+//	ARGV[1] next read   ARGV[2] ver read   ARGV[3] next tick afterwards (ms)
+//	ARGV[4] index member
+var skipScheduleScript = script(schedIndexSrc + `
 local cur = redis.call('HMGET', KEYS[1], 'next', 'ver', 'paused')
 if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] or cur[3] == '1' then return 0 end
 redis.call('HSET', KEYS[1], 'next', ARGV[3])
+sched_index(KEYS[1], KEYS[2], ARGV[4])
+return 1
+`)
+
+// indexScheduleScript sets a schedule's index entry from its hash: the
+// scheduler's repair of an entry that disagrees with the hash (which the
+// scripts here never leave).
+//
+//	KEYS[1] schedule hash   KEYS[2] schedule index   ARGV[1] index member
+var indexScheduleScript = script(schedIndexSrc + `
+sched_index(KEYS[1], KEYS[2], ARGV[1])
 return 1
 `)
 
 // putScheduleScript creates or replaces a schedule, keeping its state
 // (last tick, last job, fired, created) and whether it is paused.
 //
-//	KEYS[1] schedule hash   KEYS[2] the queue's schedule names sn/{ns/q}
+//	KEYS[1] schedule hash   KEYS[2] the queue's schedule names sn/{T}ns/q
+//	KEYS[3] schedule index si/{T}
 //	ARGV[1..9] spec, tz, missed, body, ttl (ms), tries, priority,
 //	        attributes (JSON or ""), versioned ("1" or "0")
 //	ARGV[10] next tick (ms)   ARGV[11] now (ms)   ARGV[12] name
+//	ARGV[13] index member
 //
 // Returns the hash (HGETALL).
-var putScheduleScript = script(`
+var putScheduleScript = script(schedIndexSrc + `
 local paused = redis.call('HGET', KEYS[1], 'paused') == '1'
 local nxt = ARGV[10]
 if paused then nxt = '0' end
@@ -107,18 +145,21 @@ redis.call('HSETNX', KEYS[1], 'created', ARGV[11])
 redis.call('HSETNX', KEYS[1], 'paused', '0')
 redis.call('HINCRBY', KEYS[1], 'ver', 1)
 redis.call('SADD', KEYS[2], ARGV[12])
+sched_index(KEYS[1], KEYS[3], ARGV[13])
 return redis.call('HGETALL', KEYS[1])
 `)
 
 // pauseScheduleScript pauses or resumes a schedule.
 //
-//	KEYS[1] schedule hash   ARGV[1] "1" pause, "0" resume
+//	KEYS[1] schedule hash   KEYS[2] schedule index si/{T}
+//	ARGV[1] "1" pause, "0" resume
 //	ARGV[2] next tick when resumed (ms)   ARGV[3] now (ms)
 //	ARGV[4] the spec and ARGV[5] the zone next was computed for
+//	ARGV[6] index member
 //
 // Returns the hash, {} when there is no schedule, or {"changed"} when its
 // expression changed meanwhile (the caller computes next again).
-var pauseScheduleScript = script(`
+var pauseScheduleScript = script(schedIndexSrc + `
 local cur = redis.call('HMGET', KEYS[1], 'paused', 'spec', 'tz')
 if not cur[1] then return {} end
 if cur[1] ~= ARGV[1] then
@@ -127,19 +168,22 @@ if cur[1] ~= ARGV[1] then
   if ARGV[1] == '1' then nxt = '0' end
   redis.call('HSET', KEYS[1], 'paused', ARGV[1], 'next', nxt, 'updated', ARGV[3])
   redis.call('HINCRBY', KEYS[1], 'ver', 1)
+  sched_index(KEYS[1], KEYS[2], ARGV[6])
 end
 return redis.call('HGETALL', KEYS[1])
 `)
 
 // deleteScheduleScript deletes a schedule.
 //
-//	KEYS[1] schedule hash   KEYS[2] schedule names   ARGV[1] name
+//	KEYS[1] schedule hash   KEYS[2] schedule names   KEYS[3] schedule index
+//	ARGV[1] name   ARGV[2] index member
 var deleteScheduleScript = script(`
 redis.call('SREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[2])
 return redis.call('DEL', KEYS[1])
 `)
 
-var scheduleScripts = []*redis.Script{fireScheduleScript, skipScheduleScript, putScheduleScript, pauseScheduleScript, deleteScheduleScript}
+var scheduleScripts = []*redis.Script{fireScheduleScript, skipScheduleScript, indexScheduleScript, putScheduleScript, pauseScheduleScript, deleteScheduleScript}
 
 var _ engine.Scheduler = (*Engine)(nil)
 
@@ -188,16 +232,14 @@ func (e *Engine) PutSchedule(ctx context.Context, s *engine.Schedule) (*engine.S
 	now := e.now()
 	next := c.Next(now)
 	key := scheduleKey(s.Namespace, s.Queue, s.Name)
-	res, err := putScheduleScript.Run(ctx, e.rdb, []string{key, scheduleNamesKey(s.Namespace, s.Queue)},
+	keys := []string{key, scheduleNamesKey(s.Namespace, s.Queue), scheduleIndexKey(slotGroup(s.Namespace, s.Queue))}
+	res, err := e.run(ctx, putScheduleScript, keys,
 		s.Spec, tz, string(missed), s.Body, durMS(s.TTL), s.Tries, s.Priority, attrs, versioned,
-		ms(next), ms(now), s.Name).StringSlice()
+		ms(next), ms(now), s.Name, scheduleMember(s.Namespace, s.Queue, s.Name)).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("put schedule %s/%s/%s: %w", s.Namespace, s.Queue, s.Name, err)
 	}
 	out := decodeSchedule(s.Namespace, s.Queue, s.Name, pairs(res))
-	if err := e.syncScheduleIndex(ctx, s.Namespace, s.Queue, s.Name); err != nil {
-		return nil, err
-	}
 	e.wakeScheduler()
 	return out, nil
 }
@@ -252,12 +294,10 @@ func (e *Engine) DeleteSchedule(ctx context.Context, ns, q, name string) error {
 	if err := checkSchedule(ns, q, name); err != nil {
 		return err
 	}
-	n, err := deleteScheduleScript.Run(ctx, e.rdb, []string{scheduleKey(ns, q, name), scheduleNamesKey(ns, q)}, name).Int64()
+	keys := []string{scheduleKey(ns, q, name), scheduleNamesKey(ns, q), scheduleIndexKey(slotGroup(ns, q))}
+	n, err := e.run(ctx, deleteScheduleScript, keys, name, scheduleMember(ns, q, name)).Int64()
 	if err != nil {
 		return fmt.Errorf("delete schedule %s/%s/%s: %w", ns, q, name, err)
-	}
-	if err := e.syncScheduleIndex(ctx, ns, q, name); err != nil {
-		return err
 	}
 	if n == 0 {
 		return engine.ErrScheduleNotFound
@@ -294,7 +334,8 @@ func (e *Engine) PauseSchedule(ctx context.Context, ns, q, name string, paused b
 			}
 			next = ms(c.Next(now))
 		}
-		res, err := pauseScheduleScript.Run(ctx, e.rdb, []string{key}, flag, next, ms(now), spec, tz).StringSlice()
+		res, err := e.run(ctx, pauseScheduleScript, []string{key, scheduleIndexKey(slotGroup(ns, q))},
+			flag, next, ms(now), spec, tz, scheduleMember(ns, q, name)).StringSlice()
 		if err != nil {
 			return nil, fmt.Errorf("pause schedule %s/%s/%s: %w", ns, q, name, err)
 		}
@@ -304,57 +345,19 @@ func (e *Engine) PauseSchedule(ctx context.Context, ns, q, name string, paused b
 		case len(res) == 1 && attempt < 3:
 			continue // replaced meanwhile: compute next again
 		}
-		if err := e.syncScheduleIndex(ctx, ns, q, name); err != nil {
-			return nil, err
-		}
 		e.wakeScheduler()
 		return decodeSchedule(ns, q, name, pairs(res)), nil
 	}
 }
 
-// syncScheduleIndex makes the schedule's index entry what its hash says:
-// its next tick, or no entry (deleted, paused, no tick left). It reads the
-// hash again after writing the index, and writes again when the hash
-// changed meanwhile, so that whichever writer changes the hash last (each
-// then syncs), the index ends up right: a stale score from a writer that
-// read an older hash is corrected by its own second read.
-func (e *Engine) syncScheduleIndex(ctx context.Context, ns, q, name string) error {
-	key, member := scheduleKey(ns, q, name), scheduleMember(ns, q, name)
-	var prev int64 = -1
-	for i := 0; i < 4; i++ {
-		next, err := e.indexScore(ctx, key)
-		if err != nil {
-			return fmt.Errorf("schedule index %s: %w", member, err)
-		}
-		if next == prev {
-			return nil
-		}
-		if next > 0 {
-			err = e.rdb.ZAdd(ctx, scheduleIndexKey, redis.Z{Score: float64(next), Member: member}).Err()
-		} else {
-			err = e.rdb.ZRem(ctx, scheduleIndexKey, member).Err()
-		}
-		if err != nil {
-			return fmt.Errorf("schedule index %s: %w", member, err)
-		}
-		prev = next
+// reindexSchedule sets a schedule's index entry from its hash.
+func (e *Engine) reindexSchedule(ctx context.Context, ns, q, name string) error {
+	member := scheduleMember(ns, q, name)
+	keys := []string{scheduleKey(ns, q, name), scheduleIndexKey(slotGroup(ns, q))}
+	if err := e.run(ctx, indexScheduleScript, keys, member).Err(); err != nil {
+		return fmt.Errorf("schedule index %s: %w", member, err)
 	}
 	return nil
-}
-
-// indexScore is the index score a schedule hash calls for: its next tick,
-// or 0 for no entry.
-func (e *Engine) indexScore(ctx context.Context, key string) (int64, error) {
-	v, err := e.rdb.HMGet(ctx, key, "next", "paused").Result()
-	if err != nil {
-		return 0, err
-	}
-	if v[0] == nil || v[1] == "1" {
-		return 0, nil
-	}
-	s, _ := v[0].(string)
-	n, _ := strconv.ParseInt(s, 10, 64)
-	return max(n, 0), nil
 }
 
 // crons caches parsed expressions by "spec\x00tz".
@@ -409,74 +412,95 @@ func (e *Engine) runSchedules(ctx context.Context) {
 	}
 }
 
-// ScheduleOnce fires every tick due within the publish lead and returns
-// the earliest next tick of the pool (ms), or 0 when there is none. Several
-// servers may run it at once: each tick fires once.
+// ScheduleOnce fires every tick due within the publish lead, in every
+// slot group, and returns the earliest next tick of the pool (ms), or 0
+// when there is none. Several servers may run it at once: each tick fires
+// once.
 func (e *Engine) ScheduleOnce(ctx context.Context) (int64, error) {
-	// Rounds until one fires nothing: a schedule whose next tick falls
-	// within the lead too (a late server catching up) fires again.
-	for round := 0; round < 1000; round++ {
-		now := e.now()
-		horizon := ms(now.Add(scheduleLead))
-		due, err := e.rdb.ZRangeByScore(ctx, scheduleIndexKey, &redis.ZRangeBy{
-			Min: "-inf", Max: strconv.FormatInt(horizon, 10), Count: scheduleBatch,
-		}).Result()
+	groups := make([]int, slotGroups)
+	for g := range groups {
+		groups[g] = g
+	}
+	// nexts[g] is group g's earliest tick beyond the horizon, 0 for none.
+	var nexts [slotGroups]int64
+	// Rounds until no group has a due tick left: a schedule whose next
+	// tick falls within the lead too (a late server catching up) fires
+	// again. Each round reads the heads of the indexes of the groups
+	// still in play as the pump reads the timer indexes (indexHeads: one
+	// script call on one Redis, one per group in one pipeline on a
+	// cluster); a group is read again only when it had due ticks. Every
+	// tick handled moves the schedule's index entry (the scripts keep it
+	// with the hash), so the rounds end.
+	for round := 0; len(groups) > 0 && round < 1000; round++ {
+		horizon := ms(e.now().Add(scheduleLead))
+		keys := make([]string, len(groups))
+		for i, g := range groups {
+			keys[i] = scheduleIndexKey(g)
+		}
+		heads, err := e.indexHeads(ctx, keys, scheduleBatch)
 		if err != nil {
 			return 0, fmt.Errorf("schedules: %w", err)
 		}
 		var firstErr error
-		fired := false
-		for _, m := range due {
-			ok, err := e.fireDue(ctx, m)
-			if err != nil {
-				e.log.WithError(err).WithField("schedule", m).Warn("schedule tick failed")
-				if firstErr == nil {
-					firstErr = err
+		again := groups[:0:0]
+		for i, g := range groups {
+			nexts[g] = 0
+			due := false
+			for _, h := range heads[i] {
+				if h.score > horizon {
+					nexts[g] = h.score
+					break
+				}
+				due = true
+				if err := e.fireDue(ctx, g, h.member); err != nil {
+					e.log.WithError(err).WithField("schedule", h.member).Warn("schedule tick failed")
+					if firstErr == nil {
+						firstErr = err
+					}
 				}
 			}
-			fired = fired || ok
+			if due {
+				again = append(again, g)
+			}
 		}
 		if firstErr != nil {
 			return 0, firstErr
 		}
-		if !fired {
-			break
+		groups = again
+	}
+	var first int64
+	for _, h := range nexts {
+		if h > 0 && (first == 0 || h < first) {
+			first = h
 		}
 	}
-	first, err := e.rdb.ZRangeWithScores(ctx, scheduleIndexKey, 0, 0).Result()
-	if err != nil {
-		return 0, fmt.Errorf("schedules: %w", err)
-	}
-	if len(first) == 0 {
-		return 0, nil
-	}
-	return int64(first[0].Score), nil
+	return first, nil
 }
 
-// fireDue handles one schedule the index says is due: it fires its tick
-// (or skips missed ones) and corrects the index. It reports whether it
-// moved the schedule on.
-func (e *Engine) fireDue(ctx context.Context, member string) (bool, error) {
+// fireDue handles one schedule that group g's index says is due: it fires
+// its tick (or skips missed ones); a schedule the hash says is not due has
+// its index entry set from the hash.
+func (e *Engine) fireDue(ctx context.Context, g int, member string) error {
 	parts := strings.SplitN(member, "/", 3)
-	if len(parts) != 3 {
-		return false, e.rdb.ZRem(ctx, scheduleIndexKey, member).Err()
+	if len(parts) != 3 || checkSchedule(parts[0], parts[1], parts[2]) != nil || slotGroup(parts[0], parts[1]) != g {
+		return e.rdb.ZRem(ctx, scheduleIndexKey(g), member).Err()
 	}
 	ns, q, name := parts[0], parts[1], parts[2]
 	key := scheduleKey(ns, q, name)
 	h, err := e.rdb.HGetAll(ctx, key).Result()
 	if err != nil {
-		return false, err
+		return err
 	}
 	now := e.now()
 	next, _ := strconv.ParseInt(h["next"], 10, 64)
 	if len(h) == 0 || h["paused"] == "1" || next <= 0 || next > ms(now.Add(scheduleLead)) {
-		return false, e.syncScheduleIndex(ctx, ns, q, name)
+		return e.reindexSchedule(ctx, ns, q, name)
 	}
 	c, err := e.cron(h["spec"], h["tz"])
 	if err != nil {
 		// Stored by PutSchedule, so parsed once already: a zone the
 		// server's tzdata lacks. Leave it for a server that has it.
-		return false, fmt.Errorf("schedule %s: %w", member, err)
+		return fmt.Errorf("schedule %s: %w", member, err)
 	}
 	s := decodeSchedule(ns, q, name, h)
 	plan := c.PlanTick(time.UnixMilli(next), now, s.Missed)
@@ -484,15 +508,16 @@ func (e *Engine) fireDue(ctx context.Context, member string) (bool, error) {
 	if !plan.Next.IsZero() {
 		newNext = ms(plan.Next)
 	}
+	index := scheduleIndexKey(g)
 	if !plan.Fire {
-		n, err := skipScheduleScript.Run(ctx, e.rdb, []string{key}, h["next"], h["ver"], newNext).Int64()
+		n, err := e.run(ctx, skipScheduleScript, []string{key, index}, h["next"], h["ver"], newNext, member).Int64()
 		if err != nil {
-			return false, err
+			return err
 		}
 		if n == 1 {
 			e.log.WithField("schedule", member).Info("missed ticks skipped")
 		}
-		return n == 1, e.syncScheduleIndex(ctx, ns, q, name)
+		return nil
 	}
 	req := &engine.PublishRequest{
 		Namespace: ns, Queue: q, Body: s.Body, Tries: s.Tries, Priority: s.Priority,
@@ -503,57 +528,62 @@ func (e *Engine) fireDue(ctx context.Context, member string) (bool, error) {
 		req.TTL = s.TTL + max(plan.Tick.Sub(now), 0)
 	}
 	for attempt := 0; ; attempt++ {
-		keys, args, id, err := e.publishCall(req, now)
+		qn, keys, args, id, err := e.publishCall(req, now)
 		if err != nil {
-			return false, err
+			return err
 		}
-		keys = append([]string{key}, keys...)
-		args = append([]interface{}{h["next"], h["ver"], newNext, ms(plan.Tick), id}, args...)
-		res, err := fireScheduleScript.Run(ctx, e.rdb, keys, args...).Slice()
+		record := args[5] == "1"
+		keys = append([]string{key, index}, keys...)
+		args = append([]interface{}{h["next"], h["ver"], newNext, ms(plan.Tick), id, member}, args...)
+		res, err := e.run(ctx, fireScheduleScript, keys, args...).Slice()
 		if err != nil {
-			return false, err
+			return err
 		}
 		code, _ := res[0].(int64)
 		switch {
 		case code == -9:
-			return false, nil // another server fired it, or the schedule changed
+			return nil // another server fired it, or the schedule changed
 		case code == 0 && len(res) == 3:
 			if earliest, _ := res[2].(int64); earliest > 0 {
 				e.wakePump()
+			}
+			if record {
+				qn.recorded.Store(true)
 			}
 			delayed := 0
 			if plan.Tick.After(now) {
 				delayed = 1
 			}
 			e.metrics.publishedPool(1, delayed)
-			e.metrics.publishedQueue(ns, q, e.names.get([3]string{ns, q}), 1)
-			return true, e.syncScheduleIndex(ctx, ns, q, name)
+			e.metrics.publishedQueue(ns, q, qn, 1)
+			return nil
 		case code == 1 && attempt < maxPublishRetries:
 			continue // the generated ID collided: a fresh one
 		}
-		return false, fmt.Errorf("schedule %s: unexpected reply %v", member, res)
+		return fmt.Errorf("schedule %s: unexpected reply %v", member, res)
 	}
 }
 
 // publishCall builds publishScript's keys and arguments for one job of a
-// fresh ID, lmstfy's registries included (as publishValid does for a job
-// without a replaced job or idempotency key).
-func (e *Engine) publishCall(r *engine.PublishRequest, now time.Time) ([]string, []interface{}, string, error) {
+// fresh ID (as publishValid does for a job without a replaced job or
+// idempotency key): all of the queue's slot group, its timer index and
+// registry included; the queue is recorded in the registry unless this
+// engine has done so.
+func (e *Engine) publishCall(r *engine.PublishRequest, now time.Time) (*queueNames, []string, []interface{}, string, error) {
 	if err := checkPublish(r.Namespace, r.Queue, r); err != nil {
-		return nil, nil, "", err
+		return nil, nil, nil, "", err
 	}
-	ns, q := r.Namespace, r.Queue
-	qn := e.names.get([3]string{ns, q})
+	qn := e.names.get([3]string{r.Namespace, r.Queue})
 	nowMS := ceilMS(now)
 	id := engine.NewJobID(now, jobDelay(r, now), r.Versioned)
 	value, due, err := jobValue(r, nowMS)
 	if err != nil {
-		return nil, nil, "", err
+		return nil, nil, nil, "", err
 	}
-	keys := []string{qn.ready, qn.timer, timerIndexKey, qn.prio, qn.config, qn.ready, qn.ready, qn.jobPrefix + id, metaNamespacesKey, qn.metaQueues}
-	args := []interface{}{qn.member, qn.channel, timerChannel, "", "0",
-		packEntry(r.Tries, id), value, durMS(r.TTL), scriptDue(due, nowMS), r.Priority, ns, q}
-	return keys, args, id, nil
+	keys := []string{qn.ready, qn.timer, qn.index, qn.prio, qn.config, qn.ready, qn.ready, qn.registry, qn.jobPrefix + id}
+	args := []interface{}{qn.argMember, qn.argChannel, qn.argWake, "", "0", flag(!qn.recorded.Load()), e.pub,
+		packEntry(r.Tries, id), value, durMS(r.TTL), scriptDue(due, nowMS), r.Priority}
+	return qn, keys, args, id, nil
 }
 
 // pairs turns an HGETALL reply into a map.

@@ -6,17 +6,36 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 )
 
-// schedEngines returns n engines of one pool on one real Redis, sharing a
-// frozen clock (their scheduler loops are not running: tests call
-// ScheduleOnce).
-func schedEngines(t *testing.T, n int) ([]*Engine, *frozenClock, *redis.Client) {
+// onTopologies runs f on a throwaway Redis, on the shared Redis Cluster
+// (flushed: every schedule script must touch one slot, and the scheduler
+// must find the ticks of every slot group, on every master), and on
+// miniredis (the embedded store, [Kairos] Embedded, runs the same scripts).
+func onTopologies(t *testing.T, f func(t *testing.T, client redis.UniversalClient)) {
+	t.Run("redis", func(t *testing.T) { f(t, realClient(t)) })
+	t.Run("miniredis", func(t *testing.T) {
+		m := miniredis.RunT(t)
+		client := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = client.Close() })
+		f(t, client)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := redistest.SharedCluster(t)
+		c.Flush(t)
+		f(t, c.Client(t))
+	})
+}
+
+// schedEngines returns n engines of one pool on client, sharing a frozen
+// clock (their scheduler loops are not running: tests call ScheduleOnce).
+func schedEngines(t *testing.T, client redis.UniversalClient, n int) ([]*Engine, *frozenClock) {
 	t.Helper()
-	client := realClient(t)
 	clock := &frozenClock{t: time.UnixMilli(1_800_000_000_000).Add(300 * time.Millisecond)}
 	var out []*Engine
 	for i := 0; i < n; i++ {
@@ -26,13 +45,19 @@ func schedEngines(t *testing.T, n int) ([]*Engine, *frozenClock, *redis.Client) 
 		}
 		out = append(out, e)
 	}
-	return out, clock, client
+	return out, clock
 }
 
 func putEvery(t *testing.T, e *Engine, name, spec string, missed engine.MissedPolicy) *engine.Schedule {
 	t.Helper()
+	return putOn(t, e, "q", name, spec, missed)
+}
+
+// putOn puts schedule name on queue ns/q.
+func putOn(t *testing.T, e *Engine, q, name, spec string, missed engine.MissedPolicy) *engine.Schedule {
+	t.Helper()
 	s, err := e.PutSchedule(bg, &engine.Schedule{
-		Namespace: "ns", Queue: "q", Name: name, Spec: spec, Missed: missed,
+		Namespace: "ns", Queue: q, Name: name, Spec: spec, Missed: missed,
 		Body: []byte("tick " + name), TTL: time.Minute, Tries: 2, Priority: 3,
 	})
 	if err != nil {
@@ -46,12 +71,18 @@ func putEvery(t *testing.T, e *Engine, name, spec string, missed engine.MissedPo
 func drain(t *testing.T, e *Engine, clock *frozenClock) []*engine.Job {
 	t.Helper()
 	clock.Add(2 * time.Second)
+	return drainQueue(t, e, "q")
+}
+
+// drainQueue pumps and consumes every job of ns/q.
+func drainQueue(t *testing.T, e *Engine, q string) []*engine.Job {
+	t.Helper()
 	if _, err := e.PumpOnce(bg); err != nil {
 		t.Fatal(err)
 	}
 	var all []*engine.Job
 	for {
-		jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: "ns", Queues: []string{"q"}, TTR: time.Hour, Count: engine.MaxBatchConsume})
+		jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: "ns", Queues: []string{q}, TTR: time.Hour, Count: engine.MaxBatchConsume})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,14 +94,21 @@ func drain(t *testing.T, e *Engine, clock *frozenClock) []*engine.Job {
 }
 
 // TestScheduleExactlyOnce runs three engines' schedulers at once, tick
-// after tick of an @every 1s schedule: every tick fires exactly once, due
-// at its tick, with the template.
-func TestScheduleExactlyOnce(t *testing.T) {
-	es, clock, _ := schedEngines(t, 3)
+// after tick of @every 1s schedules on queues of slot groups on every
+// master of a cluster: every tick fires exactly once, due at its tick,
+// with the template.
+func TestScheduleExactlyOnce(t *testing.T) { onTopologies(t, testScheduleExactlyOnce) }
+
+func testScheduleExactlyOnce(t *testing.T, client redis.UniversalClient) {
+	es, clock := schedEngines(t, client, 3)
 	s := putEvery(t, es[0], "every", "@every 1s", "")
 	first := s.Next
 	if !first.Equal(clock.Now().Truncate(time.Second).Add(time.Second)) {
 		t.Fatalf("next = %v at %v", s.Next, clock.Now())
+	}
+	others := queuesOnMasters("ns")
+	for _, q := range others {
+		putOn(t, es[1], q, "every", "@every 1s", "")
 	}
 	const steps = 60
 	for i := 0; i < steps; i++ {
@@ -112,12 +150,30 @@ func TestScheduleExactlyOnce(t *testing.T) {
 	if !seen[got.LastJob] {
 		t.Fatalf("last job %s not among the jobs", got.LastJob)
 	}
+	for _, q := range others {
+		o, err := es[0].GetSchedule(bg, "ns", q, "every")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Fired != want || !o.Next.Equal(first.Add(want*time.Second)) {
+			t.Fatalf("ns/%s (group %d): fired %d, next %v; want %d", q, slotGroup("ns", q), o.Fired, o.Next, want)
+		}
+		ids := map[string]bool{}
+		for _, j := range drainQueue(t, es[0], q) {
+			ids[j.ID] = true
+		}
+		if len(ids) != want || !ids[o.LastJob] {
+			t.Fatalf("ns/%s: %d distinct jobs, want %d", q, len(ids), want)
+		}
+	}
 }
 
 // TestScheduleOnTime: a tick published ahead is a delayed job due at its
 // tick, to the millisecond.
-func TestScheduleOnTime(t *testing.T) {
-	es, clock, client := schedEngines(t, 1)
+func TestScheduleOnTime(t *testing.T) { onTopologies(t, testScheduleOnTime) }
+
+func testScheduleOnTime(t *testing.T, client redis.UniversalClient) {
+	es, clock := schedEngines(t, client, 1)
 	e := es[0]
 	s := putEvery(t, e, "daily", "0 0 * * *", "")
 	clock.Add(s.Next.Sub(clock.Now()) - 400*time.Millisecond) // 0.4 s before the tick
@@ -151,8 +207,10 @@ func TestScheduleOnTime(t *testing.T) {
 	}
 }
 
-func TestScheduleMissed(t *testing.T) {
-	es, clock, _ := schedEngines(t, 1)
+func TestScheduleMissed(t *testing.T) { onTopologies(t, testScheduleMissed) }
+
+func testScheduleMissed(t *testing.T, client redis.UniversalClient) {
+	es, clock := schedEngines(t, client, 1)
 	e := es[0]
 	skip := putEvery(t, e, "skip", "@every 10s", engine.MissedSkip)
 	last := putEvery(t, e, "last", "@every 10s", engine.MissedLast)
@@ -184,8 +242,11 @@ func TestScheduleMissed(t *testing.T) {
 	}
 }
 
-func TestSchedulePauseResumeDelete(t *testing.T) {
-	es, clock, client := schedEngines(t, 1)
+func TestSchedulePauseResumeDelete(t *testing.T) { onTopologies(t, testSchedulePauseResumeDelete) }
+
+func testSchedulePauseResumeDelete(t *testing.T, client redis.UniversalClient) {
+	es, clock := schedEngines(t, client, 1)
+	index := scheduleIndexKey(slotGroup("ns", "q"))
 	e := es[0]
 	putEvery(t, e, "a", "@every 1s", "")
 	putEvery(t, e, "b", "@every 1s", "")
@@ -193,7 +254,7 @@ func TestSchedulePauseResumeDelete(t *testing.T) {
 	if err != nil || !p.Paused || !p.Next.IsZero() {
 		t.Fatalf("pause: %+v %v", p, err)
 	}
-	if n := client.ZCard(bg, scheduleIndexKey).Val(); n != 1 {
+	if n := client.ZCard(bg, index).Val(); n != 1 {
 		t.Fatalf("index holds %d, want 1 (b)", n)
 	}
 	// A replace keeps a paused schedule paused.
@@ -224,7 +285,7 @@ func TestSchedulePauseResumeDelete(t *testing.T) {
 	if _, err := e.PauseSchedule(bg, "ns", "q", "a", true); !errors.Is(err, engine.ErrScheduleNotFound) {
 		t.Fatalf("pause deleted: %v", err)
 	}
-	if m := client.ZRange(bg, scheduleIndexKey, 0, -1).Val(); len(m) != 1 || m[0] != "ns/q/b" {
+	if m := client.ZRange(bg, index, 0, -1).Val(); len(m) != 1 || m[0] != "ns/q/b" {
 		t.Fatalf("index %v", m)
 	}
 	for _, bad := range []*engine.Schedule{
@@ -244,7 +305,7 @@ func TestSchedulePauseResumeDelete(t *testing.T) {
 // CEST; one on the fall-back day, at the first 02:00; and on 29 February
 // 2028 a leap-day schedule fires.
 func TestScheduleDSTFakeClock(t *testing.T) {
-	es, clock, _ := schedEngines(t, 2)
+	es, clock := schedEngines(t, realClient(t), 2)
 	ber, err := time.LoadLocation("Europe/Berlin")
 	if err != nil {
 		t.Fatal(err)

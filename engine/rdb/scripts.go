@@ -30,9 +30,13 @@ import (
 // values are decoded with string.byte/string.sub, so that every script also
 // runs on miniredis, which has no struct library.
 //
-// The pump and publishManyScript build per-queue key names from the timer
-// index members (the {ns/q} tag), as doc/keys.md says; every other script
-// gets its fixed keys in KEYS and builds only job body keys from a prefix.
+// Every key a script touches comes in KEYS, built in keys.go, and all the
+// keys of one call share a slot group's hash tag, so that on Redis Cluster
+// every call touches one slot. The only names a script completes are job
+// body keys: a queue's prefix j/{T}ns/q/ (in KEYS) and an ID read from
+// one of that queue's structures. Pub/Sub messages go out with the command
+// the caller names (PUBLISH, or SPUBLISH on a cluster, so that they stay
+// on the slot's node), on channels of the same tag.
 
 // luaLib holds the definitions scripts share; script prepends to each the
 // ones it uses.
@@ -93,13 +97,17 @@ local function backoff(spec, n, rnd)
   end
   return 0
 end
-local function lower_index(idx, member, due, chan)
+-- lower_index records that queue member has a timer entry due at due in
+-- its group's timer index idx; when that makes the group's earliest due
+-- time earlier, it wakes the pumps (command pub, PUBLISH or SPUBLISH, on
+-- the group's wake-up channel chan) and returns due.
+local function lower_index(idx, member, due, chan, pub)
   local cur = redis.call('ZSCORE', idx, member)
   if not cur or tonumber(cur) > due then
     local first = redis.call('ZRANGE', idx, 0, 0, 'WITHSCORES')
     redis.call('ZADD', idx, num(due), member)
     if #first == 0 or tonumber(first[2]) > due then
-      redis.call('PUBLISH', chan, num(due))
+      redis.call(pub, chan, num(due))
       return due
     end
   end
@@ -199,35 +207,33 @@ func isIdent(c byte) bool {
 // publishScript stores the jobs of one queue and makes each ready or
 // schedules it, in one step: either every job is written or none is.
 //
-//	KEYS[1]  ready list  q/{ns/q}     KEYS[2]  timer  t/{ns/q}
-//	KEYS[3]  timer index              KEYS[4]  priority set  p/{ns/q}
-//	KEYS[5]  queue config c/{ns/q}
+//	KEYS[1]  ready list  q/{T}ns/q   KEYS[2]  timer  t/{T}ns/q
+//	KEYS[3]  the group's timer index ti/{T}   KEYS[4]  priority set  p/{T}ns/q
+//	KEYS[5]  queue config c/{T}ns/q
 //	KEYS[6]  body key of the job a re-publish replaces (used when ARGV[4] ≠ "")
-//	KEYS[7]  idempotency key u/{ns/q}/KEY (used when ARGV[5] = "1")
-//	KEYS[8…] body keys j/{ns/q}/ID, one per job
-//	ARGV[1]  index member ns/q    ARGV[2] ready channel n/ns/q
-//	ARGV[3]  timer channel    ARGV[4] ID of the replaced job, or ""
+//	KEYS[7]  idempotency key u/{T}ns/q/KEY (used when ARGV[5] = "1")
+//	KEYS[8]  the group's queue registry m/{T} (used when ARGV[6] = "1")
+//	KEYS[9…] body keys j/{T}ns/q/ID, one per job
+//	ARGV[1]  index member ns/q    ARGV[2] ready channel n/{T}ns/q
+//	ARGV[3]  the group's wake-up channel w/{T}   ARGV[4] ID of the replaced job, or ""
 //	ARGV[5]  "1" when KEYS[7] is used
-//	ARGV[6+5k…] per job k: its ready entry (packed tries and id, as the
+//	ARGV[6]  "1" to record the queue in the registry (its first publish
+//	         through this server)
+//	ARGV[7]  the publish command: PUBLISH, or SPUBLISH on a cluster
+//	ARGV[8+5k…] per job k: its ready entry (packed tries and id, as the
 //	         ready list holds it), value (header + payload, built by the
 //	         caller), ttl (ms, 0 = forever), due (ms; 0 when ready now),
 //	         priority; so a plain job made ready costs no Lua decoding
-//	optionally, the first publish to a queue through this server: two more
-//	KEYS, lmstfy's registries m/ns and m/ns/NS, and two more ARGV, ns and q.
 //
-// Returns {0, made ready, new earliest due of the pool or 0};
+// Returns {0, made ready, new earliest due of the group or 0};
 // {k} when job k's body key exists (nothing written);
 // {-1, id} when the idempotency key is taken (nothing written).
 var publishScript = script(publishSrc)
 
 // publishSrc is publishScript's source; fireScheduleScript runs it too.
 const publishSrc = `
-local n = #KEYS - 7
-local meta = false
-if #ARGV ~= 5 + 5 * n then
-  n = #KEYS - 9
-  meta = true
-end
+local n = #KEYS - 8
+local pub = ARGV[7]
 if ARGV[5] == '1' then
   local prev = redis.call('GET', KEYS[7])
   if prev then return {-1, prev} end
@@ -235,15 +241,15 @@ end
 -- SET NX every job first: if one ID is taken, undo the ones written and
 -- report it, so that a batch is all or nothing.
 for i = 1, n do
-  local b = 6 + (i - 1) * 5
+  local b = 8 + (i - 1) * 5
   local ok
   if ARGV[b + 2] ~= '0' then
-    ok = redis.call('SET', KEYS[7 + i], ARGV[b + 1], 'NX', 'PX', ARGV[b + 2])
+    ok = redis.call('SET', KEYS[8 + i], ARGV[b + 1], 'NX', 'PX', ARGV[b + 2])
   else
-    ok = redis.call('SET', KEYS[7 + i], ARGV[b + 1], 'NX')
+    ok = redis.call('SET', KEYS[8 + i], ARGV[b + 1], 'NX')
   end
   if not ok then
-    for k = 1, i - 1 do redis.call('DEL', KEYS[7 + k]) end
+    for k = 1, i - 1 do redis.call('DEL', KEYS[8 + k]) end
     return {i}
   end
 end
@@ -252,16 +258,13 @@ if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[4])
 end
 if ARGV[5] == '1' then
-  local id = eid(ARGV[6])
-  if tonumber(ARGV[8]) > 0 then redis.call('SET', KEYS[7], id, 'PX', ARGV[8]) else redis.call('SET', KEYS[7], id) end
+  local id = eid(ARGV[8])
+  if tonumber(ARGV[10]) > 0 then redis.call('SET', KEYS[7], id, 'PX', ARGV[10]) else redis.call('SET', KEYS[7], id) end
 end
-if meta then
-  redis.call('HSET', KEYS[#KEYS - 1], ARGV[#ARGV - 1], 1)
-  redis.call('HSET', KEYS[#KEYS], ARGV[#ARGV], 1)
-end
+if ARGV[6] == '1' then redis.call('HSET', KEYS[8], ARGV[1], 1) end
 local ready, made, mindue = {}, 0, nil
 for i = 1, n do
-  local b = 6 + (i - 1) * 5
+  local b = 8 + (i - 1) * 5
   local e = ARGV[b]
   if ARGV[b + 3] ~= '0' then
     local due = tonumber(ARGV[b + 3])
@@ -276,107 +279,115 @@ for i = 1, n do
   end
 end
 if #ready > 0 then redis.call('LPUSH', KEYS[1], unpack(ready)) end
-if made > 0 then redis.call('PUBLISH', ARGV[2], made) end
+if made > 0 then redis.call(pub, ARGV[2], made) end
 local earliest = 0
-if mindue then earliest = lower_index(KEYS[3], ARGV[1], mindue, ARGV[3]) end
+if mindue then earliest = lower_index(KEYS[3], ARGV[1], mindue, ARGV[3], pub) end
 return {0, made, earliest}
 `
 
 // publishManyScript stores plain jobs (server-made IDs, no replaced job, no
 // idempotency key) of several queues of the pool and makes each ready or
 // schedules it, in one step: either every job is written or none is. It is
-// publishScript for coalesced publishes across queues (coalesce.go). Like
-// the pump it builds each queue's key names from its index member (the
-// {ns/q} tag), so that a queue costs two arguments, not ten: at 10,000
-// queues a batch's jobs are of as many queues. The jobs come grouped by
-// queue, their ready entries side by side, so that a queue whose jobs are
-// all plain and ready now takes one LPUSH of an argument range and PUBLISHes
-// its job count as given: no Lua table, no number formatting. On a future
-// Redis Cluster pool its batches would be grouped by hash slot.
+// publishScript for coalesced publishes across queues (coalesce.go). On a
+// cluster the queues of one call are of one slot group (their publish lane
+// is their group); on one Redis, of any. The jobs come grouped by queue,
+// their ready entries side by side. A queue whose jobs are all ready now
+// without a priority (kind "p") passes only its ready list and takes one
+// LPUSH of an argument range and one PUBLISH of its job count as given: no
+// Lua table, no number formatting, two arguments and one key. The others
+// (kind "f") pass their timer, priority set, config and group index too.
+// A kind ending in "r" records the queue in its group's registry (its
+// first publish through this server): one more key and the member.
 //
-//	KEYS[1]  timer index   KEYS[2]  namespace registry m/ns
-//	KEYS[2+i] body keys j/{ns/q}/ID, one per job: the jobs of queue 1
+//	ARGV[1]  the publish command (PUBLISH or SPUBLISH)   ARGV[2]  m, the number of queues
+//	ARGV[3]  the number of queue keys (the job keys follow them)
+//	ARGV[4]  the number of arguments before the jobs' ready entries
+//	per queue g (1..m), from ARGV[5]: kind ("p", "pr", "f" or "fr"), its
+//	         number of jobs, its ready channel; then, for "f" or "…r",
+//	         its index member ns/q; then, for "f…", its group's wake-up channel
+//	per queue g, its keys: the ready list; then, for "f…", its timer,
+//	         priority set, config and group's timer index; then, for
+//	         "…r", its group's registry
+//	KEYS[k0+i] body keys j/{T}ns/q/ID, one per job: the jobs of queue 1
 //	         first, then those of queue 2, …
-//	ARGV[1]  timer channel   ARGV[2]  m, the number of queues
-//	per queue g (1..m), ARGV[1+2g], ARGV[2+2g]: index member ns/q, its
-//	         number of jobs
-//	per job i (1..n), ARGV[2+2m+i]: its ready entry (packed tries and id)
-//	per job i, ARGV[2+2m+n+4(i-1)+1..4]: value (header + payload), ttl (ms,
+//	per job i (1..n), ARGV[e0+i]: its ready entry (packed tries and id)
+//	per job i, ARGV[e0+n+4(i-1)+1..4]: value (header + payload), ttl (ms,
 //	         0 = forever), due (ms; 0 when ready now), priority
-//	then the index members of the queues to record in lmstfy's registries
-//	         (their first publish through this server)
 //
-// Returns {0, made ready, new earliest due of the pool or 0}, or {i} when
+// Returns {0, made ready, a new earliest due of a group or 0}, or {i} when
 // job i's body key exists (nothing written).
 var publishManyScript = script(`
+local pub = ARGV[1]
 local m = tonumber(ARGV[2])
-local n = #KEYS - 2
-local e0 = 2 + 2 * m
+local k0 = tonumber(ARGV[3])
+local e0 = tonumber(ARGV[4])
+local n = #KEYS - k0
 local v0 = e0 + n
 for i = 1, n do
   local b = v0 + (i - 1) * 4
   local ok
   if ARGV[b + 2] ~= '0' then
-    ok = redis.call('SET', KEYS[2 + i], ARGV[b + 1], 'NX', 'PX', ARGV[b + 2])
+    ok = redis.call('SET', KEYS[k0 + i], ARGV[b + 1], 'NX', 'PX', ARGV[b + 2])
   else
-    ok = redis.call('SET', KEYS[2 + i], ARGV[b + 1], 'NX')
+    ok = redis.call('SET', KEYS[k0 + i], ARGV[b + 1], 'NX')
   end
   if not ok then
-    for k = 1, i - 1 do redis.call('DEL', KEYS[2 + k]) end
+    for k = 1, i - 1 do redis.call('DEL', KEYS[k0 + k]) end
     return {i}
   end
 end
 local total, earliest, last = 0, 0, 0
+local a, k = 4, 0
 for g = 1, m do
-  local member, count = ARGV[1 + 2 * g], ARGV[2 + 2 * g]
+  local kind, count, chan = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  a = a + 3
+  local full = string.sub(kind, 1, 1) == 'f'
+  local record = string.sub(kind, -1) == 'r'
+  local member, wake
+  if full or record then a = a + 1 member = ARGV[a] end
+  if full then a = a + 1 wake = ARGV[a] end
+  local qk = KEYS[k + 1]
   local first = last + 1
   last = last + tonumber(count)
-  local plain = true
-  for i = first, last do
-    local b = v0 + (i - 1) * 4
-    if ARGV[b + 3] ~= '0' or ARGV[b + 4] ~= '0' then
-      plain = false
-      break
-    end
-  end
-  if plain then
-    redis.call('LPUSH', 'q/{' .. member .. '}', unpack(ARGV, e0 + first, e0 + last))
-    redis.call('PUBLISH', 'n/' .. member, count)
+  if not full then
+    k = k + 1
+    redis.call('LPUSH', qk, unpack(ARGV, e0 + first, e0 + last))
+    redis.call(pub, chan, count)
     total = total + last - first + 1
   else
-    local tag = '{' .. member .. '}'
+    local tk, pk, ck, idx = KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5]
+    k = k + 5
     local ready, made, mindue = {}, 0, nil
     for i = first, last do
       local b = v0 + (i - 1) * 4
       local e = ARGV[e0 + i]
       if ARGV[b + 3] ~= '0' then
         local due = tonumber(ARGV[b + 3])
-        redis.call('ZADD', 't/' .. tag, ARGV[b + 3], eid(e))
+        redis.call('ZADD', tk, ARGV[b + 3], eid(e))
         if not mindue or due < mindue then mindue = due end
       else
         if ARGV[b + 4] ~= '0' then
-          push_ready('q/' .. tag, 'p/' .. tag, 'c/' .. tag, tonumber(ARGV[b + 4]), r16(e, 1), eid(e))
+          push_ready(qk, pk, ck, tonumber(ARGV[b + 4]), r16(e, 1), eid(e))
         else
           ready[#ready + 1] = e
         end
         made = made + 1
       end
     end
-    if #ready > 0 then redis.call('LPUSH', 'q/' .. tag, unpack(ready)) end
+    if #ready > 0 then redis.call('LPUSH', qk, unpack(ready)) end
     if made > 0 then
-      redis.call('PUBLISH', 'n/' .. member, made)
+      redis.call(pub, chan, made)
       total = total + made
     end
     if mindue then
-      local e = lower_index(KEYS[1], member, mindue, ARGV[1])
+      local e = lower_index(idx, member, mindue, wake, pub)
       if e > 0 and (earliest == 0 or e < earliest) then earliest = e end
     end
   end
-end
-for r = v0 + 4 * n + 1, #ARGV do
-  local ns, q = string.match(ARGV[r], '^([^/]+)/(.+)$')
-  redis.call('HSET', KEYS[2], ns, 1)
-  redis.call('HSET', 'm/ns/' .. ns, q, 1)
+  if record then
+    k = k + 1
+    redis.call('HSET', KEYS[k], member, 1)
+  end
 end
 return {0, total, earliest}
 `)
@@ -384,26 +395,27 @@ return {0, total, earliest}
 // consumeScript takes up to count live jobs from the queues in priority
 // order (per queue: its priority set, then its ready list), skipping (and
 // dropping) stale entries, and makes each in flight until due with one try
-// less and a fresh receipt. Paused queues are skipped.
+// less and a fresh receipt. Paused queues are skipped. On a cluster the
+// queues of one call are of one slot group (consumeFor splits a consume
+// over queues of several groups into calls, in priority order).
 //
-//	KEYS[1..n] ready lists   KEYS[n+1..2n] timers   KEYS[2n+1..3n] priority sets
-//	KEYS[3n+1..4n] queue configs   KEYS[4n+1] timer index
+//	per queue i (1..n), KEYS[6(i-1)+1..6]: ready list, timer, priority set,
+//	         config, the group's timer index, job key prefix j/{T}ns/q/
 //	ARGV[1] due of the deliveries: now + TTR (ms)   ARGV[2] count
-//	ARGV[3] most entries to pop in all   ARGV[4] timer channel
+//	ARGV[3] most entries to pop in all   ARGV[4] the publish command
 //	ARGV[5] receipt base (6 bytes; the job's position in the reply completes it)
-//	ARGV[6..5+n] job key prefixes j/{ns/q}/   ARGV[6+n..5+2n] index members ns/q
+//	per queue i, ARGV[4+2i..5+2i]: index member ns/q, the group's wake-up channel
 //
 // Returns {more, earliest, popped, then per job: queue position (1-based),
 // id, tries left, payload, PTTL (ms, -1 = none), deliveries, receipt,
 // priority, format (header byte 1: 2 when the payload starts with a trace
 // context)}.
 // more = 1 when the pop budget ran out first, 2 when every queue's ready
-// list and priority set are empty at the end, else 0; earliest = the pool's
+// list and priority set are empty at the end, else 0; earliest = a group's
 // new earliest due time when this call moved it earlier, else 0; popped =
 // the entries popped, stale ones included (lmstfy's queue_pop_jobs).
 var consumeScript = script(`
-local n = (#KEYS - 1) / 4
-local idx = KEYS[4 * n + 1]
+local n = #KEYS / 6
 local due = ARGV[1]
 local dueN = tonumber(due)
 local want = tonumber(ARGV[2])
@@ -412,10 +424,11 @@ local out = {0, 0, 0}
 local got = 0
 local touched = {}
 for i = 1, n do
+  local k = 6 * (i - 1)
   -- One HMGET tells whether the queue is paused and whether it ever had a
   -- priority job (push_ready sets seq first): queues that never use
   -- priorities skip the ZPOPMIN.
-  local cfg = redis.call('HMGET', KEYS[3 * n + i], 'paused', 'seq')
+  local cfg = redis.call('HMGET', KEYS[k + 4], 'paused', 'seq')
   if cfg[1] ~= '1' then
     local hit = false
     local pdone = not cfg[2]
@@ -423,14 +436,14 @@ for i = 1, n do
       if budget <= 0 then out[1] = 1 break end
       local e = false
       if not pdone then
-        local p = redis.call('ZPOPMIN', KEYS[2 * n + i])
+        local p = redis.call('ZPOPMIN', KEYS[k + 3])
         if #p > 0 then e = p[1] else pdone = true end
       end
-      if not e then e = redis.call('RPOP', KEYS[i]) end
+      if not e then e = redis.call('RPOP', KEYS[k + 1]) end
       if not e then break end
       budget = budget - 1
       local id = eid(e)
-      local jk = ARGV[5 + i] .. id
+      local jk = KEYS[k + 6] .. id
       local v = redis.call('GET', jk)
       if v and #v >= 22 then
         local st = string.sub(v, 2, 2)
@@ -442,18 +455,18 @@ for i = 1, n do
           got = got + 1
           local nonce = ARGV[5] .. u16(got)
           redis.call('SETRANGE', jk, 1, hdr('f', left, deliv, prio, 0, dueN, nonce))
-          redis.call('ZADD', KEYS[n + i], due, id)
+          redis.call('ZADD', KEYS[k + 2], due, id)
           hit = true
-          local k = #out
-          out[k + 1] = i
-          out[k + 2] = id
-          out[k + 3] = left
-          out[k + 4] = string.sub(v, 23)
-          out[k + 5] = redis.call('PTTL', jk)
-          out[k + 6] = deliv
-          out[k + 7] = nonce
-          out[k + 8] = prio
-          out[k + 9] = string.byte(v, 1)
+          local o = #out
+          out[o + 1] = i
+          out[o + 2] = id
+          out[o + 3] = left
+          out[o + 4] = string.sub(v, 23)
+          out[o + 5] = redis.call('PTTL', jk)
+          out[o + 6] = deliv
+          out[o + 7] = nonce
+          out[o + 8] = prio
+          out[o + 9] = string.byte(v, 1)
         end
       end
     end
@@ -462,13 +475,14 @@ for i = 1, n do
   if got >= want or budget <= 0 then break end
 end
 for _, i in ipairs(touched) do
-  local e = lower_index(idx, ARGV[5 + n + i], dueN, ARGV[4])
+  local e = lower_index(KEYS[6 * (i - 1) + 5], ARGV[4 + 2 * i], dueN, ARGV[5 + 2 * i], ARGV[4])
   if e > 0 and out[2] == 0 then out[2] = e end
 end
 if out[1] == 0 then
   out[1] = 2
   for i = 1, n do
-    if redis.call('LLEN', KEYS[i]) > 0 or redis.call('ZCARD', KEYS[2 * n + i]) > 0 then
+    local k = 6 * (i - 1)
+    if redis.call('LLEN', KEYS[k + 1]) > 0 or redis.call('ZCARD', KEYS[k + 3]) > 0 then
       out[1] = 0
       break
     end
@@ -478,45 +492,50 @@ out[3] = tonumber(ARGV[3]) - budget
 return out
 `)
 
-// pumpScript handles due timer entries of the whole pool, at most ARGV[2]
-// of them: delayed jobs become ready; in-flight jobs whose TTR passed come
-// back (at once, or after the queue's backoff) while tries remain, else go
-// to the dead letter; entries whose job is gone are dropped. Queues come
-// from the timer index in due order, and the index is kept up to date.
+// pumpScript handles due timer entries of queues of one slot group, at
+// most ARGV[2] of them: delayed jobs become ready; in-flight jobs whose
+// TTR passed come back (at once, or after the queue's backoff) while tries
+// remain, else go to the dead letter; entries whose job is gone are
+// dropped. The pump (pump.go) reads the group's due queues from its timer
+// index and passes their keys; the index is kept up to date.
 //
-//	KEYS[1]  timer index
+//	KEYS[1]  the group's timer index
+//	per queue i (1..n), KEYS[1+6(i-1)+1..6]: timer, ready list, dead
+//	         letter, priority set, config, job key prefix j/{T}ns/q/
 //	ARGV[1]  now (ms)   ARGV[2] most entries to handle   ARGV[3] random seed (jitter)
-//	ARGV[4]  '1' to report what moved (tracing on), else '0'
+//	ARGV[4]  the publish command (PUBLISH or SPUBLISH)
+//	ARGV[5]  '1' to report what moved (tracing on), else '0'
+//	per queue i, ARGV[4+2i..5+2i]: index member ns/q, ready channel
 //
-// Returns {entries handled, the pool's next due time (ms) or -1, expired,
+// Returns {entries handled, the group's next due time (ms) or -1, expired,
 // moved}: expired lists, for each queue where TTRs expired, its member, the
 // jobs retried (tries left) and the jobs that went to the dead letter (for
-// the history); moved, with ARGV[4] = '1', each queue's member (ns/q) and
+// the history); moved, with ARGV[5] = '1', each queue's member (ns/q) and
 // the job IDs of its entries handled (for tracing), else it is empty.
 var pumpScript = script(`
 local now = ARGV[1]
 local nowN = tonumber(now)
 local budget = tonumber(ARGV[2])
 local rnd = tonumber(ARGV[3])
+local pub = ARGV[4]
 local function rand()
   rnd = (rnd * 69069 + 1) % 4294967296
   return rnd / 4294967296
 end
 local handled = 0
 local expired = {}
-local report = ARGV[4] == '1'
+local report = ARGV[5] == '1'
 local moved = {}
-local queues = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, budget)
-for _, m in ipairs(queues) do
+for q = 1, (#KEYS - 1) / 6 do
   if budget <= 0 then break end
-  local tag = '{' .. m .. '}'
-  local tk, qk, dk, pk, ck, jp = 't/' .. tag, 'q/' .. tag, 'd/' .. tag, 'p/' .. tag, 'c/' .. tag, 'j/' .. tag .. '/'
+  local k = 1 + 6 * (q - 1)
+  local m, chan = ARGV[4 + 2 * q], ARGV[5 + 2 * q]
+  local tk, qk, dk, pk, ck, jp = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6]
   local ids = redis.call('ZRANGEBYSCORE', tk, '-inf', now, 'LIMIT', 0, budget)
   if #ids > 0 then redis.call('ZREMRANGEBYRANK', tk, 0, #ids - 1) end
   local cfg = nil
   local ready = {}
   local nready = 0
-  local later = nil
   local retried, died = 0, 0
   for _, id in ipairs(ids) do
     local jk = jp .. id
@@ -536,7 +555,6 @@ for _, m in ipairs(queues) do
             local due = nowN + delay
             redis.call('SETRANGE', jk, 1, hdr('d', tries, deliv, prio, 0, due, NONCE0))
             redis.call('ZADD', tk, num(due), id)
-            if not later or due < later then later = due end
           else
             redis.call('SETRANGE', jk, 1, hdr('r', tries, deliv, prio, 0, 0, NONCE0))
             st = 'd'
@@ -560,7 +578,7 @@ for _, m in ipairs(queues) do
     end
   end
   if #ready > 0 then redis.call('LPUSH', qk, unpack(ready)) end
-  if nready > 0 then redis.call('PUBLISH', 'n/' .. m, nready) end
+  if nready > 0 then redis.call(pub, chan, nready) end
   if retried + died > 0 then
     expired[#expired + 1] = m
     expired[#expired + 1] = retried
@@ -585,21 +603,37 @@ if #nxt > 0 then out[2] = tonumber(nxt[2]) end
 return out
 `)
 
+// pumpHeadsScript reads the heads of timer indexes for the pump: for each
+// index in KEYS, its first ARGV[1] members with their scores. The pump
+// calls it once with the 64 groups' indexes on one Redis, and once per
+// group (pipelined) on a cluster, where one call touches one slot.
+//
+// Returns, per index, {n, member 1, score 1, …, member n, score n} flattened.
+var pumpHeadsScript = script(`
+local out = {}
+for _, k in ipairs(KEYS) do
+  local zs = redis.call('ZRANGE', k, 0, tonumber(ARGV[1]) - 1, 'WITHSCORES')
+  out[#out + 1] = #zs / 2
+  for i = 1, #zs do out[#out + 1] = zs[i] end
+end
+return out
+`)
+
 // peekQueueScript returns the next live job of a queue (priority set
 // first, then the ready list) without consuming it, looking past stale
 // entries.
 //
-//	KEYS[1] ready list   KEYS[2] priority set
-//	ARGV[1] job key prefix   ARGV[2] most entries to look at
+//	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] job key prefix
+//	ARGV[1] most entries to look at
 //
 // Returns {id, payload with header, PTTL (ms)} or nil.
 var peekQueueScript = script(`
-local max = tonumber(ARGV[2])
+local max = tonumber(ARGV[1])
 local function live(e)
   local id = eid(e)
-  local v = redis.call('GET', ARGV[1] .. id)
+  local v = redis.call('GET', KEYS[3] .. id)
   if v and #v >= 22 and (string.sub(v, 2, 2) == 'r' or string.sub(v, 2, 2) == 'd') then
-    return {id, v, redis.call('PTTL', ARGV[1] .. id)}
+    return {id, v, redis.call('PTTL', KEYS[3] .. id)}
   end
   return nil
 end
@@ -680,10 +714,11 @@ return out
 // dead letter.
 //
 //	KEYS[1] body   KEYS[2] timer   KEYS[3] ready list   KEYS[4] priority set
-//	KEYS[5] config   KEYS[6] dead letter   KEYS[7] timer index
+//	KEYS[5] config   KEYS[6] dead letter   KEYS[7] the group's timer index
 //	ARGV[1] id   ARGV[2] receipt   ARGV[3] now (ms)   ARGV[4] delay (ms; -1 = backoff policy)
 //	ARGV[5] "1" to give back the spent try   ARGV[6] dead reason code   ARGV[7] random in [0,1)
-//	ARGV[8] index member   ARGV[9] ready channel   ARGV[10] timer channel
+//	ARGV[8] index member   ARGV[9] ready channel   ARGV[10] the group's wake-up channel
+//	ARGV[11] the publish command (PUBLISH or SPUBLISH)
 //
 // Returns 1 ready, 2 dead, 3 delayed, -1 no such job, -2 stale receipt.
 var releaseScript = script(`
@@ -704,19 +739,20 @@ if delay > 0 then
   local due = now + delay
   redis.call('SETRANGE', KEYS[1], 1, hdr('d', tries, deliv, prio, 0, due, NONCE0))
   redis.call('ZADD', KEYS[2], num(due), id)
-  lower_index(KEYS[7], ARGV[8], due, ARGV[10])
+  lower_index(KEYS[7], ARGV[8], due, ARGV[10], ARGV[11])
   return 3
 end
 redis.call('SETRANGE', KEYS[1], 1, hdr('r', tries, deliv, prio, 0, 0, NONCE0))
 push_ready(KEYS[3], KEYS[4], KEYS[5], prio, tries, id)
-redis.call('PUBLISH', ARGV[9], 1)
+redis.call(ARGV[11], ARGV[9], 1)
 return 1
 `)
 
 // touchScript extends an in-flight job's TTR.
 //
-//	KEYS[1] body   KEYS[2] timer   KEYS[3] timer index
-//	ARGV[1] id   ARGV[2] receipt   ARGV[3] new due (ms)   ARGV[4] index member   ARGV[5] timer channel
+//	KEYS[1] body   KEYS[2] timer   KEYS[3] the group's timer index
+//	ARGV[1] id   ARGV[2] receipt   ARGV[3] new due (ms)   ARGV[4] index member
+//	ARGV[5] the group's wake-up channel   ARGV[6] the publish command
 //
 // Returns 1, -1 no such job, -2 stale receipt.
 var touchScript = script(`
@@ -726,7 +762,7 @@ if string.sub(h, 2, 2) ~= 'f' or string.sub(h, 15, 22) ~= ARGV[2] then return -2
 local due = tonumber(ARGV[3])
 redis.call('SETRANGE', KEYS[1], 8, u48(due))
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-lower_index(KEYS[3], ARGV[4], due, ARGV[5])
+lower_index(KEYS[3], ARGV[4], due, ARGV[5], ARGV[6])
 return 1
 `)
 
@@ -735,7 +771,8 @@ return 1
 // dead) are dropped without counting.
 //
 //	KEYS[1] dead letter   KEYS[2] ready list   KEYS[3] priority set   KEYS[4] config
-//	ARGV[1] most jobs   ARGV[2] ttl (ms; 0 = no expiry)   ARGV[3] job key prefix
+//	KEYS[5] job key prefix
+//	ARGV[1] most jobs   ARGV[2] ttl (ms; 0 = no expiry)   ARGV[3] the publish command
 //	ARGV[4] ready channel   ARGV[5] most entries to pop
 //
 // Returns {respawned, 1 when the dead letter is now empty else 0}.
@@ -747,7 +784,7 @@ while n < want and budget > 0 do
   if not e then empty = 1 break end
   budget = budget - 1
   local id = eid(e)
-  local jk = ARGV[3] .. id
+  local jk = KEYS[5] .. id
   local h = redis.call('GETRANGE', jk, 0, 21)
   if #h == 22 and string.sub(h, 2, 2) == 'x' then
     local prio = string.byte(h, 7)
@@ -757,7 +794,7 @@ while n < want and budget > 0 do
     n = n + 1
   end
 end
-if n > 0 then redis.call('PUBLISH', ARGV[4], n) end
+if n > 0 then redis.call(ARGV[3], ARGV[4], n) end
 return {n, empty}
 `)
 
@@ -765,6 +802,7 @@ return {n, empty}
 //
 //	KEYS[1] body   KEYS[2] dead letter   KEYS[3] ready list   KEYS[4] priority set   KEYS[5] config
 //	ARGV[1] id   ARGV[2] ttl (ms; 0 = no expiry)   ARGV[3] ready channel
+//	ARGV[4] the publish command (PUBLISH or SPUBLISH)
 //
 // Returns 1, or -1 when the job is not dead.
 var respawnOneScript = script(`
@@ -775,13 +813,13 @@ local prio = string.byte(h, 7)
 redis.call('SETRANGE', KEYS[1], 1, hdr('r', 1, r16(h, 5), prio, 0, 0, NONCE0))
 push_ready(KEYS[3], KEYS[4], KEYS[5], prio, 1, ARGV[1])
 if tonumber(ARGV[2]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) else redis.call('PERSIST', KEYS[1]) end
-redis.call('PUBLISH', ARGV[3], 1)
+redis.call(ARGV[4], ARGV[3], 1)
 return 1
 `)
 
 // deleteDeadScript deletes the oldest dead jobs.
 //
-//	KEYS[1] dead letter   ARGV[1] most entries   ARGV[2] job key prefix
+//	KEYS[1] dead letter   KEYS[2] job key prefix   ARGV[1] most entries
 //
 // Returns the number of entries removed.
 var deleteDeadScript = script(`
@@ -789,7 +827,7 @@ local n = 0
 for i = 1, tonumber(ARGV[1]) do
   local e = redis.call('RPOP', KEYS[1])
   if not e then break end
-  local jk = ARGV[2] .. eid(e)
+  local jk = KEYS[2] .. eid(e)
   if redis.call('GETRANGE', jk, 1, 1) == 'x' then redis.call('DEL', jk) end
   n = n + 1
 end
@@ -810,20 +848,21 @@ return 1
 
 // listDeadScript returns a page of the dead letter, oldest first.
 //
-//	KEYS[1] dead letter   ARGV[1] job key prefix   ARGV[2] offset from the oldest   ARGV[3] limit
+//	KEYS[1] dead letter   KEYS[2] job key prefix
+//	ARGV[1] offset from the oldest   ARGV[2] limit
 //
 // Returns {id, value with header, PTTL, …} for the entries whose job exists.
 var listDeadScript = script(`
-local off, lim = tonumber(ARGV[2]), tonumber(ARGV[3])
+local off, lim = tonumber(ARGV[1]), tonumber(ARGV[2])
 local es = redis.call('LRANGE', KEYS[1], -(off + lim), -(off + 1))
 local out = {}
 for j = #es, 1, -1 do
   local id = eid(es[j])
-  local v = redis.call('GET', ARGV[1] .. id)
+  local v = redis.call('GET', KEYS[2] .. id)
   if v and #v >= 22 then
     out[#out + 1] = id
     out[#out + 1] = v
-    out[#out + 1] = redis.call('PTTL', ARGV[1] .. id)
+    out[#out + 1] = redis.call('PTTL', KEYS[2] .. id)
   end
 end
 return out
@@ -833,15 +872,16 @@ return out
 // jobs (values and entries); when all are gone it drops the queue from the
 // timer index. The dead letter is left alone.
 //
-//	KEYS[1] ready list   KEYS[2] timer   KEYS[3] timer index   KEYS[4] priority set
-//	ARGV[1] most entries   ARGV[2] job key prefix   ARGV[3] index member
+//	KEYS[1] ready list   KEYS[2] timer   KEYS[3] the group's timer index   KEYS[4] priority set
+//	KEYS[5] job key prefix
+//	ARGV[1] most entries   ARGV[2] index member
 //
 // Returns the number of entries deleted (less than ARGV[1] when done).
 var destroyScript = script(`
 local batch = tonumber(ARGV[1])
 local n = 0
 local function drop(id)
-  local jk = ARGV[2] .. id
+  local jk = KEYS[5] .. id
   local st = redis.call('GETRANGE', jk, 1, 1)
   if st ~= 'x' then redis.call('DEL', jk) end
 end
@@ -863,19 +903,19 @@ if n < batch then
   if #ids > 0 then redis.call('ZREMRANGEBYRANK', KEYS[2], 0, #ids - 1) end
   n = n + #ids
 end
-if n < batch then redis.call('ZREM', KEYS[3], ARGV[3]) end
+if n < batch then redis.call('ZREM', KEYS[3], ARGV[2]) end
 return n
 `)
 
 // cancelKeyScript deletes the job published with an idempotency key.
 //
-//	KEYS[1] idempotency key   KEYS[2] timer   ARGV[1] job key prefix
+//	KEYS[1] idempotency key   KEYS[2] timer   KEYS[3] job key prefix
 //
 // Returns the job's ID, or nil when the key is unknown.
 var cancelKeyScript = script(`
 local id = redis.call('GET', KEYS[1])
 if not id then return false end
-redis.call('DEL', ARGV[1] .. id)
+redis.call('DEL', KEYS[3] .. id)
 redis.call('ZREM', KEYS[2], id)
 redis.call('DEL', KEYS[1])
 return id
@@ -890,7 +930,7 @@ return id
 // ('x'), as respawn takes it; a timer entry while its job exists, as the
 // pump takes it.
 //
-// With ARGV[3] = 0, the consume ends: stale entries at the right end of
+// With ARGV[2] = 0, the consume ends: stale entries at the right end of
 // the ready list and of the dead letter (where RPOP takes) are cut with one
 // LTRIM, and those at the low end of the priority set removed; jobs of a
 // queue with one TTL expire in publish order, so this catches the common
@@ -899,27 +939,28 @@ return id
 // 60 s for a job without TTL, 30 s for an empty structure, 0 when the
 // budget ran out.
 //
-// With ARGV[3] > 0, one window of ARGV[3] entries of each structure at its
-// cursor (ARGV[4..7]; lists counted from the right end, sets by rank):
+// With ARGV[2] > 0, one window of ARGV[2] entries of each structure at its
+// cursor (ARGV[3..6]; lists counted from the right end, sets by rank):
 // stale set members are removed with ZREM (O(log n)); stale list entries
 // are overwritten with a 4-byte tombstone (LSET), and the tombstones at
-// most ARGV[8] entries from an end removed with one LREM from that end (one
+// most ARGV[7] entries from an end removed with one LREM from that end (one
 // from each end at most). LREM walks the list (about 40 ns an entry on
 // Redis 7.0: 40 ms for a million), so deeper tombstones stay until an end
 // comes within reach; every script skips them as stale (their ID is empty,
 // their job key never exists).
 //
 //	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] timer   KEYS[4] dead letter
-//	ARGV[1] job key prefix j/{ns/q}/   ARGV[2] most entries to look at
-//	ARGV[3] window (entries; 0 = the consume ends)
-//	ARGV[4..7] cursors of the ready list, priority set, timer, dead letter
-//	ARGV[8] most entries an LREM may walk
+//	KEYS[5] job key prefix j/{T}ns/q/
+//	ARGV[1] most entries to look at
+//	ARGV[2] window (entries; 0 = the consume ends)
+//	ARGV[3..6] cursors of the ready list, priority set, timer, dead letter
+//	ARGV[7] most entries an LREM may walk
 //
 // Returns {entries removed, entries looked at, tombstones left, the four
 // next cursors (0 once a structure was scanned to its end), ms until the
 // ends are worth a look again}.
 var reclaimScript = script(`
-local jp, budget, win, walk = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[8])
+local jp, budget, win, walk = KEYS[5], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[7])
 local TOMB = '\0\0\0\0'
 local removed, looked, left = 0, 0, 0
 local again = 60000
@@ -1018,7 +1059,7 @@ local function lwindow(k, cur, live)
   if #es < win then return 0 end
   return cur + #es - gone
 end
-local cur = {tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])}
+local cur = {tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])}
 if win == 0 then
   tail(KEYS[1], ready_live)
   zhead(KEYS[2], ready_live)
@@ -1035,16 +1076,16 @@ return {removed, looked, left, cur[1], cur[2], cur[3], cur[4], again}
 
 // sizeScript counts a queue's ready jobs: the ready list's and priority
 // set's lengths, less the stale entries at their consume ends (looking at
-// most at ARGV[2] entries), so that the jobs of a queue with one TTL stop
+// most at ARGV[1] entries), so that the jobs of a queue with one TTL stop
 // counting as soon as they expire, before the reclaimer removes their
 // entries. It writes nothing: the size routes are public.
 //
-//	KEYS[1] ready list   KEYS[2] priority set
-//	ARGV[1] job key prefix   ARGV[2] most entries to look at
+//	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] job key prefix
+//	ARGV[1] most entries to look at
 //
 // Returns the count.
 var sizeScript = script(`
-local jp, budget = ARGV[1], tonumber(ARGV[2])
+local jp, budget = KEYS[3], tonumber(ARGV[1])
 local function live(e)
   local s = redis.call('GETRANGE', jp .. eid(e), 1, 1)
   return s == 'r' or s == 'd'
@@ -1082,8 +1123,8 @@ return ln + zn - stale
 // allScripts are loaded by New so that a broken script fails at start and
 // pipelined calls never meet NOSCRIPT.
 var allScripts = []*redis.Script{
-	publishScript, publishManyScript, consumeScript, pumpScript, peekQueueScript, peekJobScript, ackManyScript,
+	publishScript, publishManyScript, consumeScript, pumpScript, pumpHeadsScript, peekQueueScript, peekJobScript, ackManyScript,
 	releaseScript, touchScript, respawnScript, respawnOneScript, deleteDeadScript,
-	deleteDeadOneScript, listDeadScript, destroyScript, cancelKeyScript, reclaimScript, sizeScript,
+	deleteDeadOneScript, listDeadScript, destroyScript, cancelKeyScript, reclaimScript, sizeScript, upgradeQueueScript,
 	queueDetailScript, listJobsScript,
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,9 +15,11 @@ import (
 
 // Waiting consumers do not hold Redis connections. A consumer that finds
 // nothing registers in-process under each of its queues' ready channels and
-// sleeps. The engine keeps one Pub/Sub connection per pool, subscribed to
-// the ready channel of every queue that has waiters here (plus the timer
-// channel); scripts PUBLISH to a queue's channel when they make jobs ready,
+// sleeps. The engine keeps one Pub/Sub connection per pool (on a cluster,
+// one sharded Pub/Sub connection per slot group, to the master of the
+// group's slot: subscriber), subscribed to the ready channel of every queue
+// that has waiters here (plus the groups' wake-up channels); scripts
+// PUBLISH (SPUBLISH on a cluster) to a queue's channel when they make jobs ready,
 // with the number of jobs (and so does a resume of a paused queue, with the
 // number of jobs ready in it), and that many waiters are woken, oldest
 // first.
@@ -74,7 +77,114 @@ type waiters struct {
 
 	mu    sync.Mutex
 	chans map[string]*chanState
-	ps    *redis.PubSub // set while run is running
+	ps    *subscriber // set while run is running
+
+	// wakeSubs counts the confirmed subscriptions to the groups' wake-up
+	// channels (again after a reconnection), for tests.
+	wakeSubs atomic.Int64
+}
+
+// subscriber is the pool's Pub/Sub: one connection on one Redis (or
+// Sentinel); on a cluster one sharded Pub/Sub (SSUBSCRIBE) per slot group,
+// which go-redis connects to the master of the group's slot, and again to
+// the new master after a failover or a slot move. A group's connection
+// carries its wake-up channel and the ready channels of its queues that
+// have waiters here, all of one slot, as SSUBSCRIBE requires.
+type subscriber struct {
+	cluster bool
+	conns   []*redis.PubSub
+}
+
+func newSubscriber(c redis.UniversalClient, cluster bool) *subscriber {
+	s := &subscriber{cluster: cluster}
+	if cc, ok := c.(*redis.ClusterClient); ok && cluster {
+		s.conns = make([]*redis.PubSub, slotGroups)
+		for g := range s.conns {
+			s.conns[g] = cc.SSubscribe(context.Background())
+		}
+		return s
+	}
+	s.conns = []*redis.PubSub{c.Subscribe(context.Background())}
+	return s
+}
+
+// byConn splits channels by the connection that carries them.
+func (s *subscriber) byConn(channels []string) map[int][]string {
+	out := make(map[int][]string, 1)
+	for _, c := range channels {
+		g := 0
+		if s.cluster {
+			g = channelGroup(c)
+		}
+		out[g] = append(out[g], c)
+	}
+	return out
+}
+
+// subscribe subscribes to channels, on their groups' connections at once
+// on a cluster (the first subscription of a group dials its node).
+func (s *subscriber) subscribe(ctx context.Context, channels []string) error {
+	if !s.cluster {
+		return s.conns[0].Subscribe(ctx, channels...)
+	}
+	by := s.byConn(channels)
+	errs := make(chan error, len(by))
+	for g, cs := range by {
+		go func() { errs <- s.conns[g].SSubscribe(ctx, cs...) }()
+	}
+	var first error
+	for range by {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func (s *subscriber) unsubscribe(ctx context.Context, channels []string) {
+	for g, cs := range s.byConn(channels) {
+		if s.cluster {
+			_ = s.conns[g].SUnsubscribe(ctx, cs...)
+		} else {
+			_ = s.conns[g].Unsubscribe(ctx, cs...)
+		}
+	}
+}
+
+// messages merges the connections' messages and confirmations into one
+// channel until ctx is done.
+func (s *subscriber) messages(ctx context.Context) <-chan interface{} {
+	if len(s.conns) == 1 {
+		return s.conns[0].ChannelWithSubscriptions(redis.WithChannelSize(1024))
+	}
+	out := make(chan interface{}, 1024)
+	for _, ps := range s.conns {
+		in := ps.ChannelWithSubscriptions(redis.WithChannelSize(64))
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case m, ok := <-in:
+					if !ok {
+						return
+					}
+					select {
+					case out <- m:
+					case <-ctx.Done():
+						return
+					}
+				}
+			}
+		}()
+	}
+	return out
+}
+
+func (s *subscriber) close() {
+	for _, ps := range s.conns {
+		_ = ps.Close()
+	}
 }
 
 // newWaiters creates the pool's Pub/Sub object; go-redis connects it only
@@ -82,7 +192,7 @@ type waiters struct {
 // before run starts reading: confirmations and messages wait in the
 // connection until then.
 func newWaiters(e *Engine) *waiters {
-	return &waiters{e: e, sweepEvery: sweepEvery, chans: make(map[string]*chanState), ps: e.rdb.Subscribe(context.Background())}
+	return &waiters{e: e, sweepEvery: sweepEvery, chans: make(map[string]*chanState), ps: newSubscriber(e.rdb, e.cluster)}
 }
 
 // run reads the Pub/Sub connection until ctx is done, then closes it.
@@ -93,17 +203,21 @@ func (w *waiters) run(ctx context.Context) {
 	if ps == nil {
 		return
 	}
-	if err := ps.Subscribe(ctx, timerChannel); err != nil {
-		w.e.log.WithError(err).Warn("subscribe to the timer channel failed; go-redis retries on reconnect")
+	wake := make([]string, slotGroups)
+	for g := range wake {
+		wake[g] = wakeChannel(g)
 	}
-	msgs := ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
+	if err := ps.subscribe(ctx, wake); err != nil {
+		w.e.log.WithError(err).Warn("subscribe to the wake-up channels failed; go-redis retries on reconnect")
+	}
+	msgs := ps.messages(ctx)
 	sweep := time.NewTicker(w.sweepEvery)
 	defer sweep.Stop()
 	defer func() {
 		w.mu.Lock()
 		w.ps = nil
 		w.mu.Unlock()
-		_ = ps.Close()
+		ps.close()
 	}()
 	for {
 		select {
@@ -117,11 +231,14 @@ func (w *waiters) run(ctx context.Context) {
 			}
 			switch m := m.(type) {
 			case *redis.Subscription:
-				if m.Kind == "subscribe" {
+				if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+					if isWakeChannel(m.Channel) {
+						w.wakeSubs.Add(1)
+					}
 					w.confirm(m.Channel)
 				}
 			case *redis.Message:
-				if m.Channel == timerChannel {
+				if isWakeChannel(m.Channel) {
 					w.e.wakePump()
 					continue
 				}
@@ -273,8 +390,10 @@ func (w *waiters) sawEmpty(marks []chanMark) {
 // add registers a waiter under channels, subscribing to the ones this
 // server does not listen to yet and waiting (bounded) for confirmation. It
 // reports whether the queues were known to be empty when the waiter was
-// registered: then there is no need to look.
-func (w *waiters) add(ctx context.Context, ns string, queues []string, deadline <-chan time.Time) (*waiter, bool) {
+// registered: then there is no need to look. deadline is closed when the
+// wait's time is up (a closed channel: waiting on it here must not use up
+// the wait's own deadline).
+func (w *waiters) add(ctx context.Context, ns string, queues []string, deadline <-chan struct{}) (*waiter, bool) {
 	wt := &waiter{ch: make(chan struct{}, 1), elems: make(map[string]*list.Element, len(queues))}
 	w.mu.Lock()
 	empty := w.knownEmptyLocked(ns, queues)
@@ -351,11 +470,11 @@ func (w *waiters) registerLocked(wt *waiter, ns string, queues []string) (subscr
 }
 
 // subscribe sends the SUBSCRIBE for channels that registerLocked returned.
-func (w *waiters) subscribe(ctx context.Context, ps *redis.PubSub, channels []string) {
+func (w *waiters) subscribe(ctx context.Context, ps *subscriber, channels []string) {
 	if len(channels) == 0 {
 		return
 	}
-	if err := ps.Subscribe(ctx, channels...); err != nil {
+	if err := ps.subscribe(ctx, channels); err != nil {
 		w.e.log.WithError(err).Warn("subscribe to ready channels failed; the sweep will cover")
 	}
 }
@@ -378,10 +497,14 @@ func (w *waiters) remove(wt *waiter) {
 // ctx is done (a shutting-down server cancels waits so that consumers are
 // answered at once).
 func (w *waiters) wait(ctx context.Context, req *engine.ConsumeRequest) ([]*engine.Job, error) {
-	deadline := time.NewTimer(req.Timeout)
+	// The deadline is a channel closed at the timeout, not a timer's: add
+	// may wait on it too (for a slow subscription confirmation), and a
+	// timer's single tick taken there left this wait without a deadline.
+	expired := make(chan struct{})
+	deadline := time.AfterFunc(req.Timeout, func() { close(expired) })
 	defer deadline.Stop()
 	for {
-		wt, empty := w.add(ctx, req.Namespace, req.Queues, deadline.C)
+		wt, empty := w.add(ctx, req.Namespace, req.Queues, expired)
 		if !empty {
 			jobs, err := w.e.consumeNow(ctx, req)
 			if err != nil || len(jobs) > 0 {
@@ -406,7 +529,7 @@ func (w *waiters) wait(ctx context.Context, req *engine.ConsumeRequest) ([]*engi
 			w.mu.Unlock()
 		case <-poll:
 			w.remove(wt)
-		case <-deadline.C:
+		case <-expired:
 			w.remove(wt)
 			return nil, nil
 		case <-ctx.Done():
@@ -448,7 +571,7 @@ func (w *waiters) sweep(ctx context.Context) {
 	}
 	w.mu.Unlock()
 	if len(idle) > 0 && ps != nil {
-		_ = ps.Unsubscribe(ctx, idle...)
+		ps.unsubscribe(ctx, idle)
 	}
 	if len(probes) == 0 {
 		return

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kairos-dev/kairos/engine"
@@ -50,6 +51,14 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// listeningAll waits until e's Pub/Sub is subscribed to every group's
+// wake-up channel: on a cluster, Run dials a connection per group, and a
+// first wait's subscription queues behind that.
+func listeningAll(t *testing.T, e *Engine) {
+	t.Helper()
+	waitFor(t, "the wake-up subscriptions", func() bool { return e.waiters.wakeSubs.Load() >= slotGroups })
+}
+
 // waitingOn is the number of consumers waiting on ns/q in e.
 func waitingOn(e *Engine, ns, q string) int {
 	e.waiters.mu.Lock()
@@ -64,13 +73,14 @@ func waitingOn(e *Engine, ns, q string) int {
 // to it, consumers that may wait skip the look until a message comes for
 // the queue, and they still get the next job at once.
 func TestKnownEmpty(t *testing.T) {
-	for _, tier := range coalesceTiers {
+	for _, tier := range engineTiers {
 		t.Run(tier.name, func(t *testing.T) {
 			ctx := context.Background()
 			client := tier.client(t)
 			h := &looks{}
 			client.AddHook(h)
 			e := startEngine(t, client, newTestClock())
+			listeningAll(t, e)
 			const ns, q = "ke", "q"
 			queues := []string{q}
 			wait := &engine.ConsumeRequest{Namespace: ns, Queues: queues, TTR: time.Minute, Count: 1, Timeout: 50 * time.Millisecond}
@@ -179,12 +189,13 @@ func TestKnownEmpty(t *testing.T) {
 // Pub/Sub reconnected) reaches a waiting consumer at the next sweep, also
 // when it is in the queue's priority set rather than its ready list.
 func TestSweepPriority(t *testing.T) {
-	for _, tier := range coalesceTiers {
+	for _, tier := range engineTiers {
 		t.Run(tier.name, func(t *testing.T) {
 			ctx := context.Background()
 			client := tier.client(t)
 			clock := newTestClock()
 			e := startEngine(t, client, clock)
+			listeningAll(t, e)
 			const ns, q = "sw", "q"
 			req := engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, TTR: time.Minute, Count: 1, Timeout: 50 * time.Millisecond}
 			// A first wait leaves the queue known empty, so that the next
@@ -238,7 +249,7 @@ func TestSweepPriority(t *testing.T) {
 // hands them to the N consumers waiting on it at once, not one now and
 // the others at the sweep (disabled here, so that it cannot rescue them).
 func TestResumeWakesEveryWaiter(t *testing.T) {
-	for _, tier := range coalesceTiers {
+	for _, tier := range engineTiers {
 		t.Run(tier.name, func(t *testing.T) {
 			ctx := context.Background()
 			e, err := New(ctx, tier.client(t), Options{})
@@ -294,5 +305,40 @@ func TestResumeWakesEveryWaiter(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestWaitDeadlineDuringSlowConfirmation: a long-poll whose timeout passes
+// while its subscription is still unconfirmed (a slow Pub/Sub connection:
+// seen on a loaded cluster, where each slot group has its own) returns at
+// its timeout; the deadline once was a timer whose tick the wait for the
+// confirmation took, and the consumer then waited for ever.
+func TestWaitDeadlineDuringSlowConfirmation(t *testing.T) {
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = client.Close() })
+	e := startEngine(t, client, newTestClock())
+	waitFor(t, "Run", func() bool { e.waiters.mu.Lock(); defer e.waiters.mu.Unlock(); return e.waiters.ps != nil })
+	const ns, q = "slow", "q"
+	// A subscription sent and never confirmed.
+	e.waiters.mu.Lock()
+	e.waiters.chans[readyChannel(ns, q)] = &chanState{ns: ns, q: q, subscribed: true, confirmed: make(chan struct{})}
+	e.waiters.mu.Unlock()
+	done := make(chan time.Duration, 1)
+	start := time.Now()
+	go func() {
+		jobs, err := e.Consume(context.Background(), &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, Count: 1, TTR: time.Minute, Timeout: 200 * time.Millisecond})
+		if err != nil || len(jobs) != 0 {
+			t.Errorf("consume = %v, %v; want nothing", jobs, err)
+		}
+		done <- time.Since(start)
+	}()
+	select {
+	case d := <-done:
+		if d < 190*time.Millisecond {
+			t.Errorf("returned after %v, before its 200ms timeout", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a long-poll of 200ms still waits after 5s")
 	}
 }

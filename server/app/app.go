@@ -9,6 +9,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -136,6 +138,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 		return nil, err
 	}
 	ready = append(ready, readyCheck("admin redis", admin, cfg.UsesEmbedded(cfg.AdminRedis)))
+	if err := auth.LoadScripts(ctx, admin); err != nil {
+		return nil, fmt.Errorf("AdminRedis: %w", err)
+	}
 	a.Tokens = auth.NewStore(admin, cfg.PoolNames(), opts.Logger, auth.StoreOptions{HashTokens: cfg.Kairos.HashTokens})
 	a.Throttler = auth.NewThrottler(admin, opts.Logger, auth.ThrottlerOptions{HashTokens: cfg.Kairos.HashTokens})
 	if err := a.Throttler.Reload(ctx); err != nil {
@@ -182,7 +187,12 @@ func (a *App) connect(ctx context.Context, key string, rc config.RedisConf) (red
 	if size <= 0 {
 		size = DefaultPoolSize
 	}
-	same := fmt.Sprintf("%s|%s|%d|%d|%s|%s", rc.Addr, rc.Password, rc.DB, size, rc.MasterName, rc.SentinelPassword)
+	// A cluster's seed nodes may be written in Addr or Addrs, in any order.
+	seeds := rc.Endpoints()
+	if rc.IsCluster() {
+		sort.Strings(seeds)
+	}
+	same := fmt.Sprintf("%q|%t|%s|%d|%d|%s|%s", seeds, rc.Cluster, rc.Password, rc.DB, size, rc.MasterName, rc.SentinelPassword)
 	if c, ok := a.byConf[same]; ok {
 		return c, nil
 	}
@@ -207,10 +217,20 @@ func (a *App) connect(ctx context.Context, key string, rc config.RedisConf) (red
 		}
 		client = redis.NewClient(&redis.Options{Addr: a.embedded.Addr(), PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1, ContextTimeoutEnabled: true, DisableIdentity: true})
 		node = a.embedded.Addr()
+	case rc.IsCluster():
+		// PoolSize and MaxActiveConns apply per node: a server holds at
+		// most PoolSize connections to each master (plus Pub/Sub), as it
+		// does to one Redis. go-redis follows MOVED and ASK (MaxRedirects)
+		// and reloads the slot map itself.
+		node = strings.Join(rc.Endpoints(), ",")
+		client = redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: rc.Endpoints(), Password: rc.Password, PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1,
+			ContextTimeoutEnabled: true, DisableIdentity: true,
+		})
 	case rc.IsSentinel():
 		node = rc.MasterName
 		client = redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName: rc.MasterName, SentinelAddrs: rc.Addrs(), Password: rc.Password,
+			MasterName: rc.MasterName, SentinelAddrs: rc.Endpoints(), Password: rc.Password,
 			SentinelPassword: rc.SentinelPassword, DB: rc.DB, PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1, ContextTimeoutEnabled: true, DisableIdentity: true,
 		})
 	default:
@@ -222,13 +242,16 @@ func (a *App) connect(ctx context.Context, key string, rc config.RedisConf) (red
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := client.Ping(pctx).Err(); err != nil {
-		if strings.Contains(err.Error(), "SELECT is not allowed in cluster mode") { // DB > 0
-			return nil, notCluster(key, rc)
+		switch {
+		case strings.Contains(err.Error(), "SELECT is not allowed in cluster mode"): // DB > 0
+			return nil, clusterMismatch(key, rc)
+		case rc.IsCluster() && strings.Contains(err.Error(), "cluster support disabled"):
+			return nil, clusterMismatch(key, rc)
 		}
-		return nil, fmt.Errorf("%s: connect to %s: %w", key, rc.Addr, err)
+		return nil, fmt.Errorf("%s: connect to %s: %w", key, rc.Describe(), err)
 	}
 	if !a.cfg.UsesEmbedded(rc) {
-		if err := a.checkNotCluster(pctx, key, rc, client); err != nil {
+		if err := a.checkClusterMode(pctx, key, rc, client); err != nil {
 			return nil, err
 		}
 		if err := a.checkDurable(pctx, key, client); err != nil {
@@ -257,67 +280,123 @@ func embeddedList(sections []string) string {
 // lose or evict jobs.
 var ErrNotDurable = errors.New("redis is not durable")
 
-// ErrRedisCluster is returned (wrapped, with the section and the address)
-// when a pool or the admin Redis is a Redis Cluster node, which Kairos
-// cannot serve yet (issue #22).
-var ErrRedisCluster = errors.New("redis cluster is not supported yet (issue #22)")
+// ErrClusterMismatch is returned (wrapped, with the section and the
+// address) when a section's Cluster setting does not match its Redis: a
+// Redis Cluster node configured as a standalone or Sentinel Redis (its
+// keys live on other nodes too: requests would fail with MOVED), or
+// Cluster = true pointing at a Redis that is not a cluster node.
+var ErrClusterMismatch = errors.New("redis cluster mode does not match the config")
 
-// clusterError is ErrRedisCluster with the words an operator reads.
+// clusterError is ErrClusterMismatch with the words an operator reads.
 type clusterError struct{ msg string }
 
 func (e *clusterError) Error() string { return e.msg }
-func (e *clusterError) Unwrap() error { return ErrRedisCluster }
+func (e *clusterError) Unwrap() error { return ErrClusterMismatch }
 
-// checkNotCluster refuses a Redis Cluster node. Its scripts touch keys of
-// several hash slots, which a cluster answers with CROSSSLOT (or MOVED):
-// the server would start and then fail every publish, consume and token
-// creation with a 500. INFO takes one section, as Redis 6.2 requires; if
-// it cannot be read (a renamed or forbidden INFO) the server warns and
-// goes on, as checkDurable does.
-func (a *App) checkNotCluster(ctx context.Context, key string, rc config.RedisConf, client redis.UniversalClient) error {
+// checkClusterMode refuses a section whose Cluster setting does not match
+// its Redis (see ErrClusterMismatch), and a cluster that does not serve
+// every slot (cluster_state is not ok). INFO takes one section, as Redis
+// 6.2 requires; if it cannot be read (a renamed or forbidden INFO) the
+// server warns and goes on, as checkDurable does.
+func (a *App) checkClusterMode(ctx context.Context, key string, rc config.RedisConf, client redis.UniversalClient) error {
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		// Every master: the seed node answered CLUSTER SLOTS, so it is a
+		// cluster node; cluster_state says whether all slots are served.
+		return cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			if server, err := n.Info(ctx, "server").Result(); err == nil {
+				if err := clusterVersion(n.Options().Addr, server); err != nil {
+					return fmt.Errorf("%s: %w", key, err)
+				}
+			}
+			info, err := n.ClusterInfo(ctx).Result()
+			if err != nil {
+				return fmt.Errorf("%s: %s: CLUSTER INFO: %w", key, n.Options().Addr, err)
+			}
+			if st := infoField(info, "cluster_state"); st != "ok" {
+				return fmt.Errorf("%s: the Redis Cluster node %s says cluster_state:%s: the cluster does not serve every slot; fix the cluster (redis-cli --cluster check) and start again",
+					key, n.Options().Addr, st)
+			}
+			return nil
+		})
+	}
 	info, err := client.Info(ctx, "cluster").Result()
 	if err != nil {
-		a.log.WithError(err).WithField("redis", key).Warn("cannot read INFO cluster to check that this Redis is not a Redis Cluster node (which Kairos does not support yet)")
+		a.log.WithError(err).WithField("redis", key).Warn("cannot read INFO cluster to check that this Redis is not a Redis Cluster node (set Cluster = true for one)")
 		return nil
 	}
 	if infoField(info, "cluster_enabled") == "1" {
-		return notCluster(key, rc)
+		return clusterMismatch(key, rc)
 	}
 	return nil
 }
 
-// notCluster is the error for a Redis Cluster node at section key.
-func notCluster(key string, rc config.RedisConf) error {
-	what := "the pool"
-	if !strings.HasPrefix(key, "Pool.") {
-		what = key
+// clusterVersion refuses a cluster node older than Redis 7.0, given its
+// INFO server: waiting consumers are woken through sharded Pub/Sub
+// (SSUBSCRIBE, SPUBLISH), which Redis 7.0 brought. A reply without a
+// readable version passes.
+func clusterVersion(addr, info string) error {
+	v := infoField(info, "redis_version")
+	major, _, _ := strings.Cut(v, ".")
+	if n, err := strconv.Atoi(major); err == nil && n < 7 {
+		return fmt.Errorf("the Redis Cluster node %s runs Redis %s: a Redis Cluster needs Redis 7.0 or later (sharded Pub/Sub); upgrade it, or use a standalone or Sentinel-managed Redis 6.2", addr, v)
 	}
-	addr := rc.Addr
-	if rc.IsSentinel() {
-		addr = "the master " + rc.MasterName + " of the Sentinels " + rc.Addr
+	return nil
+}
+
+// clusterMismatch is the error of a section whose Cluster setting does not
+// match its Redis.
+func clusterMismatch(key string, rc config.RedisConf) error {
+	section := "[" + key + "]"
+	if rc.IsCluster() {
+		return &clusterError{fmt.Sprintf("%s: Cluster = true, but %s is not a Redis Cluster node (cluster support disabled): "+
+			"remove Cluster = true from %s, or list the nodes of a Redis Cluster in Addrs", key, strings.Join(rc.Endpoints(), ","), section)}
 	}
-	return &clusterError{fmt.Sprintf("%s: %s is a Redis Cluster node; Kairos does not support Redis Cluster yet (issue #22): "+
-		"point %s at a standalone or Sentinel-managed Redis", key, addr, what)}
+	fix := "set Cluster = true in " + section + " (with the seed nodes in Addrs)"
+	switch {
+	case rc.IsSentinel():
+		fix = "a Redis Cluster is not managed by Sentinel: in " + section + " remove MasterName and set Cluster = true with the cluster's nodes in Addrs"
+	case rc.DB != 0:
+		fix += " and remove DB (a Redis Cluster has only database 0)"
+	}
+	return &clusterError{fmt.Sprintf("%s: %s is a Redis Cluster node: %s", key, rc.Describe(), fix)}
 }
 
 // checkDurable warns (or refuses, with RequireDurableRedis) when a Redis
-// has AOF off or a maxmemory-policy that evicts keys: either loses jobs.
+// has AOF off or a maxmemory-policy that evicts keys: either loses jobs. On
+// a Redis Cluster every master is checked.
 func (a *App) checkDurable(ctx context.Context, key string, client redis.UniversalClient) error {
-	info, err := infoSections(ctx, client, "persistence", "memory")
+	var mu sync.Mutex
+	var problems []string
+	err := eachMaster(ctx, client, func(ctx context.Context, addr string, c redis.UniversalClient) error {
+		info, err := infoSections(ctx, c, "persistence", "memory")
+		if err != nil {
+			return err
+		}
+		var found []string
+		if v := infoField(info, "aof_enabled"); v != "1" {
+			found = append(found, "appendonly is off (jobs acknowledged since the last snapshot are lost when Redis restarts)")
+		}
+		if v := infoField(info, "maxmemory_policy"); v != "" && v != "noeviction" {
+			found = append(found, fmt.Sprintf("maxmemory-policy is %q (Redis may evict jobs; use noeviction)", v))
+		}
+		if addr != "" {
+			for i, f := range found {
+				found[i] = "node " + addr + ": " + f
+			}
+		}
+		mu.Lock()
+		problems = append(problems, found...)
+		mu.Unlock()
+		return nil
+	})
 	if err != nil {
 		a.log.WithError(err).WithField("redis", key).Warn("cannot read INFO to check durability")
 		return nil
 	}
-	var problems []string
-	if v := infoField(info, "aof_enabled"); v != "1" {
-		problems = append(problems, "appendonly is off (jobs acknowledged since the last snapshot are lost when Redis restarts)")
-	}
-	if v := infoField(info, "maxmemory_policy"); v != "" && v != "noeviction" {
-		problems = append(problems, fmt.Sprintf("maxmemory-policy is %q (Redis may evict jobs; use noeviction)", v))
-	}
 	if len(problems) == 0 {
 		return nil
 	}
+	sort.Strings(problems)
 	msg := key + ": " + strings.Join(problems, "; ")
 	if a.cfg.Kairos.RequireDurableRedis {
 		return fmt.Errorf("%w: %s", ErrNotDurable, msg)
@@ -326,10 +405,25 @@ func (a *App) checkDurable(ctx context.Context, key string, client redis.Univers
 	return nil
 }
 
+// eachMaster runs fn on the Redis of client: on every master of a Redis
+// Cluster, concurrently, with each node's address (the first error wins);
+// on client itself otherwise, with addr "".
+func eachMaster(ctx context.Context, client redis.UniversalClient, fn func(ctx context.Context, addr string, c redis.UniversalClient) error) error {
+	cc, ok := client.(*redis.ClusterClient)
+	if !ok {
+		return fn(ctx, "", client)
+	}
+	return cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		return fn(ctx, n.Options().Addr, n)
+	})
+}
+
 // readyCheck is the /readyz check of one Redis: it answers INFO within the
 // deadline, is not loading its dataset, and is a master. Every pool and the
 // admin Redis take writes (publish, consume, tokens, rate limits), so a
-// replica is never ready. The embedded in-memory store lives in the
+// replica is never ready. On a Redis Cluster every master of the slot map
+// is checked so, and each must say cluster_state:ok (else "cluster down":
+// some slots have no master). The embedded in-memory store lives in the
 // process, never loads nor replicates, and has no INFO sections for
 // either: it is ready when it answers PING.
 func readyCheck(name string, client redis.UniversalClient, embedded bool) server.ReadyCheck {
@@ -340,18 +434,46 @@ func readyCheck(name string, client redis.UniversalClient, embedded bool) server
 			}
 			return nil
 		}
-		info, err := infoSections(ctx, client, "persistence", "replication")
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+		_, cluster := client.(*redis.ClusterClient)
+		err := eachMaster(ctx, client, func(ctx context.Context, addr string, c redis.UniversalClient) error {
+			info, err := infoSections(ctx, c, "persistence", "replication")
+			if err == nil && cluster {
+				var ci string
+				if ci, err = c.ClusterInfo(ctx).Result(); err == nil {
+					info += ci
+				}
+			}
+			if addr != "" {
+				return nodeReady(name+": node "+addr, info, err, cluster)
+			}
+			return nodeReady(name, info, err, cluster)
+		})
+		if cc, ok := client.(*redis.ClusterClient); ok && errors.Is(err, server.ErrNotMaster) {
+			// The slot map is stale (a replica took over): the next check
+			// asks the new masters.
+			cc.ReloadState(ctx)
 		}
-		if infoField(info, "loading") == "1" {
-			return fmt.Errorf("%s: %w", name, server.ErrLoading)
-		}
-		if role := infoField(info, "role"); role != "master" {
-			return fmt.Errorf("%s: role %q: %w", name, role, server.ErrNotMaster)
-		}
-		return nil
+		return err
 	}}
+}
+
+// nodeReady judges one Redis node by its INFO (and CLUSTER INFO).
+func nodeReady(name, info string, err error, cluster bool) error {
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s: %w", name, err)
+	case infoField(info, "loading") == "1":
+		return fmt.Errorf("%s: %w", name, server.ErrLoading)
+	}
+	if role := infoField(info, "role"); role != "master" {
+		return fmt.Errorf("%s: role %q: %w", name, role, server.ErrNotMaster)
+	}
+	if cluster {
+		if st := infoField(info, "cluster_state"); st != "ok" {
+			return fmt.Errorf("%s: cluster_state:%s: %w", name, st, server.ErrClusterDown)
+		}
+	}
+	return nil
 }
 
 // RedisLogger sends go-redis's own log lines (reconnections, pool

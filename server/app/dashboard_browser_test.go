@@ -118,8 +118,7 @@ type browserE2E struct {
 
 func startBrowserE2E(tb testing.TB) *browserE2E {
 	tb.Helper()
-	rs := redistest.StartWith(tb, redistest.Options{AppendOnly: true, AppendFsync: "everysec"})
-	cfg := redisConfig(rs.Addr)
+	cfg := e2eRedisConfig(tb)()
 	cfg.Accounts = map[string]string{"ops": "s3cret-pass"}
 	cfg.Dashboard.RefreshSecond = 1
 	k := startKairos(tb, cfg)

@@ -37,6 +37,9 @@ type kairos struct {
 	// APIHost and APIPort are the public listener's address, split.
 	APIHost string
 	APIPort int
+	// Store is the Redis section of the default pool, for tests that start
+	// another instance on the same data.
+	Store config.RedisConf
 
 	cancel context.CancelFunc
 	done   chan error
@@ -106,6 +109,7 @@ func startKairos(tb testing.TB, cfg *config.Config) *kairos {
 		App:    a,
 		API:    "http://" + a.Server.Addr(),
 		Admin:  "http://" + a.Server.AdminAddr(),
+		Store:  cfg.Pool[config.DefaultPoolName],
 		cancel: cancel,
 		done:   make(chan error, 1),
 	}
@@ -119,6 +123,10 @@ func startKairos(tb testing.TB, cfg *config.Config) *kairos {
 		if err := k.stop(10 * time.Second); err != nil {
 			tb.Errorf("Run: %v", err)
 		}
+		// Its ports are free again: a server started later (a
+		// kairos-server process of TestE2EScheduleKill, say) may get one.
+		openapiTransport.Unregister(k.API)
+		openapiTransport.Unregister(k.Admin)
 	})
 	return k
 }
@@ -155,16 +163,63 @@ func (k *kairos) newToken(tb testing.TB, ns string) string {
 // e2e is a running app on a real Redis with a namespace and its token.
 type e2e struct {
 	*kairos
+	// Redis is the redis-server of the pool and the admin Redis; nil on a
+	// Redis Cluster (see onCluster).
 	Redis *redistest.Server
 	NS    string
 	Token string
 }
 
+// startE2E starts an app on a throwaway durable redis-server (default
+// pool and admin Redis), with a token of namespace "e2e". Under
+// TestE2ECluster (see onCluster) it runs on the test binary's shared Redis
+// Cluster instead, flushed first, with both the pool and the admin Redis
+// set to Cluster = true: the same test then checks the same answers on a
+// cluster.
 func startE2E(tb testing.TB) *e2e {
 	tb.Helper()
+	if onCluster(tb) {
+		c := redistest.SharedCluster(tb)
+		c.Flush(tb)
+		k := startKairos(tb, clusterConfig(c))
+		return &e2e{kairos: k, NS: "e2e", Token: k.newToken(tb, "e2e")}
+	}
 	rs := redistest.StartWith(tb, redistest.Options{AppendOnly: true, AppendFsync: "everysec"})
 	k := startKairos(tb, redisConfig(rs.Addr))
 	return &e2e{kairos: k, Redis: rs, NS: "e2e", Token: k.newToken(tb, "e2e")}
+}
+
+// clusterSuite is the test that runs the end-to-end tests on a Redis
+// Cluster (cluster_e2e_test.go).
+const clusterSuite = "TestE2ECluster"
+
+// onCluster reports whether tb runs under clusterSuite, whose subtests are
+// end-to-end tests that startE2E then runs on a Redis Cluster.
+func onCluster(tb testing.TB) bool { return strings.HasPrefix(tb.Name(), clusterSuite+"/") }
+
+// e2eRedisConfig returns the config maker of a test's servers: under
+// TestE2ECluster (onCluster) the shared cluster, flushed first, else a
+// Redis of the test's own (append-only, fsync every second).
+func e2eRedisConfig(tb testing.TB) func() *config.Config {
+	tb.Helper()
+	if onCluster(tb) {
+		c := redistest.SharedCluster(tb)
+		c.Flush(tb)
+		return func() *config.Config { return clusterConfig(c) }
+	}
+	rs := redistest.StartWith(tb, redistest.Options{AppendOnly: true, AppendFsync: "everysec"})
+	return func() *config.Config { return redisConfig(rs.Addr) }
+}
+
+// clusterConfig is redisConfig with the default pool and the admin Redis
+// on the Redis Cluster c: the pool seeded with every node (Addrs), the
+// admin Redis with one (Addr), as users may write either.
+func clusterConfig(c *redistest.Cluster) *config.Config {
+	cfg := redisConfig(c.Addrs[0])
+	cfg.Kairos.Embedded = false
+	cfg.AdminRedis = config.RedisConf{Cluster: true, Addr: c.Addrs[1]}
+	cfg.Pool = map[string]config.RedisConf{config.DefaultPoolName: {Cluster: true, Addrs: c.Addrs}}
+	return cfg
 }
 
 // url returns the public API URL of path (relative to /api/NS/) with the

@@ -5,18 +5,17 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 )
 
-// TestE2EHistoryTwoServers: two kairos servers on one real Redis, traffic
+// TestE2EHistoryTwoServers: two kairos servers on one real Redis (a
+// cluster under TestE2ECluster), traffic
 // through both public APIs; each flushes its own counts every 5 s and the
 // admin /history of either shows the sum, for the queue, the namespace and
 // the deployment.
 func TestE2EHistoryTwoServers(t *testing.T) {
-	rs := redistest.StartWith(t, redistest.Options{AppendOnly: true, AppendFsync: "everysec"})
-	a := startKairos(t, redisConfig(rs.Addr))
-	b := startKairos(t, redisConfig(rs.Addr))
+	cfg := e2eRedisConfig(t)
+	a := startKairos(t, cfg())
+	b := startKairos(t, cfg())
 	token := a.newToken(t, "hist")
 	for i, k := range []*kairos{a, b, a, b, b} {
 		r := doHTTP(t, http.MethodPut, k.API+"/api/hist/q?tries=1", token, []byte("job"), nil)

@@ -89,3 +89,24 @@ func TestReadyOnRedis62(t *testing.T) {
 		t.Errorf("infoSections = %q, %v", info, err)
 	}
 }
+
+// TestClusterVersion: a Redis Cluster pool needs Redis 7.0 (sharded
+// Pub/Sub); an older node is refused by address and version, a newer one
+// or a reply without a version passes.
+func TestClusterVersion(t *testing.T) {
+	for _, tc := range []struct {
+		info string
+		want string
+	}{
+		{"# Server\r\nredis_version:6.2.14\r\nredis_mode:cluster\r\n", "the Redis Cluster node 10.0.0.1:7000 runs Redis 6.2.14: a Redis Cluster needs Redis 7.0 or later (sharded Pub/Sub); upgrade it, or use a standalone or Sentinel-managed Redis 6.2"},
+		{"# Server\r\nredis_version:7.0.0\r\n", ""},
+		{"# Server\r\nredis_version:7.2.4\r\n", ""},
+		{"# Server\r\nredis_version:8.0.1\r\n", ""},
+		{"# Server\r\n", ""},
+	} {
+		err := clusterVersion("10.0.0.1:7000", tc.info)
+		if got := fmt.Sprint(err); (tc.want == "" && err != nil) || (tc.want != "" && got != tc.want) {
+			t.Errorf("clusterVersion(%q) = %v, want %q", tc.info, err, tc.want)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bitleak/lmstfy/client"
 
+	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/engine"
 	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 )
@@ -716,7 +717,10 @@ func TestLmstfyClient(t *testing.T) {
 			t.Fatalf("Publish with nothing listening returned %+v, want it retrying", res)
 		default:
 		}
-		cfg := redisConfig(e.Redis.Addr)
+		cfg := redisConfig(e.Store.Addr)
+		if e.Store.IsCluster() {
+			cfg.AdminRedis, cfg.Pool[config.DefaultPoolName] = e.Store, e.Store
+		}
 		cfg.Port = port
 		startKairos(t, cfg)
 		res := <-done

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/engine/rdb"
 	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 )
 
@@ -30,7 +31,7 @@ func TestMigrateTo(t *testing.T) {
 	}
 	r := doHTTP(t, http.MethodPut, api+"?tries=1", tok, []byte("new"), nil)
 	r.wantStatus(t, http.StatusCreated)
-	n, err := newR.Client().Keys(context.Background(), "j/{mig/q}/*").Result()
+	n, err := newR.Client().Keys(context.Background(), rdb.JobKey("mig", "q", "*")).Result()
 	if err != nil || len(n) != 1 {
 		t.Fatalf("jobs in the new pool = %v %v, want the one just published", n, err)
 	}

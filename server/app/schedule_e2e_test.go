@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 )
 
@@ -231,14 +232,24 @@ func checkExactlyOnce(t *testing.T, api, ns, token, queue string, first time.Tim
 	}
 }
 
-// TestE2EScheduleTwoServers: two apps on one Redis run the same @every 1s
-// schedule; every tick publishes exactly one job.
+// TestE2EScheduleTwoServers: two apps on one Redis (on the Redis Cluster
+// under TestE2ECluster) run the same @every 1s schedule; every tick
+// publishes exactly one job.
 func TestE2EScheduleTwoServers(t *testing.T) {
-	t.Parallel()
+	var cfg func() *config.Config
+	if onCluster(t) {
+		// Not parallel: the cluster is shared, and flushed by each test.
+		c := redistest.SharedCluster(t)
+		c.Flush(t)
+		cfg = func() *config.Config { return clusterConfig(c) }
+	} else {
+		t.Parallel()
+		rs := redistest.Start(t)
+		cfg = func() *config.Config { return redisConfig(rs.Addr) }
+	}
 	d := soak(t)
-	rs := redistest.Start(t)
-	a := startKairos(t, redisConfig(rs.Addr))
-	b := startKairos(t, redisConfig(rs.Addr))
+	a := startKairos(t, cfg())
+	b := startKairos(t, cfg())
 	token := a.newToken(t, "s2")
 	r := doHTTP(t, http.MethodPut, a.API+"/api/s2/q/schedule/s?cron=%40every+1s", token, []byte("t"), nil)
 	r.wantStatus(t, http.StatusOK)

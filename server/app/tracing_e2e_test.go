@@ -20,7 +20,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kairos-dev/kairos/client"
-	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 	"github.com/kairos-dev/kairos/engine/tracing"
 )
 
@@ -141,8 +140,7 @@ func TestE2ETracing(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", recv.URL)
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
-	rs := redistest.StartWith(t, redistest.Options{AppendOnly: true, AppendFsync: "everysec"})
-	k := startKairos(t, redisConfig(rs.Addr))
+	k := startKairos(t, e2eRedisConfig(t)())
 	if k.App.Tracing.Tracer() == nil {
 		t.Fatal("OTEL_TRACES_EXPORTER=otlp did not turn tracing on")
 	}

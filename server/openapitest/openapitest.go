@@ -381,6 +381,18 @@ func (t *Transport) Register(host, listener string) {
 	t.mu.Unlock()
 }
 
+// Unregister forgets host (as given to Register): once its server is gone,
+// the port may be reused by anything else, a server the transport must not
+// take for it.
+func (t *Transport) Unregister(host string) {
+	if u, err := url.Parse(host); err == nil && u.Host != "" {
+		host = u.Host
+	}
+	t.mu.Lock()
+	delete(t.hosts, host)
+	t.mu.Unlock()
+}
+
 // RoundTrip sends req and validates the response.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	base := t.Base

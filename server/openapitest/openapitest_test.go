@@ -101,3 +101,33 @@ func TestCheck(t *testing.T) {
 		t.Errorf("an undescribed route answering 200: %v", err)
 	}
 }
+
+// TestUnregister: a host registered as a Kairos listener is validated;
+// once unregistered (its server gone, its port reusable by anything), it
+// is not.
+func TestUnregister(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated) // no operation answers POST /token/ns with this on the public listener
+	}))
+	defer srv.Close()
+	tr, err := NewTransport(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Transport: tr}
+	post := func() error {
+		resp, err := c.Post(srv.URL+"/token/ns", "text/plain", nil)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	tr.Register(srv.URL, Public)
+	if err := post(); err == nil {
+		t.Fatal("a registered host's undescribed answer passed")
+	}
+	tr.Unregister(srv.URL)
+	if err := post(); err != nil {
+		t.Fatalf("an unregistered host is still validated: %v", err)
+	}
+}

@@ -1,0 +1,252 @@
+package rdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kairos-dev/kairos/engine"
+
+	"github.com/kairos-dev/kairos/engine/enginetest"
+	"github.com/kairos-dev/kairos/engine/rdb/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// The contract suite on a real Redis Cluster (three masters, one replica
+// each): every script must touch one slot, and wake-ups must cross the
+// cluster (sharded Pub/Sub).
+func TestContractCluster(t *testing.T) {
+	c := redistest.SharedCluster(t)
+	client := c.Client(t)
+	enginetest.Run(t, func(t *testing.T) *enginetest.Harness {
+		c.Flush(t)
+		return harness(t, client, time.Sleep)
+	})
+}
+
+func TestExtendedCluster(t *testing.T) {
+	c := redistest.SharedCluster(t)
+	client := c.Client(t)
+	enginetest.RunExtended(t, func(t *testing.T) *enginetest.Harness {
+		c.Flush(t)
+		return harness(t, client, time.Sleep)
+	})
+}
+
+// queuesOnMasters returns one queue name of ns per third of the slot
+// groups, so that on a cluster made by redis-cli (equal slot ranges) they
+// live on the three masters.
+func queuesOnMasters(ns string) []string {
+	var out []string
+	for i := 0; len(out) < 3; i++ {
+		q := fmt.Sprintf("q%d", i)
+		if slotGroup(ns, q)*3/slotGroups == len(out) {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// TestClusterWakeups: on a cluster, wake-ups go through sharded Pub/Sub
+// to the server that waits. Engine b publishes (it does not run: no pump,
+// no Pub/Sub of its own); engine a, whose sweep and pump sleep are an hour
+// long so that only messages can wake it, hands the jobs to its waiting
+// consumers at once: ready jobs of queues on every master, and a delayed
+// job whose wake-up reaches a's pump.
+func TestClusterWakeups(t *testing.T) {
+	c := redistest.SharedCluster(t)
+	ctx := context.Background()
+	a, err := New(ctx, c.Client(t), Options{MaxPumpSleep: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.waiters.sweepEvery = time.Hour
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	b, err := New(ctx, c.Client(t), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "wake"
+	queues := queuesOnMasters(ns)
+	type result struct {
+		jobs []*engine.Job
+		at   time.Time
+	}
+	wait := func(q string) chan result {
+		got := make(chan result, 1)
+		go func() {
+			jobs, err := a.Consume(ctx, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, TTR: time.Minute, Count: 1, Timeout: 5 * time.Second})
+			if err != nil {
+				t.Error(err)
+			}
+			got <- result{jobs, time.Now()}
+		}()
+		waitFor(t, "the waiter", func() bool { return waitingOn(a, ns, q) == 1 })
+		return got
+	}
+	for _, q := range queues {
+		got := wait(q)
+		// The subscription is sharded: the master of the queue's slot
+		// counts it (PUBSUB SHARDNUMSUB), where PUBSUB NUMSUB would not.
+		ch := readyChannel(ns, q)
+		node := redis.NewClient(&redis.Options{Addr: c.MasterOf(t, ch)})
+		n, err := node.Do(ctx, "PUBSUB", "SHARDNUMSUB", ch).Slice()
+		_ = node.Close()
+		if err != nil || len(n) != 2 || n[1] != int64(1) {
+			t.Errorf("%s: PUBSUB SHARDNUMSUB %s = %v, %v; want 1 subscriber", q, ch, n, err)
+		}
+		start := time.Now()
+		if _, err := b.Publish(ctx, &engine.PublishRequest{Namespace: ns, Queue: q, Body: []byte(q), TTL: time.Hour, Tries: 1}); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		if len(r.jobs) != 1 || string(r.jobs[0].Body) != q {
+			t.Fatalf("%s: the waiter got %v", q, r.jobs)
+		}
+		if d := r.at.Sub(start); d > 500*time.Millisecond {
+			t.Errorf("%s: the waiter got its job %v after the publish, want well under a second", q, d)
+		}
+	}
+	// A delayed job published through b: its group's wake-up message
+	// makes a's pump look at the due time.
+	q := queues[2]
+	got := wait(q)
+	start := time.Now()
+	if _, err := b.Publish(ctx, &engine.PublishRequest{Namespace: ns, Queue: q, Body: []byte("later"), TTL: time.Hour, Tries: 1, Delay: 300 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if len(r.jobs) != 1 || string(r.jobs[0].Body) != "later" {
+		t.Fatalf("delayed: the waiter got %v", r.jobs)
+	}
+	if d := r.at.Sub(start); d < 300*time.Millisecond || d > 1500*time.Millisecond {
+		t.Errorf("delayed 300ms: the waiter got it after %v", d)
+	}
+}
+
+// TestClusterConsumeAcrossGroups: a consume over queues of several slot
+// groups (several masters) takes jobs in the queues' order, as on one
+// Redis, and a batch consume gathers jobs across them.
+func TestClusterConsumeAcrossGroups(t *testing.T) {
+	c := redistest.SharedCluster(t)
+	ctx := context.Background()
+	e := startEngine(t, c.Client(t), newTestClock())
+	const ns = "across"
+	qs := queuesOnMasters(ns)
+	pub := func(q, body string) {
+		t.Helper()
+		if _, err := e.Publish(ctx, &engine.PublishRequest{Namespace: ns, Queue: q, Body: []byte(body), TTL: time.Hour, Tries: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub(qs[2], "c1")
+	pub(qs[2], "c2")
+	pub(qs[0], "a1")
+	jobs, err := e.Consume(ctx, &engine.ConsumeRequest{Namespace: ns, Queues: qs, TTR: time.Minute, Count: 1})
+	if err != nil || len(jobs) != 1 || string(jobs[0].Body) != "a1" || jobs[0].Queue != qs[0] {
+		t.Fatalf("first consume = %v, %v; want a1 of the first queue", jobs, err)
+	}
+	pub(qs[1], "b1")
+	jobs, err = e.Consume(ctx, &engine.ConsumeRequest{Namespace: ns, Queues: qs, TTR: time.Minute, Count: 5})
+	var got []string
+	for _, j := range jobs {
+		got = append(got, j.Queue+":"+string(j.Body))
+	}
+	if want := []string{qs[1] + ":b1", qs[2] + ":c1", qs[2] + ":c2"}; err != nil || !slices.Equal(got, want) {
+		t.Fatalf("batch consume = %v, %v; want %v", got, err, want)
+	}
+	for _, j := range jobs {
+		if err := e.Delete(ctx, ns, j.Queue, j.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestClusterWaitReplicas: WaitReplicas on a cluster pool. go-redis's
+// cluster pipeline sends a keyless command (WAIT) to the node of the
+// command before it, over the same connection, so a publish returns once
+// the master's replica has the job, on every master; asking for more
+// replicas than there are fails with ErrNotReplicated, naming the job.
+func TestClusterWaitReplicas(t *testing.T) {
+	c := redistest.SharedCluster(t)
+	client := c.Client(t)
+	replicaOf := map[string]string{}
+	for _, sh := range c.Shards(t) {
+		if len(sh.Replicas) != 1 {
+			t.Fatalf("shard %v: want one replica", sh)
+		}
+		replicaOf[sh.Master] = sh.Replicas[0]
+	}
+	const ns = "waitrep"
+	e, err := New(bg, client, Options{WaitReplicas: 1, WaitTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range queuesOnMasters(ns) {
+		for _, key := range []string{"", "k"} {
+			id, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Tries: 1, Body: []byte("x"), Key: key})
+			if err != nil {
+				t.Fatalf("%s: publish with a replica: %v", q, err)
+			}
+			k := jobKey(ns, q, id)
+			r := redis.NewClient(&redis.Options{Addr: replicaOf[c.MasterOf(t, k)]})
+			n, err := r.Do(bg, "READONLY").Err(), error(nil)
+			if n == nil {
+				var v int64
+				v, err = r.Exists(bg, k).Result()
+				if err == nil && v != 1 {
+					err = fmt.Errorf("not there")
+				}
+			} else {
+				err = n
+			}
+			_ = r.Close()
+			if err != nil {
+				t.Fatalf("%s: job %s not on the replica when publish returned: %v", q, id, err)
+			}
+		}
+		if again, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Tries: 1, Key: "k"}); !errors.Is(err, engine.ErrKeyExists) || again == "" {
+			t.Fatalf("%s: keyed retry: %q, %v; want the first ID and ErrKeyExists", q, again, err)
+		}
+	}
+	two, err := New(bg, client, Options{WaitReplicas: 2, WaitTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := two.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: "q", Tries: 1}); !errors.Is(err, engine.ErrNotReplicated) || id == "" {
+		t.Fatalf("publish waiting for 2 replicas of 1: %q, %v; want its ID and ErrNotReplicated", id, err)
+	}
+}
+
+// TestClusterRedisInfo: the pool's INFO figures on a cluster are the sums
+// over its masters (a cluster client sends INFO to one node).
+func TestClusterRedisInfo(t *testing.T) {
+	c := redistest.SharedCluster(t)
+	c.Flush(t)
+	client := c.Client(t)
+	e, err := New(bg, client, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 60 {
+		if err := client.Set(bg, fmt.Sprintf("info-%d", i), "x", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := e.redisInfo(bg)
+	if err != nil || f["keys"] != 60 {
+		t.Fatalf("keys = %v (%v), want the 60 keys of the three masters", f["keys"], err)
+	}
+	if f["connected_clients"] < 3 {
+		t.Errorf("connected_clients = %v, want a sum over three masters", f["connected_clients"])
+	}
+}
