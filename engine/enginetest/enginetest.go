@@ -185,12 +185,13 @@ func testDelay(t *testing.T, h *Harness) {
 	late := pub(t, h, "q", "late", func(r *engine.PublishRequest) { r.Delay = 5 * time.Second })
 	early := pub(t, h, "q", "early", func(r *engine.PublishRequest) { r.Delay = 2 * time.Second })
 	none(t, h, "q")
-	// Real time flows too while the test runs: margins of 50 ms keep the
-	// test exact on a loaded machine (the rdb tests check the millisecond
-	// edge with a frozen clock).
-	h.Advance(1950 * time.Millisecond)
+	// Real time flows too while the test runs: margins of 500 ms keep the
+	// test exact on a loaded machine under -race, where 50 ms ran out on
+	// the cluster (the rdb tests check the millisecond edge with a frozen
+	// clock).
+	h.Advance(1500 * time.Millisecond)
 	none(t, h, "q")
-	h.Advance(100 * time.Millisecond)
+	h.Advance(600 * time.Millisecond)
 	if j := one(t, h, time.Minute, "q"); j.ID != early {
 		t.Fatalf("got %s, want the 2s job", j.ID)
 	}
@@ -211,9 +212,9 @@ func testTTRAndDeadLetter(t *testing.T, h *Harness) {
 		t.Fatalf("first delivery %+v", j)
 	}
 	none(t, h, "q")
-	h.Advance(950 * time.Millisecond)
+	h.Advance(600 * time.Millisecond) // margins of 400 ms, as in testDelay
 	none(t, h, "q")
-	h.Advance(100 * time.Millisecond)
+	h.Advance(500 * time.Millisecond)
 	if j := one(t, h, time.Second, "q"); j.ID != id || j.Tries != 0 {
 		t.Fatalf("second delivery %+v", j)
 	}
