@@ -49,6 +49,8 @@ type options struct {
 	flushes     int
 	pauses      int
 	failovers   int
+	reshards    int
+	masterKills int
 	rate        int
 	publishers  int
 	consumers   int
@@ -67,12 +69,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.scenarios, "scenario", "all", "comma-separated scenarios, or all: "+strings.Join(scenarioNames(), ", "))
 	fs.DurationVar(&o.duration, "duration", 45*time.Second, "chaos time of each scenario (deadletter runs half of it; failover at least 10 s per failover)")
-	fs.DurationVar(&o.timeout, "timeout", 9*time.Minute+40*time.Second, "abort everything after this long")
+	fs.DurationVar(&o.timeout, "timeout", 14*time.Minute, "abort everything after this long")
 	fs.IntVar(&o.serverKills, "server-kills", 32, "kairos-server SIGKILLs in the server-kill scenario")
 	fs.IntVar(&o.redisKills, "redis-kills", 6, "redis-server SIGKILLs in each redis-kill scenario")
 	fs.IntVar(&o.flushes, "flushes", 8, "SCRIPT FLUSHes in the flush-pause scenario")
 	fs.IntVar(&o.pauses, "pauses", 8, "CLIENT PAUSEs in the flush-pause scenario")
 	fs.IntVar(&o.failovers, "failovers", 6, "Sentinel failovers in the failover scenario (kill, hang and SENTINEL FAILOVER in turn)")
+	fs.IntVar(&o.reshards, "reshards", 8, "slot moves in the cluster-reshard scenario (each: a busy queue's slot, then 200 more with redis-cli --cluster reshard)")
+	fs.IntVar(&o.masterKills, "master-kills", 4, "master SIGKILLs in each cluster-master-kill scenario")
 	fs.IntVar(&o.rate, "rate", 300, "publishes per second (all publishers together)")
 	fs.IntVar(&o.publishers, "publishers", 4, "publishing goroutines (the first publishes in bulk)")
 	fs.IntVar(&o.consumers, "consumers", 4, "consuming goroutines (the last takes up to 8 jobs a request)")
@@ -133,6 +137,16 @@ func catalog(o options) []scenario {
 		// Opt-in (by name): it would push "all" past its 10-minute bound.
 		{Name: "failover-wait", Sentinel: true, Fsync: "always", Tries: 10, TTR: 1, WaitReplicas: 1,
 			Duration: max(d, time.Duration(o.failovers)*10*time.Second), Failovers: o.failovers, OptIn: true},
+		// Redis Cluster (cluster.go): slot moves of the busy queues' slots
+		// while jobs flow, SIGKILLs of the master of a busy queue (without
+		// and with WaitReplicas) and of the kairos-server.
+		{Name: "cluster-reshard", Cluster: true, Fsync: "everysec", Tries: 10, TTR: 1, Duration: d, Reshards: o.reshards},
+		{Name: "cluster-master-kill", Cluster: true, Fsync: "everysec", Tries: 10, TTR: 1, Duration: d,
+			MasterKills: o.masterKills, LossExpected: true},
+		{Name: "cluster-master-kill-wait", Cluster: true, Fsync: "everysec", Tries: 10, TTR: 1, Duration: d,
+			MasterKills: o.masterKills, WaitReplicas: 1},
+		{Name: "cluster-server-kill", Cluster: true, Fsync: "everysec", Tries: 10, TTR: 1, Duration: d,
+			ServerKills: max(o.serverKills/2, 1)},
 		// The negative control: Redis without AOF loses everything at a
 		// kill, and the suite must say so.
 		{Name: "control-no-aof", Fsync: fsyncOff, Tries: 10, TTR: 1, Duration: max(d/4, 5*time.Second),
