@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -249,4 +250,136 @@ func TestClusterRedisInfo(t *testing.T) {
 	if f["connected_clients"] < 3 {
 		t.Errorf("connected_clients = %v, want a sum over three masters", f["connected_clients"])
 	}
+}
+
+// TestClusterRedirectRetry: while the nodes disagree about a slot, go-redis
+// follows MOVED and ASK only MaxRedirects times and then returns the last
+// redirection; the engine retries it (within ClusterRetry) as it does
+// TRYAGAIN, and the call succeeds once the slot settles. The master of a
+// queue's empty slot is made to name another master as the owner, which
+// names it back (MOVED back and forth), or to migrate the slot to a node
+// that does not import it (ASK, then MOVED back), for 400 ms: a publish, a
+// publish with WaitReplicas (its WAIT pinned to the script's node) and a
+// consume issued meanwhile succeed, and the jobs are there once each. The
+// shared cluster is fine: the slots are of this test's queues, empty, and
+// set back within the test.
+func TestClusterRedirectRetry(t *testing.T) {
+	c := redistest.SharedCluster(t)
+	client := c.Client(t)
+	e, err := New(bg, client, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ew, err := New(bg, client, Options{WaitReplicas: 1, WaitTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	go func() { _ = e.Run(ctx) }()
+	const ns = "redirect"
+	for _, tc := range []struct {
+		name, q string
+		// confuse makes the owner redirect; restore undoes it.
+		confuse func(owner *redis.Client, slot int64, otherID string) error
+		restore func(owner *redis.Client, slot int64, ownerID string) error
+	}{
+		{"moved", "qm", func(owner *redis.Client, slot int64, otherID string) error {
+			return owner.Do(bg, "CLUSTER", "SETSLOT", slot, "NODE", otherID).Err()
+		}, func(owner *redis.Client, slot int64, ownerID string) error {
+			return owner.Do(bg, "CLUSTER", "SETSLOT", slot, "NODE", ownerID).Err()
+		}},
+		{"ask", "qa", func(owner *redis.Client, slot int64, otherID string) error {
+			return owner.Do(bg, "CLUSTER", "SETSLOT", slot, "MIGRATING", otherID).Err()
+		}, func(owner *redis.Client, slot int64, _ string) error {
+			return owner.Do(bg, "CLUSTER", "SETSLOT", slot, "STABLE").Err()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			slot := slotOf(t, client, ns, tc.q)
+			ownerAddr := c.MasterOf(t, readyKey(ns, tc.q))
+			otherAddr := ""
+			for _, m := range c.Masters(t) {
+				if m != ownerAddr {
+					otherAddr = m
+					break
+				}
+			}
+			owner := redis.NewClient(&redis.Options{Addr: ownerAddr})
+			defer owner.Close()
+			other := redis.NewClient(&redis.Options{Addr: otherAddr})
+			defer other.Close()
+			ownerID, err := owner.Do(bg, "CLUSTER", "MYID").Text()
+			if err != nil {
+				t.Fatal(err)
+			}
+			otherID, err := other.Do(bg, "CLUSTER", "MYID").Text()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, err := owner.ClusterCountKeysInSlot(bg, int(slot)).Result(); err != nil || n != 0 {
+				t.Fatalf("slot %d holds %d keys (%v); want an empty slot", slot, n, err)
+			}
+			if err := tc.confuse(owner, slot, otherID); err != nil {
+				t.Fatalf("confuse %s about slot %d: %v", ownerAddr, slot, err)
+			}
+			restored := make(chan error, 1)
+			time.AfterFunc(400*time.Millisecond, func() { restored <- tc.restore(owner, slot, ownerID) })
+			start := time.Now()
+			var id, wid string
+			var pubErr, wpubErr, conErr error
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				id, pubErr = e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: tc.q, Tries: 1, Body: []byte("x")})
+			})
+			wg.Go(func() {
+				wid, wpubErr = ew.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: tc.q, Tries: 1, Body: []byte("w")})
+			})
+			wg.Go(func() {
+				_, conErr = e.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{tc.q}, Count: 1, TTR: 30})
+			})
+			wg.Wait()
+			took := time.Since(start)
+			if err := <-restored; err != nil {
+				t.Fatalf("restore slot %d: %v", slot, err)
+			}
+			if pubErr != nil || wpubErr != nil || conErr != nil {
+				t.Fatalf("while slot %d redirects: publish: %v; publish with WaitReplicas: %v; consume: %v (after %v)",
+					slot, pubErr, wpubErr, conErr, took)
+			}
+			if took < 300*time.Millisecond {
+				t.Errorf("took %v: the calls never met the redirections", took)
+			}
+			var got []string
+			for {
+				jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{tc.q}, Count: 10, TTR: 30})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(jobs) == 0 {
+					break
+				}
+				for _, j := range jobs {
+					got = append(got, j.ID)
+				}
+			}
+			// The consume of the redirections may have taken one of them.
+			slices.Sort(got)
+			want := []string{id, wid}
+			slices.Sort(want)
+			if !(slices.Equal(got, want) || len(got) == 1 && slices.Contains(want, got[0])) {
+				t.Errorf("jobs left %v; want those published, %v, once each (one may have been consumed)", got, want)
+			}
+		})
+	}
+}
+
+// slotOf is the hash slot of queue q of ns.
+func slotOf(t *testing.T, c *redis.ClusterClient, ns, q string) int64 {
+	t.Helper()
+	slot, err := c.ClusterKeySlot(bg, readyKey(ns, q)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slot
 }
