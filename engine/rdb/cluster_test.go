@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -382,4 +383,172 @@ func slotOf(t *testing.T, c *redis.ClusterClient, ns, q string) int64 {
 		t.Fatal(err)
 	}
 	return slot
+}
+
+// TestClusterWakeupsAfterSlotMove: a slot move does not break a sharded
+// Pub/Sub connection; the old master unsubscribes it from the slot's
+// channels and keeps it open. The engine subscribes again on the new
+// master, so that a consumer waiting through the move is woken by the
+// next publish at once, not by the sweep (an hour long here), and so is
+// the pump by the group's wake-up channel. The slot then moves back, and
+// the same holds.
+func TestClusterWakeupsAfterSlotMove(t *testing.T) {
+	c := redistest.SharedCluster(t)
+	ctx := context.Background()
+	client := c.Client(t)
+	a, err := New(ctx, c.Client(t), Options{MaxPumpSleep: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.waiters.sweepEvery = time.Hour
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	b, err := New(ctx, client, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns, q = "slotmove", "q"
+	ch := readyChannel(ns, q)
+	slot := slotOf(t, client, ns, q)
+	home := c.MasterOf(t, ch)
+	var away string
+	for _, m := range c.Masters(t) {
+		if m != home {
+			away = m
+			break
+		}
+	}
+	for i, to := range []string{away, home} {
+		got := make(chan []*engine.Job, 1)
+		go func() {
+			jobs, err := a.Consume(ctx, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, TTR: time.Minute, Count: 1, Timeout: 20 * time.Second})
+			if err != nil {
+				t.Error(err)
+			}
+			got <- jobs
+		}()
+		waitFor(t, "the waiter", func() bool { return waitingOn(a, ns, q) == 1 })
+		waitFor(t, "the subscription", func() bool { return shardSubs(t, c.MasterOf(t, ch), ch) == 1 })
+		moveSlot(t, c, int(slot), to)
+		// a subscribes on the new master (the waiter still waits).
+		waitFor(t, "the subscription on the new master", func() bool { return shardSubs(t, to, ch) == 1 })
+		start := time.Now()
+		body := fmt.Sprintf("after move %d", i+1)
+		if _, err := b.Publish(ctx, &engine.PublishRequest{Namespace: ns, Queue: q, Body: []byte(body), TTL: time.Hour, Tries: 1}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case jobs := <-got:
+			if len(jobs) != 1 || string(jobs[0].Body) != body {
+				t.Fatalf("move %d: the waiter got %v", i+1, jobs)
+			}
+			if d := time.Since(start); d > 500*time.Millisecond {
+				t.Errorf("move %d: the waiter got its job %v after the publish, want well under a second", i+1, d)
+			}
+			if err := a.Delete(ctx, ns, q, jobs[0].ID); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("move %d: the waiter was not woken by a publish after the slot move", i+1)
+		}
+		// The pump's wake-up channel moved too: a delayed job reaches a
+		// waiter through a's pump, whose own sleep is an hour.
+		go func() {
+			jobs, err := a.Consume(ctx, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, TTR: time.Minute, Count: 1, Timeout: 10 * time.Second})
+			if err != nil {
+				t.Error(err)
+			}
+			got <- jobs
+		}()
+		waitFor(t, "the waiter", func() bool { return waitingOn(a, ns, q) == 1 })
+		if _, err := b.Publish(ctx, &engine.PublishRequest{Namespace: ns, Queue: q, Body: []byte("later"), TTL: time.Hour, Tries: 1, Delay: 200 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case jobs := <-got:
+			if len(jobs) != 1 || string(jobs[0].Body) != "later" {
+				t.Fatalf("move %d, delayed: the waiter got %v", i+1, jobs)
+			}
+			if err := a.Delete(ctx, ns, q, jobs[0].ID); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("move %d: a delayed job did not reach the waiter: the pump was not woken after the slot move", i+1)
+		}
+	}
+}
+
+// shardSubs is PUBSUB SHARDNUMSUB of channel ch on node addr.
+func shardSubs(t *testing.T, addr, ch string) int64 {
+	t.Helper()
+	node := redis.NewClient(&redis.Options{Addr: addr})
+	defer node.Close()
+	n, err := node.Do(bg, "PUBSUB", "SHARDNUMSUB", ch).Slice()
+	if err != nil || len(n) != 2 {
+		t.Fatalf("PUBSUB SHARDNUMSUB %s on %s: %v, %v", ch, addr, n, err)
+	}
+	v, _ := n[1].(int64)
+	return v
+}
+
+// moveSlot moves slot to the master at addr as redis-cli --cluster
+// reshard does: IMPORTING on the target, MIGRATING on the source, MIGRATE
+// of its keys, then the new owner on every master.
+func moveSlot(t *testing.T, c *redistest.Cluster, slot int, to string) {
+	t.Helper()
+	var from string
+	for _, sh := range c.Shards(t) {
+		for _, r := range sh.Slots {
+			if slot >= r[0] && slot <= r[1] {
+				from = sh.Master
+			}
+		}
+	}
+	if from == to {
+		return
+	}
+	nodes := map[string]*redis.Client{}
+	for _, m := range c.Masters(t) {
+		nodes[m] = redis.NewClient(&redis.Options{Addr: m})
+		defer nodes[m].Close()
+	}
+	id := func(addr string) string {
+		s, err := nodes[addr].Do(bg, "CLUSTER", "MYID").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	fromID, toID := id(from), id(to)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("move slot %d from %s to %s: %v", slot, from, to, err)
+		}
+	}
+	must(nodes[to].Do(bg, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID).Err())
+	must(nodes[from].Do(bg, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID).Err())
+	host, port, _ := strings.Cut(to, ":")
+	for {
+		keys, err := nodes[from].ClusterGetKeysInSlot(bg, slot, 100).Result()
+		must(err)
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		must(nodes[from].Do(bg, args...).Err())
+	}
+	must(nodes[to].Do(bg, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
+	must(nodes[from].Do(bg, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
+	for addr, n := range nodes {
+		if addr != from && addr != to {
+			must(n.Do(bg, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
+		}
+	}
+	c.Wait(t)
 }
