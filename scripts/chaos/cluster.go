@@ -416,6 +416,22 @@ func (s *setup) masterKill(ctx context.Context, nth int) error {
 	if err := s.waitCluster(ctx, 60*time.Second, true); err != nil {
 		return fmt.Errorf("%s back as a replica: %w; its log:\n%s", victim.name, err, victim.logTail(15))
 	}
+	// In sync, not only listed: the next kill may be of its new master.
+	err = waitFor(ctx, 60*time.Second, 50*time.Millisecond, func() error {
+		info, err := victim.client.Info(ctx, "replication").Result()
+		if err != nil {
+			return err
+		}
+		if infoField(info, "role") != "slave" || infoField(info, "master_link_status") != "up" ||
+			infoField(info, "master_sync_in_progress") != "0" {
+			return fmt.Errorf("%s: role %s, link %s, sync in progress %s", victim.name, infoField(info, "role"),
+				infoField(info, "master_link_status"), infoField(info, "master_sync_in_progress"))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s back as a replica: %w", victim.name, err)
+	}
 	s.cstats.rejoins = append(s.cstats.rejoins, time.Since(upStart))
 	return nil
 }

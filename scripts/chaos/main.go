@@ -116,7 +116,7 @@ func scenarioNames() []string {
 	for _, sc := range catalog(options{duration: time.Second}) {
 		names = append(names, sc.Name)
 	}
-	return append(names, "wait-cost", "soak", "ci")
+	return append(names, "wait-cost", "soak", "ci", "ci-cluster")
 }
 
 // catalog is every scenario, in the order "all" runs them (all but the
@@ -161,6 +161,15 @@ func ciScenario(d time.Duration) scenario {
 		ServerKills: 10, Flushes: 1, Pauses: 1, Droppers: 1}
 }
 
+// ciClusterScenario is the short cluster run of the CI test: two slot
+// moves of busy queues' slots (and redis-cli reshards), one SIGKILL of a
+// busy queue's master with WaitReplicas = 1 (so nothing may be lost), and
+// three kairos-server SIGKILLs, on a real 6-node cluster.
+func ciClusterScenario(d time.Duration) scenario {
+	return scenario{Name: "ci-cluster", Cluster: true, Fsync: "everysec", Tries: 10, TTR: 1, Duration: d,
+		Reshards: 2, MasterKills: 1, ServerKills: 3, WaitReplicas: 1}
+}
+
 // selected returns the scenarios the flags ask for, and whether wait-cost
 // is among them.
 func (o options) selected() ([]scenario, error) {
@@ -178,6 +187,9 @@ func (o options) selected() ([]scenario, error) {
 			continue
 		case "ci":
 			out = append(out, ciScenario(min(o.duration, 15*time.Second)))
+			continue
+		case "ci-cluster":
+			out = append(out, ciClusterScenario(min(o.duration, 15*time.Second)))
 			continue
 		case "wait-cost", "soak":
 			continue
