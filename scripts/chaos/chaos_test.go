@@ -105,7 +105,7 @@ func TestChaosClusterCI(t *testing.T) {
 		DrainLimit: 30 * time.Second, Log: log,
 	}
 	start := time.Now()
-	res, err := ciClusterScenario(15*time.Second).run(ctx, rc)
+	res, err := ciClusterScenario(12*time.Second).run(ctx, rc)
 	if err != nil {
 		t.Fatalf("chaos run: %v", err)
 	}
