@@ -552,3 +552,69 @@ func moveSlot(t *testing.T, c *redistest.Cluster, slot int, to string) {
 	}
 	c.Wait(t)
 }
+
+// TestClusterConsumePassesOverFailedGroup: a consume over queues of
+// several slot groups goes on past a group whose call fails (here a slot
+// that redirects back and forth, with no engine retry) and hands out the
+// jobs of the others; alone, the failing queue's consume fails. Before,
+// the whole consume failed, and jobs already taken from an earlier group
+// waited for their TTR.
+func TestClusterConsumePassesOverFailedGroup(t *testing.T) {
+	c := redistest.SharedCluster(t)
+	client := c.Client(t)
+	e, err := New(bg, client, Options{ClusterRetry: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "passover"
+	qs := queuesOnMasters(ns)
+	good, bad, late := qs[0], qs[1], qs[2]
+	for _, q := range []string{good, late} {
+		if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Tries: 1, Body: []byte(q)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slot := slotOf(t, client, ns, bad)
+	ownerAddr := c.MasterOf(t, readyKey(ns, bad))
+	owner := redis.NewClient(&redis.Options{Addr: ownerAddr})
+	defer owner.Close()
+	ownerID, err := owner.Do(bg, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var otherID string
+	for _, m := range c.Masters(t) {
+		if m != ownerAddr {
+			o := redis.NewClient(&redis.Options{Addr: m})
+			otherID, err = o.Do(bg, "CLUSTER", "MYID").Text()
+			_ = o.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	if err := owner.Do(bg, "CLUSTER", "SETSLOT", slot, "NODE", otherID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := owner.Do(bg, "CLUSTER", "SETSLOT", slot, "NODE", ownerID).Err(); err != nil {
+			t.Errorf("restore slot %d: %v", slot, err)
+		}
+	}()
+	// The failing group first, then two groups with a job each.
+	jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{bad, good, late}, Count: 2, TTR: 30})
+	if err != nil {
+		t.Fatalf("consume over %s (failing), %s and %s: %v; want the jobs of the two others", bad, good, late, err)
+	}
+	var got []string
+	for _, j := range jobs {
+		got = append(got, string(j.Body))
+	}
+	if want := []string{good, late}; !slices.Equal(got, want) {
+		t.Fatalf("consume got %v, want %v", got, want)
+	}
+	if jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{bad}, Count: 1, TTR: 30}); err == nil {
+		t.Fatalf("consume of the failing queue alone: %v, nil; want its error", jobs)
+	}
+}

@@ -1092,7 +1092,12 @@ func (e *Engine) consumeCoalesced(ctx context.Context, batch []*batchCall[consum
 //
 // On a cluster, one call touches one slot group: a consume over queues of
 // several groups runs one call per run of consecutive queues of a group,
-// in the queues' priority order, until the consumers have their jobs.
+// in the queues' priority order, until the consumers have their jobs. A
+// group whose call fails (its master is down, or the retries of a slot
+// move ran out) is passed over: the consume goes on with the next
+// groups, and fails only when it gathered no job, so that one master's
+// failover does not stop the consumers of queues on the others, nor hold
+// back (until their TTR) jobs already taken from an earlier group.
 func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, want []int, out [][]*engine.Job) error {
 	marks := e.waiters.mark(req.Namespace, req.Queues)
 	names := make([]*queueNames, len(req.Queues))
@@ -1106,6 +1111,7 @@ func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, wan
 	next, got := 0, 0 // the consumer served next, jobs handed out
 	now := e.now()
 	allEmpty := true
+	var failed error // the first group's error (cluster)
 	for lo := 0; lo < len(names); {
 		hi := len(names)
 		if e.cluster {
@@ -1114,7 +1120,13 @@ func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, wan
 		}
 		empty, err := e.consumeRun(ctx, req, names, lo, hi, total, &got, &next, want, out)
 		if err != nil {
-			return err
+			if !e.cluster || ctx.Err() != nil {
+				return err
+			}
+			if failed == nil {
+				failed = err
+			}
+			empty = false
 		}
 		allEmpty = allEmpty && empty
 		if got >= total && hi < len(names) {
@@ -1122,6 +1134,12 @@ func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, wan
 			break
 		}
 		lo = hi
+	}
+	if failed != nil && got == 0 {
+		return failed
+	}
+	if failed != nil {
+		e.log.WithError(failed).Debug("consume: a slot group failed; jobs of the others handed out")
 	}
 	if allEmpty {
 		e.waiters.sawEmpty(marks)
