@@ -3,7 +3,9 @@
 // redis-servers (all on 127.0.0.1, in a temporary directory) and, while
 // they run, SIGKILLs and restarts the server, SIGKILLs and restarts Redis
 // (AOF with appendfsync always and everysec), flushes the Lua script cache,
-// pauses Redis, fails over a Sentinel setup and drops consumers mid-job.
+// pauses Redis, fails over a Sentinel setup, moves slots between the
+// masters of a Redis Cluster and SIGKILLs its masters (cluster.go), and
+// drops consumers mid-job.
 // After each scenario it drains the queues and dead letters and reports
 // acknowledged publishes, deliveries, dead-lettered and lost jobs,
 // duplicates, lateness and outage time, as one JSON line and, at the end,
@@ -134,7 +136,7 @@ func catalog(o options) []scenario {
 			Duration: max(d, time.Duration(o.failovers)*10*time.Second), Failovers: o.failovers, LossExpected: true},
 		// The same failovers with the durability option: a publish is
 		// acknowledged only once the replica has it, so nothing is lost.
-		// Opt-in (by name): it would push "all" past its 10-minute bound.
+		// Opt-in (by name): it would push "all" (about 11 minutes) further.
 		{Name: "failover-wait", Sentinel: true, Fsync: "always", Tries: 10, TTR: 1, WaitReplicas: 1,
 			Duration: max(d, time.Duration(o.failovers)*10*time.Second), Failovers: o.failovers, OptIn: true},
 		// Redis Cluster (cluster.go): slot moves of the busy queues' slots
