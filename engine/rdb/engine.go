@@ -857,14 +857,23 @@ func (e *Engine) waitPipeline(ctx context.Context, key string) (redis.Pipeliner,
 // again while it fails with a clusterRetryable error (answered before the
 // write ran), reloading the slot map after a redirection, with a growing
 // pause, for at most Options.ClusterRetry in all, as runRetry does.
-func (e *Engine) retryWait(ctx context.Context, try func() error) error {
-	err := try()
+func (e *Engine) retryWait(ctx context.Context, try func() error) (err error) {
+	cc, _ := e.rdb.(*redis.ClusterClient)
+	defer func() {
+		// A node that does not answer (a master just killed) is reported,
+		// not retried (the write may have run), but the cluster client,
+		// which did not send it, must still learn the new slot map.
+		if err != nil && cc != nil && e.cluster {
+			cc.ReloadState(ctx)
+		}
+	}()
+	err = try()
 	if e.retryFor <= 0 || !clusterRetryable(err) {
 		return err
 	}
 	deadline := time.Now().Add(e.retryFor)
 	for pause := 10 * time.Millisecond; clusterRetryable(err) && time.Now().Add(pause).Before(deadline); pause = min(2*pause, 250*time.Millisecond) {
-		if cc, ok := e.rdb.(*redis.ClusterClient); ok {
+		if cc != nil {
 			cc.ReloadState(ctx)
 		}
 		t := time.NewTimer(pause)

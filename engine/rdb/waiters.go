@@ -112,6 +112,7 @@ type subscriber struct {
 	// groupUp has a channel per group being reconnected, closed when the
 	// new connection confirms the group's wake-up channel.
 	groupUp map[int]chan struct{}
+	closed  bool
 }
 
 func newSubscriber(c redis.UniversalClient, cluster bool) *subscriber {
@@ -231,7 +232,7 @@ func (s *subscriber) reconnect(ctx context.Context, g int, channels []string, wa
 	nps := s.cc.SSubscribe(context.Background())
 	_ = nps.SSubscribe(ctx, channels...)
 	s.mu.Lock()
-	if s.out == nil {
+	if s.out == nil || s.closed {
 		s.mu.Unlock()
 		_ = nps.Close()
 		return false
@@ -271,6 +272,7 @@ func (s *subscriber) confirmed(g int) {
 func (s *subscriber) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.closed = true
 	for _, ps := range s.conns {
 		_ = ps.Close()
 	}
