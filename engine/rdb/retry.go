@@ -28,22 +28,23 @@ import (
 // failed with one of them wrote nothing, so a retry never applies a job
 // twice.
 //
-// A script never runs on half a slot: one whose keys are split between the
-// source and the target of a migration is refused (TRYAGAIN on the source
-// when some of its keys are there, ASK when none are; TRYAGAIN on the
-// target while one is missing there),
-// and the scripts that complete job key names (from a prefix and an ID
-// read from a list or a timer) all have that prefix among their KEYS, a
-// key that never exists, so they are refused for as long as the slot is
-// migrating. Were they run, a job key already moved would fail the script
-// half way ("Script attempted to access a non local key"), after its first
-// writes: an entry popped, its job left behind. (A
-// script whose reply was lost to a timeout or a broken connection may have
-// run; go-redis re-sends it, and the scripts are written for that: a
+// (A script whose reply was lost to a timeout or a broken connection may
+// have run; go-redis re-sends it, and the scripts are written for that: a
 // publish finds its own job key (SET NX, ownEarlierWrite) and reports
 // success, a consume takes other jobs while those of the lost reply come
 // back after their TTR, an ACK or a nack with a receipt finds the job gone
 // or the receipt spent.)
+//
+// A script never runs on half a slot: one whose keys are split between the
+// source and the target of a migration is refused (TRYAGAIN on the source
+// when some of its keys are there, ASK when none are; TRYAGAIN on the
+// target while one is missing there), and the scripts that complete job
+// key names (from a prefix and an ID read from a list or a timer) all have
+// that prefix among their KEYS, a key that never exists, so they are
+// refused for as long as the slot is migrating. Were they run, a job key
+// already moved would fail the script half way ("Script attempted to
+// access a non local key"), after its first writes: an entry popped, its
+// job left behind.
 
 // clusterRetryable reports whether err is a cluster error that Redis
 // answers before running a command.
