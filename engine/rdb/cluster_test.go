@@ -618,3 +618,88 @@ func TestClusterConsumePassesOverFailedGroup(t *testing.T) {
 		t.Fatalf("consume of the failing queue alone: %v, nil; want its error", jobs)
 	}
 }
+
+// TestClusterConsumeDuringMigration: while a queue's slot migrates, with
+// its job keys already on the target and its lists still on the source,
+// consumes and the pump are refused (the job key prefix in KEYS never
+// exists: TRYAGAIN) instead of popping entries whose jobs they cannot
+// read ("Script attempted to access a non local key", after the pop).
+// Once the move ends, every job is there.
+func TestClusterConsumeDuringMigration(t *testing.T) {
+	c := redistest.SharedCluster(t)
+	client := c.Client(t)
+	e, err := New(bg, client, Options{ClusterRetry: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns, q, n = "midmove", "q", 10
+	ids := map[string]bool{}
+	for i := range n {
+		id, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Tries: 1, Body: []byte(fmt.Sprint(i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[id] = true
+	}
+	slot := slotOf(t, client, ns, q)
+	from := c.MasterOf(t, readyKey(ns, q))
+	to := ""
+	for _, m := range c.Masters(t) {
+		if m != from {
+			to = m
+			break
+		}
+	}
+	src, dst := redis.NewClient(&redis.Options{Addr: from}), redis.NewClient(&redis.Options{Addr: to})
+	defer src.Close()
+	defer dst.Close()
+	srcID, _ := src.Do(bg, "CLUSTER", "MYID").Text()
+	dstID, _ := dst.Do(bg, "CLUSTER", "MYID").Text()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(dst.Do(bg, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err())
+	must(src.Do(bg, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err())
+	host, port, _ := strings.Cut(to, ":")
+	migrate := func(jobs bool) {
+		keys, err := src.ClusterGetKeysInSlot(bg, int(slot), 1000).Result()
+		must(err)
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			if strings.HasPrefix(k, "j/") == jobs {
+				args = append(args, k)
+			}
+		}
+		if len(args) > 7 {
+			must(src.Do(bg, args...).Err())
+		}
+	}
+	migrate(true) // the job keys first
+	if jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, Count: n, TTR: 30}); err == nil {
+		t.Fatalf("consume mid-migration: %d jobs, no error; want it refused (TRYAGAIN)", len(jobs))
+	}
+	migrate(false)
+	must(dst.Do(bg, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err())
+	must(src.Do(bg, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err())
+	for _, m := range c.Masters(t) {
+		if m != from && m != to {
+			o := redis.NewClient(&redis.Options{Addr: m})
+			must(o.Do(bg, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err())
+			_ = o.Close()
+		}
+	}
+	c.Wait(t)
+	jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, Count: n, TTR: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs {
+		delete(ids, j.ID)
+	}
+	if len(ids) > 0 || len(jobs) != n {
+		t.Fatalf("after the move: consumed %d jobs, missing %v; want all %d", len(jobs), ids, n)
+	}
+}
