@@ -808,10 +808,23 @@ func (e *Engine) replicaShortfall(what string, replicas int64) error {
 // KEEPTTL (the key holds id already). Replication is ordered: a replica
 // that has this write has the job.
 func (e *Engine) confirmReplicated(ctx context.Context, what, key, id string) error {
-	pipe := e.rdb.Pipeline()
-	pipe.SetArgs(ctx, key, id, redis.SetArgs{Mode: "XX", KeepTTL: true})
-	wait := pipe.Do(ctx, "WAIT", e.waitReplicas, e.waitTimeout.Milliseconds())
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	var wait *redis.Cmd
+	err := e.retryWait(ctx, func() error {
+		pipe, err := e.waitPipeline(ctx, key)
+		if err != nil {
+			return err
+		}
+		set := pipe.SetArgs(ctx, key, id, redis.SetArgs{Mode: "XX", KeepTTL: true})
+		wait = pipe.Do(ctx, "WAIT", e.waitReplicas, e.waitTimeout.Milliseconds())
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			if serr := set.Err(); serr != nil && !errors.Is(serr, redis.Nil) {
+				return serr
+			}
+			return err
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	n, err := wait.Int64()
@@ -821,11 +834,69 @@ func (e *Engine) confirmReplicated(ctx context.Context, what, key, id string) er
 	return e.replicaShortfall(what, n)
 }
 
+// waitPipeline returns a pipeline for a write and the WAIT after it, both
+// over one connection (WAIT counts that connection's writes). On a cluster
+// it is a pipeline of the node that masters key's slot, not of the cluster
+// client: that one follows a MOVED or ASK of the write to another node but
+// leaves the WAIT on the first, which would then count nothing and
+// confirm a write its node's replicas may not have. The node answers MOVED
+// or ASK itself when the slot has moved: retryWait reloads the slot map
+// and tries again.
+func (e *Engine) waitPipeline(ctx context.Context, key string) (redis.Pipeliner, error) {
+	if cc, ok := e.rdb.(*redis.ClusterClient); ok && e.cluster {
+		node, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return node.Pipeline(), nil
+	}
+	return e.rdb.Pipeline(), nil
+}
+
+// retryWait runs try (a write and its WAIT) and, on a cluster, runs it
+// again while it fails with a clusterRetryable error (answered before the
+// write ran), reloading the slot map after a redirection, with a growing
+// pause, for at most Options.ClusterRetry in all, as runRetry does.
+func (e *Engine) retryWait(ctx context.Context, try func() error) (err error) {
+	cc, _ := e.rdb.(*redis.ClusterClient)
+	defer func() {
+		// A node that does not answer (a master just killed) is reported,
+		// not retried (the write may have run), but the cluster client,
+		// which did not send it, must still learn the new slot map.
+		if err != nil && cc != nil && e.cluster {
+			cc.ReloadState(ctx)
+		}
+	}()
+	err = try()
+	if e.retryFor <= 0 || !clusterRetryable(err) {
+		return err
+	}
+	deadline := time.Now().Add(e.retryFor)
+	for pause := 10 * time.Millisecond; clusterRetryable(err) && time.Now().Add(pause).Before(deadline); pause = min(2*pause, 250*time.Millisecond) {
+		if cc != nil {
+			cc.ReloadState(ctx)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		err = try()
+	}
+	return err
+}
+
 // runAndWait runs a publish script and WAIT in one pipeline, so that both
-// go over the same connection (WAIT counts that connection's writes).
+// go over the same connection (WAIT counts that connection's writes):
+// waitPipeline.
 func (e *Engine) runAndWait(ctx context.Context, script *redis.Script, keys []string, args []interface{}) ([]interface{}, int64, error) {
 	run := func(eval bool) (*redis.Cmd, *redis.Cmd, error) {
-		pipe := e.rdb.Pipeline()
+		pipe, err := e.waitPipeline(ctx, keys[0])
+		if err != nil {
+			return nil, nil, err
+		}
 		var cmd *redis.Cmd
 		if eval {
 			cmd = script.Eval(ctx, pipe, keys, args...)
@@ -833,15 +904,23 @@ func (e *Engine) runAndWait(ctx context.Context, script *redis.Script, keys []st
 			cmd = script.EvalSha(ctx, pipe, keys, args...)
 		}
 		wait := pipe.Do(ctx, "WAIT", e.waitReplicas, e.waitTimeout.Milliseconds())
-		_, err := pipe.Exec(ctx)
+		_, err = pipe.Exec(ctx)
 		return cmd, wait, err
 	}
-	cmd, wait, err := run(false)
-	if err != nil && isNoScript(cmd.Err()) {
-		cmd, wait, err = run(true)
-	}
-	if err != nil && cmd.Err() != nil {
-		return nil, 0, cmd.Err()
+	var cmd, wait *redis.Cmd
+	err := e.retryWait(ctx, func() error {
+		var err error
+		cmd, wait, err = run(false)
+		if cmd != nil && isNoScript(cmd.Err()) {
+			cmd, wait, err = run(true)
+		}
+		if cmd == nil {
+			return err
+		}
+		return cmd.Err()
+	})
+	if err != nil {
+		return nil, 0, err
 	}
 	res, err := cmd.Slice()
 	if err != nil {
@@ -1022,7 +1101,12 @@ func (e *Engine) consumeCoalesced(ctx context.Context, batch []*batchCall[consum
 //
 // On a cluster, one call touches one slot group: a consume over queues of
 // several groups runs one call per run of consecutive queues of a group,
-// in the queues' priority order, until the consumers have their jobs.
+// in the queues' priority order, until the consumers have their jobs. A
+// group whose call fails (its master is down, or the retries of a slot
+// move ran out) is passed over: the consume goes on with the next
+// groups, and fails only when it gathered no job, so that one master's
+// failover does not stop the consumers of queues on the others, nor hold
+// back (until their TTR) jobs already taken from an earlier group.
 func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, want []int, out [][]*engine.Job) error {
 	marks := e.waiters.mark(req.Namespace, req.Queues)
 	names := make([]*queueNames, len(req.Queues))
@@ -1036,6 +1120,7 @@ func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, wan
 	next, got := 0, 0 // the consumer served next, jobs handed out
 	now := e.now()
 	allEmpty := true
+	var failed error // the first group's error (cluster)
 	for lo := 0; lo < len(names); {
 		hi := len(names)
 		if e.cluster {
@@ -1044,7 +1129,13 @@ func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, wan
 		}
 		empty, err := e.consumeRun(ctx, req, names, lo, hi, total, &got, &next, want, out)
 		if err != nil {
-			return err
+			if !e.cluster || ctx.Err() != nil {
+				return err
+			}
+			if failed == nil {
+				failed = err
+			}
+			empty = false
 		}
 		allEmpty = allEmpty && empty
 		if got >= total && hi < len(names) {
@@ -1052,6 +1143,12 @@ func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, wan
 			break
 		}
 		lo = hi
+	}
+	if failed != nil && got == 0 {
+		return failed
+	}
+	if failed != nil {
+		e.log.WithError(failed).Debug("consume: a slot group failed; jobs of the others handed out")
 	}
 	if allEmpty {
 		e.waiters.sawEmpty(marks)
