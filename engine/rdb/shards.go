@@ -711,3 +711,29 @@ func (e *Engine) routePublishes(ctx context.Context, reqs []*engine.PublishReque
 	}
 	return out
 }
+
+// shardCursorBits is where a sharded queue's ListJobs cursor keeps the
+// shard: cursor = shard<<shardCursorBits | the shard's own cursor.
+const shardCursorBits = 40
+
+// listJobsSharded is ListJobs over a sharded queue: the shards one after
+// the other, the cursor naming the shard and the position in it.
+func (e *Engine) listJobsSharded(ctx context.Context, sp *shardSpec, ns string, list engine.JobList, cursor int64, limit int) ([]*engine.Job, int64, error) {
+	s, inner := int(cursor>>shardCursorBits), cursor&(1<<shardCursorBits-1)
+	var out []*engine.Job
+	for s < len(sp.names) && len(out) < limit {
+		jobs, next, err := e.ListJobs(ctx, ns, sp.names[s], list, inner, limit-len(out))
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, jobs...)
+		if next > 0 {
+			return out, int64(s)<<shardCursorBits | next, nil
+		}
+		s, inner = s+1, 0
+	}
+	if s < len(sp.names) {
+		return out, int64(s) << shardCursorBits, nil
+	}
+	return out, 0, nil
+}

@@ -118,3 +118,81 @@ func TestShardJobIDs(t *testing.T) {
 		t.Fatal("a non-ID has a shard")
 	}
 }
+
+// TestShardedDashboard: the dashboard's queue list, queue details and job
+// lists see a sharded queue as one queue.
+func TestShardedDashboard(t *testing.T) {
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = client.Close() })
+	e := startEngine(t, client, newTestClock())
+	if err := e.SetQueueConfig(bg, "ns", "hot", engine.QueueConfig{Shards: 4}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for i := 0; i < 20; i++ {
+		r := &engine.PublishRequest{Namespace: "ns", Queue: "hot", Body: []byte("x"), TTL: time.Hour, Tries: 1}
+		if i%4 == 0 {
+			r.Delay = time.Hour
+		}
+		id, err := e.Publish(bg, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[id] = r.Delay == 0
+	}
+	if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "cold", Body: []byte("x"), Tries: 1}); err != nil {
+		t.Fatal(err)
+	}
+	qs, err := e.NamespaceQueues(bg, "ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(qs) != 2 || qs[0].Queue != "cold" || qs[1].Queue != "hot" || qs[1].Ready != 15 || qs[1].Timer != 5 {
+		t.Fatalf("namespace queues = %+v", qs)
+	}
+	ds, err := e.QueueDetails(bg, "ns", []string{"hot", "cold"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 2 || ds[0].Queue != "hot" || ds[0].Ready != 15 || ds[0].Delayed != 5 || ds[1].Ready != 1 || ds[0].OldestReady.IsZero() {
+		t.Fatalf("queue details = %+v", ds)
+	}
+	listed := map[string]bool{}
+	var cursor int64
+	for pages := 0; ; pages++ {
+		jobs, next, err := e.ListJobs(bg, "ns", "hot", engine.ListReady, cursor, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range jobs {
+			if !want[j.ID] || listed[j.ID] || j.Queue != "hot" {
+				t.Fatalf("listed %+v (ready %v, listed before %v)", j, want[j.ID], listed[j.ID])
+			}
+			listed[j.ID] = true
+		}
+		if next == 0 || pages > 20 {
+			break
+		}
+		cursor = next
+	}
+	if len(listed) != 15 {
+		t.Fatalf("ready pages listed %d jobs, want 15", len(listed))
+	}
+	for id := range want {
+		j, err := e.FindJob(bg, id)
+		if err != nil || j.Queue != "hot" {
+			t.Fatalf("find job %s = %+v, %v", id, j, err)
+		}
+		break
+	}
+	st, err := e.Stats(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st {
+		if s.Queue == "hot" && (s.Ready != 15 || s.Timer != 5) || isShardName(s.Queue) {
+			t.Fatalf("stats %+v", st)
+		}
+	}
+}
