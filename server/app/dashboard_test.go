@@ -135,13 +135,13 @@ func TestDashboardHTTP(t *testing.T) {
 		}
 	}
 	r := doHTTP(t, http.MethodGet, e.Admin+"/queue/"+e.NS+"/q1/config", "", nil, e.basic())
-	r.wantBody(t, `{"backoff":"none","dead_ttl_ms":0,"paused":false}`)
+	r.wantBody(t, `{"backoff":"none","dead_ttl_ms":0,"paused":false,"shards":1}`)
 	st, h, _ = dashDo(t, e, "POST", pause, true, url.Values{"_csrf": {csrf}}, cookie)
 	if st != http.StatusSeeOther || h.Get("Location") != "/ui/queue/default/"+e.NS+"/q1" {
 		t.Fatalf("POST pause with the token: %d %v, want 303 to the queue page", st, h)
 	}
 	r = doHTTP(t, http.MethodGet, e.Admin+"/queue/"+e.NS+"/q1/config", "", nil, e.basic())
-	r.wantBody(t, `{"backoff":"none","dead_ttl_ms":0,"paused":true}`)
+	r.wantBody(t, `{"backoff":"none","dead_ttl_ms":0,"paused":true,"shards":1}`)
 
 	// Backoff policy and webhook forms.
 	post := func(action string, form url.Values) (int, string) {
@@ -175,7 +175,7 @@ func TestDashboardHTTP(t *testing.T) {
 		t.Fatalf("set a bad backoff: %d %q, want an error flash", st, flash)
 	}
 	r = doHTTP(t, http.MethodGet, e.Admin+"/queue/"+e.NS+"/q1/config", "", nil, e.basic())
-	r.wantBody(t, `{"backoff":"fixed:5s","dead_ttl_ms":0,"paused":true}`)
+	r.wantBody(t, `{"backoff":"fixed:5s","dead_ttl_ms":0,"paused":true,"shards":1}`)
 	if st, flash := post("webhook", url.Values{"url": {"http://127.0.0.1:9/hook"}, "secret": {"shh"}, "concurrency": {"2"}}); st != http.StatusSeeOther || flash != "owebhook subscribed" {
 		t.Fatalf("subscribe: %d %q", st, flash)
 	}
