@@ -116,7 +116,8 @@ type Engine struct {
 
 	names *memo[*queueNames] // {ns, q, ""} → the queue's key names
 
-	shards shardMemo // the pool's sharded queues (shards.go)
+	shards     shardMemo    // the pool's sharded queues (shards.go)
+	shardGrace atomic.Int64 // shardDrainGrace (ns); tests shorten it
 
 	reclaimMu sync.Mutex
 	reclaim   reclaimer // reclaim.go
@@ -174,6 +175,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 		stepWorkers: workers{tasks: make(chan func())},
 	}
 	e.schedWake = make(chan struct{}, 1)
+	e.shardGrace.Store(int64(shardDrainGrace))
 	for _, s := range append(allScripts[:len(allScripts):len(allScripts)], scheduleScripts...) {
 		if err := s.Load(ctx, client).Err(); err != nil {
 			return nil, fmt.Errorf("rdb: load scripts into pool %s: %w", opts.Pool, err)

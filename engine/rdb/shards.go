@@ -167,10 +167,9 @@ func keyShard(key string, k int) int {
 
 // shardMemo is an engine's view of the shards hash.
 type shardMemo struct {
-	mu   sync.Mutex // one load at a time
-	m    atomic.Pointer[shardMap]
-	loop atomic.Bool // runShards keeps m fresh
-	rr   atomic.Uint32
+	mu sync.Mutex // one load at a time
+	m  atomic.Pointer[shardMap]
+	rr atomic.Uint32
 }
 
 type shardMap struct {
@@ -181,10 +180,7 @@ type shardMap struct {
 // shardsOf returns queue ns/q's shards, or nil when it has one shard (or
 // is a physical shard name): the routing of every exported method.
 func (e *Engine) shardsOf(ns, q string) *shardSpec {
-	m := e.shards.m.Load()
-	if m == nil || !e.shards.loop.Load() && time.Since(m.at) > shardRefresh {
-		m = e.loadShards(context.Background(), m)
-	}
+	m := e.view()
 	if m == nil || len(m.specs) == 0 {
 		return nil
 	}
@@ -193,11 +189,18 @@ func (e *Engine) shardsOf(ns, q string) *shardSpec {
 
 // anySharded reports whether the pool has a sharded queue.
 func (e *Engine) anySharded() bool {
-	m := e.shards.m.Load()
-	if m == nil || !e.shards.loop.Load() && time.Since(m.at) > shardRefresh {
-		m = e.loadShards(context.Background(), m)
-	}
+	m := e.view()
 	return m != nil && len(m.specs) > 0
+}
+
+// view is the engine's view of the shards hash: read by New, by this
+// engine's changes, and every shardRefresh by runShards while Run runs; no
+// request waits for it (until one could be read at all).
+func (e *Engine) view() *shardMap {
+	if m := e.shards.m.Load(); m != nil {
+		return m
+	}
+	return e.loadShards(context.Background(), nil)
 }
 
 // loadShards reads the shards hash, unless another call did since seen was
@@ -238,8 +241,6 @@ func (e *Engine) loadShards(ctx context.Context, seen *shardMap) *shardMap {
 // runShards keeps the engine's view of the shards hash fresh and lowers
 // the span of queues whose draining shards are empty.
 func (e *Engine) runShards(ctx context.Context) {
-	e.shards.loop.Store(true)
-	defer e.shards.loop.Store(false)
 	t := time.NewTicker(shardRefresh)
 	defer t.Stop()
 	for {
@@ -253,7 +254,7 @@ func (e *Engine) runShards(ctx context.Context) {
 			continue
 		}
 		for k, sp := range m.specs {
-			if sp.span > sp.k && time.Since(time.UnixMilli(sp.changed)) > shardDrainGrace {
+			if sp.span > sp.k && time.Since(time.UnixMilli(sp.changed)) > time.Duration(e.shardGrace.Load()) {
 				if err := e.lowerSpan(ctx, k[0], k[1], sp); err != nil {
 					e.log.WithError(err).Warn("shards: cannot lower a span")
 				}

@@ -196,3 +196,78 @@ func TestShardedDashboard(t *testing.T) {
 		}
 	}
 }
+
+// TestShardsFollowAndDrain: a second engine on the pool follows a change
+// of K within a second, and lowering K leaves the shards past it draining
+// (consumed, counted) until they are empty, when the span comes down.
+func TestShardsFollowAndDrain(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	a := startEngine(t, client, newTestClock())
+	b := startEngine(t, client, newTestClock())
+	if err := a.SetQueueConfig(bg, "ns", "hot", engine.QueueConfig{Shards: 4}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	pubN := func(e *Engine, n int) map[int]int {
+		shards := map[int]int{}
+		for i := 0; i < n; i++ {
+			id, err := e.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "hot", Body: []byte("x"), TTL: time.Hour, Tries: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, _ := engine.JobIDShard(id)
+			shards[s]++
+		}
+		return shards
+	}
+	if got := pubN(b, 20); len(got) != 4 {
+		t.Fatalf("engine b, a second after a set shards=4, published to shards %v", got)
+	}
+	b.shardGrace.Store(int64(300 * time.Millisecond))
+	if err := a.SetQueueConfig(bg, "ns", "hot", engine.QueueConfig{Shards: 1}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if got := pubN(b, 4); len(got) != 1 || got[0] != 4 {
+		t.Fatalf("after shards=1 engine b published to shards %v", got)
+	}
+	// The jobs of shards 1..3 still count and are consumed; the span
+	// stays while they are there.
+	if n, _ := b.Size(bg, "ns", "hot"); n != 24 {
+		t.Fatalf("size = %d, want 24", n)
+	}
+	sp, err := b.readShards(bg, "ns", "hot")
+	if err != nil || sp.k != 1 || sp.span != 4 {
+		t.Fatalf("shards entry %+v, %v; want k 1 span 4", sp, err)
+	}
+	for got := 0; got < 24; {
+		jobs, err := b.Consume(bg, &engine.ConsumeRequest{Namespace: "ns", Queues: []string{"hot"}, TTR: time.Minute, Count: 10})
+		if err != nil || len(jobs) == 0 {
+			t.Fatalf("consumed %d of 24, then %v", got, err)
+		}
+		for _, j := range jobs {
+			if err := a.Delete(bg, "ns", "hot", j.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got += len(jobs)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		sp, err := b.readShards(bg, "ns", "hot")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sp.span == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("span still %d 5 s after the shards past K were empty", sp.span)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n, _ := client.HLen(bg, shardsKey).Result(); n != 0 {
+		t.Fatalf("the shards hash keeps %d entries for an unsharded queue", n)
+	}
+}
