@@ -29,6 +29,7 @@ func RunSharded(t *testing.T, f Factory) {
 		{"PauseResume", testShardsPause},
 		{"Destroy", testShardsDestroy},
 		{"ReleaseTouch", testShardsReleaseTouch},
+		{"Republish", testShardsRepublish},
 		{"JobsFromBeforeSharding", testShardsLegacyJobs},
 		{"LongPoll", testShardsLongPoll},
 		{"Batches", testShardsBatches},
@@ -612,4 +613,32 @@ func testShardsChangeUnderLoad(t *testing.T, h *Harness, x engine.Engine) {
 	if n, _ := x.DeadLetterSize(bg, ns, "q"); n != 0 {
 		t.Fatalf("dead letter at the end = %d", n)
 	}
+}
+
+// testShardsRepublish: lmstfy's re-publish replaces a job of any shard in
+// the same step, in that job's shard.
+func testShardsRepublish(t *testing.T, h *Harness, x engine.Engine) {
+	setShards(t, x, "q", 4)
+	var olds []string
+	for i := 0; i < 8; i++ {
+		olds = append(olds, pub(t, h, "q", "old", nil))
+	}
+	jobs := consume(t, h, time.Minute, 8, "q")
+	if len(jobs) != 8 {
+		t.Fatalf("consumed %d of 8", len(jobs))
+	}
+	for _, old := range olds {
+		id := pub(t, h, "q", "new", func(r *engine.PublishRequest) { r.Replaces = old })
+		if _, err := x.PeekJob(bg, ns, "q", old); !errors.Is(err, engine.ErrJobNotFound) {
+			t.Fatalf("replaced job %s still there: %v", old, err)
+		}
+		if shardOf(t, id) != shardOf(t, old) {
+			t.Fatalf("job %s of shard %d replaced by %s in shard %d", old, shardOf(t, old), id, shardOf(t, id))
+		}
+	}
+	if got := len(consume(t, h, time.Minute, 20, "q")); got != 8 {
+		t.Fatalf("consumed %d of the 8 new jobs", got)
+	}
+	h.Advance(2 * time.Minute)
+	none(t, h, "q")
 }
