@@ -992,21 +992,31 @@ func (e *Engine) Watch(ns string, queues []string, fn func()) (stop func(), look
 func (e *Engine) DeleteEach(ctx context.Context, refs []engine.JobRef, errs []error) {
 	var order [][2]string
 	groups := map[[2]string][]int{}
-	sharded := e.anySharded()
-	queues := make([]string, len(refs))
+	// queues[i] is the queue (the shard) refs[i]'s ACK goes to, when the
+	// pool has sharded queues.
+	var queues []string
+	if e.anySharded() {
+		queues = make([]string, len(refs))
+	}
+	queue := func(i int) string {
+		if queues == nil {
+			return refs[i].Queue
+		}
+		return queues[i]
+	}
 	for i, r := range refs {
 		errs[i] = nil
 		if err := checkNames(r.Namespace, r.Queue); err != nil {
 			errs[i] = fmt.Errorf("ack: %w", err)
 			continue
 		}
-		queues[i] = r.Queue
-		if sharded {
+		if queues != nil {
+			queues[i] = r.Queue
 			if sp := e.shardsOf(r.Namespace, r.Queue); sp != nil {
 				queues[i] = sp.names[sp.idShard(r.ID)]
 			}
 		}
-		k := [2]string{r.Namespace, queues[i]}
+		k := [2]string{r.Namespace, queue(i)}
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)
 		}
@@ -1019,8 +1029,8 @@ func (e *Engine) DeleteEach(ctx context.Context, refs []engine.JobRef, errs []er
 			n := min(len(at), coalesceMax)
 			batch := make([]*batchCall[ackOp], n)
 			for j, i := range at[:n] {
-				batch[j] = &batchCall[ackOp]{in: ackOp{ns: refs[i].Namespace, q: queues[i], id: refs[i].ID}}
-				if _, s := splitShard(queues[i]); s > 0 {
+				batch[j] = &batchCall[ackOp]{in: ackOp{ns: refs[i].Namespace, q: queue(i), id: refs[i].ID}}
+				if _, s := splitShard(queue(i)); queues != nil && s > 0 {
 					// In the shard its ID names: shard 0 next if it
 					// is not there.
 					batch[j].in.nonce = ackProbe
