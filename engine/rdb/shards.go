@@ -567,11 +567,13 @@ func limitShards(sp *shardSpec, limit int64, f func(q string, limit int64) (int6
 }
 
 // listDeadLetterSharded lists the dead letters of the shards one after the
-// other, shard 0 first: offset counts over that sequence.
+// other, shard 0 first: offset and limit count entries over that sequence,
+// as ListDeadLetter's count entries of one dead letter (a page holds fewer
+// jobs when entries of gone jobs are skipped).
 func (e *Engine) listDeadLetterSharded(ctx context.Context, sp *shardSpec, ns string, offset, limit int64) ([]*engine.Job, error) {
 	var out []*engine.Job
 	for _, n := range sp.names {
-		if int64(len(out)) >= limit {
+		if limit <= 0 {
 			break
 		}
 		size, err := e.DeadLetterSize(ctx, ns, n)
@@ -582,12 +584,14 @@ func (e *Engine) listDeadLetterSharded(ctx context.Context, sp *shardSpec, ns st
 			offset -= size
 			continue
 		}
-		jobs, err := e.ListDeadLetter(ctx, ns, n, offset, limit-int64(len(out)))
+		take := min(limit, size-offset)
+		jobs, err := e.ListDeadLetter(ctx, ns, n, offset, take)
 		if err != nil {
 			return nil, err
 		}
-		offset = 0
 		out = append(out, jobs...)
+		limit -= take
+		offset = 0
 	}
 	return out, nil
 }
