@@ -1264,7 +1264,8 @@ func (e *Engine) PeekQueue(ctx context.Context, ns, q string) (*engine.Job, erro
 	if sp := e.shardsOf(ns, q); sp != nil {
 		return e.peekQueueSharded(ctx, sp, ns, q)
 	}
-	res, err := e.run(ctx, peekQueueScript, []string{readyKey(ns, q), prioKey(ns, q), jobKeyPrefix(ns, q)}, peekScanBudget).Slice()
+	qn := e.names.get([3]string{ns, q})
+	res, err := e.run(ctx, peekQueueScript, []string{qn.ready, qn.prio, qn.jobPrefix}, peekScanBudget).Slice()
 	if errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("peek %s/%s: %w", ns, q, engine.ErrQueueEmpty)
 	}
@@ -1290,7 +1291,7 @@ func (e *Engine) PeekJob(ctx context.Context, ns, q, id string) (*engine.Job, er
 	if sp := e.shardsOf(ns, q); sp != nil {
 		return byID(sp, id, func(n string) (*engine.Job, error) { return e.PeekJob(ctx, ns, n, id) })
 	}
-	res, err := e.run(ctx, peekJobScript, []string{jobKey(ns, q, id)}).Slice()
+	res, err := e.run(ctx, peekJobScript, []string{e.names.get([3]string{ns, q}).jobPrefix + id}).Slice()
 	if errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("peek job %s/%s/%s: %w", ns, q, id, engine.ErrJobNotFound)
 	}
@@ -1314,7 +1315,8 @@ func (e *Engine) Size(ctx context.Context, ns, q string) (int64, error) {
 	if sp := e.shardsOf(ns, q); sp != nil {
 		return sumShards(sp, func(n string) (int64, error) { return e.Size(ctx, ns, n) })
 	}
-	n, err := e.run(ctx, sizeScript, []string{readyKey(ns, q), prioKey(ns, q), jobKeyPrefix(ns, q)}, sizeScanBudget).Int64()
+	qn := e.names.get([3]string{ns, q})
+	n, err := e.run(ctx, sizeScript, []string{qn.ready, qn.prio, qn.jobPrefix}, sizeScanBudget).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("size %s/%s: %w", ns, q, err)
 	}

@@ -63,7 +63,7 @@ func (e *Engine) ackOne(ctx context.Context, ns, q, id, nonce string) (ackOp, er
 	op := ackOp{ns: ns, q: q, id: id, nonce: nonce}
 	var err error
 	if e.acks != nil {
-		op, err = e.acks.do(ctx, timerKey(ns, q), op)
+		op, err = e.acks.do(ctx, e.names.get([3]string{ns, q}).timer, op)
 	} else {
 		// Not coalescing: the same script, for this job alone.
 		call := &batchCall[ackOp]{in: op}

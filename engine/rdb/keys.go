@@ -80,7 +80,10 @@ func wakeChannel(g int) string { return "w/{" + groupTags[g] + "}" }
 // bytes with typical names (j/{T}order-service/cancel-unpaid/ID), inside
 // the allocator's 64-byte class, as lmstfy's j/ns/q/ID
 // (TestMemoryPerDelayedJob).
-func queueBase(ns, q string) string { return queueTag(ns, q) + ns + "/" + keyName(q) }
+func queueBase(ns, q string) string {
+	// One concatenation: one allocation (an ACK builds its timer key).
+	return "{" + groupTags[slotGroup(ns, q)] + "}" + ns + "/" + keyName(q)
+}
 
 // jobKeyPrefix is the prefix of the queue's job body keys: j/{T}ns/q/.
 func jobKeyPrefix(ns, q string) string { return "j/" + queueBase(ns, q) + "/" }

@@ -326,7 +326,7 @@ func (w *waiters) listeningLocked(ns string, queues []string) bool {
 		return false
 	}
 	for _, q := range queues {
-		st := w.chans[readyChannel(ns, q)]
+		st := w.chans[w.e.names.get([3]string{ns, q}).channel]
 		if st == nil || !st.subscribed || !st.closed {
 			return false
 		}
@@ -341,7 +341,7 @@ func (w *waiters) knownEmptyLocked(ns string, queues []string) bool {
 		return false
 	}
 	for _, q := range queues {
-		st := w.chans[readyChannel(ns, q)]
+		st := w.chans[w.e.names.get([3]string{ns, q}).channel]
 		if st.emptyAt != st.msgs+1 {
 			return false
 		}
@@ -367,7 +367,7 @@ func (w *waiters) mark(ns string, queues []string) []chanMark {
 	}
 	marks := make([]chanMark, len(queues))
 	for i, q := range queues {
-		st := w.chans[readyChannel(ns, q)]
+		st := w.chans[w.e.names.get([3]string{ns, q}).channel]
 		marks[i] = chanMark{st: st, msgs: st.msgs}
 	}
 	return marks
