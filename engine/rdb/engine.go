@@ -1313,7 +1313,7 @@ func (e *Engine) PeekJob(ctx context.Context, ns, q, id string) (*engine.Job, er
 // (reclaim.go) removes them.
 func (e *Engine) Size(ctx context.Context, ns, q string) (int64, error) {
 	if sp := e.shardsOf(ns, q); sp != nil {
-		return sumShards(sp, func(n string) (int64, error) { return e.Size(ctx, ns, n) })
+		return e.sizeSharded(ctx, sp, ns, q)
 	}
 	qn := e.names.get([3]string{ns, q})
 	n, err := e.run(ctx, sizeScript, []string{qn.ready, qn.prio, qn.jobPrefix}, sizeScanBudget).Int64()
@@ -1354,7 +1354,7 @@ func (e *Engine) Destroy(ctx context.Context, ns, q string) (int64, error) {
 // PeekDeadLetter implements engine.Engine.
 func (e *Engine) PeekDeadLetter(ctx context.Context, ns, q string) (engine.DeadLetter, error) {
 	if sp := e.shardsOf(ns, q); sp != nil {
-		return e.peekDeadLetterSharded(ctx, sp, ns)
+		return e.peekDeadLetterSharded(ctx, sp, ns, q)
 	}
 	var size *redis.IntCmd
 	var head *redis.StringCmd
@@ -1380,7 +1380,7 @@ func (e *Engine) PeekDeadLetter(ctx context.Context, ns, q string) (engine.DeadL
 // DeadLetterSize implements engine.Engine.
 func (e *Engine) DeadLetterSize(ctx context.Context, ns, q string) (int64, error) {
 	if sp := e.shardsOf(ns, q); sp != nil {
-		return sumShards(sp, func(n string) (int64, error) { return e.DeadLetterSize(ctx, ns, n) })
+		return e.deadLetterSizeSharded(ctx, sp, ns, q)
 	}
 	n, err := e.rdb.LLen(ctx, deadKey(ns, q)).Result()
 	if err != nil {

@@ -530,20 +530,25 @@ func sumShards(sp *shardSpec, f func(q string) (int64, error)) (int64, error) {
 	return total, nil
 }
 
-func (e *Engine) peekDeadLetterSharded(ctx context.Context, sp *shardSpec, ns string) (engine.DeadLetter, error) {
+func (e *Engine) peekDeadLetterSharded(ctx context.Context, sp *shardSpec, ns, q string) (engine.DeadLetter, error) {
 	var out engine.DeadLetter
+	sizes, heads, err := e.deadSizesSharded(ctx, sp, ns)
+	if err != nil {
+		return out, fmt.Errorf("peek dead letter %s/%s: %w", ns, q, err)
+	}
 	var headAt time.Time
-	for _, n := range sp.names {
-		dl, err := e.PeekDeadLetter(ctx, ns, n)
-		if err != nil {
-			return out, err
+	for i, h := range heads {
+		out.Size += sizes[i]
+		if h == "" {
+			continue
 		}
-		out.Size += dl.Size
-		if dl.Head != "" {
-			info, _ := engine.ParseJobID(dl.Head)
-			if out.Head == "" || info.Published.Before(headAt) {
-				out.Head, headAt = dl.Head, info.Published
-			}
+		_, id, err := unpackEntry(h)
+		if err != nil {
+			return out, fmt.Errorf("peek dead letter %s/%s: %w", ns, q, err)
+		}
+		info, _ := engine.ParseJobID(id)
+		if out.Head == "" || info.Published.Before(headAt) {
+			out.Head, headAt = id, info.Published
 		}
 	}
 	return out, nil
@@ -741,4 +746,79 @@ func (e *Engine) listJobsSharded(ctx context.Context, sp *shardSpec, ns string, 
 		return out, int64(s) << shardCursorBits, nil
 	}
 	return out, 0, nil
+}
+
+// runEach runs script s once per keys[i], args[i], all in one pipeline
+// (one round trip per node on a cluster); a call that found the script
+// cache empty, or a cluster busy, goes again alone (as the pump's do).
+func (e *Engine) runEach(ctx context.Context, s *redis.Script, keys [][]string, args [][]interface{}) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(keys))
+	_, _ = e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range keys {
+			cmds[i] = s.EvalSha(ctx, p, keys[i], args[i]...)
+		}
+		return nil
+	})
+	for i, c := range cmds {
+		if err := c.Err(); err != nil && (isNoScript(err) || e.retryFor > 0 && clusterRetryable(err)) {
+			cmds[i] = e.run(ctx, s, keys[i], args[i]...)
+		}
+	}
+	return cmds
+}
+
+// sizeSharded is Size over the shards, in one pipeline.
+func (e *Engine) sizeSharded(ctx context.Context, sp *shardSpec, ns, q string) (int64, error) {
+	keys := make([][]string, len(sp.names))
+	args := make([][]interface{}, len(sp.names))
+	for i, n := range sp.names {
+		qn := e.names.get([3]string{ns, n})
+		keys[i] = []string{qn.ready, qn.prio, qn.jobPrefix}
+		args[i] = []interface{}{sizeScanBudget}
+	}
+	var total int64
+	for _, c := range e.runEach(ctx, sizeScript, keys, args) {
+		n, err := c.Int64()
+		if err != nil {
+			return 0, fmt.Errorf("size %s/%s: %w", ns, q, err)
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// deadSizesSharded returns the shards' dead letter sizes and oldest
+// entries, in one pipeline.
+func (e *Engine) deadSizesSharded(ctx context.Context, sp *shardSpec, ns string) ([]int64, []string, error) {
+	sizes := make([]*redis.IntCmd, len(sp.names))
+	heads := make([]*redis.StringCmd, len(sp.names))
+	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, n := range sp.names {
+			k := e.names.get([3]string{ns, n}).dead
+			sizes[i] = p.LLen(ctx, k)
+			heads[i] = p.LIndex(ctx, k, -1)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, nil, err
+	}
+	n := make([]int64, len(sp.names))
+	h := make([]string, len(sp.names))
+	for i := range sp.names {
+		n[i], h[i] = sizes[i].Val(), heads[i].Val()
+	}
+	return n, h, nil
+}
+
+func (e *Engine) deadLetterSizeSharded(ctx context.Context, sp *shardSpec, ns, q string) (int64, error) {
+	sizes, _, err := e.deadSizesSharded(ctx, sp, ns)
+	if err != nil {
+		return 0, fmt.Errorf("dead letter size %s/%s: %w", ns, q, err)
+	}
+	var total int64
+	for _, n := range sizes {
+		total += n
+	}
+	return total, nil
 }
