@@ -24,6 +24,7 @@ func RunSharded(t *testing.T, f Factory) {
 		{"Config", testShardsConfig},
 		{"PublishConsumeAck", testShardsPublishConsumeAck},
 		{"NoStarvation", testShardsNoStarvation},
+		{"SpreadPerQueue", testShardsSpreadPerQueue},
 		{"JobKey", testShardsJobKey},
 		{"DeadLetter", testShardsDeadLetter},
 		{"PauseResume", testShardsPause},
@@ -641,4 +642,24 @@ func testShardsRepublish(t *testing.T, h *Harness, x engine.Engine) {
 	}
 	h.Advance(2 * time.Minute)
 	none(t, h, "q")
+}
+
+// testShardsSpreadPerQueue: publishes alternating between two sharded
+// queues, with consumes between them, still spread each queue over all of
+// its shards (no turn shared by queues that would alias).
+func testShardsSpreadPerQueue(t *testing.T, h *Harness, x engine.Engine) {
+	setShards(t, x, "q", 2)
+	setShards(t, x, "r", 2)
+	got := map[string]map[int]int{"q": {}, "r": {}}
+	for i := 0; i < 10; i++ {
+		for _, q := range []string{"q", "r"} {
+			got[q][shardOf(t, pub(t, h, q, "x", nil))]++
+		}
+		consume(t, h, time.Minute, 1, "other")
+	}
+	for q, shards := range got {
+		if shards[0] != 5 || shards[1] != 5 {
+			t.Fatalf("10 publishes to %s, alternating with another queue's, went to shards %v; want 5 and 5", q, shards)
+		}
+	}
 }

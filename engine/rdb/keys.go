@@ -137,6 +137,10 @@ type queueNames struct {
 	// hist is the queue's history counters (history.go), set at its first
 	// counted event.
 	hist atomic.Pointer[histCounters]
+	// shardPub and shardCon take a sharded queue's shards in turn: the
+	// shard of its next publish, the shard its next consume starts with
+	// (shards.go).
+	shardPub, shardCon atomic.Uint32
 }
 
 func newQueueNames(ns, q string) *queueNames {

@@ -169,7 +169,6 @@ func keyShard(key string, k int) int {
 type shardMemo struct {
 	mu sync.Mutex // one load at a time
 	m  atomic.Pointer[shardMap]
-	rr atomic.Uint32
 }
 
 type shardMap struct {
@@ -368,7 +367,9 @@ func (e *Engine) publishShard(ctx context.Context, sp *shardSpec, r *engine.Publ
 	case r.Key != "":
 		return keyShard(r.Key, sp.k)
 	}
-	return int(e.shards.rr.Add(1) % uint32(sp.k))
+	// In turn, per queue (a counter shared by queues, or by publishes and
+	// consumes, could send every other publish of a queue to one shard).
+	return int(e.names.get([3]string{r.Namespace, r.Queue}).shardPub.Add(1) % uint32(sp.k))
 }
 
 // routePublish returns r aimed at a shard of its queue when that queue is
@@ -422,7 +423,7 @@ func (e *Engine) expandQueues(ns string, queues []string) []string {
 		if out == nil {
 			out = append(make([]string, 0, len(queues)+sp.span), queues[:i]...)
 		}
-		off := int(e.shards.rr.Add(1) % uint32(sp.span))
+		off := int(e.names.get([3]string{ns, q}).shardCon.Add(1) % uint32(sp.span))
 		for j := range sp.span {
 			out = append(out, sp.names[(off+j)%sp.span])
 		}
@@ -671,16 +672,16 @@ func (e *Engine) publishBatchSharded(ctx context.Context, sp *shardSpec, reqs []
 		}
 		return []string{id}, err
 	}
+	ns, q := reqs[0].Namespace, reqs[0].Queue
 	s := -1
 	for _, r := range reqs {
 		if r != nil && r.ID != "" {
-			s = 0
+			s = 0 // a caller's IDs go to shard 0
 		}
 	}
 	if s < 0 {
-		s = e.publishShard(ctx, sp, &engine.PublishRequest{})
+		s = e.publishShard(ctx, sp, &engine.PublishRequest{Namespace: ns, Queue: q})
 	}
-	ns, q := reqs[0].Namespace, reqs[0].Queue
 	out := make([]*engine.PublishRequest, len(reqs))
 	for i, r := range reqs {
 		out[i] = r
