@@ -871,17 +871,17 @@ func (e *Engine) runAndWait(ctx context.Context, script *redis.Script, keys []st
 
 // Consume implements engine.Engine.
 func (e *Engine) Consume(ctx context.Context, req *engine.ConsumeRequest) ([]*engine.Job, error) {
-	req = e.routeConsume(req)
-	if err := checkConsume(req); err != nil {
+	routed := e.routeConsume(req) // over the shards of sharded queues
+	if err := checkConsume(routed); err != nil {
 		return nil, err
 	}
-	if req.Timeout > 0 && e.waiters.listening(req.Namespace, req.Queues) {
+	if routed.Timeout > 0 && e.waiters.listening(routed.Namespace, routed.Queues) {
 		// wait registers the waiter and then runs the consume script: one
 		// call, no race, where a call before it would find an empty queue
-		// just as often as a job.
+		// just as often as a job. It routes req again at every look.
 		return e.waiters.wait(ctx, req)
 	}
-	jobs, err := e.consumeNow(ctx, req)
+	jobs, err := e.consumeNow(ctx, routed)
 	if err != nil || len(jobs) > 0 || req.Timeout <= 0 {
 		return jobs, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -234,7 +235,28 @@ func (e *Engine) loadShards(ctx context.Context, seen *shardMap) *shardMap {
 		}
 	}
 	e.shards.m.Store(m)
+	e.wakeGrown(seen, m)
 	return m
+}
+
+// wakeGrown wakes every consumer waiting on a queue that has more shards
+// in view m than in the view before: they wait on the channels of the
+// shards they knew, and look again over all of them. (A consumer that
+// waits with Consume routes its request again at every look, the event
+// loops' at every ConsumeEach and Watch.)
+func (e *Engine) wakeGrown(old, m *shardMap) {
+	if e.waiters == nil || old == nil {
+		return
+	}
+	for k, sp := range m.specs {
+		span := 1
+		if o := old.specs[k]; o != nil {
+			span = o.span
+		}
+		if sp.span > span {
+			e.waiters.notify(readyChannel(k[0], k[1]), math.MaxInt32)
+		}
+	}
 }
 
 // runShards keeps the engine's view of the shards hash fresh and lowers

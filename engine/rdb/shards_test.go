@@ -271,3 +271,45 @@ func TestShardsFollowAndDrain(t *testing.T) {
 		t.Fatalf("the shards hash keeps %d entries for an unsharded queue", n)
 	}
 }
+
+// TestShardsGrowWakesWaiters: a consumer long-polling a queue on one
+// server is served a job that another server, which just raised the
+// queue's shards, published into a shard the waiting consumer did not
+// know: the change wakes it and it looks over the new shards.
+func TestShardsGrowWakesWaiters(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	a := startEngine(t, client, newTestClock())
+	b := startEngine(t, client, newTestClock())
+	got := make(chan []*engine.Job, 1)
+	go func() {
+		jobs, err := a.Consume(bg, &engine.ConsumeRequest{Namespace: "ns", Queues: []string{"hot"}, TTR: time.Minute, Count: 1, Timeout: 10 * time.Second})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- jobs
+	}()
+	time.Sleep(300 * time.Millisecond) // a waits on hot's one channel
+	if err := b.SetQueueConfig(bg, "ns", "hot", engine.QueueConfig{Shards: 4}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	id, err := b.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "hot", Body: []byte("x"), TTL: time.Hour, Tries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := engine.JobIDShard(id); s == 0 {
+		t.Fatalf("the first publish after shards=4 went to shard 0 (%s): the test needs another shard", id)
+	}
+	select {
+	case jobs := <-got:
+		if len(jobs) != 1 || jobs[0].ID != id || jobs[0].Queue != "hot" {
+			t.Fatalf("the waiting consumer got %v, want job %s", jobs, id)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("the waiting consumer got the job after %v", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a consumer waiting since before shards=4 was not served the job of a new shard")
+	}
+}

@@ -493,9 +493,10 @@ func (w *waiters) remove(wt *waiter) {
 	}
 }
 
-// wait long-polls for req: it returns jobs, or nil at the timeout or when
-// ctx is done (a shutting-down server cancels waits so that consumers are
-// answered at once).
+// wait long-polls for req (checked; its queues as the caller named them:
+// wait spreads a sharded queue over its shards at every look): it returns
+// jobs, or nil at the timeout or when ctx is done (a shutting-down server
+// cancels waits so that consumers are answered at once).
 func (w *waiters) wait(ctx context.Context, req *engine.ConsumeRequest) ([]*engine.Job, error) {
 	// The deadline is a channel closed at the timeout, not a timer's: add
 	// may wait on it too (for a slow subscription confirmation), and a
@@ -503,7 +504,11 @@ func (w *waiters) wait(ctx context.Context, req *engine.ConsumeRequest) ([]*engi
 	expired := make(chan struct{})
 	deadline := time.AfterFunc(req.Timeout, func() { close(expired) })
 	defer deadline.Stop()
+	orig := req
 	for {
+		// A sharded queue's shards as the engine knows them now (more
+		// after a change of K wakes this wait: wakeGrown).
+		req := w.e.routeConsume(orig)
 		wt, empty := w.add(ctx, req.Namespace, req.Queues, expired)
 		if !empty {
 			jobs, err := w.e.consumeNow(ctx, req)
