@@ -493,7 +493,7 @@ func (w *waiters) listeningLocked(ns string, queues []string) bool {
 		return false
 	}
 	for _, q := range queues {
-		st := w.chans[readyChannel(ns, q)]
+		st := w.chans[w.e.names.get([3]string{ns, q}).channel]
 		if st == nil || !st.subscribed || !st.closed {
 			return false
 		}
@@ -508,7 +508,7 @@ func (w *waiters) knownEmptyLocked(ns string, queues []string) bool {
 		return false
 	}
 	for _, q := range queues {
-		st := w.chans[readyChannel(ns, q)]
+		st := w.chans[w.e.names.get([3]string{ns, q}).channel]
 		if st.emptyAt != st.msgs+1 {
 			return false
 		}
@@ -534,7 +534,7 @@ func (w *waiters) mark(ns string, queues []string) []chanMark {
 	}
 	marks := make([]chanMark, len(queues))
 	for i, q := range queues {
-		st := w.chans[readyChannel(ns, q)]
+		st := w.chans[w.e.names.get([3]string{ns, q}).channel]
 		marks[i] = chanMark{st: st, msgs: st.msgs}
 	}
 	return marks
@@ -660,9 +660,10 @@ func (w *waiters) remove(wt *waiter) {
 	}
 }
 
-// wait long-polls for req: it returns jobs, or nil at the timeout or when
-// ctx is done (a shutting-down server cancels waits so that consumers are
-// answered at once).
+// wait long-polls for req (checked; its queues as the caller named them:
+// wait spreads a sharded queue over its shards at every look): it returns
+// jobs, or nil at the timeout or when ctx is done (a shutting-down server
+// cancels waits so that consumers are answered at once).
 func (w *waiters) wait(ctx context.Context, req *engine.ConsumeRequest) ([]*engine.Job, error) {
 	// The deadline is a channel closed at the timeout, not a timer's: add
 	// may wait on it too (for a slow subscription confirmation), and a
@@ -670,7 +671,11 @@ func (w *waiters) wait(ctx context.Context, req *engine.ConsumeRequest) ([]*engi
 	expired := make(chan struct{})
 	deadline := time.AfterFunc(req.Timeout, func() { close(expired) })
 	defer deadline.Stop()
+	orig := req
 	for {
+		// A sharded queue's shards as the engine knows them now (more
+		// after a change of K wakes this wait: wakeGrown).
+		req := w.e.routeConsume(orig)
 		wt, empty := w.add(ctx, req.Namespace, req.Queues, expired)
 		if !empty {
 			jobs, err := w.e.consumeNow(ctx, req)
