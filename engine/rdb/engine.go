@@ -757,7 +757,7 @@ func (e *Engine) ownEarlierWrite(ctx context.Context, key string, value interfac
 	if !ok {
 		return false
 	}
-	got, err := e.rdb.Get(ctx, key).Bytes()
+	got, err := retried(ctx, e, func() *redis.StringCmd { return e.rdb.Get(ctx, key) }).Bytes()
 	return err == nil && bytes.Equal(got, want)
 }
 
@@ -1441,7 +1441,7 @@ func (e *Engine) Destroy(ctx context.Context, ns, q string) (int64, error) {
 			break
 		}
 	}
-	if err := e.rdb.HDel(ctx, qn.registry, qn.member).Err(); err != nil {
+	if err := retried(ctx, e, func() *redis.IntCmd { return e.rdb.HDel(ctx, qn.registry, qn.member) }).Err(); err != nil {
 		return total, fmt.Errorf("destroy %s/%s: %w", ns, q, err)
 	}
 	qn.recorded.Store(false)
@@ -1455,7 +1455,7 @@ func (e *Engine) PeekDeadLetter(ctx context.Context, ns, q string) (engine.DeadL
 	}
 	var size *redis.IntCmd
 	var head *redis.StringCmd
-	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := e.pipelined(ctx, func(p redis.Pipeliner) error {
 		size = p.LLen(ctx, deadKey(ns, q))
 		head = p.LIndex(ctx, deadKey(ns, q), -1)
 		return nil
@@ -1479,7 +1479,7 @@ func (e *Engine) DeadLetterSize(ctx context.Context, ns, q string) (int64, error
 	if sp := e.shardsOf(ns, q); sp != nil {
 		return e.deadLetterSizeSharded(ctx, sp, ns, q)
 	}
-	n, err := e.rdb.LLen(ctx, deadKey(ns, q)).Result()
+	n, err := retried(ctx, e, func() *redis.IntCmd { return e.rdb.LLen(ctx, deadKey(ns, q)) }).Result()
 	if err != nil {
 		return 0, fmt.Errorf("dead letter size %s/%s: %w", ns, q, err)
 	}
@@ -1564,7 +1564,7 @@ func (e *Engine) Info(ctx context.Context) (map[string][]string, error) {
 // of sharded queues each on its own ("q~i"; shard 0 is "q").
 func (e *Engine) physicalQueues(ctx context.Context) (map[string][]string, error) {
 	cmds := make([]*redis.StringSliceCmd, slotGroups)
-	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := e.pipelined(ctx, func(p redis.Pipeliner) error {
 		for g := range cmds {
 			cmds[g] = p.HKeys(ctx, registryKey(g))
 		}
@@ -1599,7 +1599,7 @@ func (e *Engine) Stats(ctx context.Context) ([]engine.QueueStats, error) {
 	var out []engine.QueueStats
 	for ns, qs := range info {
 		cmds := make([][4]*redis.IntCmd, len(qs))
-		_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, err := e.pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, q := range qs {
 				cmds[i] = [4]*redis.IntCmd{p.LLen(ctx, readyKey(ns, q)), p.ZCard(ctx, timerKey(ns, q)), p.LLen(ctx, deadKey(ns, q)), p.ZCard(ctx, prioKey(ns, q))}
 			}
@@ -1631,7 +1631,7 @@ func (e *Engine) Pool() string { return e.pool }
 // cluster, so that it stays on the node of the channel's slot.
 func (e *Engine) publishMsg(ctx context.Context, channel string, msg interface{}) error {
 	if e.cluster {
-		return e.rdb.SPublish(ctx, channel, msg).Err()
+		return retried(ctx, e, func() *redis.IntCmd { return e.rdb.SPublish(ctx, channel, msg) }).Err()
 	}
 	return e.rdb.Publish(ctx, channel, msg).Err()
 }

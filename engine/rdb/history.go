@@ -307,13 +307,13 @@ func (e *Engine) flushHistory(ctx context.Context, at time.Time) error {
 		addIncrements(ctx, p, w.key, inBlock, &w.c)
 		p.ExpireAt(ctx, w.key, expireAt)
 		if p.Len() >= historyPipeline {
-			if _, err := p.Exec(ctx); err != nil {
+			if _, err := e.exec(ctx, p); err != nil {
 				return fmt.Errorf("history: flush pool %s: %w", e.pool, err)
 			}
 		}
 	}
 	if p.Len() > 0 {
-		if _, err := p.Exec(ctx); err != nil {
+		if _, err := e.exec(ctx, p); err != nil {
 			return fmt.Errorf("history: flush pool %s: %w", e.pool, err)
 		}
 	}
@@ -412,7 +412,7 @@ func (e *Engine) History(ctx context.Context, ns, q string, from time.Time, minu
 	b1, _ := blockOf(first + int64(minutes) - 1)
 	out := make([]engine.Counts, minutes)
 	cmds := make([]*redis.MapStringStringCmd, b1-b0+1)
-	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := e.pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range cmds {
 			cmds[i] = p.HGetAll(ctx, key(b0+int64(i)))
 		}
