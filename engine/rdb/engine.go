@@ -57,11 +57,12 @@ type Options struct {
 	// publish fails with engine.ErrNotReplicated.
 	WaitReplicas int
 	WaitTimeout  time.Duration
-	// ClusterRetry bounds how long a script call on a cluster pool is
-	// retried while Redis answers TRYAGAIN, CLUSTERDOWN, MASTERDOWN or
-	// LOADING (a slot migration, a failover), errors answered before
-	// anything ran (retry.go). Default 5 s; negative: no retry beyond
-	// go-redis's own.
+	// ClusterRetry bounds how long a script call, a command or the
+	// refused commands of a pipeline on a cluster pool are retried while
+	// Redis answers TRYAGAIN, CLUSTERDOWN, MASTERDOWN, LOADING, MOVED or
+	// ASK (a slot migration, a failover), errors answered before anything
+	// ran (retry.go). Default 5 s; negative: no retry beyond go-redis's
+	// own.
 	ClusterRetry time.Duration
 	// HistoryFlush, when > 0, keeps the queues' history (history.go):
 	// counters in memory, written to Redis this often (a divisor of a
