@@ -44,16 +44,26 @@ func TestClusterReadsDuringSlotMove(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ns, q = "readmove", "q"
-	if err := c.Client(t).ForEachMaster(bg, func(ctx context.Context, n *redis.Client) error {
-		// Nothing of an earlier run in this namespace (the shared cluster).
-		keys, err := n.Keys(ctx, "*"+ns+"*").Result()
-		if err == nil && len(keys) > 0 {
-			err = n.Del(ctx, keys...).Err()
+	// Nothing of this namespace before (an earlier run on the shared
+	// cluster) nor after (the queue's registry entry and keys are in a slot
+	// group that other tests' queues may share).
+	clean := func() {
+		if _, err := e.Destroy(bg, ns, q); err != nil {
+			t.Errorf("destroy: %v", err)
 		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
+		if err := client.ForEachMaster(bg, func(ctx context.Context, n *redis.Client) error {
+			keys, err := n.Keys(ctx, "*"+ns+"*").Result()
+			for _, k := range keys {
+				if err == nil {
+					err = n.Del(ctx, k).Err()
+				}
+			}
+			return err
+		}); err != nil {
+			t.Errorf("clean: %v", err)
+		}
 	}
+	clean()
 	pub := func(delay time.Duration) string {
 		t.Helper()
 		id, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Body: []byte("x"), TTL: time.Hour, Tries: 1, Delay: delay})
@@ -121,7 +131,7 @@ func TestClusterReadsDuringSlotMove(t *testing.T) {
 			c.Wait(t)
 		})
 	}
-	t.Cleanup(func() { settle(); moveSlot(t, c, int(slot), from) })
+	t.Cleanup(func() { settle(); moveSlot(t, c, int(slot), from); clean() })
 	host, port, _ := strings.Cut(to, ":")
 	migrate := func(jobKeys bool) {
 		keys, err := src.ClusterGetKeysInSlot(bg, int(slot), 10000).Result()
