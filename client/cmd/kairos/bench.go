@@ -63,6 +63,17 @@ measured phase also starts only once that Redis runs no snapshot or AOF
 rewrite (INFO persistence), so that a rewrite set off by a preload or a fill
 does not land in the measurement; the wait is printed.
 
+On a Redis Cluster, --redis takes one seed (or several, HOST:PORT,...): the
+nodes are found with CLUSTER NODES at each reading, the Redis CPU is the
+masters' total, a table splits it per master (JSON: redis_masters) and gives
+the replicas' apart (redis_replicas_cpu_us_per_job), and a measured phase
+waits for a fork on any node.
+
+--shards K sets each bench queue's shards (a hot queue spread over K slot
+groups) with PUT /queue/NS/Q/config {"shards":K} on --admin-addr before the
+scenario publishes to it; the bench fails if the server does not answer
+"shards": K.
+
 "kairos bench delay-proxy --to HOST:PORT --delay 1ms" forwards TCP to HOST:PORT
 with that delay each way and prints its address: point the server's AdminRedis
 at it to measure the flood scenario with the admin Redis 1 ms away.`
