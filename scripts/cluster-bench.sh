@@ -31,6 +31,7 @@
 #              shards (kairos bench --shards K) on the cluster, and the same
 #              unsharded queue beside it
 #   JSON_OUT   when set, write the medians there as JSON
+#   RESULTS_DIR  when set, keep every run's kairos bench output and load there
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -200,11 +201,12 @@ for round in $(seq "$ROUNDS"); do
 	done
 done
 
+if [ -n "${RESULTS_DIR:-}" ]; then mkdir -p "$RESULTS_DIR" && cp "$out"/* "$RESULTS_DIR"/; fi
 python3 - "$out" "${JSON_OUT:-}" "${labels[@]}" <<'PY'
 import json, os, statistics, sys
 
 out, json_out, labels = sys.argv[1], sys.argv[2], sys.argv[3:]
-runs = {}  # (label, target) -> [result]
+runs = {}  # (label, target) -> {round: result}
 loads = []
 for name in sorted(os.listdir(out)):
     if not name.endswith(".json"):
@@ -216,72 +218,78 @@ for name in sorted(os.listdir(out)):
         continue
     r = json.loads(lines[-1])["result"]
     with open(os.path.join(out, name[:-5] + ".load")) as f:
-        load = f.read().strip().split("load average:")[-1].strip()
-    r["load"] = load
-    loads.append(float(load.split(",")[0]))
-    runs.setdefault((label, target), []).append(r)
+        r["load"] = float(f.read().split("load average:")[-1].split(",")[0])
+    loads.append(r["load"])
+    runs.setdefault((label, target), {})[int(rnd)] = r
 
-def med(rs, key):
-    v = [r.get(key, 0) or 0 for r in rs]
-    return statistics.median(v) if v else 0
+def cost(r):
+    return (r.get("server_cpu_us_per_job") or 0) + (r.get("redis_cpu_us_per_job") or 0)
 
 summary = {}
 for label in labels:
     for target in ("single", "cluster"):
-        rs = runs.get((label, target))
-        if not rs:
+        byround = runs.get((label, target))
+        if not byround:
             continue
-        s = {k: med(rs, k) for k in ("per_sec", "server_cpu_us_per_job", "redis_cpu_us_per_job",
-                                     "redis_replicas_cpu_us_per_job", "loadgen_cpu_us_per_job", "p99_ms")}
+        rs = list(byround.values())
+        med = lambda key: statistics.median((r.get(key) or 0) for r in rs)
+        s = {k: med(k) for k in ("per_sec", "server_cpu_us_per_job", "redis_cpu_us_per_job",
+                                 "redis_replicas_cpu_us_per_job", "loadgen_cpu_us_per_job", "p99_ms")}
+        s["server_redis_cpu_us_per_job"] = statistics.median(cost(r) for r in rs)
         s["runs"] = len(rs)
         s["per_sec_min"], s["per_sec_max"] = min(r["per_sec"] for r in rs), max(r["per_sec"] for r in rs)
-        s["loads_1min"] = [r["load"].split(",")[0] for r in rs]
-        masters = {}
-        for r in rs:
-            for m in r.get("redis_masters") or []:
-                masters.setdefault(m["addr"], []).append(m)
-        s["masters"] = [{"addr": a, "slots": ms[0]["slots"],
-                         "cpu_us_per_job": statistics.median(m["cpu_us_per_job"] for m in ms),
-                         "share": statistics.median(m["share"] for m in ms)} for a, ms in sorted(masters.items())]
+        s["loads_1min"] = [r["load"] for r in rs]
+        # The masters by rank in each run (busiest first): which master a
+        # queue lands on changes from run to run (a fresh queue name each).
+        ranked = [sorted(r.get("redis_masters") or [], key=lambda m: -m["cpu_us_per_job"]) for r in rs]
+        n = min((len(x) for x in ranked), default=0)
+        s["masters_by_rank"] = [{"cpu_us_per_job": statistics.median(x[i]["cpu_us_per_job"] for x in ranked),
+                                 "share": statistics.median(x[i]["share"] for x in ranked)} for i in range(n)]
+        # Cluster against single, pair by pair (the same round, minutes apart).
+        base = runs.get((label, "single"), {})
+        pairs = [(r, base[k]) for k, r in byround.items() if k in base]
+        if target == "cluster" and pairs:
+            s["cost_vs_single"] = statistics.median(cost(r) / cost(b) for r, b in pairs if cost(b))
+            s["redis_vs_single"] = statistics.median(r["redis_cpu_us_per_job"] / b["redis_cpu_us_per_job"] for r, b in pairs if b.get("redis_cpu_us_per_job"))
+            s["server_vs_single"] = statistics.median(r["server_cpu_us_per_job"] / b["server_cpu_us_per_job"] for r, b in pairs if b.get("server_cpu_us_per_job"))
+            s["rate_vs_single"] = statistics.median(r["per_sec"] / b["per_sec"] for r, b in pairs if b["per_sec"])
+            s["cost_vs_single_range"] = [min(cost(r) / cost(b) for r, b in pairs if cost(b)), max(cost(r) / cost(b) for r, b in pairs if cost(b))]
         summary[(label, target)] = s
 
 def f(v, d=1):
     return "-" if v is None else f"{v:.{d}f}"
 
 print()
-print(f"Kairos on one Redis and on a 3-master Redis Cluster (+3 replicas), this machine, medians of {max((s['runs'] for s in summary.values()), default=0)} rounds")
-print(f"load (1 min) over the runs: {min(loads, default=0):.2f}-{max(loads, default=0):.2f}")
+print(f"Kairos on one Redis and on a 3-master Redis Cluster (+3 replicas), this machine; medians of {max((s['runs'] for s in summary.values()), default=0)} rounds")
+print(f"load (1 min) at the start of the runs: {min(loads, default=0):.2f}-{max(loads, default=0):.2f}")
+print("CPU in µs per job; cluster redis = the masters' total; 'vs single' = median over the rounds of cluster / single in the same round")
 print()
-hdr = ["scenario", "target", "jobs/s", "min-max", "p99 ms", "server µs", "redis µs", "server+redis µs", "replicas µs", "loadgen µs", "per-job vs single", "jobs/s vs single"]
+hdr = ["scenario", "target", "jobs/s", "min-max", "p99 ms", "server", "redis", "server+redis", "replicas", "loadgen",
+       "server+redis vs single (min-max)", "redis vs single", "jobs/s vs single"]
 rows = [hdr]
 for label in labels:
-    base = summary.get((label, "single"))
     for target in ("single", "cluster"):
         s = summary.get((label, target))
         if not s:
             continue
-        cost = s["server_cpu_us_per_job"] + s["redis_cpu_us_per_job"]
-        ratio = rate = "-"
-        if base and target == "cluster":
-            bcost = base["server_cpu_us_per_job"] + base["redis_cpu_us_per_job"]
-            ratio = f"{cost / bcost:.2f}x" if bcost else "-"
-            rate = f"{s['per_sec'] / base['per_sec']:.2f}x" if base["per_sec"] else "-"
+        vs = lambda k: f"{s[k]:.2f}x" if k in s else "-"
+        rng = f" ({s['cost_vs_single_range'][0]:.2f}-{s['cost_vs_single_range'][1]:.2f})" if "cost_vs_single_range" in s else ""
         rows.append([label, target, f(s["per_sec"], 0), f"{s['per_sec_min']:.0f}-{s['per_sec_max']:.0f}", f(s["p99_ms"], 2),
-                     f(s["server_cpu_us_per_job"]), f(s["redis_cpu_us_per_job"]), f(cost),
+                     f(s["server_cpu_us_per_job"]), f(s["redis_cpu_us_per_job"]), f(s["server_redis_cpu_us_per_job"]),
                      f(s["redis_replicas_cpu_us_per_job"]) if target == "cluster" else "-",
-                     f(s["loadgen_cpu_us_per_job"]), ratio, rate])
+                     f(s["loadgen_cpu_us_per_job"]), vs("cost_vs_single") + rng, vs("redis_vs_single"), vs("rate_vs_single")])
 w = [max(len(str(r[i])) for r in rows) for i in range(len(hdr))]
 for r in rows:
     print("  ".join(str(c).rjust(w[i]) for i, c in enumerate(r)))
 
 print()
-print("Redis CPU µs per job on each cluster master (median; share of the masters' total):")
+print("Redis CPU µs per job on each cluster master, busiest first (median by rank; share of the masters' total):")
 for label in labels:
     s = summary.get((label, "cluster"))
-    if not s or not s["masters"]:
+    if not s or not s["masters_by_rank"]:
         continue
-    cells = [f"{m['addr']} ({m['slots']} slots) {m['cpu_us_per_job']:.1f} ({100 * m['share']:.0f}%)" for m in s["masters"]]
-    print(f"  {label:>20}: " + "; ".join(cells))
+    cells = [f"{m['cpu_us_per_job']:.1f} ({100 * m['share']:.0f}%)" for m in s["masters_by_rank"]]
+    print(f"  {label:>20}: " + ", ".join(cells))
 
 if json_out:
     with open(json_out, "w") as fh:
