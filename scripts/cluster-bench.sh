@@ -30,6 +30,8 @@
 #   SHARDS     when set (K > 1), also publish and consume + ACK on a queue of K
 #              shards (kairos bench --shards K) on the cluster, and the same
 #              unsharded queue beside it
+#   REPLICA    1: also Kairos on a single Redis that has a replica ("replicated"), the
+#              control for what feeding its replica costs a cluster master
 #   JSON_OUT   when set, write the medians there as JSON
 #   RESULTS_DIR  when set, keep every run's kairos bench output and load there
 set -euo pipefail
@@ -89,6 +91,14 @@ redis() {
 # The single Redis.
 sport=$(port)
 redis single "$sport"
+# REPLICA=1: a second single Redis with a replica of its own, as each
+# cluster master has: the control for what feeding a replica costs a master.
+if [ "${REPLICA:-}" = 1 ]; then
+	rport=$(port); rrport=$(port)
+	redis replicated "$rport"
+	redis replica "$rrport" --replicaof 127.0.0.1 "$rport" --repl-diskless-sync-delay 0
+	for _ in $(seq 100); do redis-cli -p "$rport" info replication | grep -q 'state=online' && break; sleep 0.1; done
+fi
 
 # The cluster: 6 nodes, 3 masters with a replica each.
 cports=()
@@ -149,10 +159,15 @@ CONF
 	API[$name]="127.0.0.1:$aport"; ADMIN[$name]="127.0.0.1:$hport"; TOKEN[$name]=$token
 }
 server single "Addr = \"127.0.0.1:$sport\""
+targets="single cluster"
+if [ "${REPLICA:-}" = 1 ]; then
+	server replicated "Addr = \"127.0.0.1:$rport\""
+	targets="single replicated cluster"
+fi
 addrs_toml=$(printf '"%s",' "${caddrs[@]}")
 server cluster "Cluster = true
 Addrs = [${addrs_toml%,}]"
-declare -A REDIS=([single]="127.0.0.1:$sport" [cluster]="${caddrs[0]}")
+declare -A REDIS=([single]="127.0.0.1:$sport" [cluster]="${caddrs[0]}" [replicated]="127.0.0.1:${rport:-0}")
 
 # The measurements: a label and kairos bench arguments.
 labels=(publish consume "publish_${QUEUES}q")
@@ -173,8 +188,8 @@ out="$work/results"
 mkdir -p "$out"
 status=0
 for round in $(seq "$ROUNDS"); do
-	order="single cluster"
-	[ $((round % 2)) = 0 ] && order="cluster single"
+	order=$targets
+	[ $((round % 2)) = 0 ] && order=$(tr ' ' '\n' <<<"$targets" | tac | tr '\n' ' ')
 	for label in "${labels[@]}"; do
 		for target in $order; do
 			case $label in *_shards*) [ "$target" = cluster ] || continue ;; esac
@@ -192,7 +207,7 @@ for round in $(seq "$ROUNDS"); do
 			printf 'round %s  %-7s  %-20s  %s\n' "$round" "$target" "$label" "$(sed 's/.*load average: *//' "$f.load")" >&2
 		done
 	done
-	for target in single cluster; do
+	for target in $targets; do
 		if ! kill -0 "${SPID[$target]}" 2>/dev/null; then
 			echo "cluster-bench: the $target server exited; its log:" >&2
 			cat "$work/server-$target/server.log" >&2
@@ -227,7 +242,7 @@ def cost(r):
 
 summary = {}
 for label in labels:
-    for target in ("single", "cluster"):
+    for target in ("single", "replicated", "cluster"):
         byround = runs.get((label, target))
         if not byround:
             continue
@@ -248,7 +263,7 @@ for label in labels:
         # Cluster against single, pair by pair (the same round, minutes apart).
         base = runs.get((label, "single"), {})
         pairs = [(r, base[k]) for k, r in byround.items() if k in base]
-        if target == "cluster" and pairs:
+        if target != "single" and pairs:
             s["cost_vs_single"] = statistics.median(cost(r) / cost(b) for r, b in pairs if cost(b))
             s["redis_vs_single"] = statistics.median(r["redis_cpu_us_per_job"] / b["redis_cpu_us_per_job"] for r, b in pairs if b.get("redis_cpu_us_per_job"))
             s["server_vs_single"] = statistics.median(r["server_cpu_us_per_job"] / b["server_cpu_us_per_job"] for r, b in pairs if b.get("server_cpu_us_per_job"))
@@ -268,7 +283,7 @@ hdr = ["scenario", "target", "jobs/s", "min-max", "p99 ms", "server", "redis", "
        "server+redis vs single (min-max)", "redis vs single", "jobs/s vs single"]
 rows = [hdr]
 for label in labels:
-    for target in ("single", "cluster"):
+    for target in ("single", "replicated", "cluster"):
         s = summary.get((label, target))
         if not s:
             continue
