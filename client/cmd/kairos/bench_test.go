@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -83,7 +84,10 @@ func TestBenchShards(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	supported := resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"shards":2`)
+	var cfg struct {
+		Shards int `json:"shards"`
+	}
+	supported := resp.StatusCode == http.StatusOK && json.Unmarshal(body, &cfg) == nil && cfg.Shards == 2
 
 	r := kairos(t, env, "", "bench", "publish", "consume", "-c", "2", "-d", "200ms", "--jobs", "50", "--shards", "2")
 	if supported {
@@ -122,5 +126,43 @@ func TestPrintMasters(t *testing.T) {
 	printMasters(&b, rows[1:])
 	if b.Len() != 0 {
 		t.Errorf("a standalone Redis printed a split:\n%s", b.String())
+	}
+}
+
+// TestSetShardsAnswers: --shards trusts only an answer that carries the
+// shards it asked for. An admin API that tolerates unknown keys and
+// answers 200 without "shards" (a server that ignored it) fails the bench,
+// as does one that answers another count; the request is the documented
+// PUT with the admin account.
+func TestSetShardsAnswers(t *testing.T) {
+	var answer string
+	var got struct {
+		method, path, pool, body, user string
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		user, _, _ := r.BasicAuth()
+		got.method, got.path, got.pool, got.body, got.user = r.Method, r.URL.EscapedPath(), r.URL.Query().Get("pool"), string(b), user
+		_, _ = io.WriteString(w, answer)
+	}))
+	defer srv.Close()
+	c := &cli{adminAddr: srv.URL, adminUser: "admin", adminPass: "pw"}
+	set := c.setShards("ns", "p1", 3)
+	ctx := context.Background()
+
+	answer = `{"backoff":"none","dead_ttl_ms":0,"paused":false}`
+	if err := set(ctx, "q/1"); err == nil || !strings.Contains(err.Error(), "did not set the shards") {
+		t.Fatalf("an answer without shards: %v", err)
+	}
+	if got.method != http.MethodPut || got.path != "/queue/ns/q%2F1/config" || got.pool != "p1" || got.body != `{"shards":3}` || got.user != "admin" {
+		t.Fatalf("request %+v", got)
+	}
+	answer = `{"backoff":"none","shards":2}`
+	if err := set(ctx, "q"); err == nil {
+		t.Fatal("an answer with another shard count was taken")
+	}
+	answer = "{\n  \"backoff\": \"none\",\n  \"shards\": 3\n}"
+	if err := set(ctx, "q"); err != nil {
+		t.Fatalf("an answer with shards 3: %v", err)
 	}
 }
