@@ -32,6 +32,7 @@
 #              unsharded queue beside it
 #   REPLICA    1: also Kairos on a single Redis that has a replica ("replicated"), the
 #              control for what feeding its replica costs a cluster master
+#   SERVER_BIN a kairos-server binary to measure instead of this checkout's
 #   JSON_OUT   when set, write the medians there as JSON
 #   RESULTS_DIR  when set, keep every run's kairos bench output and load there
 set -euo pipefail
@@ -55,7 +56,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-go build -o "$work/kairos-server" ./server/cmd/kairos-server
+if [ -n "${SERVER_BIN:-}" ]; then
+	cp "$SERVER_BIN" "$work/kairos-server"
+else
+	go build -o "$work/kairos-server" ./server/cmd/kairos-server
+fi
 go build -o "$work/kairos" ./client/cmd/kairos
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
