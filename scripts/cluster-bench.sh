@@ -33,6 +33,8 @@
 #   REPLICA    1: also Kairos on a single Redis that has a replica ("replicated"), the
 #              control for what feeding its replica costs a cluster master
 #   SERVER_BIN a kairos-server binary to measure instead of this checkout's
+#   ONLY       the measurements to run, of: publish consume publish_<QUEUES>q
+#              publish_shards<K> consume_shards<K> (default all)
 #   JSON_OUT   when set, write the medians there as JSON
 #   RESULTS_DIR  when set, keep every run's kairos bench output and load there
 set -euo pipefail
@@ -185,6 +187,14 @@ if [ -n "$SHARDS" ]; then
 	labels+=("publish_shards$SHARDS" "consume_shards$SHARDS")
 	ARGS["publish_shards$SHARDS"]="-d $DURATION --shards $SHARDS publish"
 	ARGS["consume_shards$SHARDS"]="-d $DURATION --jobs $JOBS --shards $SHARDS consume"
+fi
+if [ -n "${ONLY:-}" ]; then
+	kept=()
+	for l in "${labels[@]}"; do
+		case " $ONLY " in *" $l "*) kept+=("$l") ;; esac
+	done
+	[ ${#kept[@]} -gt 0 ] || { echo "cluster-bench: ONLY=$ONLY names none of: ${labels[*]}" >&2; exit 2; }
+	labels=("${kept[@]}")
 fi
 conc=()
 [ -n "$CONC" ] && conc=(-c "$CONC")
