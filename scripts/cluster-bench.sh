@@ -286,6 +286,10 @@ for label in labels:
             s["cost_vs_single_range"] = [min(cost(r) / cost(b) for r, b in pairs if cost(b)), max(cost(r) / cost(b) for r, b in pairs if cost(b))]
         summary[(label, target)] = s
 
+if not summary:
+    print("cluster-bench: no measurement succeeded", file=sys.stderr)
+    sys.exit(1)
+
 def f(v, d=1):
     return "-" if v is None else f"{v:.{d}f}"
 
