@@ -324,6 +324,12 @@ for label in labels:
         continue
     cells = [f"{m['cpu_us_per_job']:.1f} ({100 * m['share']:.0f}%)" for m in s["masters_by_rank"]]
     print(f"  {label:>20}: " + ", ".join(cells))
+    # Each run's split, in address order: a medians-by-rank line hides a
+    # bimodal spread (a sharded queue on three masters in some runs, two in
+    # others).
+    each = ["/".join(f"{100 * m['share']:.0f}" for m in sorted(r.get("redis_masters") or [], key=lambda m: m["addr"]))
+            for _, r in sorted(runs[(label, "cluster")].items())]
+    print(f"  {'':>20}  each run (%): " + ", ".join(each))
 
 if json_out:
     with open(json_out, "w") as fh:
