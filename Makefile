@@ -56,7 +56,7 @@ cover:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./engine/...
 
-## chaos: the full chaos suite (doc/reliability.md): kills, flushes, pauses, failovers, consumer drops; under 10 minutes
+## chaos: the full chaos suite (doc/reliability.md): kills, flushes, pauses, failovers, Redis Cluster slot moves and master kills, consumer drops; about 11 minutes
 chaos:
 	scripts/install-redis.sh
 	$(GO) run ./scripts/chaos -scenario all -duration 40s

@@ -22,6 +22,10 @@ type QueueConfig struct {
 	DeadTTL time.Duration
 	// Paused queues hand out no jobs; publishing continues.
 	Paused bool
+	// Shards is how many shards the queue is spread over (hot-queue
+	// shards, 1..64; 1 = unsharded; 0 from a server that predates them).
+	// Ordering is per shard (doc/API.md, "Hot-queue shards").
+	Shards int
 }
 
 // QueueConfigPatch changes some settings of a queue: nil fields keep their
@@ -30,16 +34,19 @@ type QueueConfigPatch struct {
 	Backoff *string
 	DeadTTL *time.Duration
 	Paused  *bool
+	// Shards sets the queue's number of shards, 1..64 (0 is 1).
+	Shards *int
 }
 
 type wireQueueConfig struct {
 	Backoff   string `json:"backoff"`
 	DeadTTLMS int64  `json:"dead_ttl_ms"`
 	Paused    bool   `json:"paused"`
+	Shards    int    `json:"shards"`
 }
 
 func (w wireQueueConfig) config() QueueConfig {
-	return QueueConfig{Backoff: w.Backoff, DeadTTL: time.Duration(w.DeadTTLMS) * time.Millisecond, Paused: w.Paused}
+	return QueueConfig{Backoff: w.Backoff, DeadTTL: time.Duration(w.DeadTTLMS) * time.Millisecond, Paused: w.Paused, Shards: w.Shards}
 }
 
 // poolQuery is ?pool= when pool is not empty.
@@ -80,6 +87,12 @@ func (a *Admin) SetQueueConfig(ctx context.Context, pool, namespace, queue strin
 	}
 	if patch.Paused != nil {
 		body["paused"] = *patch.Paused
+	}
+	if patch.Shards != nil {
+		if *patch.Shards < 0 || *patch.Shards > 64 {
+			return QueueConfig{}, argError("shards must be 1..64")
+		}
+		body["shards"] = *patch.Shards
 	}
 	data, err := json.Marshal(body)
 	if err != nil {

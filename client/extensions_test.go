@@ -272,18 +272,28 @@ func TestAdminQueueConfigAndWebhooks(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t)
 	cfg, err := e.Admin.QueueConfig(ctx, "", e.NS, "q")
-	if err != nil || cfg != (client.QueueConfig{Backoff: "none"}) {
+	if err != nil || cfg != (client.QueueConfig{Backoff: "none", Shards: 1}) {
 		t.Fatalf("QueueConfig: %+v, %v", cfg, err)
 	}
 	ladder, ttl := "400ms,800ms", time.Hour
 	cfg, err = e.Admin.SetQueueConfig(ctx, "", e.NS, "q", client.QueueConfigPatch{Backoff: &ladder, DeadTTL: &ttl})
-	if err != nil || cfg != (client.QueueConfig{Backoff: ladder, DeadTTL: time.Hour}) {
+	if err != nil || cfg != (client.QueueConfig{Backoff: ladder, DeadTTL: time.Hour, Shards: 1}) {
 		t.Fatalf("SetQueueConfig: %+v, %v", cfg, err)
 	}
 	paused := true
 	if cfg, err = e.Admin.SetQueueConfig(ctx, "", e.NS, "q", client.QueueConfigPatch{Paused: &paused}); err != nil || !cfg.Paused || cfg.Backoff != ladder {
 		t.Fatalf("SetQueueConfig paused: %+v, %v", cfg, err)
 	}
+	shards := 4
+	if cfg, err = e.Admin.SetQueueConfig(ctx, "", e.NS, "q", client.QueueConfigPatch{Shards: &shards}); err != nil || cfg.Shards != 4 || !cfg.Paused || cfg.Backoff != ladder {
+		t.Fatalf("SetQueueConfig shards: %+v, %v", cfg, err)
+	}
+	if cfg, err = e.Admin.QueueConfig(ctx, "", e.NS, "q"); err != nil || cfg.Shards != 4 {
+		t.Fatalf("QueueConfig after shards 4: %+v, %v", cfg, err)
+	}
+	shards = 65
+	_, err = e.Admin.SetQueueConfig(ctx, "", e.NS, "q", client.QueueConfigPatch{Shards: &shards})
+	wantErr(t, "SetQueueConfig with 65 shards", err, client.ErrBadRequest, 0)
 	bad := "sometimes"
 	_, err = e.Admin.SetQueueConfig(ctx, "", e.NS, "q", client.QueueConfigPatch{Backoff: &bad})
 	wantErr(t, "SetQueueConfig with a bad backoff", err, client.ErrBadRequest, http.StatusBadRequest)

@@ -262,7 +262,16 @@ type QueueConfig struct {
 	DeadTTL time.Duration `json:"-"`
 	// Paused queues hand out no jobs; publishing continues.
 	Paused bool `json:"paused"`
+	// Shards spreads the queue over that many physical queues (hot-queue
+	// shards, 1..MaxShards; doc/scaling.md): publishes spread over them,
+	// consumes look across them, ordering is per shard. QueueConfig
+	// reports 1 for an unsharded queue; 0 in SetQueueConfig leaves the
+	// queue's shards as they are.
+	Shards int `json:"shards,omitempty"`
 }
+
+// MaxShards is the most shards a queue may have (QueueConfig.Shards).
+const MaxShards = 64
 
 // Batcher is the part of Engine that the server's event loops use: the
 // hot operations of many independent requests, of any queues, in

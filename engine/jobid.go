@@ -46,6 +46,43 @@ func NewJobID(now time.Time, delay time.Duration, versioned bool) string {
 	return id.String()
 }
 
+// NewShardJobID is NewJobID for a job of hot-queue shard shard
+// (0..MaxShards-1): the top 6 bits of the random part (byte 6 of the
+// ULID) hold the shard, so that an ACK, peek, touch or release finds the
+// job's shard without a lookup (JobIDShard). The timestamp and the delay
+// bits that lmstfy clients parse are untouched.
+func NewShardJobID(now time.Time, delay time.Duration, versioned bool, shard int) string {
+	id := NewJobID(now, delay, versioned)
+	u, err := ulid.ParseStrict(id[len(id)-ulid.EncodedSize:])
+	if err != nil {
+		return id // cannot happen: NewJobID made it
+	}
+	u[6] = u[6]&0x03 | byte(shard&(MaxShards-1))<<2
+	if versioned {
+		return "1" + u.String()
+	}
+	return u.String()
+}
+
+// JobIDShard returns the shard NewShardJobID encoded in id, or false when
+// id is no job ID. Any job ID carries a value; only IDs made for a shard
+// carry its number (the engine falls back to shard 0 when the job is not
+// in the shard its ID names).
+func JobIDShard(id string) (int, bool) {
+	switch {
+	case len(id) == ulid.EncodedSize:
+	case len(id) == ulid.EncodedSize+1 && id[0] == '1':
+		id = id[1:]
+	default:
+		return 0, false
+	}
+	u, err := ulid.ParseStrict(id)
+	if err != nil {
+		return 0, false
+	}
+	return int(u[6] >> 2), true
+}
+
 // ParseJobID decodes a job ID made by NewJobID (or by lmstfy).
 func ParseJobID(id string) (JobIDInfo, error) {
 	var info JobIDInfo

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/pprof"
@@ -137,8 +138,9 @@ func (s *Server) accessLogStatus() statusResponse {
 var (
 	errWebhookNotFound  = newAPIError(http.StatusNotFound, "error", "webhook not found")
 	errWebhooksDisabled = newAPIError(http.StatusNotImplemented, "error", "webhooks are not enabled on this server")
-	errInvalidQueueConf = badRequest(`invalid queue config: the body should be a JSON object {"backoff":string,"dead_ttl_ms":int,"paused":bool}`)
+	errInvalidQueueConf = badRequest(`invalid queue config: the body should be a JSON object {"backoff":string,"dead_ttl_ms":int,"paused":bool,"shards":int}`)
 	errInvalidDeadTTL   = badRequest("invalid dead_ttl_ms")
+	errInvalidShards    = badRequest(fmt.Sprintf("invalid shards: an integer 1..%d (0 means 1)", engine.MaxShards))
 	errInvalidWebhookJS = badRequest(`invalid webhook: the body should be a JSON object {"url":string,"secret":string,"concurrency":int,"ttr_ms":int,"timeout_ms":int}`)
 )
 

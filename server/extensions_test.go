@@ -605,26 +605,36 @@ func TestExtAdmin(t *testing.T) {
 		status int
 		resp   string
 	}{
-		{"config of a new queue", request{method: "GET", target: "/queue/ns/q/config"}, 200, `{"backoff":"none","dead_ttl_ms":0,"paused":false}`},
+		{"config of a new queue", request{method: "GET", target: "/queue/ns/q/config"}, 200, `{"backoff":"none","dead_ttl_ms":0,"paused":false,"shards":1}`},
 		{"set a ladder", request{method: "PUT", target: "/queue/ns/q/config", body: `{"backoff":"10s,30s,1m","dead_ttl_ms":3600000}`}, 200,
-			`{"backoff":"10s,30s,1m","dead_ttl_ms":3600000,"paused":false}`},
+			`{"backoff":"10s,30s,1m","dead_ttl_ms":3600000,"paused":false,"shards":1}`},
 		{"pause keeps the rest", request{method: "PUT", target: "/queue/ns/q/config?pool=default", body: `{"paused":true}`}, 200,
-			`{"backoff":"10s,30s,1m","dead_ttl_ms":3600000,"paused":true}`},
+			`{"backoff":"10s,30s,1m","dead_ttl_ms":3600000,"paused":true,"shards":1}`},
 		{"exponential", request{method: "PUT", target: "/queue/ns/q/config", body: `{"backoff":"exponential:1s,factor=3,max=1m,jitter=0.2"}`}, 200,
-			`{"backoff":"exponential:1s,factor=3,max=1m,jitter=0.2","dead_ttl_ms":3600000,"paused":true}`},
+			`{"backoff":"exponential:1s,factor=3,max=1m,jitter=0.2","dead_ttl_ms":3600000,"paused":true,"shards":1}`},
 		{"ladder read back as written", request{method: "PUT", target: "/queue/ns/q/config", body: `{"backoff":"1m,90m,1h,2h30m,1h0m5s"}`}, 200,
-			`{"backoff":"1m,1h30m,1h,2h30m,1h5s","dead_ttl_ms":3600000,"paused":true}`},
+			`{"backoff":"1m,1h30m,1h,2h30m,1h5s","dead_ttl_ms":3600000,"paused":true,"shards":1}`},
 		{"none clears", request{method: "PUT", target: "/queue/ns/q/config", body: `{"backoff":"none","dead_ttl_ms":0,"paused":false}`}, 200,
-			`{"backoff":"none","dead_ttl_ms":0,"paused":false}`},
+			`{"backoff":"none","dead_ttl_ms":0,"paused":false,"shards":1}`},
+		{"shards", request{method: "PUT", target: "/queue/ns/q/config", body: `{"shards":4}`}, 200,
+			`{"backoff":"none","dead_ttl_ms":0,"paused":false,"shards":4}`},
+		{"shards kept", request{method: "PUT", target: "/queue/ns/q/config", body: `{"paused":false}`}, 200,
+			`{"backoff":"none","dead_ttl_ms":0,"paused":false,"shards":4}`},
+		{"shards 0 is 1", request{method: "PUT", target: "/queue/ns/q/config", body: `{"shards":0}`}, 200,
+			`{"backoff":"none","dead_ttl_ms":0,"paused":false,"shards":1}`},
+		{"shards 65", request{method: "PUT", target: "/queue/ns/q/config", body: `{"shards":65}`}, 400, `{"error":"invalid shards: an integer 1..64 (0 means 1)"}`},
+		{"shards -1", request{method: "PUT", target: "/queue/ns/q/config", body: `{"shards":-1}`}, 400, `{"error":"invalid shards: an integer 1..64 (0 means 1)"}`},
+		{"shards not an integer", request{method: "PUT", target: "/queue/ns/q/config", body: `{"shards":2.5}`}, 400,
+			`{"error":"invalid queue config: the body should be a JSON object {\"backoff\":string,\"dead_ttl_ms\":int,\"paused\":bool,\"shards\":int}"}`},
 		{"bad backoff", request{method: "PUT", target: "/queue/ns/q/config", body: `{"backoff":"fixed:soon"}`}, 400,
 			`{"error":"invalid backoff \"fixed:soon\": fixed needs a duration such as fixed:30s"}`},
 		{"negative dead ttl", request{method: "PUT", target: "/queue/ns/q/config", body: `{"dead_ttl_ms":-1}`}, 400, `{"error":"invalid dead_ttl_ms"}`},
 		{"unknown field", request{method: "PUT", target: "/queue/ns/q/config", body: `{"pause":true}`}, 400,
-			`{"error":"invalid queue config: the body should be a JSON object {\"backoff\":string,\"dead_ttl_ms\":int,\"paused\":bool}"}`},
+			`{"error":"invalid queue config: the body should be a JSON object {\"backoff\":string,\"dead_ttl_ms\":int,\"paused\":bool,\"shards\":int}"}`},
 		{"not JSON", request{method: "PUT", target: "/queue/ns/q/config", body: `paused`}, 400,
-			`{"error":"invalid queue config: the body should be a JSON object {\"backoff\":string,\"dead_ttl_ms\":int,\"paused\":bool}"}`},
+			`{"error":"invalid queue config: the body should be a JSON object {\"backoff\":string,\"dead_ttl_ms\":int,\"paused\":bool,\"shards\":int}"}`},
 		{"two objects", request{method: "PUT", target: "/queue/ns/q/config", body: `{}{}`}, 400,
-			`{"error":"invalid queue config: the body should be a JSON object {\"backoff\":string,\"dead_ttl_ms\":int,\"paused\":bool}"}`},
+			`{"error":"invalid queue config: the body should be a JSON object {\"backoff\":string,\"dead_ttl_ms\":int,\"paused\":bool,\"shards\":int}"}`},
 		{"body too large", request{method: "PUT", target: "/queue/ns/q/config", body: `{"backoff":"` + strings.Repeat("1s,", 30000) + `"}`}, 413, `{"error":"body too large"}`},
 		{"unknown pool", request{method: "GET", target: "/queue/ns/q/config?pool=nope"}, 400, `{"error":"the pool was not exists"}`},
 		{"bad queue name", request{method: "GET", target: "/queue/ns/_q/config"}, 400, `{"error":"queue name contains forbidden characters"}`},
@@ -686,6 +696,6 @@ func TestExtAdmin(t *testing.T) {
 			}
 		}
 		r := request{method: "GET", target: "/queue/ns/q/config", header: map[string]string{"Authorization": "Basic YWRtaW46cHc="}}
-		expect(t, env.admin(t, r), 200, `{"backoff":"none","dead_ttl_ms":0,"paused":false}`)
+		expect(t, env.admin(t, r), 200, `{"backoff":"none","dead_ttl_ms":0,"paused":false,"shards":1}`)
 	})
 }

@@ -87,6 +87,8 @@ type queueConfigJSON struct {
 	Backoff   string `json:"backoff"`
 	DeadTTLMS int64  `json:"dead_ttl_ms"`
 	Paused    bool   `json:"paused"`
+	// Shards is the queue's number of hot-queue shards (1: unsharded).
+	Shards int `json:"shards"`
 }
 
 // queueConfigPatch is a PUT body: absent fields keep their value.
@@ -94,10 +96,11 @@ type queueConfigPatch struct {
 	Backoff   *string `json:"backoff"`
 	DeadTTLMS *int64  `json:"dead_ttl_ms"`
 	Paused    *bool   `json:"paused"`
+	Shards    *int    `json:"shards"`
 }
 
 func renderQueueConfig(cfg engine.QueueConfig) queueConfigJSON {
-	return queueConfigJSON{Backoff: tidyDurations(cfg.Backoff.String()), DeadTTLMS: cfg.DeadTTL.Milliseconds(), Paused: cfg.Paused}
+	return queueConfigJSON{Backoff: tidyDurations(cfg.Backoff.String()), DeadTTLMS: cfg.DeadTTL.Milliseconds(), Paused: cfg.Paused, Shards: max(cfg.Shards, 1)}
 }
 
 // tidyDurations drops the zero units Go prints in durations ("1m0s" →
@@ -122,8 +125,8 @@ func (s *Server) getQueueConfig(c *gin.Context) {
 }
 
 // putQueueConfig serves PUT /queue/:namespace/:queue/config?pool= with a
-// JSON body {"backoff","dead_ttl_ms","paused"}; absent fields keep their
-// value. Answers the whole new config.
+// JSON body {"backoff","dead_ttl_ms","paused","shards"}; absent fields keep
+// their value ("shards": 0 is 1). Answers the whole new config.
 func (s *Server) putQueueConfig(c *gin.Context) {
 	_, ns, q, x, ok := s.adminQueue(c)
 	if !ok {
@@ -145,6 +148,10 @@ func (s *Server) putQueueConfig(c *gin.Context) {
 		s.failAdmin(c, errInvalidDeadTTL)
 		return
 	}
+	if patch.Shards != nil && (*patch.Shards < 0 || *patch.Shards > engine.MaxShards) {
+		s.failAdmin(c, errInvalidShards)
+		return
+	}
 	ctx := c.Request.Context()
 	cfg, err := x.QueueConfig(ctx, ns, q)
 	if err != nil {
@@ -160,11 +167,14 @@ func (s *Server) putQueueConfig(c *gin.Context) {
 	if patch.Paused != nil {
 		cfg.Paused = *patch.Paused
 	}
+	if patch.Shards != nil {
+		cfg.Shards = max(*patch.Shards, 1)
+	}
 	if err := x.SetQueueConfig(ctx, ns, q, cfg); err != nil {
 		s.failAdmin(c, err)
 		return
 	}
 	out := renderQueueConfig(cfg)
-	s.reqLogger(c).WithFields(logrus.Fields{"backoff": out.Backoff, "dead_ttl_ms": out.DeadTTLMS, "paused": out.Paused}).Info("queue config set")
+	s.reqLogger(c).WithFields(logrus.Fields{"backoff": out.Backoff, "dead_ttl_ms": out.DeadTTLMS, "paused": out.Paused, "shards": out.Shards}).Info("queue config set")
 	writeJSON(c, http.StatusOK, out)
 }

@@ -95,12 +95,12 @@ func (s *Server) apiRoutes() *gin.Engine {
 	g.GET("/:namespace/:queue/deadletter/jobs", read, s.listDeadLetter)
 	g.PUT("/:namespace/:queue/deadletter/job/:job_id", manage, s.respawnDeadJob)
 	g.DELETE("/:namespace/:queue/deadletter/job/:job_id", manage, s.deleteDeadJob)
-	g.GET("/:namespace/:queue/schedule", unthrottledPublish, s.listSchedules)
-	g.PUT("/:namespace/:queue/schedule/:name", unthrottledPublish, s.putSchedule)
-	g.GET("/:namespace/:queue/schedule/:name", unthrottledPublish, s.getSchedule)
-	g.DELETE("/:namespace/:queue/schedule/:name", unthrottledPublish, s.deleteSchedule)
-	g.PUT("/:namespace/:queue/schedule/:name/pause", unthrottledPublish, s.pauseSchedule(true))
-	g.PUT("/:namespace/:queue/schedule/:name/resume", unthrottledPublish, s.pauseSchedule(false))
+	g.GET("/:namespace/:queue/schedule", unthrottledPublish, s.schedules(s.listSchedules))
+	g.PUT("/:namespace/:queue/schedule/:name", unthrottledPublish, s.schedules(s.putSchedule))
+	g.GET("/:namespace/:queue/schedule/:name", unthrottledPublish, s.schedules(s.getSchedule))
+	g.DELETE("/:namespace/:queue/schedule/:name", unthrottledPublish, s.schedules(s.deleteSchedule))
+	g.PUT("/:namespace/:queue/schedule/:name/pause", unthrottledPublish, s.schedules(s.pauseSchedule(true)))
+	g.PUT("/:namespace/:queue/schedule/:name/resume", unthrottledPublish, s.schedules(s.pauseSchedule(false)))
 
 	r.NoRoute(noRoute)
 	return r

@@ -139,21 +139,7 @@ func parseScheduleSpec(c *gin.Context) (spec, tz string, missed engine.MissedPol
 // is the job's, the publish parameters (ttl, ttl_ms, tries, priority,
 // Enable-Job-Version and Job-Attr-*) its template; cron, tz and missed
 // the schedule's. A replace keeps the schedule's state and pause.
-func (s *Server) putSchedule(c *gin.Context) {
-	if err := s.putScheduleErr(c); err != nil {
-		s.failAPI(c, err)
-	}
-}
-
-func (s *Server) putScheduleErr(c *gin.Context) error {
-	sc, err := scheduler(c)
-	if err != nil {
-		return err
-	}
-	name, err := scheduleName(c)
-	if err != nil {
-		return err
-	}
+func (s *Server) putSchedule(c *gin.Context, sc engine.Scheduler, ns, q, name string) error {
 	spec, tz, missed, err := parseScheduleSpec(c)
 	if err != nil {
 		return err
@@ -182,13 +168,13 @@ func (s *Server) putScheduleErr(c *gin.Context) error {
 		return err
 	}
 	out, err := sc.PutSchedule(c.Request.Context(), &engine.Schedule{
-		Namespace: c.Param("namespace"), Queue: c.Param("queue"), Name: name,
+		Namespace: ns, Queue: q, Name: name,
 		Spec: spec, TZ: tz, Missed: missed,
 		Body: body, TTL: ext.ttl, Tries: p.tries, Priority: ext.priority,
 		Attributes: p.attributes, Versioned: p.versioned,
 	})
 	if err != nil {
-		return scheduleFailure(err)
+		return err
 	}
 	s.reqLogger(c).WithField("schedule", name).WithField("cron", spec).Info("schedule put")
 	writeJSON(c, http.StatusOK, renderSchedule(out))
@@ -196,84 +182,75 @@ func (s *Server) putScheduleErr(c *gin.Context) error {
 }
 
 // getSchedule serves GET /api/:namespace/:queue/schedule/:name.
-func (s *Server) getSchedule(c *gin.Context) {
-	sc, err := scheduler(c)
+func (s *Server) getSchedule(c *gin.Context, sc engine.Scheduler, ns, q, name string) error {
+	out, err := sc.GetSchedule(c.Request.Context(), ns, q, name)
 	if err != nil {
-		s.failAPI(c, err)
-		return
-	}
-	name, err := scheduleName(c)
-	if err != nil {
-		s.failAPI(c, err)
-		return
-	}
-	out, err := sc.GetSchedule(c.Request.Context(), c.Param("namespace"), c.Param("queue"), name)
-	if err != nil {
-		s.failAPI(c, scheduleFailure(err))
-		return
+		return err
 	}
 	writeJSON(c, http.StatusOK, renderSchedule(out))
+	return nil
 }
 
 // listSchedules serves GET /api/:namespace/:queue/schedule.
-func (s *Server) listSchedules(c *gin.Context) {
-	sc, err := scheduler(c)
-	if err != nil {
-		s.failAPI(c, err)
-		return
-	}
-	ns, q := c.Param("namespace"), c.Param("queue")
+func (s *Server) listSchedules(c *gin.Context, sc engine.Scheduler, ns, q, _ string) error {
 	list, err := sc.ListSchedules(c.Request.Context(), ns, q)
 	if err != nil {
-		s.failAPI(c, scheduleFailure(err))
-		return
+		return err
 	}
 	out := schedulesResponse{Namespace: ns, Queue: q, Schedules: make([]scheduleJSON, len(list))}
 	for i, x := range list {
 		out.Schedules[i] = renderSchedule(x)
 	}
 	writeJSON(c, http.StatusOK, out)
+	return nil
 }
 
 // deleteSchedule serves DELETE /api/:namespace/:queue/schedule/:name.
-func (s *Server) deleteSchedule(c *gin.Context) {
-	sc, err := scheduler(c)
-	if err != nil {
-		s.failAPI(c, err)
-		return
-	}
-	name, err := scheduleName(c)
-	if err != nil {
-		s.failAPI(c, err)
-		return
-	}
-	if err := sc.DeleteSchedule(c.Request.Context(), c.Param("namespace"), c.Param("queue"), name); err != nil {
-		s.failAPI(c, scheduleFailure(err))
-		return
+func (s *Server) deleteSchedule(c *gin.Context, sc engine.Scheduler, ns, q, name string) error {
+	if err := sc.DeleteSchedule(c.Request.Context(), ns, q, name); err != nil {
+		return err
 	}
 	s.reqLogger(c).WithField("schedule", name).Info("schedule deleted")
 	c.Status(http.StatusNoContent)
+	return nil
 }
 
 // pauseSchedule serves PUT …/schedule/:name/pause and …/resume.
-func (s *Server) pauseSchedule(paused bool) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		sc, err := scheduler(c)
+func (s *Server) pauseSchedule(paused bool) scheduleHandler {
+	return func(c *gin.Context, sc engine.Scheduler, ns, q, name string) error {
+		out, err := sc.PauseSchedule(c.Request.Context(), ns, q, name, paused)
 		if err != nil {
-			s.failAPI(c, err)
-			return
-		}
-		name, err := scheduleName(c)
-		if err != nil {
-			s.failAPI(c, err)
-			return
-		}
-		out, err := sc.PauseSchedule(c.Request.Context(), c.Param("namespace"), c.Param("queue"), name, paused)
-		if err != nil {
-			s.failAPI(c, scheduleFailure(err))
-			return
+			return err
 		}
 		s.reqLogger(c).WithField("schedule", name).WithField("paused", paused).Info("schedule pause changed")
 		writeJSON(c, http.StatusOK, renderSchedule(out))
+		return nil
+	}
+}
+
+// scheduleHandler handles one schedule route, given the pool's scheduler,
+// the queue and the checked :name ("" on routes without it).
+type scheduleHandler func(c *gin.Context, sc engine.Scheduler, ns, q, name string) error
+
+// schedules makes a gin handler of h: it finds the scheduler, checks the
+// name, and renders h's error (the engine's schedule errors included).
+func (s *Server) schedules(h scheduleHandler) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		err := func() error {
+			sc, err := scheduler(c)
+			if err != nil {
+				return err
+			}
+			name := ""
+			if _, ok := c.Params.Get("name"); ok {
+				if name, err = scheduleName(c); err != nil {
+					return err
+				}
+			}
+			return h(c, sc, c.Param("namespace"), c.Param("queue"), name)
+		}()
+		if err != nil {
+			s.failAPI(c, scheduleFailure(err))
+		}
 	}
 }

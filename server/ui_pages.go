@@ -661,6 +661,7 @@ func (d *dashboard) queue(c *gin.Context) {
 		return
 	}
 	p.Row.Paused = p.Config.Paused
+	p.Config.Shards = max(p.Config.Shards, 1)
 	p.Backoff = tidyDurations(p.Config.Backoff.String())
 	if p.Config.DeadTTL > 0 {
 		p.DeadTTL = p.Config.DeadTTL.String()

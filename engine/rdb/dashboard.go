@@ -185,7 +185,27 @@ func (e *Engine) NamespaceQueues(ctx context.Context, ns string) ([]engine.Queue
 			out[start+i] = engine.QueueStats{Namespace: ns, Queue: q, Ready: c[0].Val() + c[1].Val(), Timer: c[2].Val(), DeadLetter: c[3].Val()}
 		}
 	}
-	return out, nil
+	return mergeShardStats(out), nil
+}
+
+// mergeShardStats sums the stats of a sharded queue's shards ("q~i",
+// sorted after "q") into the queue's own.
+func mergeShardStats(in []engine.QueueStats) []engine.QueueStats {
+	out := in[:0]
+	at := map[string]int{}
+	for _, st := range in {
+		st.Queue = logicalQueue(st.Queue)
+		if k, ok := at[st.Queue]; ok {
+			out[k].Ready += st.Ready
+			out[k].Timer += st.Timer
+			out[k].DeadLetter += st.DeadLetter
+			continue
+		}
+		at[st.Queue] = len(out)
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b engine.QueueStats) int { return strings.Compare(a.Queue, b.Queue) })
+	return out
 }
 
 // namespaceQueueNames returns the queues of ns that the registries know:
@@ -216,13 +236,60 @@ func (e *Engine) namespaceQueueNames(ctx context.Context, ns string) ([]string, 
 }
 
 // QueueDetails implements engine.Dashboard: one script per queue, all in
-// one pipeline.
+// one pipeline; a sharded queue's details are its shards' summed.
 func (e *Engine) QueueDetails(ctx context.Context, ns string, queues []string) ([]engine.QueueDetail, error) {
 	for _, q := range queues {
 		if err := checkNames(ns, q); err != nil {
 			return nil, fmt.Errorf("queue details: %w", err)
 		}
 	}
+	var phys []string
+	var of []int // phys[k] is a shard of queues[of[k]]
+	for i, q := range queues {
+		names := []string{q}
+		if sp := e.shardsOf(ns, q); sp != nil {
+			names = sp.names
+		}
+		for _, n := range names {
+			phys = append(phys, n)
+			of = append(of, i)
+		}
+	}
+	if len(phys) == len(queues) {
+		return e.queueDetails(ctx, ns, queues)
+	}
+	details, err := e.queueDetails(ctx, ns, phys)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]engine.QueueDetail, len(queues))
+	seen := make([]bool, len(queues))
+	for k, d := range details {
+		i := of[k]
+		if !seen[i] {
+			// Shard 0 (the queue itself) comes first: its settings and
+			// history are the queue's.
+			seen[i] = true
+			d.Queue = queues[i]
+			out[i] = d
+			continue
+		}
+		o := &out[i]
+		o.Ready += d.Ready
+		o.Timer += d.Timer
+		o.DeadLetter += d.DeadLetter
+		o.InFlight += d.InFlight
+		o.Delayed += d.Delayed
+		o.InFlightExact = o.InFlightExact && d.InFlightExact
+		if !d.OldestReady.IsZero() && (o.OldestReady.IsZero() || d.OldestReady.Before(o.OldestReady)) {
+			o.OldestReady = d.OldestReady
+		}
+	}
+	return out, nil
+}
+
+// queueDetails is QueueDetails of physical queues.
+func (e *Engine) queueDetails(ctx context.Context, ns string, queues []string) ([]engine.QueueDetail, error) {
 	if len(queues) == 0 {
 		return nil, nil
 	}
@@ -310,6 +377,9 @@ func (e *Engine) ListJobs(ctx context.Context, ns, q string, list engine.JobList
 	}
 	if cursor < 0 || limit < 1 || limit > listScanBudget {
 		return nil, 0, fmt.Errorf("list jobs: %w", engine.ErrInvalid)
+	}
+	if sp := e.shardsOf(ns, q); sp != nil {
+		return e.listJobsSharded(ctx, sp, ns, list, cursor, limit)
 	}
 	res, err := listJobsScript.Run(ctx, e.rdb, []string{readyKey(ns, q), prioKey(ns, q), timerKey(ns, q), jobKeyPrefix(ns, q)},
 		"", string(list), cursor, limit, listScanBudget).Slice()

@@ -116,6 +116,9 @@ type Engine struct {
 
 	names *memo[*queueNames] // {ns, q, ""} → the queue's key names
 
+	shards     shardMemo    // the pool's sharded queues (shards.go)
+	shardGrace atomic.Int64 // shardDrainGrace (ns); tests shorten it
+
 	reclaimMu sync.Mutex
 	reclaim   reclaimer // reclaim.go
 
@@ -172,6 +175,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 		stepWorkers: workers{tasks: make(chan func())},
 	}
 	e.schedWake = make(chan struct{}, 1)
+	e.shardGrace.Store(int64(shardDrainGrace))
 	for _, s := range append(allScripts[:len(allScripts):len(allScripts)], scheduleScripts...) {
 		if err := s.Load(ctx, client).Err(); err != nil {
 			return nil, fmt.Errorf("rdb: load scripts into pool %s: %w", opts.Pool, err)
@@ -192,6 +196,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 	} else if n > 0 {
 		e.log.WithField("queues", n).Warn("moved the pool's queues from the layout before slot groups (doc/keys.md)")
 	}
+	e.loadShards(ctx, nil)
 	e.waiters = newWaiters(e)
 	e.autoPipe = !opts.NoAutoPipeline
 	if e.autoPipe {
@@ -221,7 +226,8 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.pipe.Store(newAutoPipeline(e.rdb, autoPipelineSenders, autoPipelineBatch, e.retryFor))
 	}
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
+	go func() { defer wg.Done(); e.runShards(ctx) }()
 	go func() { defer wg.Done(); e.runSchedules(ctx) }()
 	go func() { defer wg.Done(); e.runPump(ctx) }()
 	go func() { defer wg.Done(); e.runReclaim(ctx) }()
@@ -274,7 +280,7 @@ func durMS(d time.Duration) int64 {
 }
 
 func checkNames(ns, q string) error {
-	if !engine.ValidName(ns) || !engine.ValidQueueName(q) {
+	if !engine.ValidName(ns) || !validQueue(q) {
 		return fmt.Errorf("queue %q/%q: %w", ns, q, engine.ErrInvalid)
 	}
 	return nil
@@ -285,6 +291,11 @@ func checkNames(ns, q string) error {
 // its publish lane, whatever their queues, into one script call
 // (publishCoalesced).
 func (e *Engine) Publish(ctx context.Context, req *engine.PublishRequest) (string, error) {
+	if req != nil {
+		if sp := e.shardsOf(req.Namespace, req.Queue); sp != nil {
+			return e.publishSharded(ctx, sp, req)
+		}
+	}
 	if e.pubs != nil && req != nil && req.ID == "" && req.Replaces == "" && req.Key == "" {
 		if err := checkPublish(req.Namespace, req.Queue, req); err != nil {
 			return "", err
@@ -305,6 +316,7 @@ func (e *Engine) Publish(ctx context.Context, req *engine.PublishRequest) (strin
 // each, whatever their queues; on a cluster, of one slot group), the
 // others one by one through Publish.
 func (e *Engine) PublishEach(ctx context.Context, reqs []*engine.PublishRequest, ids []string, errs []error) {
+	reqs = e.routePublishes(ctx, reqs)
 	if e.cluster && e.pubs != nil {
 		// One batch per slot group, in the order the groups first appear.
 		var order []int
@@ -479,7 +491,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 			fail(fmt.Errorf("publish %s/%s: %w", r.Namespace, r.Queue, err))
 			return
 		}
-		c.in.id = engine.NewJobID(now, jobDelay(r, now), r.Versioned)
+		c.in.id = newJobID(queues[group[i]].names, now, jobDelay(r, now), r.Versioned)
 		p := pos[i]
 		keys[k0+p] = queues[group[i]].names.jobPrefix + c.in.id
 		args[e0+p] = packEntry(r.Tries, c.in.id)
@@ -536,7 +548,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		}
 		// A generated ID collided (48 random bits per millisecond): retry
 		// with a fresh one for that job.
-		batch[k].in.id = engine.NewJobID(now, jobDelay(r, now), r.Versioned)
+		batch[k].in.id = newJobID(queues[group[k]].names, now, jobDelay(r, now), r.Versioned)
 		keys[k0+p] = queues[group[k]].names.jobPrefix + batch[k].in.id
 		args[e0+p] = packEntry(r.Tries, batch[k].in.id)
 	}
@@ -601,6 +613,9 @@ func (e *Engine) PublishBatch(ctx context.Context, reqs []*engine.PublishRequest
 	if len(reqs) == 0 || reqs[0] == nil {
 		return nil, fmt.Errorf("publish: no jobs: %w", engine.ErrInvalid)
 	}
+	if sp := e.shardsOf(reqs[0].Namespace, reqs[0].Queue); sp != nil {
+		return e.publishBatchSharded(ctx, sp, reqs)
+	}
 	for _, r := range reqs {
 		if err := checkPublish(reqs[0].Namespace, reqs[0].Queue, r); err != nil {
 			return nil, err
@@ -648,7 +663,7 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 		}
 		id := r.ID
 		if id == "" {
-			id = engine.NewJobID(now, jobDelay(r, now), r.Versioned)
+			id = newJobID(qn, now, jobDelay(r, now), r.Versioned)
 			generated[i] = true
 		}
 		ids[i] = id
@@ -725,7 +740,7 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 		// A generated ID collided (48 random bits per millisecond): retry
 		// that job with a fresh one.
 		r := reqs[k]
-		ids[k] = engine.NewJobID(now, jobDelay(r, now), r.Versioned)
+		ids[k] = newJobID(qn, now, jobDelay(r, now), r.Versioned)
 		keys[8+k] = qn.jobPrefix + ids[k]
 		args[7+5*k] = packEntry(r.Tries, ids[k])
 	}
@@ -808,10 +823,23 @@ func (e *Engine) replicaShortfall(what string, replicas int64) error {
 // KEEPTTL (the key holds id already). Replication is ordered: a replica
 // that has this write has the job.
 func (e *Engine) confirmReplicated(ctx context.Context, what, key, id string) error {
-	pipe := e.rdb.Pipeline()
-	pipe.SetArgs(ctx, key, id, redis.SetArgs{Mode: "XX", KeepTTL: true})
-	wait := pipe.Do(ctx, "WAIT", e.waitReplicas, e.waitTimeout.Milliseconds())
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	var wait *redis.Cmd
+	err := e.retryWait(ctx, func() error {
+		pipe, err := e.waitPipeline(ctx, key)
+		if err != nil {
+			return err
+		}
+		set := pipe.SetArgs(ctx, key, id, redis.SetArgs{Mode: "XX", KeepTTL: true})
+		wait = pipe.Do(ctx, "WAIT", e.waitReplicas, e.waitTimeout.Milliseconds())
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			if serr := set.Err(); serr != nil && !errors.Is(serr, redis.Nil) {
+				return serr
+			}
+			return err
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	n, err := wait.Int64()
@@ -821,11 +849,69 @@ func (e *Engine) confirmReplicated(ctx context.Context, what, key, id string) er
 	return e.replicaShortfall(what, n)
 }
 
+// waitPipeline returns a pipeline for a write and the WAIT after it, both
+// over one connection (WAIT counts that connection's writes). On a cluster
+// it is a pipeline of the node that masters key's slot, not of the cluster
+// client: that one follows a MOVED or ASK of the write to another node but
+// leaves the WAIT on the first, which would then count nothing and
+// confirm a write its node's replicas may not have. The node answers MOVED
+// or ASK itself when the slot has moved: retryWait reloads the slot map
+// and tries again.
+func (e *Engine) waitPipeline(ctx context.Context, key string) (redis.Pipeliner, error) {
+	if cc, ok := e.rdb.(*redis.ClusterClient); ok && e.cluster {
+		node, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return node.Pipeline(), nil
+	}
+	return e.rdb.Pipeline(), nil
+}
+
+// retryWait runs try (a write and its WAIT) and, on a cluster, runs it
+// again while it fails with a clusterRetryable error (answered before the
+// write ran), reloading the slot map after a redirection, with a growing
+// pause, for at most Options.ClusterRetry in all, as runRetry does.
+func (e *Engine) retryWait(ctx context.Context, try func() error) (err error) {
+	cc, _ := e.rdb.(*redis.ClusterClient)
+	defer func() {
+		// A node that does not answer (a master just killed) is reported,
+		// not retried (the write may have run), but the cluster client,
+		// which did not send it, must still learn the new slot map.
+		if err != nil && cc != nil && e.cluster {
+			cc.ReloadState(ctx)
+		}
+	}()
+	err = try()
+	if e.retryFor <= 0 || !clusterRetryable(err) {
+		return err
+	}
+	deadline := time.Now().Add(e.retryFor)
+	for pause := 10 * time.Millisecond; clusterRetryable(err) && time.Now().Add(pause).Before(deadline); pause = min(2*pause, 250*time.Millisecond) {
+		if cc != nil {
+			cc.ReloadState(ctx)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		err = try()
+	}
+	return err
+}
+
 // runAndWait runs a publish script and WAIT in one pipeline, so that both
-// go over the same connection (WAIT counts that connection's writes).
+// go over the same connection (WAIT counts that connection's writes):
+// waitPipeline.
 func (e *Engine) runAndWait(ctx context.Context, script *redis.Script, keys []string, args []interface{}) ([]interface{}, int64, error) {
 	run := func(eval bool) (*redis.Cmd, *redis.Cmd, error) {
-		pipe := e.rdb.Pipeline()
+		pipe, err := e.waitPipeline(ctx, keys[0])
+		if err != nil {
+			return nil, nil, err
+		}
 		var cmd *redis.Cmd
 		if eval {
 			cmd = script.Eval(ctx, pipe, keys, args...)
@@ -833,15 +919,23 @@ func (e *Engine) runAndWait(ctx context.Context, script *redis.Script, keys []st
 			cmd = script.EvalSha(ctx, pipe, keys, args...)
 		}
 		wait := pipe.Do(ctx, "WAIT", e.waitReplicas, e.waitTimeout.Milliseconds())
-		_, err := pipe.Exec(ctx)
+		_, err = pipe.Exec(ctx)
 		return cmd, wait, err
 	}
-	cmd, wait, err := run(false)
-	if err != nil && isNoScript(cmd.Err()) {
-		cmd, wait, err = run(true)
-	}
-	if err != nil && cmd.Err() != nil {
-		return nil, 0, cmd.Err()
+	var cmd, wait *redis.Cmd
+	err := e.retryWait(ctx, func() error {
+		var err error
+		cmd, wait, err = run(false)
+		if cmd != nil && isNoScript(cmd.Err()) {
+			cmd, wait, err = run(true)
+		}
+		if cmd == nil {
+			return err
+		}
+		return cmd.Err()
+	})
+	if err != nil {
+		return nil, 0, err
 	}
 	res, err := cmd.Slice()
 	if err != nil {
@@ -856,16 +950,17 @@ func (e *Engine) runAndWait(ctx context.Context, script *redis.Script, keys []st
 
 // Consume implements engine.Engine.
 func (e *Engine) Consume(ctx context.Context, req *engine.ConsumeRequest) ([]*engine.Job, error) {
-	if err := checkConsume(req); err != nil {
+	routed := e.routeConsume(req) // over the shards of sharded queues
+	if err := checkConsume(routed); err != nil {
 		return nil, err
 	}
-	if req.Timeout > 0 && e.waiters.listening(req.Namespace, req.Queues) {
+	if routed.Timeout > 0 && e.waiters.listening(routed.Namespace, routed.Queues) {
 		// wait registers the waiter and then runs the consume script: one
 		// call, no race, where a call before it would find an empty queue
-		// just as often as a job.
+		// just as often as a job. It routes req again at every look.
 		return e.waiters.wait(ctx, req)
 	}
-	jobs, err := e.consumeNow(ctx, req)
+	jobs, err := e.consumeNow(ctx, routed)
 	if err != nil || len(jobs) > 0 || req.Timeout <= 0 {
 		return jobs, err
 	}
@@ -929,7 +1024,14 @@ func (e *Engine) ConsumeEach(ctx context.Context, reqs []*engine.ConsumeRequest,
 	}
 	var order []string
 	groups := map[string]*group{}
-	for i, r := range reqs {
+	routed := reqs
+	if e.anySharded() {
+		routed = make([]*engine.ConsumeRequest, len(reqs))
+		for i, r := range reqs {
+			routed[i] = e.routeConsume(r)
+		}
+	}
+	for i, r := range routed {
 		jobs[i], errs[i] = nil, checkConsume(r)
 		if errs[i] != nil {
 			continue
@@ -949,7 +1051,7 @@ func (e *Engine) ConsumeEach(ctx context.Context, reqs []*engine.ConsumeRequest,
 	for _, key := range order {
 		g := groups[key]
 		out := make([][]*engine.Job, len(g.at))
-		err := e.consumeFor(ctx, reqs[g.at[0]], g.want, out)
+		err := e.consumeFor(ctx, routed[g.at[0]], g.want, out)
 		for k, i := range g.at {
 			jobs[i], errs[i] = out[k], err
 		}
@@ -958,6 +1060,9 @@ func (e *Engine) ConsumeEach(ctx context.Context, reqs []*engine.ConsumeRequest,
 
 // Watch implements engine.Watcher (waiters.go).
 func (e *Engine) Watch(ns string, queues []string, fn func()) (stop func(), look, ok bool) {
+	if qs := e.expandQueues(ns, queues); qs != nil {
+		queues = qs
+	}
 	return e.waiters.watch(ns, queues, fn)
 }
 
@@ -966,32 +1071,68 @@ func (e *Engine) Watch(ns string, queues []string, fn func()) (stop func(), look
 func (e *Engine) DeleteEach(ctx context.Context, refs []engine.JobRef, errs []error) {
 	var order [][2]string
 	groups := map[[2]string][]int{}
+	// queues[i] is the queue (the shard) refs[i]'s ACK goes to, when the
+	// pool has sharded queues.
+	var queues []string
+	if e.anySharded() {
+		queues = make([]string, len(refs))
+	}
+	queue := func(i int) string {
+		if queues == nil {
+			return refs[i].Queue
+		}
+		return queues[i]
+	}
 	for i, r := range refs {
 		errs[i] = nil
 		if err := checkNames(r.Namespace, r.Queue); err != nil {
 			errs[i] = fmt.Errorf("ack: %w", err)
 			continue
 		}
-		k := [2]string{r.Namespace, r.Queue}
+		if queues != nil {
+			queues[i] = r.Queue
+			if sp := e.shardsOf(r.Namespace, r.Queue); sp != nil {
+				queues[i] = sp.names[sp.idShard(r.ID)]
+			}
+		}
+		k := [2]string{r.Namespace, queue(i)}
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)
 		}
 		groups[k] = append(groups[k], i)
 	}
+	var missing []int // probed ACKs that found no job
 	for _, k := range order {
 		at := groups[k]
 		for len(at) > 0 {
 			n := min(len(at), coalesceMax)
 			batch := make([]*batchCall[ackOp], n)
 			for j, i := range at[:n] {
-				batch[j] = &batchCall[ackOp]{in: ackOp{ns: refs[i].Namespace, q: refs[i].Queue, id: refs[i].ID}}
+				batch[j] = &batchCall[ackOp]{in: ackOp{ns: refs[i].Namespace, q: queue(i), id: refs[i].ID}}
+				if _, s := splitShard(queue(i)); queues != nil && s > 0 {
+					// In the shard its ID names: shard 0 next if it
+					// is not there.
+					batch[j].in.nonce = ackProbe
+				}
 			}
 			e.ackCoalesced(ctx, batch)
 			for j, i := range at[:n] {
-				errs[i] = ackResult(batch[j].in, batch[j].err)
+				if batch[j].err == nil && batch[j].in.code == 0 && batch[j].in.nonce == ackProbe {
+					missing = append(missing, i)
+				}
+				op := batch[j].in
+				op.q = refs[i].Queue
+				errs[i] = ackResult(op, batch[j].err)
 			}
 			at = at[n:]
 		}
+	}
+	for _, i := range missing {
+		sp := e.shardsOf(refs[i].Namespace, refs[i].Queue)
+		if sp == nil {
+			continue
+		}
+		errs[i] = e.Ack(ctx, refs[i].Namespace, sp.names[0], refs[i].ID, "")
 	}
 }
 
@@ -1022,7 +1163,12 @@ func (e *Engine) consumeCoalesced(ctx context.Context, batch []*batchCall[consum
 //
 // On a cluster, one call touches one slot group: a consume over queues of
 // several groups runs one call per run of consecutive queues of a group,
-// in the queues' priority order, until the consumers have their jobs.
+// in the queues' priority order, until the consumers have their jobs. A
+// group whose call fails (its master is down, or the retries of a slot
+// move ran out) is passed over: the consume goes on with the next
+// groups, and fails only when it gathered no job, so that one master's
+// failover does not stop the consumers of queues on the others, nor hold
+// back (until their TTR) jobs already taken from an earlier group.
 func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, want []int, out [][]*engine.Job) error {
 	marks := e.waiters.mark(req.Namespace, req.Queues)
 	names := make([]*queueNames, len(req.Queues))
@@ -1036,6 +1182,7 @@ func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, wan
 	next, got := 0, 0 // the consumer served next, jobs handed out
 	now := e.now()
 	allEmpty := true
+	var failed error // the first group's error (cluster)
 	for lo := 0; lo < len(names); {
 		hi := len(names)
 		if e.cluster {
@@ -1044,7 +1191,13 @@ func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, wan
 		}
 		empty, err := e.consumeRun(ctx, req, names, lo, hi, total, &got, &next, want, out)
 		if err != nil {
-			return err
+			if !e.cluster || ctx.Err() != nil {
+				return err
+			}
+			if failed == nil {
+				failed = err
+			}
+			empty = false
 		}
 		allEmpty = allEmpty && empty
 		if got >= total && hi < len(names) {
@@ -1052,6 +1205,12 @@ func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, wan
 			break
 		}
 		lo = hi
+	}
+	if failed != nil && got == 0 {
+		return failed
+	}
+	if failed != nil {
+		e.log.WithError(failed).Debug("consume: a slot group failed; jobs of the others handed out")
 	}
 	if allEmpty {
 		e.waiters.sawEmpty(marks)
@@ -1169,7 +1328,7 @@ func makeJob(ns, q, id string, format byte, rest []byte, pttl int64) (*engine.Jo
 	if pttl > 0 {
 		ttl = time.Duration(pttl) * time.Millisecond
 	}
-	return &engine.Job{Namespace: ns, Queue: q, ID: id, Body: body, TTL: ttl, Attributes: attrs,
+	return &engine.Job{Namespace: ns, Queue: logicalQueue(q), ID: id, Body: body, TTL: ttl, Attributes: attrs,
 		TraceParent: tp, TraceState: ts}, nil
 }
 
@@ -1199,7 +1358,11 @@ func (e *Engine) PeekQueue(ctx context.Context, ns, q string) (*engine.Job, erro
 	if err := checkNames(ns, q); err != nil {
 		return nil, fmt.Errorf("peek: %w", err)
 	}
-	res, err := e.run(ctx, peekQueueScript, []string{readyKey(ns, q), prioKey(ns, q), jobKeyPrefix(ns, q)}, peekScanBudget).Slice()
+	if sp := e.shardsOf(ns, q); sp != nil {
+		return e.peekQueueSharded(ctx, sp, ns, q)
+	}
+	qn := e.names.get([3]string{ns, q})
+	res, err := e.run(ctx, peekQueueScript, []string{qn.ready, qn.prio, qn.jobPrefix}, peekScanBudget).Slice()
 	if errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("peek %s/%s: %w", ns, q, engine.ErrQueueEmpty)
 	}
@@ -1222,7 +1385,10 @@ func (e *Engine) PeekJob(ctx context.Context, ns, q, id string) (*engine.Job, er
 	if err := checkNames(ns, q); err != nil {
 		return nil, fmt.Errorf("peek job: %w", err)
 	}
-	res, err := e.run(ctx, peekJobScript, []string{jobKey(ns, q, id)}).Slice()
+	if sp := e.shardsOf(ns, q); sp != nil {
+		return byID(sp, id, func(n string) (*engine.Job, error) { return e.PeekJob(ctx, ns, n, id) })
+	}
+	res, err := e.run(ctx, peekJobScript, []string{e.names.get([3]string{ns, q}).jobPrefix + id}).Slice()
 	if errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("peek job %s/%s/%s: %w", ns, q, id, engine.ErrJobNotFound)
 	}
@@ -1243,7 +1409,11 @@ func (e *Engine) PeekJob(ctx context.Context, ns, q, id string) (*engine.Job, er
 // Entries of gone jobs stranded behind live ones count until the reclaimer
 // (reclaim.go) removes them.
 func (e *Engine) Size(ctx context.Context, ns, q string) (int64, error) {
-	n, err := e.run(ctx, sizeScript, []string{readyKey(ns, q), prioKey(ns, q), jobKeyPrefix(ns, q)}, sizeScanBudget).Int64()
+	if sp := e.shardsOf(ns, q); sp != nil {
+		return e.sizeSharded(ctx, sp, ns, q)
+	}
+	qn := e.names.get([3]string{ns, q})
+	n, err := e.run(ctx, sizeScript, []string{qn.ready, qn.prio, qn.jobPrefix}, sizeScanBudget).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("size %s/%s: %w", ns, q, err)
 	}
@@ -1254,6 +1424,9 @@ func (e *Engine) Size(ctx context.Context, ns, q string) (int64, error) {
 func (e *Engine) Destroy(ctx context.Context, ns, q string) (int64, error) {
 	if err := checkNames(ns, q); err != nil {
 		return 0, fmt.Errorf("destroy: %w", err)
+	}
+	if sp := e.shardsOf(ns, q); sp != nil {
+		return e.destroySharded(ctx, sp, ns, q)
 	}
 	qn := e.names.get([3]string{ns, q})
 	keys := []string{qn.ready, qn.timer, qn.index, qn.prio, qn.jobPrefix}
@@ -1277,6 +1450,9 @@ func (e *Engine) Destroy(ctx context.Context, ns, q string) (int64, error) {
 
 // PeekDeadLetter implements engine.Engine.
 func (e *Engine) PeekDeadLetter(ctx context.Context, ns, q string) (engine.DeadLetter, error) {
+	if sp := e.shardsOf(ns, q); sp != nil {
+		return e.peekDeadLetterSharded(ctx, sp, ns, q)
+	}
 	var size *redis.IntCmd
 	var head *redis.StringCmd
 	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -1300,6 +1476,9 @@ func (e *Engine) PeekDeadLetter(ctx context.Context, ns, q string) (engine.DeadL
 
 // DeadLetterSize implements engine.Engine.
 func (e *Engine) DeadLetterSize(ctx context.Context, ns, q string) (int64, error) {
+	if sp := e.shardsOf(ns, q); sp != nil {
+		return e.deadLetterSizeSharded(ctx, sp, ns, q)
+	}
 	n, err := e.rdb.LLen(ctx, deadKey(ns, q)).Result()
 	if err != nil {
 		return 0, fmt.Errorf("dead letter size %s/%s: %w", ns, q, err)
@@ -1314,6 +1493,9 @@ func (e *Engine) RespawnDeadLetter(ctx context.Context, ns, q string, limit int6
 	}
 	if limit <= 0 || ttl < 0 {
 		return 0, fmt.Errorf("respawn: %w", engine.ErrInvalid)
+	}
+	if sp := e.shardsOf(ns, q); sp != nil {
+		return limitShards(sp, limit, func(n string, limit int64) (int64, error) { return e.RespawnDeadLetter(ctx, ns, n, limit, ttl) })
 	}
 	keys := []string{deadKey(ns, q), readyKey(ns, q), prioKey(ns, q), configKey(ns, q), jobKeyPrefix(ns, q)}
 	var total int64
@@ -1343,6 +1525,9 @@ func (e *Engine) DeleteDeadLetter(ctx context.Context, ns, q string, limit int64
 	if limit <= 0 {
 		return 0, fmt.Errorf("delete dead letter: %w", engine.ErrInvalid)
 	}
+	if sp := e.shardsOf(ns, q); sp != nil {
+		return limitShards(sp, limit, func(n string, limit int64) (int64, error) { return e.DeleteDeadLetter(ctx, ns, n, limit) })
+	}
 	var total int64
 	for total < limit {
 		want := limit - total
@@ -1362,8 +1547,22 @@ func (e *Engine) DeleteDeadLetter(ctx context.Context, ns, q string, limit int64
 }
 
 // Info implements engine.Engine: the queues of the groups' registries
-// (one HKEYS per group, in one pipeline: one round trip per node).
+// (one HKEYS per group, in one pipeline: one round trip per node), a
+// sharded queue once, under its own name.
 func (e *Engine) Info(ctx context.Context) (map[string][]string, error) {
+	out, err := e.physicalQueues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for ns, qs := range out {
+		out[ns] = logicalQueues(qs)
+	}
+	return out, nil
+}
+
+// physicalQueues returns the queues of the groups' registries, the shards
+// of sharded queues each on its own ("q~i"; shard 0 is "q").
+func (e *Engine) physicalQueues(ctx context.Context) (map[string][]string, error) {
 	cmds := make([]*redis.StringSliceCmd, slotGroups)
 	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for g := range cmds {
@@ -1390,9 +1589,10 @@ func (e *Engine) Info(ctx context.Context) (map[string][]string, error) {
 	return out, nil
 }
 
-// Stats returns the sizes of every queue this pool knows, for metrics.
+// Stats returns the sizes of every queue this pool knows, for metrics: a
+// sharded queue's summed over its shards.
 func (e *Engine) Stats(ctx context.Context) ([]engine.QueueStats, error) {
-	info, err := e.Info(ctx)
+	info, err := e.physicalQueues(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -1408,8 +1608,17 @@ func (e *Engine) Stats(ctx context.Context) ([]engine.QueueStats, error) {
 		if err != nil {
 			return nil, fmt.Errorf("stats %s: %w", ns, err)
 		}
+		at := map[string]int{} // a sharded queue's place in out
 		for i, q := range qs {
-			out = append(out, engine.QueueStats{Namespace: ns, Queue: q, Ready: cmds[i][0].Val() + cmds[i][3].Val(), Timer: cmds[i][1].Val(), DeadLetter: cmds[i][2].Val()})
+			st := engine.QueueStats{Namespace: ns, Queue: logicalQueue(q), Ready: cmds[i][0].Val() + cmds[i][3].Val(), Timer: cmds[i][1].Val(), DeadLetter: cmds[i][2].Val()}
+			if k, ok := at[st.Queue]; ok {
+				out[k].Ready += st.Ready
+				out[k].Timer += st.Timer
+				out[k].DeadLetter += st.DeadLetter
+				continue
+			}
+			at[st.Queue] = len(out)
+			out = append(out, st)
 		}
 	}
 	return out, nil

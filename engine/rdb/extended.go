@@ -44,6 +44,9 @@ func (e *Engine) Ack(ctx context.Context, ns, q, id, receipt string) error {
 	if err := checkNames(ns, q); err != nil {
 		return fmt.Errorf("ack: %w", err)
 	}
+	if sp := e.shardsOf(ns, q); sp != nil {
+		return e.ackSharded(ctx, sp, ns, q, id, receipt)
+	}
 	nonce := ""
 	if receipt != "" {
 		var err error
@@ -51,17 +54,23 @@ func (e *Engine) Ack(ctx context.Context, ns, q, id, receipt string) error {
 			return fmt.Errorf("ack: %w", err)
 		}
 	}
+	return ackResult(e.ackOne(ctx, ns, q, id, nonce))
+}
+
+// ackOne runs the ACK of one job (coalesced with concurrent ones of its
+// queue) and returns its ackOp with the script's code.
+func (e *Engine) ackOne(ctx context.Context, ns, q, id, nonce string) (ackOp, error) {
 	op := ackOp{ns: ns, q: q, id: id, nonce: nonce}
 	var err error
 	if e.acks != nil {
-		op, err = e.acks.do(ctx, timerKey(ns, q), op)
+		op, err = e.acks.do(ctx, e.names.get([3]string{ns, q}).timer, op)
 	} else {
 		// Not coalescing: the same script, for this job alone.
 		call := &batchCall[ackOp]{in: op}
 		e.ackCoalesced(ctx, []*batchCall[ackOp]{call})
 		op, err = call.in, call.err
 	}
-	return ackResult(op, err)
+	return op, err
 }
 
 // ackResult is the outcome of one ACK of a batch: the batch's error, or the
@@ -122,6 +131,14 @@ func (e *Engine) Release(ctx context.Context, r *engine.ReleaseRequest) error {
 	if err := checkNames(r.Namespace, r.Queue); err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
+	if sp := e.shardsOf(r.Namespace, r.Queue); sp != nil {
+		_, err := byID(sp, r.ID, func(n string) (struct{}, error) {
+			c := *r
+			c.Queue = n
+			return struct{}{}, e.Release(ctx, &c)
+		})
+		return err
+	}
 	nonce, err := decodeReceipt(r.Receipt)
 	if err != nil {
 		return fmt.Errorf("release: %w", err)
@@ -166,6 +183,9 @@ func (e *Engine) Touch(ctx context.Context, ns, q, id, receipt string, ttr time.
 	if err := checkNames(ns, q); err != nil {
 		return time.Time{}, fmt.Errorf("touch: %w", err)
 	}
+	if sp := e.shardsOf(ns, q); sp != nil {
+		return byID(sp, id, func(n string) (time.Time, error) { return e.Touch(ctx, ns, n, id, receipt, ttr) })
+	}
 	nonce, err := decodeReceipt(receipt)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("touch: %w", err)
@@ -191,6 +211,9 @@ func (e *Engine) Touch(ctx context.Context, ns, q, id, receipt string, ttr time.
 func (e *Engine) CancelKey(ctx context.Context, ns, q, key string) (string, error) {
 	if err := checkNames(ns, q); err != nil {
 		return "", fmt.Errorf("cancel: %w", err)
+	}
+	if sp := e.shardsOf(ns, q); sp != nil {
+		return e.cancelKeySharded(ctx, sp, ns, q, key)
 	}
 	id, err := e.run(ctx, cancelKeyScript, []string{uniqueKey(ns, q, key), timerKey(ns, q), jobKeyPrefix(ns, q)}).Text()
 	if errors.Is(err, redis.Nil) {
@@ -241,6 +264,14 @@ func (e *Engine) QueueConfig(ctx context.Context, ns, q string) (engine.QueueCon
 		cfg.DeadTTL = time.Duration(ms) * time.Millisecond
 	}
 	cfg.Paused = vals[2] == "1"
+	if isShardName(q) {
+		return cfg, nil
+	}
+	sp, err := e.readShards(ctx, ns, q)
+	if err != nil {
+		return cfg, fmt.Errorf("queue config %s/%s: %w", ns, q, err)
+	}
+	cfg.Shards = sp.k
 	return cfg, nil
 }
 
@@ -252,6 +283,46 @@ func (e *Engine) SetQueueConfig(ctx context.Context, ns, q string, cfg engine.Qu
 	if cfg.DeadTTL < 0 {
 		return fmt.Errorf("queue config: negative dead ttl: %w", engine.ErrInvalid)
 	}
+	if cfg.Shards < 0 || cfg.Shards > engine.MaxShards {
+		return fmt.Errorf("queue config: shards must be 1..%d: %w", engine.MaxShards, engine.ErrInvalid)
+	}
+	if isShardName(q) {
+		return e.setShardConfig(ctx, ns, q, cfg)
+	}
+	// Every shard the queue may have (all of its span, and the new K's)
+	// gets the settings before a new K takes effect, as the scripts read
+	// them from the shard's own config key.
+	for attempt := 0; ; attempt++ {
+		sp, err := e.readShards(ctx, ns, q)
+		if err != nil {
+			return fmt.Errorf("queue config %s/%s: %w", ns, q, err)
+		}
+		k := sp.k
+		if cfg.Shards > 0 {
+			k = cfg.Shards
+		}
+		for i := range max(sp.span, k) {
+			if err := e.setShardConfig(ctx, ns, shardName(q, i), cfg); err != nil {
+				return err
+			}
+		}
+		if k == sp.k {
+			e.loadShards(ctx, e.shards.m.Load())
+			return nil
+		}
+		err = e.setShards(ctx, ns, q, sp, k)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, errShardsRace) || attempt >= 3 {
+			return fmt.Errorf("queue config %s/%s: %w", ns, q, err)
+		}
+	}
+}
+
+// setShardConfig writes the settings of cfg but its shards to the config
+// key of physical queue q (a shard, or q itself).
+func (e *Engine) setShardConfig(ctx context.Context, ns, q string, cfg engine.QueueConfig) error {
 	k := configKey(ns, q)
 	var ready, prio *redis.IntCmd
 	cmds, err := e.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -298,6 +369,9 @@ func (e *Engine) ListDeadLetter(ctx context.Context, ns, q string, offset, limit
 	if offset < 0 || limit < 1 || limit > 1000 {
 		return nil, fmt.Errorf("list dead letter: %w", engine.ErrInvalid)
 	}
+	if sp := e.shardsOf(ns, q); sp != nil {
+		return e.listDeadLetterSharded(ctx, sp, ns, offset, limit)
+	}
 	res, err := e.run(ctx, listDeadScript, []string{deadKey(ns, q), jobKeyPrefix(ns, q)}, offset, limit).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("list dead letter %s/%s: %w", ns, q, err)
@@ -326,6 +400,10 @@ func (e *Engine) RespawnDeadJob(ctx context.Context, ns, q, id string, ttl time.
 	if ttl < 0 {
 		return fmt.Errorf("respawn: negative ttl: %w", engine.ErrInvalid)
 	}
+	if sp := e.shardsOf(ns, q); sp != nil {
+		_, err := byID(sp, id, func(n string) (struct{}, error) { return struct{}{}, e.RespawnDeadJob(ctx, ns, n, id, ttl) })
+		return err
+	}
 	keys := []string{jobKey(ns, q, id), deadKey(ns, q), readyKey(ns, q), prioKey(ns, q), configKey(ns, q)}
 	code, err := e.run(ctx, respawnOneScript, keys, id, durMS(ttl), readyChannel(ns, q), e.pub).Int64()
 	if err != nil {
@@ -341,6 +419,10 @@ func (e *Engine) RespawnDeadJob(ctx context.Context, ns, q, id string, ttl time.
 func (e *Engine) DeleteDeadJob(ctx context.Context, ns, q, id string) error {
 	if err := checkNames(ns, q); err != nil {
 		return fmt.Errorf("delete dead job: %w", err)
+	}
+	if sp := e.shardsOf(ns, q); sp != nil {
+		_, err := byID(sp, id, func(n string) (struct{}, error) { return struct{}{}, e.DeleteDeadJob(ctx, ns, n, id) })
+		return err
 	}
 	code, err := e.run(ctx, deleteDeadOneScript, []string{jobKey(ns, q, id), deadKey(ns, q)}, id).Int64()
 	if err != nil {

@@ -131,6 +131,7 @@ func (h *history) counters(ns, q string, qn *queueNames) *histCounters {
 	if c := qn.hist.Load(); c != nil && !c.retired.Load() {
 		return c
 	}
+	q = logicalQueue(q) // a shard's counts are its queue's
 	k := [2]string{ns, q}
 	h.mu.Lock()
 	en := h.queues[k]

@@ -42,22 +42,25 @@ var groupTags = [slotGroups]string{
 }
 
 // slotGroup is the slot group of queue ns/q: FNV-1a (32 bits) of "ns/q",
-// modulo slotGroups.
+// modulo slotGroups. For shard i of a sharded queue q (physical name
+// "q~i", shards.go) it is (slotGroup(ns, q) + bitReverse6(i)) % slotGroups.
 func slotGroup(ns, q string) int {
+	base, shard := splitShard(q)
 	h := uint32(2166136261)
-	for _, s := range [3]string{ns, "/", q} {
+	for _, s := range [3]string{ns, "/", base} {
 		for i := 0; i < len(s); i++ {
 			h = (h ^ uint32(s[i])) * 16777619
 		}
 	}
-	return int(h % slotGroups)
+	return int((h%slotGroups + uint32(bitReverse6(shard))) % slotGroups)
 }
 
 // queueTag is the hash tag of queue ns/q's keys: "{T}".
 func queueTag(ns, q string) string { return "{" + groupTags[slotGroup(ns, q)] + "}" }
 
-// queueMember is a queue's name in its group's timer index and registry.
-func queueMember(ns, q string) string { return ns + "/" + q }
+// queueMember is a queue's name in its group's timer index and registry:
+// "ns/q", "ns/q~i" for shard i >= 1 of a sharded queue (shard 0 is q).
+func queueMember(ns, q string) string { return ns + "/" + keyName(q) }
 
 // timerIndexKey is group g's timer index ti/{T}: a sorted set of the
 // group's queues with timer entries, member "ns/q", score = the earliest
@@ -77,7 +80,10 @@ func wakeChannel(g int) string { return "w/{" + groupTags[g] + "}" }
 // bytes with typical names (j/{T}order-service/cancel-unpaid/ID), inside
 // the allocator's 64-byte class, as lmstfy's j/ns/q/ID
 // (TestMemoryPerDelayedJob).
-func queueBase(ns, q string) string { return queueTag(ns, q) + ns + "/" + q }
+func queueBase(ns, q string) string {
+	// One concatenation: one allocation (an ACK builds its timer key).
+	return "{" + groupTags[slotGroup(ns, q)] + "}" + ns + "/" + keyName(q)
+}
 
 // jobKeyPrefix is the prefix of the queue's job body keys: j/{T}ns/q/.
 func jobKeyPrefix(ns, q string) string { return "j/" + queueBase(ns, q) + "/" }
@@ -106,7 +112,10 @@ func readyChannel(ns, q string) string { return "n/" + queueBase(ns, q) }
 // call, and what the engine remembers of the queue, so that a publish
 // looks a queue up once.
 type queueNames struct {
-	group                                                        int
+	group int
+	// shard is the shard of a physical shard name "q~i" (shards.go), whose
+	// job IDs carry it (engine.NewShardJobID); -1 for a plain queue name.
+	shard                                                        int
 	member, ready, timer, prio, config, dead, channel, jobPrefix string
 	// index, registry and wake are the group's timer index, queue
 	// registry and wake-up channel.
@@ -128,12 +137,21 @@ type queueNames struct {
 	// hist is the queue's history counters (history.go), set at its first
 	// counted event.
 	hist atomic.Pointer[histCounters]
+	// shardPub and shardCon take a sharded queue's shards in turn: the
+	// shard of its next publish, the shard its next consume starts with
+	// (shards.go).
+	shardPub, shardCon atomic.Uint32
 }
 
 func newQueueNames(ns, q string) *queueNames {
 	g := slotGroup(ns, q)
+	_, shard := splitShard(q)
+	if !isShardName(q) {
+		shard = -1
+	}
 	qn := &queueNames{
 		group:     g,
+		shard:     shard,
 		member:    queueMember(ns, q),
 		ready:     readyKey(ns, q),
 		timer:     timerKey(ns, q),

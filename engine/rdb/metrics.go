@@ -156,7 +156,7 @@ func (pm *poolMetrics) publishedQueue(ns, q string, qn *queueNames, n int) {
 	}
 	c, _ := qn.publishes.Load().(prometheus.Counter)
 	if c == nil {
-		c = pm.m.publishSeries.get([3]string{pm.pool, ns, q})
+		c = pm.m.publishSeries.get([3]string{pm.pool, ns, logicalQueue(q)})
 		qn.publishes.Store(c)
 	}
 	c.Add(float64(n))
@@ -201,7 +201,7 @@ func (pm *poolMetrics) acked(ns, q string, qn *queueNames, batch []*batchCall[ac
 	}
 	o, _ := qn.acks.Load().(prometheus.Observer)
 	if o == nil {
-		o = pm.m.ackElapsedSeries.get([3]string{pm.pool, ns, q})
+		o = pm.m.ackElapsedSeries.get([3]string{pm.pool, ns, logicalQueue(q)})
 		qn.acks.Store(o)
 	}
 	n := 0

@@ -34,6 +34,19 @@ func (e *Engine) wakePump() {
 }
 
 func (e *Engine) runPump(ctx context.Context) {
+	e.runWoken(ctx, e.pumpWake, "pump", func(ctx context.Context) (time.Duration, error) {
+		next, err := e.PumpOnce(ctx)
+		if err != nil || next < 0 {
+			return e.maxWait, err
+		}
+		return min(max(time.Duration(next-ms(e.now()))*time.Millisecond, 0), e.maxWait), nil
+	})
+}
+
+// runWoken runs step until ctx is done: at once, then whenever wake
+// fires or the time step returned has passed; 100 ms after an error
+// (logged with what). The pump and the scheduler are such loops.
+func (e *Engine) runWoken(ctx context.Context, wake <-chan struct{}, what string, step func(context.Context) (time.Duration, error)) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -41,27 +54,15 @@ func (e *Engine) runPump(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-e.pumpWake:
+		case <-wake:
 		}
-		next, err := e.PumpOnce(ctx)
-		var sleep time.Duration
-		switch {
-		case err != nil:
+		sleep, err := step(ctx)
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			e.log.WithError(err).Warn("pump failed; retrying")
+			e.log.WithError(err).Warnf("%s failed; retrying", what)
 			sleep = 100 * time.Millisecond
-		case next < 0:
-			sleep = e.maxWait
-		default:
-			sleep = time.Duration(next-ms(e.now())) * time.Millisecond
-			if sleep > e.maxWait {
-				sleep = e.maxWait
-			}
-			if sleep < 0 {
-				sleep = 0
-			}
 		}
 		t.Reset(sleep)
 	}

@@ -235,7 +235,7 @@ func (e *Engine) reclaimCalls(ctx context.Context, queues [][2]string, window in
 // registeredQueues lists the queues of the groups' registries, the queues the
 // reclaimer looks after.
 func (e *Engine) registeredQueues(ctx context.Context) ([][2]string, error) {
-	info, err := e.Info(ctx)
+	info, err := e.physicalQueues(ctx) // every shard of a sharded queue
 	if err != nil {
 		return nil, fmt.Errorf("reclaim pool %s: %w", e.pool, err)
 	}

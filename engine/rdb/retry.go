@@ -15,15 +15,36 @@ import (
 // a script whose keys are split between two nodes until the move ends, so
 // the engine retries these errors longer, within Options.ClusterRetry.
 //
+// go-redis gives up after MaxRedirects redirections and returns the last
+// MOVED or ASK: while a slot moves the nodes disagree for a moment (a node
+// that has not heard of the move yet redirects to the old owner, which
+// redirects back), and a script of a slot being migrated goes from the
+// source (ASK: a key is missing there) to the target, which answers
+// TRYAGAIN until the move ends, and back. So MOVED and ASK are retried too,
+// from the client's (reloaded) slot map.
+//
 // Only errors that Redis answers before running anything are retried:
-// TRYAGAIN, CLUSTERDOWN, MASTERDOWN and LOADING. A script that failed with
-// one of them wrote nothing, so a retry never applies a job twice. (A
-// script whose reply was lost to a timeout or a broken connection may have
-// run; go-redis re-sends it, and the scripts are written for that: a
+// TRYAGAIN, CLUSTERDOWN, MASTERDOWN, LOADING, MOVED and ASK. A script that
+// failed with one of them wrote nothing, so a retry never applies a job
+// twice.
+//
+// (A script whose reply was lost to a timeout or a broken connection may
+// have run; go-redis re-sends it, and the scripts are written for that: a
 // publish finds its own job key (SET NX, ownEarlierWrite) and reports
 // success, a consume takes other jobs while those of the lost reply come
 // back after their TTR, an ACK or a nack with a receipt finds the job gone
 // or the receipt spent.)
+//
+// A script never runs on half a slot: one whose keys are split between the
+// source and the target of a migration is refused (TRYAGAIN on the source
+// when some of its keys are there, ASK when none are; TRYAGAIN on the
+// target while one is missing there), and the scripts that complete job
+// key names (from a prefix and an ID read from a list or a timer) all have
+// that prefix among their KEYS, a key that never exists, so they are
+// refused for as long as the slot is migrating. Were they run, a job key
+// already moved would fail the script half way ("Script attempted to
+// access a non local key"), after its first writes: an entry popped, its
+// job left behind.
 
 // clusterRetryable reports whether err is a cluster error that Redis
 // answers before running a command.
@@ -32,7 +53,7 @@ func clusterRetryable(err error) bool {
 		return false
 	}
 	s := err.Error()
-	for _, p := range [...]string{"TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "LOADING"} {
+	for _, p := range [...]string{"TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "LOADING", "MOVED ", "ASK "} {
 		if strings.HasPrefix(s, p) {
 			return true
 		}

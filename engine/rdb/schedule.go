@@ -385,31 +385,15 @@ func (e *Engine) wakeScheduler() {
 
 // runSchedules fires due ticks until ctx is done (every server runs it).
 func (e *Engine) runSchedules(ctx context.Context) {
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-e.schedWake:
-		}
+	e.runWoken(ctx, e.schedWake, "scheduler", func(ctx context.Context) (time.Duration, error) {
 		next, err := e.ScheduleOnce(ctx)
-		sleep := e.maxWait
-		switch {
-		case err != nil:
-			if ctx.Err() != nil {
-				return
-			}
-			e.log.WithError(err).Warn("scheduler failed; retrying")
-			sleep = 100 * time.Millisecond
-		case next > 0:
-			// At least a few milliseconds: a tick another server is firing
-			// stays in the index until that server updates it.
-			sleep = min(max(time.Duration(next-ms(e.now()))*time.Millisecond-scheduleLead, scheduleMinSleep), e.maxWait)
+		if err != nil || next <= 0 {
+			return e.maxWait, err
 		}
-		t.Reset(sleep)
-	}
+		// At least a few milliseconds: a tick another server is firing
+		// stays in the index until that server updates it.
+		return min(max(time.Duration(next-ms(e.now()))*time.Millisecond-scheduleLead, scheduleMinSleep), e.maxWait), nil
+	})
 }
 
 // ScheduleOnce fires every tick due within the publish lead, in every

@@ -676,16 +676,20 @@ return {v, redis.call('PTTL', KEYS[1])}
 // and the jobs that pass are deleted with one ZREM and one DEL.
 //
 //	KEYS[1] timer   KEYS[1+i] body key of job i
-//	ARGV[2i-1] id of job i   ARGV[2i] its receipt (8 bytes) or ""
+//	ARGV[2i-1] id of job i   ARGV[2i] its receipt (8 bytes), "" or "?"
 //
 // Returns one code per job: 1 deleted (or nothing to delete, without a
-// receipt), -1 no such job, -2 stale receipt.
+// receipt), -1 no such job, -2 stale receipt; "?" is an ACK without
+// receipt that answers 0 when there is no such job (a sharded queue's ACK
+// then tries shard 0, shards.go).
 var ackManyScript = redis.NewScript(`
 local out, ids, jks, gone = {}, {}, {}, {}
 for i = 1, #KEYS - 1 do
   local jk, nonce = KEYS[i + 1], ARGV[2 * i]
   local code = 1
-  if nonce ~= '' then
+  if nonce == '?' then
+    if gone[jk] or redis.call('EXISTS', jk) == 0 then code = 0 end
+  elseif nonce ~= '' then
     local h = ''
     -- A job ACKed earlier in this batch is gone, as in sequential calls.
     if not gone[jk] then h = redis.call('GETRANGE', jk, 0, 21) end

@@ -78,6 +78,9 @@ type waiters struct {
 	mu    sync.Mutex
 	chans map[string]*chanState
 	ps    *subscriber // set while run is running
+	// resubscribing marks the slot groups being subscribed again after a
+	// slot move (resubscribe).
+	resubscribing map[int]bool
 
 	// wakeSubs counts the confirmed subscriptions to the groups' wake-up
 	// channels (again after a reconnection), for tests.
@@ -87,17 +90,35 @@ type waiters struct {
 // subscriber is the pool's Pub/Sub: one connection on one Redis (or
 // Sentinel); on a cluster one sharded Pub/Sub (SSUBSCRIBE) per slot group,
 // which go-redis connects to the master of the group's slot, and again to
-// the new master after a failover or a slot move. A group's connection
-// carries its wake-up channel and the ready channels of its queues that
-// have waiters here, all of one slot, as SSUBSCRIBE requires.
+// the new master after a failover (the connection breaks). A group's
+// connection carries its wake-up channel and the ready channels of its
+// queues that have waiters here, all of one slot, as SSUBSCRIBE requires.
+//
+// A slot move does not break the connection: the old master unsubscribes
+// it from the slot's channels (an SUNSUBSCRIBE nobody asked for) and keeps
+// it open, and go-redis neither reconnects nor subscribes again. The
+// waiters see that unsubscription and have reconnect open a new
+// connection to the slot's new master (lost and resubscribe).
 type subscriber struct {
 	cluster bool
-	conns   []*redis.PubSub
+	cc      *redis.ClusterClient // on a cluster
+
+	mu    sync.Mutex
+	conns []*redis.PubSub
+	// out merges the connections' messages once messages was called
+	// (nil before); ctx ends the forwarding.
+	out chan interface{}
+	ctx context.Context
+	// groupUp has a channel per group being reconnected, closed when the
+	// new connection confirms the group's wake-up channel.
+	groupUp map[int]chan struct{}
+	closed  bool
 }
 
 func newSubscriber(c redis.UniversalClient, cluster bool) *subscriber {
-	s := &subscriber{cluster: cluster}
+	s := &subscriber{cluster: cluster, groupUp: map[int]chan struct{}{}}
 	if cc, ok := c.(*redis.ClusterClient); ok && cluster {
+		s.cc = cc
 		s.conns = make([]*redis.PubSub, slotGroups)
 		for g := range s.conns {
 			s.conns[g] = cc.SSubscribe(context.Background())
@@ -106,6 +127,13 @@ func newSubscriber(c redis.UniversalClient, cluster bool) *subscriber {
 	}
 	s.conns = []*redis.PubSub{c.Subscribe(context.Background())}
 	return s
+}
+
+// conn returns group g's connection (the only one, off a cluster).
+func (s *subscriber) conn(g int) *redis.PubSub {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns[g]
 }
 
 // byConn splits channels by the connection that carries them.
@@ -125,12 +153,12 @@ func (s *subscriber) byConn(channels []string) map[int][]string {
 // on a cluster (the first subscription of a group dials its node).
 func (s *subscriber) subscribe(ctx context.Context, channels []string) error {
 	if !s.cluster {
-		return s.conns[0].Subscribe(ctx, channels...)
+		return s.conn(0).Subscribe(ctx, channels...)
 	}
 	by := s.byConn(channels)
 	errs := make(chan error, len(by))
 	for g, cs := range by {
-		go func() { errs <- s.conns[g].SSubscribe(ctx, cs...) }()
+		go func() { errs <- s.conn(g).SSubscribe(ctx, cs...) }()
 	}
 	var first error
 	for range by {
@@ -144,9 +172,9 @@ func (s *subscriber) subscribe(ctx context.Context, channels []string) error {
 func (s *subscriber) unsubscribe(ctx context.Context, channels []string) {
 	for g, cs := range s.byConn(channels) {
 		if s.cluster {
-			_ = s.conns[g].SUnsubscribe(ctx, cs...)
+			_ = s.conn(g).SUnsubscribe(ctx, cs...)
 		} else {
-			_ = s.conns[g].Unsubscribe(ctx, cs...)
+			_ = s.conn(g).Unsubscribe(ctx, cs...)
 		}
 	}
 }
@@ -154,34 +182,97 @@ func (s *subscriber) unsubscribe(ctx context.Context, channels []string) {
 // messages merges the connections' messages and confirmations into one
 // channel until ctx is done.
 func (s *subscriber) messages(ctx context.Context) <-chan interface{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if len(s.conns) == 1 {
 		return s.conns[0].ChannelWithSubscriptions(redis.WithChannelSize(1024))
 	}
-	out := make(chan interface{}, 1024)
+	s.out, s.ctx = make(chan interface{}, 1024), ctx
 	for _, ps := range s.conns {
-		in := ps.ChannelWithSubscriptions(redis.WithChannelSize(64))
-		go func() {
-			for {
+		s.forward(ps)
+	}
+	return s.out
+}
+
+// forward copies ps's messages to s.out until ps is closed or s.ctx is
+// done. s.mu must be held.
+func (s *subscriber) forward(ps *redis.PubSub) {
+	in := ps.ChannelWithSubscriptions(redis.WithChannelSize(64))
+	ctx, out := s.ctx, s.out
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case m, ok := <-in:
+				if !ok {
+					return
+				}
 				select {
+				case out <- m:
 				case <-ctx.Done():
 					return
-				case m, ok := <-in:
-					if !ok {
-						return
-					}
-					select {
-					case out <- m:
-					case <-ctx.Done():
-						return
-					}
 				}
 			}
-		}()
+		}
+	}()
+}
+
+// reconnect replaces group g's connection by a new one subscribed to
+// channels (the group's wake-up channel first), after asking go-redis to
+// reload the slot map, and reports whether the wake-up channel's
+// subscription was confirmed within wait. A stale slot map dials the old
+// master, which refuses the SSUBSCRIBE (MOVED): no confirmation, and the
+// caller tries again.
+func (s *subscriber) reconnect(ctx context.Context, g int, channels []string, wait time.Duration) bool {
+	s.cc.ReloadState(ctx)
+	up := make(chan struct{})
+	// Subscribe before reading: a connection made without channels would
+	// go to a random node.
+	nps := s.cc.SSubscribe(context.Background())
+	_ = nps.SSubscribe(ctx, channels...)
+	s.mu.Lock()
+	if s.out == nil || s.closed {
+		s.mu.Unlock()
+		_ = nps.Close()
+		return false
 	}
-	return out
+	old := s.conns[g]
+	s.conns[g] = nps
+	s.groupUp[g] = up
+	s.forward(nps)
+	s.mu.Unlock()
+	_ = old.Close()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-up:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	if s.groupUp[g] == up {
+		delete(s.groupUp, g)
+	}
+	s.mu.Unlock()
+	return false
+}
+
+// confirmed records the confirmation of group g's wake-up channel.
+func (s *subscriber) confirmed(g int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if up := s.groupUp[g]; up != nil {
+		close(up)
+		delete(s.groupUp, g)
+	}
 }
 
 func (s *subscriber) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
 	for _, ps := range s.conns {
 		_ = ps.Close()
 	}
@@ -231,11 +322,19 @@ func (w *waiters) run(ctx context.Context) {
 			}
 			switch m := m.(type) {
 			case *redis.Subscription:
-				if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+				switch m.Kind {
+				case "subscribe", "ssubscribe":
 					if isWakeChannel(m.Channel) {
 						w.wakeSubs.Add(1)
+						if ps.cluster {
+							ps.confirmed(channelGroup(m.Channel))
+						}
 					}
 					w.confirm(m.Channel)
+				case "sunsubscribe":
+					if w.lost(m.Channel) {
+						w.resubscribe(ctx, ps, channelGroup(m.Channel))
+					}
 				}
 			case *redis.Message:
 				if isWakeChannel(m.Channel) {
@@ -250,6 +349,74 @@ func (w *waiters) run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// lost reports whether an SUNSUBSCRIBE of channel c was not asked for
+// (the group's wake-up channel, or a ready channel still subscribed here):
+// the slot moved to another master. A ready channel is then no longer
+// listened to (so its queue is not known empty, and a consumer looks)
+// until the new connection confirms it.
+func (w *waiters) lost(c string) bool {
+	if isWakeChannel(c) {
+		return true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st := w.chans[c]
+	if st == nil || !st.subscribed {
+		return false // unsubscribed by the sweep
+	}
+	st.msgs++
+	if st.closed {
+		st.closed = false
+		st.confirmed = make(chan struct{})
+	}
+	return true
+}
+
+// resubscribe subscribes group g's channels again on a new connection to
+// the slot's new master (subscriber.reconnect), in the background, trying
+// until a confirmation comes or ctx ends; one at a time per group (every
+// channel of the group reports its unsubscription).
+func (w *waiters) resubscribe(ctx context.Context, ps *subscriber, g int) {
+	w.mu.Lock()
+	if w.resubscribing == nil {
+		w.resubscribing = map[int]bool{}
+	}
+	if w.resubscribing[g] {
+		w.mu.Unlock()
+		return
+	}
+	w.resubscribing[g] = true
+	w.mu.Unlock()
+	w.e.log.WithField("group", g).Info("a slot group's channels moved to another node (slot migration): subscribing there")
+	go func() {
+		defer func() {
+			w.mu.Lock()
+			delete(w.resubscribing, g)
+			w.mu.Unlock()
+		}()
+		// The first tries may find go-redis's slot map not reloaded yet
+		// (it reloads in the background): short waits first.
+		wait := 100 * time.Millisecond
+		for pause := 20 * time.Millisecond; ctx.Err() == nil; pause, wait = min(2*pause, time.Second), min(2*wait, confirmWait) {
+			channels := []string{wakeChannel(g)}
+			w.mu.Lock()
+			for c, st := range w.chans {
+				if st.subscribed && channelGroup(c) == g {
+					channels = append(channels, c)
+				}
+			}
+			w.mu.Unlock()
+			if ps.reconnect(ctx, g, channels, wait) {
+				return
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(pause):
+			}
+		}
+	}()
 }
 
 func (w *waiters) confirm(c string) {
@@ -326,7 +493,7 @@ func (w *waiters) listeningLocked(ns string, queues []string) bool {
 		return false
 	}
 	for _, q := range queues {
-		st := w.chans[readyChannel(ns, q)]
+		st := w.chans[w.e.names.get([3]string{ns, q}).channel]
 		if st == nil || !st.subscribed || !st.closed {
 			return false
 		}
@@ -341,7 +508,7 @@ func (w *waiters) knownEmptyLocked(ns string, queues []string) bool {
 		return false
 	}
 	for _, q := range queues {
-		st := w.chans[readyChannel(ns, q)]
+		st := w.chans[w.e.names.get([3]string{ns, q}).channel]
 		if st.emptyAt != st.msgs+1 {
 			return false
 		}
@@ -367,7 +534,7 @@ func (w *waiters) mark(ns string, queues []string) []chanMark {
 	}
 	marks := make([]chanMark, len(queues))
 	for i, q := range queues {
-		st := w.chans[readyChannel(ns, q)]
+		st := w.chans[w.e.names.get([3]string{ns, q}).channel]
 		marks[i] = chanMark{st: st, msgs: st.msgs}
 	}
 	return marks
@@ -493,9 +660,10 @@ func (w *waiters) remove(wt *waiter) {
 	}
 }
 
-// wait long-polls for req: it returns jobs, or nil at the timeout or when
-// ctx is done (a shutting-down server cancels waits so that consumers are
-// answered at once).
+// wait long-polls for req (checked; its queues as the caller named them:
+// wait spreads a sharded queue over its shards at every look): it returns
+// jobs, or nil at the timeout or when ctx is done (a shutting-down server
+// cancels waits so that consumers are answered at once).
 func (w *waiters) wait(ctx context.Context, req *engine.ConsumeRequest) ([]*engine.Job, error) {
 	// The deadline is a channel closed at the timeout, not a timer's: add
 	// may wait on it too (for a slow subscription confirmation), and a
@@ -503,7 +671,11 @@ func (w *waiters) wait(ctx context.Context, req *engine.ConsumeRequest) ([]*engi
 	expired := make(chan struct{})
 	deadline := time.AfterFunc(req.Timeout, func() { close(expired) })
 	defer deadline.Stop()
+	orig := req
 	for {
+		// A sharded queue's shards as the engine knows them now (more
+		// after a change of K wakes this wait: wakeGrown).
+		req := w.e.routeConsume(orig)
 		wt, empty := w.add(ctx, req.Namespace, req.Queues, expired)
 		if !empty {
 			jobs, err := w.e.consumeNow(ctx, req)

@@ -3,7 +3,9 @@
 // redis-servers (all on 127.0.0.1, in a temporary directory) and, while
 // they run, SIGKILLs and restarts the server, SIGKILLs and restarts Redis
 // (AOF with appendfsync always and everysec), flushes the Lua script cache,
-// pauses Redis, fails over a Sentinel setup and drops consumers mid-job.
+// pauses Redis, fails over a Sentinel setup, moves slots between the
+// masters of a Redis Cluster and SIGKILLs its masters (cluster.go), and
+// drops consumers mid-job.
 // After each scenario it drains the queues and dead letters and reports
 // acknowledged publishes, deliveries, dead-lettered and lost jobs,
 // duplicates, lateness and outage time, as one JSON line and, at the end,
@@ -49,6 +51,8 @@ type options struct {
 	flushes     int
 	pauses      int
 	failovers   int
+	reshards    int
+	masterKills int
 	rate        int
 	publishers  int
 	consumers   int
@@ -67,12 +71,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.scenarios, "scenario", "all", "comma-separated scenarios, or all: "+strings.Join(scenarioNames(), ", "))
 	fs.DurationVar(&o.duration, "duration", 45*time.Second, "chaos time of each scenario (deadletter runs half of it; failover at least 10 s per failover)")
-	fs.DurationVar(&o.timeout, "timeout", 9*time.Minute+40*time.Second, "abort everything after this long")
+	fs.DurationVar(&o.timeout, "timeout", 14*time.Minute, "abort everything after this long")
 	fs.IntVar(&o.serverKills, "server-kills", 32, "kairos-server SIGKILLs in the server-kill scenario")
 	fs.IntVar(&o.redisKills, "redis-kills", 6, "redis-server SIGKILLs in each redis-kill scenario")
 	fs.IntVar(&o.flushes, "flushes", 8, "SCRIPT FLUSHes in the flush-pause scenario")
 	fs.IntVar(&o.pauses, "pauses", 8, "CLIENT PAUSEs in the flush-pause scenario")
 	fs.IntVar(&o.failovers, "failovers", 6, "Sentinel failovers in the failover scenario (kill, hang and SENTINEL FAILOVER in turn)")
+	fs.IntVar(&o.reshards, "reshards", 8, "slot moves in the cluster-reshard scenario (each: a busy queue's slot, then 200 more with redis-cli --cluster reshard)")
+	fs.IntVar(&o.masterKills, "master-kills", 4, "master SIGKILLs in each cluster-master-kill scenario")
 	fs.IntVar(&o.rate, "rate", 300, "publishes per second (all publishers together)")
 	fs.IntVar(&o.publishers, "publishers", 4, "publishing goroutines (the first publishes in bulk)")
 	fs.IntVar(&o.consumers, "consumers", 4, "consuming goroutines (the last takes up to 8 jobs a request)")
@@ -112,7 +118,7 @@ func scenarioNames() []string {
 	for _, sc := range catalog(options{duration: time.Second}) {
 		names = append(names, sc.Name)
 	}
-	return append(names, "wait-cost", "soak", "ci")
+	return append(names, "wait-cost", "soak", "ci", "ci-cluster")
 }
 
 // catalog is every scenario, in the order "all" runs them (all but the
@@ -130,9 +136,19 @@ func catalog(o options) []scenario {
 			Duration: max(d, time.Duration(o.failovers)*10*time.Second), Failovers: o.failovers, LossExpected: true},
 		// The same failovers with the durability option: a publish is
 		// acknowledged only once the replica has it, so nothing is lost.
-		// Opt-in (by name): it would push "all" past its 10-minute bound.
+		// Opt-in (by name): it would push "all" (about 11 minutes) further.
 		{Name: "failover-wait", Sentinel: true, Fsync: "always", Tries: 10, TTR: 1, WaitReplicas: 1,
 			Duration: max(d, time.Duration(o.failovers)*10*time.Second), Failovers: o.failovers, OptIn: true},
+		// Redis Cluster (cluster.go): slot moves of the busy queues' slots
+		// while jobs flow, SIGKILLs of the master of a busy queue (without
+		// and with WaitReplicas) and of the kairos-server.
+		{Name: "cluster-reshard", Cluster: true, Fsync: "everysec", Tries: 10, TTR: 1, Duration: d, Reshards: o.reshards},
+		{Name: "cluster-master-kill", Cluster: true, Fsync: "everysec", Tries: 10, TTR: 1, Duration: d,
+			MasterKills: o.masterKills, LossExpected: true},
+		{Name: "cluster-master-kill-wait", Cluster: true, Fsync: "everysec", Tries: 10, TTR: 1, Duration: d,
+			MasterKills: o.masterKills, WaitReplicas: 1},
+		{Name: "cluster-server-kill", Cluster: true, Fsync: "everysec", Tries: 10, TTR: 1, Duration: d,
+			ServerKills: max(o.serverKills/2, 1)},
 		// The negative control: Redis without AOF loses everything at a
 		// kill, and the suite must say so.
 		{Name: "control-no-aof", Fsync: fsyncOff, Tries: 10, TTR: 1, Duration: max(d/4, 5*time.Second),
@@ -145,6 +161,15 @@ func catalog(o options) []scenario {
 func ciScenario(d time.Duration) scenario {
 	return scenario{Name: "ci", Fsync: "everysec", Tries: 10, TTR: 1, Duration: d,
 		ServerKills: 10, Flushes: 1, Pauses: 1, Droppers: 1}
+}
+
+// ciClusterScenario is the short cluster run of the CI test: two slot
+// moves of busy queues' slots (and redis-cli reshards), one SIGKILL of a
+// busy queue's master with WaitReplicas = 1 (so nothing may be lost), and
+// three kairos-server SIGKILLs, on a real 6-node cluster.
+func ciClusterScenario(d time.Duration) scenario {
+	return scenario{Name: "ci-cluster", Cluster: true, Fsync: "everysec", Tries: 10, TTR: 1, Duration: d,
+		Reshards: 2, MasterKills: 1, ServerKills: 3, WaitReplicas: 1}
 }
 
 // selected returns the scenarios the flags ask for, and whether wait-cost
@@ -164,6 +189,9 @@ func (o options) selected() ([]scenario, error) {
 			continue
 		case "ci":
 			out = append(out, ciScenario(min(o.duration, 15*time.Second)))
+			continue
+		case "ci-cluster":
+			out = append(out, ciClusterScenario(min(o.duration, 15*time.Second)))
 			continue
 		case "wait-cost", "soak":
 			continue

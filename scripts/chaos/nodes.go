@@ -37,6 +37,9 @@ type redisNode struct {
 type redisConf struct {
 	fsync     string // appendfsync: "always" or "everysec", or fsyncOff
 	replicaOf int    // port of the master, 0 for a master
+	// cluster makes the node a Redis Cluster node with this
+	// cluster-node-timeout (0: not a cluster node).
+	clusterTimeout time.Duration
 }
 
 func (s *supervisor) newRedis(name, bin string, port int, rc redisConf) (*redisNode, error) {
@@ -61,6 +64,18 @@ func (s *supervisor) newRedis(name, bin string, port int, rc redisConf) (*redisN
 	}
 	if rc.replicaOf != 0 {
 		lines = append(lines, fmt.Sprintf("replicaof 127.0.0.1 %d", rc.replicaOf))
+	}
+	if rc.clusterTimeout > 0 {
+		lines = append(lines,
+			"cluster-enabled yes",
+			"cluster-config-file nodes.conf",
+			fmt.Sprintf("cluster-node-timeout %d", rc.clusterTimeout.Milliseconds()),
+			// A replica is listed in CLUSTER SLOTS once its offset is not 0,
+			// and a master waits 5 s before a diskless sync by default: both
+			// would slow the return of a killed master as a replica.
+			"repl-diskless-sync-delay 0",
+			"repl-ping-replica-period 1",
+		)
 	}
 	conf := filepath.Join(dir, "redis.conf")
 	if err := os.WriteFile(conf, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
@@ -185,6 +200,9 @@ type kairosRedis struct {
 	adminAddr string
 	// waitReplicas is the pool's WaitReplicas (0: off).
 	waitReplicas int
+	// cluster: addr is a comma-separated list of the seed nodes of a
+	// Redis Cluster (Cluster = true, for the pool and the admin Redis).
+	cluster bool
 }
 
 func (s *supervisor) newKairos(name, bin string, avoid map[int]bool, rr kairosRedis) (*kairosNode, error) {
@@ -201,6 +219,9 @@ func (s *supervisor) newKairos(name, bin string, avoid map[int]bool, rr kairosRe
 		return nil, err
 	}
 	redisKeys := fmt.Sprintf("Addr = %q\n", rr.addr)
+	if rr.cluster {
+		redisKeys = fmt.Sprintf("Cluster = true\nAddrs = [\"%s\"]\n", strings.Join(strings.Split(rr.addr, ","), `", "`))
+	}
 	if rr.masterName != "" {
 		redisKeys += fmt.Sprintf("MasterName = %q\n", rr.masterName)
 	}

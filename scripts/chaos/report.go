@@ -26,8 +26,21 @@ type Result struct {
 	ClientPauses  int      `json:"client_pauses"`
 	Failovers     int      `json:"failovers"`
 	FailoverKinds []string `json:"failover_kinds,omitempty"`
-	ConsumerCuts  int      `json:"consumer_cuts"`
-	JobsAbandoned int      `json:"jobs_abandoned"`
+	// The cluster scenarios': slot moves (Reshards of them, each a
+	// targeted move of a busy queue's slot and a redis-cli reshard of 200
+	// more) and master kills, with the failover times (kill to the
+	// replica serving, every node agreeing) and rejoin times (restart to
+	// every slot with a replica again).
+	Reshards    int     `json:"reshards,omitempty"`
+	SlotsMoved  int     `json:"slots_moved,omitempty"`
+	KeysMoved   int     `json:"keys_migrated,omitempty"`
+	SlotMoveMs  []int64 `json:"slot_move_ms,omitempty"`
+	MasterKills int     `json:"master_kills,omitempty"`
+	FailoverMs  []int64 `json:"failover_ms,omitempty"`
+	RejoinMs    []int64 `json:"rejoin_ms,omitempty"`
+
+	ConsumerCuts  int `json:"consumer_cuts"`
+	JobsAbandoned int `json:"jobs_abandoned"`
 
 	Attempted    int `json:"publishes_attempted"`
 	Acknowledged int `json:"acknowledged"`
@@ -77,6 +90,7 @@ func (sc scenario) result(c counts, done map[string]int, kinds []string) Result 
 		Scenario: sc.Name, Setup: sc.setupName(), Tries: sc.Tries, TTRS: sc.TTR,
 		ServerKills: done[evServerKill], RedisKills: done[evRedisKill], ScriptFlushes: done[evFlush],
 		ClientPauses: done[evPause], Failovers: done[evFailover], FailoverKinds: kinds,
+		Reshards: done[evReshard], MasterKills: done[evMasterKill],
 		ConsumerCuts: c.Cuts, JobsAbandoned: c.Abandoned,
 		Attempted: c.Attempted, Acknowledged: c.Acknowledged, Delivered: c.Delivered,
 		DeadLettered: c.DeadLettered, DeadOnly: c.DeadOnly, Lost: c.Lost, LostSeqs: c.LostSeqs,
@@ -87,6 +101,13 @@ func (sc scenario) result(c counts, done map[string]int, kinds []string) Result 
 		PublishP50Ms: ms2(c.PubP50), PublishP99Ms: ms2(c.PubP99), PublishMaxMs: ms2(c.PubMax),
 		PublishErrors: c.PublishErrors, ConsumeErrors: c.ConsumeErrors, AckErrors: c.AckErrors,
 	}
+}
+
+// addCluster adds what the cluster disruptions measured.
+func (r *Result) addCluster(c clusterStats) {
+	r.SlotsMoved, r.KeysMoved = c.slotsMoved, c.keysMoved
+	r.SlotMoveMs = msList(c.reshardTimes)
+	r.FailoverMs, r.RejoinMs = msList(c.failovers), msList(c.rejoins)
 }
 
 // ms2 is d in milliseconds with two decimals.
@@ -123,6 +144,8 @@ func (r *Result) judge(sc scenario) {
 		{"script flushes", r.ScriptFlushes, sc.Flushes},
 		{"client pauses", r.ClientPauses, sc.Pauses},
 		{"failovers", r.Failovers, sc.Failovers},
+		{"reshards", r.Reshards, sc.Reshards},
+		{"master kills", r.MasterKills, sc.MasterKills},
 	} {
 		if c.got < c.want {
 			f = append(f, fmt.Sprintf("%d %s of %d", c.got, c.what, c.want))
@@ -148,6 +171,8 @@ func (r *Result) disruptions() string {
 	add(r.ScriptFlushes, "flushes")
 	add(r.ClientPauses, "pauses")
 	add(r.Failovers, "failovers")
+	add(r.Reshards, fmt.Sprintf("reshards (%d slots, %d keys migrated)", r.SlotsMoved, r.KeysMoved))
+	add(r.MasterKills, fmt.Sprintf("master kills (failover ms %v, rejoin ms %v)", r.FailoverMs, r.RejoinMs))
 	add(r.ConsumerCuts+r.JobsAbandoned, "consumer drops")
 	if len(parts) == 0 {
 		return "-"

@@ -19,7 +19,10 @@ import (
 // workload, and disruptions spread over Duration.
 type scenario struct {
 	Name     string
-	Sentinel bool   // one master, one replica, three sentinels
+	Sentinel bool // one master, one replica, three sentinels
+	// Cluster: a Redis Cluster of three masters with one replica each
+	// (cluster.go) holds the pool and the tokens.
+	Cluster  bool
 	Fsync    string // appendfsync of every redis-server
 	Tries    int
 	TTR      int // seconds
@@ -27,6 +30,8 @@ type scenario struct {
 	Duration time.Duration
 	// Disruption counts.
 	ServerKills, RedisKills, Flushes, Pauses, Failovers int
+	// Cluster disruptions: slot moves and SIGKILLs of masters.
+	Reshards, MasterKills int
 	// LossExpected marks scenarios where Redis itself may lose
 	// acknowledged writes: lost jobs are reported, not a failure.
 	LossExpected bool
@@ -70,9 +75,28 @@ type setup struct {
 	log       logrus.FieldLogger
 	// Failover statistics.
 	failoverKinds []string
+	// The cluster's: redis-cli, each node's ID, the workload's queues
+	// (the busy ones whose slots move and whose masters die) and what the
+	// disruptions measured.
+	redisCli string
+	nodeIDs  map[*redisNode]string
+	queues   []string
+	cstats   clusterStats
 }
 
+// chaosNamespace and chaosQueues are the workload's namespace and queues.
+const chaosNamespace = "chaos"
+
+var chaosQueues = []string{"q0", "q1", "q2", "q3"}
+
 func (sc scenario) setupName() string {
+	if sc.Cluster {
+		s := fmt.Sprintf("cluster 3 masters + 3 replicas, node timeout %v", clusterNodeTimeout)
+		if sc.WaitReplicas > 0 {
+			s += fmt.Sprintf(", WaitReplicas %d", sc.WaitReplicas)
+		}
+		return s + ", appendfsync " + sc.Fsync
+	}
 	if sc.Sentinel {
 		return "sentinel 1 master + 1 replica + 3 sentinels, appendfsync " + sc.Fsync
 	}
@@ -84,8 +108,24 @@ func (sc scenario) setupName() string {
 
 // start brings up Redis (and sentinels) and one kairos-server.
 func (sc scenario) start(ctx context.Context, rc runConfig, dir string) (*setup, error) {
-	s := &setup{sup: newSupervisor(dir), ports: map[int]bool{}, log: rc.Log}
+	s := &setup{sup: newSupervisor(dir), ports: map[int]bool{}, log: rc.Log, queues: chaosQueues}
 	fail := func(err error) (*setup, error) { s.sup.killAll(); return nil, err }
+	if sc.Cluster {
+		seeds, err := s.startCluster(ctx, rc, sc)
+		if err != nil {
+			return fail(err)
+		}
+		k, err := s.sup.newKairos("kairos", rc.ServerBin, s.ports,
+			kairosRedis{addr: seeds, cluster: true, waitReplicas: sc.WaitReplicas})
+		if err != nil {
+			return fail(err)
+		}
+		if err := k.up(ctx); err != nil {
+			return fail(err)
+		}
+		s.kairos = k
+		return s, nil
+	}
 	n := 1
 	if sc.Sentinel {
 		n = 2
@@ -278,6 +318,10 @@ func (s *setup) disrupt(ctx context.Context, ev string, nth int) error {
 		return nil
 	case evFailover:
 		return s.failover(ctx, nth)
+	case evReshard:
+		return s.reshard(ctx, nth)
+	case evMasterKill:
+		return s.masterKill(ctx, nth)
 	}
 	return fmt.Errorf("unknown disruption %q", ev)
 }
@@ -408,6 +452,11 @@ func (s *setup) healthy(ctx context.Context) error {
 			return fmt.Errorf("%s is not running", n.name)
 		}
 	}
+	if s.nodeIDs != nil {
+		if err := s.waitCluster(ctx, 60*time.Second, true); err != nil {
+			return err
+		}
+	}
 	return waitFor(ctx, 30*time.Second, 100*time.Millisecond, func() error { return s.kairos.ready(ctx) })
 }
 
@@ -425,6 +474,8 @@ func (sc scenario) schedule() []string {
 	add(evRedisKill, sc.RedisKills)
 	add(evFlush, sc.Flushes)
 	add(evPause, sc.Pauses)
+	add(evReshard, sc.Reshards)
+	add(evMasterKill, sc.MasterKills)
 	rand.Shuffle(len(evs), func(i, j int) { evs[i], evs[j] = evs[j], evs[i] })
 	if sc.Failovers > 0 {
 		// Failovers take seconds each: interleave them evenly.
@@ -459,12 +510,12 @@ func (sc scenario) run(ctx context.Context, rc runConfig) (res Result, err error
 		return res, err
 	}
 	defer s.sup.killAll()
-	token, err := s.kairos.token(ctx, "chaos")
+	token, err := s.kairos.token(ctx, chaosNamespace)
 	if err != nil {
 		return res, err
 	}
 	w := newWorkload(workloadConfig{
-		API: s.kairos.api, Token: token, Namespace: "chaos", Queues: []string{"q0", "q1", "q2", "q3"},
+		API: s.kairos.api, Token: token, Namespace: chaosNamespace, Queues: s.queues,
 		Tries: sc.Tries, TTR: sc.TTR, Rate: rc.Rate,
 		Publishers: rc.Publishers, Consumers: rc.Consumers, Droppers: sc.Droppers,
 	}, log)
@@ -493,7 +544,7 @@ func (sc scenario) run(ctx context.Context, rc runConfig) (res Result, err error
 		}
 		timeline = append(timeline, disruption{name: name, from: evStart, to: time.Now()})
 		done[ev]++
-		if ev == evFailover || ev == evRedisKill || done[ev]%10 == 0 {
+		if ev == evFailover || ev == evRedisKill || ev == evMasterKill || ev == evReshard || done[ev]%10 == 0 {
 			log.Infof("%s #%d done", ev, done[ev])
 		}
 	}
@@ -510,6 +561,7 @@ func (sc scenario) run(ctx context.Context, rc runConfig) (res Result, err error
 	}
 	c := w.led.summarize()
 	res = sc.result(c, done, s.failoverKinds)
+	res.addCluster(s.cstats)
 	res.LostByDisruption = attribute(c.LostSent, timeline)
 	logLosses(log, c.LostSent, timeline)
 	res.ChaosS = chaosTime.Seconds()

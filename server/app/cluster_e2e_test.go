@@ -62,6 +62,7 @@ func TestE2ECluster(t *testing.T) {
 		{"HistoryTwoServers", TestE2EHistoryTwoServers},
 		{"Tracing", TestE2ETracing},
 		{"DashboardHTTP", TestDashboardHTTP},
+		{"Shards", TestE2EShards},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !onCluster(t) {

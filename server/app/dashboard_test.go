@@ -51,6 +51,12 @@ func dashDo(t *testing.T, e *browserE2E, method, u string, auth bool, form url.V
 func TestDashboardHTTP(t *testing.T) {
 	e := startBrowserE2E(t)
 	xss := e.publish(t, "q1", "", `<script>alert(1)</script>`, nil)
+	// A queue of 4 shards (checked at the end).
+	r := doHTTP(t, http.MethodPut, e.Admin+"/queue/"+e.NS+"/hot/config", "", []byte(`{"shards":4}`), e.basic())
+	r.wantBody(t, `{"backoff":"none","dead_ttl_ms":0,"paused":false,"shards":4}`)
+	for i := 0; i < 12; i++ {
+		e.publish(t, "hot", "", "x", nil)
+	}
 
 	if st, h, _ := dashDo(t, e, "GET", "/ui/", false, nil, nil); st != http.StatusUnauthorized || h.Get("WWW-Authenticate") == "" {
 		t.Fatalf("GET /ui/ without basic auth: %d %v, want 401 with WWW-Authenticate", st, h)
@@ -134,14 +140,14 @@ func TestDashboardHTTP(t *testing.T) {
 			t.Errorf("POST pause, %s: %d, want %d", name, st, want)
 		}
 	}
-	r := doHTTP(t, http.MethodGet, e.Admin+"/queue/"+e.NS+"/q1/config", "", nil, e.basic())
-	r.wantBody(t, `{"backoff":"none","dead_ttl_ms":0,"paused":false}`)
+	r = doHTTP(t, http.MethodGet, e.Admin+"/queue/"+e.NS+"/q1/config", "", nil, e.basic())
+	r.wantBody(t, `{"backoff":"none","dead_ttl_ms":0,"paused":false,"shards":1}`)
 	st, h, _ = dashDo(t, e, "POST", pause, true, url.Values{"_csrf": {csrf}}, cookie)
 	if st != http.StatusSeeOther || h.Get("Location") != "/ui/queue/default/"+e.NS+"/q1" {
 		t.Fatalf("POST pause with the token: %d %v, want 303 to the queue page", st, h)
 	}
 	r = doHTTP(t, http.MethodGet, e.Admin+"/queue/"+e.NS+"/q1/config", "", nil, e.basic())
-	r.wantBody(t, `{"backoff":"none","dead_ttl_ms":0,"paused":true}`)
+	r.wantBody(t, `{"backoff":"none","dead_ttl_ms":0,"paused":true,"shards":1}`)
 
 	// Backoff policy and webhook forms.
 	post := func(action string, form url.Values) (int, string) {
@@ -175,7 +181,7 @@ func TestDashboardHTTP(t *testing.T) {
 		t.Fatalf("set a bad backoff: %d %q, want an error flash", st, flash)
 	}
 	r = doHTTP(t, http.MethodGet, e.Admin+"/queue/"+e.NS+"/q1/config", "", nil, e.basic())
-	r.wantBody(t, `{"backoff":"fixed:5s","dead_ttl_ms":0,"paused":true}`)
+	r.wantBody(t, `{"backoff":"fixed:5s","dead_ttl_ms":0,"paused":true,"shards":1}`)
 	if st, flash := post("webhook", url.Values{"url": {"http://127.0.0.1:9/hook"}, "secret": {"shh"}, "concurrency": {"2"}}); st != http.StatusSeeOther || flash != "owebhook subscribed" {
 		t.Fatalf("subscribe: %d %q", st, flash)
 	}
@@ -193,6 +199,20 @@ func TestDashboardHTTP(t *testing.T) {
 	r = doHTTP(t, http.MethodGet, e.Admin+"/webhook/"+e.NS+"/q1", "", nil, e.basic())
 	if r.Status != http.StatusNotFound {
 		t.Fatalf("webhook after unsubscribe: %v", r)
+	}
+
+	// A sharded queue (issue #22 item 5) is one queue on the pages, its
+	// shards shown on its page.
+	if _, _, body = dashDo(t, e, "GET", "/ui/queue/default/"+e.NS+"/q1", true, nil, cookie); !strings.Contains(body, `id="q-shards">1<`) {
+		t.Fatalf("queue page of an unsharded queue: no shards 1")
+	}
+	_, _, body = dashDo(t, e, "GET", "/ui/queue/default/"+e.NS+"/hot", true, nil, cookie)
+	if !strings.Contains(body, `id="q-shards">4<`) || !strings.Contains(body, `id="q-ready">12<`) {
+		t.Fatalf("queue page of a queue of 4 shards: want shards 4 and 12 ready:\n%s", body)
+	}
+	_, _, body = dashDo(t, e, "GET", "/ui/ns/default/"+e.NS, true, nil, cookie)
+	if !strings.Contains(body, "hot") || strings.Contains(body, "hot~") {
+		t.Fatalf("namespace page: want the queue hot and none of its shards:\n%s", body)
 	}
 }
 

@@ -201,8 +201,8 @@ func TestE2EExtRelease(t *testing.T) {
 func TestE2EExtBackoff(t *testing.T) {
 	e := startE2E(t)
 	r := e.admin(t, http.MethodGet, "/queue/e2e/ladder/config", "")
-	want(t, r, http.StatusOK, `{"backoff":"none","dead_ttl_ms":0,"paused":false}`)
-	e.setQueueConfig(t, "ladder", `{"backoff":"400ms,800ms"}`, `{"backoff":"400ms,800ms","dead_ttl_ms":0,"paused":false}`)
+	want(t, r, http.StatusOK, `{"backoff":"none","dead_ttl_ms":0,"paused":false,"shards":1}`)
+	e.setQueueConfig(t, "ladder", `{"backoff":"400ms,800ms"}`, `{"backoff":"400ms,800ms","dead_ttl_ms":0,"paused":false,"shards":1}`)
 	want(t, e.admin(t, http.MethodPut, "/queue/e2e/ladder/config", `{"backoff":"10s,soon"}`), http.StatusBadRequest,
 		`{"error":"invalid backoff \"10s,soon\": a ladder is a comma-separated list of durations such as 10s,30s,1m"}`)
 
@@ -232,8 +232,8 @@ func TestE2EExtBackoff(t *testing.T) {
 
 	// Exponential and fixed policies are accepted and shown in text form.
 	e.setQueueConfig(t, "plain", `{"backoff":"exponential:1s,factor=2,max=1m,jitter=0.1"}`,
-		`{"backoff":"exponential:1s,factor=2,max=1m,jitter=0.1","dead_ttl_ms":0,"paused":false}`)
-	e.setQueueConfig(t, "plain", `{"backoff":"fixed:30s"}`, `{"backoff":"fixed:30s","dead_ttl_ms":0,"paused":false}`)
+		`{"backoff":"exponential:1s,factor=2,max=1m,jitter=0.1","dead_ttl_ms":0,"paused":false,"shards":1}`)
+	e.setQueueConfig(t, "plain", `{"backoff":"fixed:30s"}`, `{"backoff":"fixed:30s","dead_ttl_ms":0,"paused":false,"shards":1}`)
 }
 
 // TestE2EExtTouch (item 3): touch extends the TTR of the current delivery.
@@ -473,7 +473,7 @@ func (e *e2e) metricValue(t *testing.T, name string, labels ...string) float64 {
 func TestE2EExtWebhook(t *testing.T) {
 	e := startE2E(t)
 	flaky := newReceiver(t, "s3cret", 2)
-	e.setQueueConfig(t, "hook", `{"backoff":"200ms,400ms"}`, `{"backoff":"200ms,400ms","dead_ttl_ms":0,"paused":false}`)
+	e.setQueueConfig(t, "hook", `{"backoff":"200ms,400ms"}`, `{"backoff":"200ms,400ms","dead_ttl_ms":0,"paused":false,"shards":1}`)
 	r := e.admin(t, http.MethodPut, "/webhook/e2e/hook", `{"url":"`+flaky.URL+`/in","secret":"s3cret","concurrency":2,"ttr_ms":5000,"timeout_ms":2000}`)
 	want(t, r, http.StatusOK, `{"concurrency":2,"namespace":"e2e","pool":"default","queue":"hook","secret":"REDACTED","timeout_ms":2000,"ttr_ms":5000,"url":"`+flaky.URL+`/in"}`)
 	want(t, e.admin(t, http.MethodGet, "/webhook/e2e/hook", ""), http.StatusOK, string(r.Body))
@@ -511,7 +511,7 @@ func TestE2EExtWebhook(t *testing.T) {
 
 	// A receiver that always fails: tries run out, the job is dead.
 	broken := newReceiver(t, "other", -1)
-	e.setQueueConfig(t, "doomed", `{"backoff":"fixed:100ms"}`, `{"backoff":"fixed:100ms","dead_ttl_ms":0,"paused":false}`)
+	e.setQueueConfig(t, "doomed", `{"backoff":"fixed:100ms"}`, `{"backoff":"fixed:100ms","dead_ttl_ms":0,"paused":false,"shards":1}`)
 	want(t, e.admin(t, http.MethodPut, "/webhook/e2e/doomed", `{"url":"`+broken.URL+`","secret":"other"}`), http.StatusOK,
 		`{"concurrency":1,"namespace":"e2e","pool":"default","queue":"doomed","secret":"REDACTED","timeout_ms":10000,"ttr_ms":30000,"url":"`+broken.URL+`"}`)
 	id = e.publish(t, "doomed", "tries=2", "never")
@@ -655,7 +655,7 @@ func TestE2EExtDeadLetter(t *testing.T) {
 	}
 
 	// A dead TTL: dead jobs expire.
-	e.setQueueConfig(t, "brief", `{"dead_ttl_ms":800}`, `{"backoff":"none","dead_ttl_ms":800,"paused":false}`)
+	e.setQueueConfig(t, "brief", `{"dead_ttl_ms":800}`, `{"backoff":"none","dead_ttl_ms":800,"paused":false,"shards":1}`)
 	id := e.killNacked(t, "brief", "fleeting", nil)
 	if d := e.inspect(t, "brief", id); d.State != "dead" || d.TTL != 1 {
 		t.Fatalf("dead job with an 800 ms dead TTL: %+v", d)
@@ -670,7 +670,7 @@ func TestE2EExtDeadLetter(t *testing.T) {
 func TestE2EExtPause(t *testing.T) {
 	e := startE2E(t)
 	want(t, e.do(t, http.MethodPut, "paws/pause", "", nil, nil), http.StatusNoContent, "")
-	want(t, e.admin(t, http.MethodGet, "/queue/e2e/paws/config", ""), http.StatusOK, `{"backoff":"none","dead_ttl_ms":0,"paused":true}`)
+	want(t, e.admin(t, http.MethodGet, "/queue/e2e/paws/config", ""), http.StatusOK, `{"backoff":"none","dead_ttl_ms":0,"paused":true,"shards":1}`)
 	id := e.publish(t, "paws", "", "waiting")
 	e.wantNoJob(t, "paws", "")
 	got := make(chan *response, 1)
@@ -695,7 +695,7 @@ func TestE2EExtPause(t *testing.T) {
 	if lat := time.Since(start); lat > 500*time.Millisecond {
 		t.Fatalf("waiting consumer served %v after resume", lat)
 	}
-	want(t, e.admin(t, http.MethodGet, "/queue/e2e/paws/config", ""), http.StatusOK, `{"backoff":"none","dead_ttl_ms":0,"paused":false}`)
+	want(t, e.admin(t, http.MethodGet, "/queue/e2e/paws/config", ""), http.StatusOK, `{"backoff":"none","dead_ttl_ms":0,"paused":false,"shards":1}`)
 }
 
 // TestE2EExtInspection (item 10): GET …/job/:id with X-Kairos-Extensions

@@ -477,7 +477,7 @@ func TestE2EOpenAPIEveryOperation(t *testing.T) {
 	} {
 		wantLocation(uiDo(303, post, uiq+"/"+a.action, withCSRF(a.form), cookie), uiq)
 	}
-	o.adm(200, get, "/queue/oa/uiq/config", "", nil).wantBody(t, `{"backoff":"fixed:2s","dead_ttl_ms":0,"paused":false}`)
+	o.adm(200, get, "/queue/oa/uiq/config", "", nil).wantBody(t, `{"backoff":"fixed:2s","dead_ttl_ms":0,"paused":false,"shards":1}`)
 	// Job actions: the respawned jobs die again, one is respawned back to
 	// its page, one deleted from the dead letter, then the first deleted.
 	for range uiDead {
@@ -564,7 +564,7 @@ func TestE2EOpenAPIEveryOperation(t *testing.T) {
 	}
 	o.do(401, post, k.Admin+"/ui/queue/default/oa/dash/pause", "", []byte("_csrf="+csrf), cookie)
 	o.do(401, post, k.Admin+"/ui/tokens/revoke", "", []byte("_csrf="+csrf), cookie)
-	o.adm(200, get, "/queue/oa/dash/config", "", nil).wantBody(t, `{"backoff":"none","dead_ttl_ms":0,"paused":false}`)
+	o.adm(200, get, "/queue/oa/dash/config", "", nil).wantBody(t, `{"backoff":"none","dead_ttl_ms":0,"paused":false,"shards":1}`)
 	o.adm(200, get, "/queue/oa/dash/job/"+dashID, "", nil)
 
 	// Bad names on every route that takes a namespace: 400 before anything

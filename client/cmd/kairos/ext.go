@@ -159,16 +159,20 @@ func (c *cli) queueConfigCmd() *cobra.Command {
 		pool, backoff  string
 		deadTTL        time.Duration
 		pause, unpause bool
+		shards         int
 	)
 	cmd := &cobra.Command{
 		Use:   "queue-config QUEUE",
-		Short: "Show or change a queue's backoff policy, dead TTL and pause (Kairos, admin API)",
+		Short: "Show or change a queue's backoff policy, dead TTL, pause and shards (Kairos, admin API)",
 		Long: `Show the settings of QUEUE in --namespace, or change those given:
   --backoff   retry policy when a TTR expires or a job is released without delay:
               none, fixed:30s, exponential:1s,factor=2,max=10m,jitter=0.2, or a
               ladder such as 10s,30s,1m,5m
   --dead-ttl  how long dead jobs are kept (0 = forever)
-  --paused / --unpaused`,
+  --paused / --unpaused
+  --shards    spread the queue over N shards, 1..64 (1 = unsharded): a hot
+              queue over several masters of a Redis Cluster; ordering is then
+              per shard`,
 		Example: `  kairos queue-config emails --backoff exponential:1s,factor=2,max=5m --dead-ttl 168h`,
 		Args:    queueArgs(cobra.ExactArgs(1), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
@@ -194,6 +198,12 @@ func (c *cli) queueConfigCmd() *cobra.Command {
 			if pause || unpause {
 				patch.Paused = &pause
 			}
+			if fl.Changed("shards") {
+				if shards < 1 || shards > 64 {
+					return usagef("--shards must be 1..64")
+				}
+				patch.Shards = &shards
+			}
 			var cfg client.QueueConfig
 			if patch == (client.QueueConfigPatch{}) {
 				cfg, err = adm.QueueConfig(cmd.Context(), pool, ns, a[0])
@@ -204,9 +214,9 @@ func (c *cli) queueConfigCmd() *cobra.Command {
 				return err
 			}
 			if c.jsonOut {
-				return c.printJSON(map[string]any{"backoff": cfg.Backoff, "dead_ttl_ms": cfg.DeadTTL.Milliseconds(), "paused": cfg.Paused})
+				return c.printJSON(map[string]any{"backoff": cfg.Backoff, "dead_ttl_ms": cfg.DeadTTL.Milliseconds(), "paused": cfg.Paused, "shards": max(cfg.Shards, 1)})
 			}
-			_, err = fmt.Fprintf(c.io.out, "backoff=%s dead_ttl=%s paused=%t\n", cfg.Backoff, cfg.DeadTTL, cfg.Paused)
+			_, err = fmt.Fprintf(c.io.out, "backoff=%s dead_ttl=%s paused=%t shards=%d\n", cfg.Backoff, cfg.DeadTTL, cfg.Paused, max(cfg.Shards, 1))
 			return err
 		},
 	}
@@ -217,5 +227,6 @@ func (c *cli) queueConfigCmd() *cobra.Command {
 	serverDefault(fl, "dead-ttl")
 	fl.BoolVar(&pause, "paused", false, "pause the queue")
 	fl.BoolVar(&unpause, "unpaused", false, "resume the queue")
+	fl.IntVar(&shards, "shards", 0, "spread the queue over this many shards, 1..64 (left out: unchanged)")
 	return cmd
 }

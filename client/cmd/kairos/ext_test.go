@@ -75,14 +75,18 @@ func TestExtensionCommands(t *testing.T) {
 	kairos(t, env, "", "pause", "pz").want(t, exitOK)
 	c.Publish(ctx, "pz", []byte("x"))
 	kairos(t, env, "", "consume", "pz", "--wait", "0").want(t, exitNotFound)
-	if r := kairos(t, env, "", "queue-config", "pz").want(t, exitOK); r.stdout != "backoff=none dead_ttl=0s paused=true\n" {
+	if r := kairos(t, env, "", "queue-config", "pz").want(t, exitOK); r.stdout != "backoff=none dead_ttl=0s paused=true shards=1\n" {
 		t.Fatalf("queue-config: %q", r.stdout)
 	}
 	kairos(t, env, "", "resume", "pz").want(t, exitOK)
 	kairos(t, env, "", "consume", "pz", "--wait", "2s", "--ack").want(t, exitOK)
-	if r := kairos(t, env, "", "--json", "queue-config", "pz", "--backoff", "1s,5s", "--dead-ttl", "1h", "--paused").want(t, exitOK); r.stdout != `{"backoff":"1s,5s","dead_ttl_ms":3600000,"paused":true}`+"\n" {
+	if r := kairos(t, env, "", "--json", "queue-config", "pz", "--backoff", "1s,5s", "--dead-ttl", "1h", "--paused").want(t, exitOK); r.stdout != `{"backoff":"1s,5s","dead_ttl_ms":3600000,"paused":true,"shards":1}`+"\n" {
 		t.Fatalf("queue-config set: %q", r.stdout)
 	}
+	if r := kairos(t, env, "", "queue-config", "pz", "--shards", "4").want(t, exitOK); r.stdout != "backoff=1s,5s dead_ttl=1h0m0s paused=true shards=4\n" {
+		t.Fatalf("queue-config --shards 4: %q", r.stdout)
+	}
+	kairos(t, env, "", "queue-config", "pz", "--shards", "65").want(t, exitUsage)
 	kairos(t, env, "", "queue-config", "pz", "--backoff", "sometimes").want(t, exitUsage)
 
 	// Dead-letter browsing, one-job respawn and delete, limit all.
