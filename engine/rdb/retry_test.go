@@ -106,10 +106,10 @@ func (f *refuseKeys) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 			}
 			send = append(send, c)
 		}
-		if len(send) == 0 {
-			return nil
+		if len(send) > 0 {
+			_ = next(ctx, send)
 		}
-		return next(ctx, send)
+		return firstErr(cmds) // as a cluster client's pipeline answers
 	}
 }
 
