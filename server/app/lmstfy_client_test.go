@@ -153,14 +153,21 @@ func TestLmstfyClient(t *testing.T) {
 	})
 
 	run("ConsumeFromQueues blocking on a 2 s delay", func(t *testing.T) {
+		// Early is measured from before the publish (the job cannot fall
+		// due sooner), late from after it (a slow publish answer under
+		// -race must not make the job look early).
+		before := time.Now()
 		id := okID(t)(cli.Publish("cfqb-4", []byte("delayed"), 0, 1, 2))
 		start := time.Now()
 		job := okJob(t)(cli.ConsumeFromQueuesWithContext(context.Background(), 10, 3, "cfqb-3", "cfqb-4", "cfqb-5"))
 		if job == nil || job.ID != id || job.Queue != "cfqb-4" {
 			t.Fatalf("ConsumeFromQueuesWithContext: %+v, want %s from cfqb-4", job, id)
 		}
-		if el := time.Since(start); el < 1900*time.Millisecond || el > 2300*time.Millisecond {
-			t.Fatalf("2 s delayed job delivered after %v", el)
+		if el := time.Since(before); el < 2*time.Second {
+			t.Fatalf("2 s delayed job delivered %v after its publish began", el)
+		}
+		if el := time.Since(start); el > 2300*time.Millisecond {
+			t.Fatalf("2 s delayed job delivered %v after its publish answered", el)
 		}
 	})
 
@@ -378,6 +385,7 @@ func TestLmstfyClient(t *testing.T) {
 
 	run("tries=2 ttr=1", func(t *testing.T) {
 		id := okID(t)(cli.Publish("tries2", []byte("x"), 0, 2, 0))
+		before := time.Now() // the TTR cannot start before the consume is sent
 		job := okJob(t)(cli.ConsumeWithFreezeTries("tries2", 1, 0))
 		if job == nil || job.ID != id || job.RemainTries != 1 {
 			t.Fatalf("first consume: %+v, want %s with remain_tries 1 (freeze_tries is ignored)", job, id)
@@ -387,8 +395,11 @@ func TestLmstfyClient(t *testing.T) {
 		if job == nil || job.ID != id || job.RemainTries != 0 {
 			t.Fatalf("second consume: %+v, want %s with remain_tries 0", job, id)
 		}
-		if el := time.Since(start); el < 800*time.Millisecond || el > 1300*time.Millisecond {
-			t.Fatalf("job back %v after a ttr=1 consume, want ≈ 1 s", el)
+		if el := time.Since(before); el < time.Second {
+			t.Fatalf("job back %v after a ttr=1 consume was sent, before its TTR", el)
+		}
+		if el := time.Since(start); el > 1600*time.Millisecond {
+			t.Fatalf("job back %v after a ttr=1 consume answered, want ≈ 1 s", el)
 		}
 		head := waitDead(t, cli, "tries2", 1)
 		if head != id {
@@ -565,7 +576,7 @@ func TestLmstfyClient(t *testing.T) {
 			if el := time.Since(start); el > time.Second {
 				t.Fatalf("%s returned %v after its context's 200 ms deadline", c.name, el)
 			}
-			time.Sleep(100 * time.Millisecond) // the server notices the disconnect
+			time.Sleep(300 * time.Millisecond) // the server notices the disconnect (slower under -race)
 			id := okID(t)(cli.Publish("ctx", []byte(c.name), 0, 1, 0))
 			if job := okJob(t)(cli.Consume("ctx", 10, 1)); job == nil || job.ID != id {
 				t.Fatalf("after %s gave up: Consume got %+v, want %s (taken by the gone consumer?)", c.name, job, id)
