@@ -9,7 +9,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.buildCommit=$(COMMIT) -X main.buil
 # The CLI is built only once its package has Go files.
 CLIENT_CMD := $(wildcard client/cmd/kairos/*.go)
 
-.PHONY: bench-check bench-lmstfy build run test test-short lint cover bench chaos soak clean help
+.PHONY: bench-check bench-cluster bench-lmstfy build run test test-short lint cover bench chaos soak clean help
 
 ## build: bin/kairos-server (and bin/kairos, the CLI, when it exists)
 build:
@@ -73,6 +73,10 @@ bench-check:
 ## bench-lmstfy: lmstfy (built from the Go module proxy) and Kairos side by side, each on a fresh Redis; ARGS= passes kairos bench arguments
 bench-lmstfy:
 	scripts/lmstfy-bench.sh $(ARGS)
+
+## bench-cluster: Kairos on a throwaway 6-node Redis Cluster beside Kairos on a throwaway single Redis, same run: per-job CPU (server, Redis per master), throughput (ROUNDS=, DURATION=, SHARDS=K; doc/performance.md)
+bench-cluster:
+	scripts/cluster-bench.sh
 
 ## clean: remove build and coverage output
 clean:

@@ -50,6 +50,14 @@ type Config struct {
 	// (ProcessCPU for a local one); RedisCPU meters Redis's (RedisProbe.CPU). The
 	// load generator's own CPU time is always metered.
 	ServerCPU, RedisCPU CPUMeter
+	// RedisNodes, when set, meters every node of Redis instead of RedisCPU
+	// (RedisProbe.NodesCPU): on a cluster, the results split Redis's CPU
+	// per master and give the replicas' apart.
+	RedisNodes func(ctx context.Context) ([]NodeCPU, error)
+	// PrepareQueue, when set, runs once for each queue a scenario uses,
+	// after the scenario named it and before it publishes there: the CLI
+	// sets the queue's shards there (--shards).
+	PrepareQueue func(ctx context.Context, queue string) error
 	// Settle, when set, runs before each measured phase, after its set-up:
 	// the CLI waits there for the server's Redis to end a snapshot or AOF
 	// rewrite (RedisProbe.Quiet) that earlier writes set off.
@@ -109,7 +117,34 @@ type Result struct {
 	LoadgenCPUUS float64 `json:"loadgen_cpu_us_per_job"`
 	ServerCPUUS  float64 `json:"server_cpu_us_per_job,omitempty"`
 	RedisCPUUS   float64 `json:"redis_cpu_us_per_job,omitempty"`
-	Note         string  `json:"note,omitempty"`
+	// On a Redis Cluster (Config.RedisNodes), RedisCPUUS is the masters'
+	// total, RedisMasters each master's part and RedisReplicasCPUUS the
+	// replicas' total.
+	RedisMasters       []MasterCPU `json:"redis_masters,omitempty"`
+	RedisReplicasCPUUS float64     `json:"redis_replicas_cpu_us_per_job,omitempty"`
+	Note               string      `json:"note,omitempty"`
+}
+
+// MasterCPU is one cluster master's part of Redis's CPU in a scenario.
+type MasterCPU struct {
+	Addr  string  `json:"addr"`
+	Slots int     `json:"slots"`
+	CPUUS float64 `json:"cpu_us_per_job"`
+	// Share is CPUUS over the masters' total.
+	Share float64 `json:"share"`
+}
+
+// prepare runs Config.PrepareQueue, if any, on each queue.
+func (c *Config) prepare(ctx context.Context, queues ...string) error {
+	if c.PrepareQueue == nil {
+		return nil
+	}
+	for _, q := range queues {
+		if err := c.PrepareQueue(ctx, q); err != nil {
+			return fmt.Errorf("queue %s: %w", q, err)
+		}
+	}
+	return nil
 }
 
 // runQueue names a scenario's queue for one run: a fresh queue per run, so
@@ -377,13 +412,20 @@ func Publish(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	queue := escQueue(runQueue(cfg.Queue, "publish"))
-	paths := []string{queue}
+	queue := runQueue(cfg.Queue, "publish")
+	queues := []string{queue}
 	if nq := cfg.Queues; nq > 1 {
-		paths = make([]string, nq)
-		for i := range paths {
-			paths[i] = queue + "-" + strconv.Itoa(i)
+		queues = make([]string, nq)
+		for i := range queues {
+			queues[i] = queue + "-" + strconv.Itoa(i)
 		}
+	}
+	if err := cfg.prepare(ctx, queues...); err != nil {
+		return Result{}, err
+	}
+	paths := make([]string, len(queues))
+	for i, q := range queues {
+		paths[i] = escQueue(q)
 	}
 	body, query := c.body(0), publishQuery(0)
 	var seq atomic.Int64
@@ -408,7 +450,11 @@ func BulkPublish(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	path := escQueue(runQueue(cfg.Queue, "bulk"))
+	queue := runQueue(cfg.Queue, "bulk")
+	if err := cfg.prepare(ctx, queue); err != nil {
+		return Result{}, err
+	}
+	path := escQueue(queue)
 	bodies := make([][]byte, cfg.BulkSize)
 	for i := range bodies {
 		bodies[i] = c.body(int64(i))
@@ -441,6 +487,9 @@ func ConsumeAck(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	queue := runQueue(cfg.Queue, "consume")
+	if err := cfg.prepare(ctx, queue); err != nil {
+		return Result{}, err
+	}
 	c.drain(ctx, queue)
 	if err := fill(ctx, c, queue, cfg.Jobs, 0); err != nil {
 		return Result{}, err
@@ -598,6 +647,9 @@ func Latency(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	queue := runQueue(cfg.Queue, "latency")
+	if err := cfg.prepare(ctx, queue); err != nil {
+		return Result{}, err
+	}
 	c.drain(ctx, queue)
 	var errs atomic.Int64
 	cs := startConsumers(ctx, c, queue, cfg.Concurrency)
@@ -677,6 +729,9 @@ func Delayed(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	queue := runQueue(cfg.Queue, "delayed")
+	if err := cfg.prepare(ctx, queue); err != nil {
+		return Result{}, err
+	}
 	c.drain(ctx, queue)
 	var errs atomic.Int64
 	cfg.settle(ctx)
@@ -736,6 +791,9 @@ func Burst(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	queue := runQueue(cfg.Queue, "burst")
+	if err := cfg.prepare(ctx, queue); err != nil {
+		return Result{}, err
+	}
 	c.drain(ctx, queue)
 	// Start just after a second boundary, so that every job falls due in
 	// the second `due`: at once on a server with whole-second timers
@@ -801,6 +859,11 @@ func Idle(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	nq := max(1, cfg.Concurrency/100)
+	for q := 0; q < nq; q++ {
+		if err := cfg.prepare(ctx, fmt.Sprintf("%s-idle-%d", cfg.Queue, q)); err != nil {
+			return Result{}, err
+		}
+	}
 	cfg.settle(ctx)
 	var lat samples
 	var ops atomic.Int64
@@ -871,7 +934,7 @@ func Idle(ctx context.Context, cfg Config) (Result, error) {
 		if cfg.ServerCPU != nil {
 			note += ", server " + share(hold.server, held.server)
 		}
-		if cfg.RedisCPU != nil {
+		if cfg.redisMetered() {
 			note += ", Redis " + share(hold.redis, held.redis)
 		}
 		r.Note = addNote(r.Note, note)

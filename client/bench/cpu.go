@@ -1,17 +1,15 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // A CPUMeter reads a cumulative CPU time (user + system): of the load
@@ -60,122 +58,11 @@ func parseProcStat(b []byte) (time.Duration, error) {
 	return time.Duration(ticks) * time.Second / clockTicks, nil
 }
 
-// RedisProbe reads a Redis server's INFO for the benchmark: the CPU time
-// its main thread has spent, and whether a fork of it (a snapshot or an AOF
-// rewrite) is running.
-type RedisProbe struct {
-	rdb *redis.Client
-}
-
-// NewRedisProbe connects a probe to addr, HOST:PORT or a redis:// URL.
-func NewRedisProbe(addr string) (*RedisProbe, error) {
-	opt := &redis.Options{Addr: addr}
-	if strings.Contains(addr, "://") {
-		var err error
-		if opt, err = redis.ParseURL(addr); err != nil {
-			return nil, fmt.Errorf("bench: redis address: %w", err)
-		}
-	}
-	opt.PoolSize = 1
-	return &RedisProbe{rdb: redis.NewClient(opt)}, nil
-}
-
-// Close closes the probe's connection.
-func (p *RedisProbe) Close() error { return p.rdb.Close() }
-
-// CPU is a CPUMeter: used_cpu_sys + used_cpu_user of INFO cpu.
-func (p *RedisProbe) CPU(ctx context.Context) (time.Duration, error) {
-	info, err := p.rdb.Info(ctx, "cpu").Result()
-	if err != nil {
-		return 0, fmt.Errorf("bench: redis INFO cpu: %w", err)
-	}
-	return parseRedisCPU(info)
-}
-
-// quietFor is how long Quiet wants Redis without a fork before it returns:
-// more than a serverCron period (100 ms at the default hz 10), in which
-// Redis starts an AOF rewrite that the writes before have made due.
-const quietFor = 250 * time.Millisecond
-
-// Quiet waits until Redis runs no snapshot or AOF rewrite, and has run
-// none for quietFor, and returns how long it waited for one to end (0 when
-// there was none). A fork's child competes with the server, Redis and the
-// load generator for the machine's cores, and its copy-on-write faults
-// slow Redis itself; a measured phase that starts inside a rewrite that
-// its set-up (a preload, a fill) set off measures the rewrite.
-func (p *RedisProbe) Quiet(ctx context.Context) (time.Duration, error) {
-	start := time.Now()
-	var busy time.Duration
-	var quietSince time.Time
-	for {
-		info, err := p.rdb.Info(ctx, "persistence").Result()
-		if err != nil {
-			return busy, fmt.Errorf("bench: redis INFO persistence: %w", err)
-		}
-		now := time.Now()
-		switch {
-		case redisForking(info):
-			quietSince = time.Time{}
-			busy = now.Sub(start)
-		case quietSince.IsZero():
-			quietSince = now
-		case now.Sub(quietSince) >= quietFor:
-			return busy, nil
-		}
-		t := time.NewTimer(50 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return busy, ctx.Err()
-		case <-t.C:
-		}
-	}
-}
-
-// redisForking reports whether an INFO persistence reply shows a snapshot,
-// an AOF rewrite (running or scheduled) or a module's fork in progress.
-func redisForking(info string) bool {
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
-		if !ok || v == "0" {
-			continue
-		}
-		switch k {
-		case "rdb_bgsave_in_progress", "aof_rewrite_in_progress", "aof_rewrite_scheduled", "module_fork_in_progress":
-			return true
-		}
-	}
-	return false
-}
-
-// parseRedisCPU returns used_cpu_sys + used_cpu_user of an INFO reply.
-func parseRedisCPU(info string) (time.Duration, error) {
-	var total float64
-	found := 0
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
-		if !ok || (k != "used_cpu_sys" && k != "used_cpu_user") {
-			continue
-		}
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			return 0, fmt.Errorf("bench: redis INFO %s: %w", k, err)
-		}
-		total += f
-		found++
-	}
-	if found != 2 {
-		return 0, errors.New("bench: redis INFO cpu lacks used_cpu_sys or used_cpu_user")
-	}
-	return time.Duration(total * float64(time.Second)), nil
-}
-
 // cpuMark is one reading of a run's meters.
 type cpuMark struct {
 	self, server, redis time.Duration
-	err                 error // the first meter error
+	nodes               []NodeCPU // with Config.RedisNodes
+	err                 error     // the first meter error
 }
 
 func (cfg *Config) cpuMark(ctx context.Context) cpuMark {
@@ -195,9 +82,20 @@ func (cfg *Config) cpuMark(ctx context.Context) cpuMark {
 		*d = v
 	}
 	read(cfg.ServerCPU, &m.server)
-	read(cfg.RedisCPU, &m.redis)
+	if cfg.RedisNodes != nil {
+		m.nodes, err = cfg.RedisNodes(ctx)
+		if err != nil && m.err == nil {
+			m.err = err
+		}
+		m.redis = mastersCPU(m.nodes)
+	} else {
+		read(cfg.RedisCPU, &m.redis)
+	}
 	return m
 }
+
+// redisMetered reports whether the run meters Redis's CPU.
+func (cfg *Config) redisMetered() bool { return cfg.RedisCPU != nil || cfg.RedisNodes != nil }
 
 // setCPU reads the meters again and records in r the CPU each spent per job
 // (r.Ops) since start.
@@ -215,7 +113,59 @@ func (r *Result) setCPU(ctx context.Context, cfg *Config, start cpuMark) {
 	if cfg.ServerCPU != nil {
 		r.ServerCPUUS = per(end.server - start.server)
 	}
-	if cfg.RedisCPU != nil {
+	if cfg.RedisNodes != nil {
+		r.setNodesCPU(start.nodes, end.nodes, per)
+	} else if cfg.RedisCPU != nil {
 		r.RedisCPUUS = per(end.redis - start.redis)
+	}
+}
+
+// setNodesCPU records Redis's CPU per job from two readings of every node:
+// the masters' total and each master's part, and the replicas' total (on a
+// cluster). A node found in one reading only (a failover, a node added
+// during the run) is left out and named in the note.
+func (r *Result) setNodesCPU(start, end []NodeCPU, per func(time.Duration) float64) {
+	before := make(map[string]NodeCPU, len(start))
+	for _, n := range start {
+		before[n.Addr] = n
+	}
+	var masters []MasterCPU
+	var total, replicas time.Duration
+	var changed []string
+	cluster := false
+	for _, n := range end {
+		b, ok := before[n.Addr]
+		delete(before, n.Addr)
+		if n.Slots > 0 || !n.Master {
+			cluster = true
+		}
+		if !ok || b.Master != n.Master {
+			changed = append(changed, n.Addr)
+			continue
+		}
+		d := n.CPU - b.CPU
+		if !n.Master {
+			replicas += d
+			continue
+		}
+		total += d
+		masters = append(masters, MasterCPU{Addr: n.Addr, Slots: n.Slots, CPUUS: per(d)})
+	}
+	for a := range before {
+		changed = append(changed, a)
+	}
+	r.RedisCPUUS = per(total)
+	if cluster {
+		for i := range masters {
+			if total > 0 {
+				masters[i].Share = masters[i].CPUUS / r.RedisCPUUS
+			}
+		}
+		r.RedisMasters = masters
+		r.RedisReplicasCPUUS = per(replicas)
+	}
+	if len(changed) > 0 {
+		sort.Strings(changed)
+		r.Note = addNote(r.Note, "Redis nodes that changed role or came or went during the run, left out of its CPU: "+strings.Join(changed, ", "))
 	}
 }

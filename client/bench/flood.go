@@ -34,7 +34,11 @@ func Flood(ctx context.Context, cfg Config) (Result, error) {
 	if pubs <= 0 {
 		pubs = DefaultFloodPublishers
 	}
-	path := escQueue(runQueue(cfg.Queue, "flood"))
+	queue := runQueue(cfg.Queue, "flood")
+	if err := cfg.prepare(ctx, queue); err != nil {
+		return Result{}, err
+	}
+	path := escQueue(queue)
 	body, query := c.body(0), publishQuery(0)
 
 	// The valid publishers start first, so that their tokens are known

@@ -17,11 +17,19 @@ import (
 func startKairos(t *testing.T) (string, string) {
 	t.Helper()
 	srv := redistest.Start(t)
+	return startKairosOn(t, config.RedisConf{Addr: srv.Addr})
+}
+
+// startKairosOn runs a whole Kairos whose admin Redis and default pool are
+// rc (a Redis Cluster with rc.Cluster).
+func startKairosOn(t *testing.T, rc config.RedisConf) (string, string) {
+	t.Helper()
 	cfg := config.Default()
 	cfg.Host, cfg.Port, cfg.AdminPort = "127.0.0.1", 0, 0
 	cfg.LogLevel = "error"
-	cfg.AdminRedis.Addr = srv.Addr
-	cfg.Pool = map[string]config.RedisConf{"default": {Addr: srv.Addr}}
+	cfg.Kairos.Embedded = false
+	cfg.AdminRedis = rc
+	cfg.Pool = map[string]config.RedisConf{config.DefaultPoolName: rc}
 	ctx, cancel := context.WithCancel(context.Background())
 	a, err := app.New(ctx, cfg, app.Options{})
 	if err != nil {

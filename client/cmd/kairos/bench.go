@@ -63,6 +63,17 @@ measured phase also starts only once that Redis runs no snapshot or AOF
 rewrite (INFO persistence), so that a rewrite set off by a preload or a fill
 does not land in the measurement; the wait is printed.
 
+On a Redis Cluster, --redis takes one seed (or several, HOST:PORT,...): the
+nodes are found with CLUSTER NODES at each reading, the Redis CPU is the
+masters' total, a table splits it per master (JSON: redis_masters) and gives
+the replicas' apart (redis_replicas_cpu_us_per_job), and a measured phase
+waits for a fork on any node.
+
+--shards K sets each bench queue's shards (a hot queue spread over K slot
+groups) with PUT /queue/NS/Q/config {"shards":K} on --admin-addr before the
+scenario publishes to it; the bench fails if the server does not answer
+"shards": K.
+
 "kairos bench delay-proxy --to HOST:PORT --delay 1ms" forwards TCP to HOST:PORT
 with that delay each way and prints its address: point the server's AdminRedis
 at it to measure the flood scenario with the admin Redis 1 ms away.`
@@ -141,7 +152,8 @@ func (c *cli) benchCmd() *cobra.Command {
 	var cfg bench.Config
 	var ceiling bool
 	var redisAddr, redisCPUAddr string
-	var runs, preload, serverPID int
+	var runs, preload, serverPID, shards int
+	var shardsPool string
 	cmd := &cobra.Command{
 		Use:   "bench [scenario...]",
 		Short: "Load-test an lmstfy-compatible server",
@@ -185,10 +197,20 @@ func (c *cli) benchCmd() *cobra.Command {
 					return usagef("--redis: %v", err)
 				}
 				defer func() { _ = probe.Close() }()
-				if _, err := probe.CPU(ctx); err != nil {
+				nodes, err := probe.NodesCPU(ctx)
+				if err != nil {
 					return fmt.Errorf("--redis: %w", err)
 				}
-				cfg.RedisCPU = probe.CPU
+				if len(nodes) > 1 {
+					masters := 0
+					for _, n := range nodes {
+						if n.Master {
+							masters++
+						}
+					}
+					fmt.Fprintf(c.io.err, "--redis: a Redis Cluster of %d masters and %d replicas; metering each\n", masters, len(nodes)-masters)
+				}
+				cfg.RedisNodes = probe.NodesCPU
 				cfg.Settle = func(ctx context.Context) {
 					waited, err := probe.Quiet(ctx)
 					switch {
@@ -198,6 +220,16 @@ func (c *cli) benchCmd() *cobra.Command {
 						fmt.Fprintf(c.io.err, "waited %.1fs for Redis to end a snapshot or AOF rewrite\n", waited.Seconds())
 					}
 				}
+			}
+			if shards < 0 {
+				return usagef("--shards must not be negative")
+			}
+			if shards > 0 {
+				ns := cfg.Namespace
+				if ns == "" {
+					ns = "bench" // bench.Config's default
+				}
+				cfg.PrepareQueue = c.setShards(ns, shardsPool, shards)
 			}
 			var ceil *bench.CeilingProcess
 			if ceiling {
@@ -233,7 +265,8 @@ func (c *cli) benchCmd() *cobra.Command {
 				if ceil != nil && sc.ceiling {
 					ceilCfg := run
 					ceilCfg.Addr = ceil.Addr
-					ceilCfg.ServerCPU, ceilCfg.RedisCPU, ceilCfg.Settle = ceil.CPU(), nil, nil
+					ceilCfg.ServerCPU, ceilCfg.RedisCPU, ceilCfg.RedisNodes, ceilCfg.Settle = ceil.CPU(), nil, nil, nil
+					ceilCfg.PrepareQueue = nil
 					cr, err := measure(ctx, sc.run, ceilCfg, runs)
 					if err != nil {
 						return fmt.Errorf("%s on the ceiling server: %w", name, err)
@@ -278,7 +311,9 @@ func (c *cli) benchCmd() *cobra.Command {
 	f.IntVar(&cfg.Publishers, "publishers", bench.DefaultFloodPublishers, "valid publishers of the flood scenario (--concurrency is its flood's clients)")
 	f.IntVar(&preload, "preload-delayed", 0, "first publish this many jobs delayed by an hour (a large timer), destroyed at the end")
 	f.IntVar(&serverPID, "server-pid", 0, "PID of the server under test, on this machine: print its CPU µs per job (/proc/PID/stat)")
-	f.StringVar(&redisCPUAddr, "redis", "", "the server's Redis (HOST:PORT or redis:// URL): print its CPU µs per job (INFO cpu); each measured phase waits until it runs no snapshot or AOF rewrite")
+	f.StringVar(&redisCPUAddr, "redis", "", "the server's Redis (HOST:PORT, a redis:// URL, or a cluster's seeds HOST:PORT,...): print its CPU µs per job (INFO cpu), per master on a cluster; each measured phase waits until it runs no snapshot or AOF rewrite")
+	f.IntVar(&shards, "shards", 0, "set each bench queue's shards to this (PUT /queue/NS/Q/config on --admin-addr) before publishing to it; 0 leaves them")
+	f.StringVar(&shardsPool, "shards-pool", "", "the pool of the queues --shards configures (the admin API's ?pool=; default: the default pool)")
 	cmd.AddCommand(c.ceilingServerCmd(), c.delayProxyCmd())
 	return cmd
 }
@@ -369,11 +404,55 @@ func printBench(w io.Writer, rows []benchRow, runs int) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", m.Scenario, us(m.LoadgenCPUUS), us(m.ServerCPUUS), us(m.RedisCPUUS), cl, cs)
 	}
 	_ = tw.Flush()
+	printMasters(w, rows)
 	for _, r := range rows {
 		if r.median.Note != "" {
 			fmt.Fprintf(w, "%s: %s\n", r.median.Scenario, r.median.Note)
 		}
 	}
+}
+
+// printMasters prints, for a Redis Cluster (--redis on a cluster), each
+// master's part of Redis's CPU per job and the replicas' total.
+func printMasters(w io.Writer, rows []benchRow) {
+	var addrs []string
+	slots := make(map[string]int)
+	for _, r := range rows {
+		for _, m := range r.median.RedisMasters {
+			if _, ok := slots[m.Addr]; !ok {
+				addrs = append(addrs, m.Addr)
+			}
+			slots[m.Addr] = m.Slots
+		}
+	}
+	if len(addrs) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nRedis CPU µs per job by cluster master (share of the masters' total), median run:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "scenario\tmasters")
+	for _, a := range addrs {
+		fmt.Fprintf(tw, "\t%s (%d slots)", a, slots[a])
+	}
+	fmt.Fprintln(tw, "\treplicas\t")
+	for _, r := range rows {
+		m := r.median
+		if len(m.RedisMasters) == 0 {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%.1f", m.Scenario, m.RedisCPUUS)
+		for _, a := range addrs {
+			cell := "-"
+			for _, mc := range m.RedisMasters {
+				if mc.Addr == a {
+					cell = fmt.Sprintf("%.1f (%.0f%%)", mc.CPUUS, 100*mc.Share)
+				}
+			}
+			fmt.Fprintf(tw, "\t%s", cell)
+		}
+		fmt.Fprintf(tw, "\t%.1f\t\n", m.RedisReplicasCPUUS)
+	}
+	_ = tw.Flush()
 }
 
 // redisBenchmark runs redis-benchmark against the same Redis: plain
