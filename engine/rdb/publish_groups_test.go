@@ -154,7 +154,7 @@ func TestClusterPublishEachGroups(t *testing.T) {
 			reqs = append(reqs, &engine.PublishRequest{Namespace: ons, Queue: q, Body: []byte(fmt.Sprint(i)), TTL: time.Hour, Tries: 1})
 		}
 		reqs = append(reqs,
-			&engine.PublishRequest{Namespace: ons, Queue: qs[i+3], Body: []byte("x"), Tries: 0},  // invalid: no tries
+			&engine.PublishRequest{Namespace: ons, Queue: qs[i+3], Body: []byte("x"), Tries: 0},    // invalid: no tries
 			&engine.PublishRequest{Namespace: ons, Queue: "bad name", Body: []byte("x"), Tries: 1}, // invalid: name
 			nil)
 	}
