@@ -362,7 +362,7 @@ func (e *Engine) PublishEach(ctx context.Context, reqs []*engine.PublishRequest,
 func (e *Engine) publishGroups(ctx context.Context, reqs []*engine.PublishRequest, ids []string, errs []error, order []int, byGroup map[int][]int) {
 	ctx, attach := detach(ctx)
 	defer attach()
-	part := func(g int) {
+	part := func(g int) { // part g's goroutine alone writes its indexes of ids and errs
 		at := byGroup[g]
 		sub := make([]*engine.PublishRequest, len(at))
 		for k, i := range at {
@@ -374,20 +374,30 @@ func (e *Engine) publishGroups(ctx context.Context, reqs []*engine.PublishReques
 			lane = laneKeys[g]
 		}
 		e.publishEach(ctx, sub, subIDs, subErrs, lane)
-		// Each part writes its own indexes of ids and errs.
 		for k, i := range at {
 			ids[i], errs[i] = subIDs[k], subErrs[k]
 		}
 	}
+	e.concurrently(len(order), func(i int) { part(order[i]) })
+}
+
+// concurrently runs f(0), ..., f(n-1) at once, f(0) on the calling
+// goroutine, and returns when all have returned. The calls are made
+// outside ctx's pass, if any (their script calls go through the
+// auto-pipeline, together), and the pass's other steps go on without
+// this one meanwhile.
+func (e *Engine) concurrently(n int, f func(int)) {
 	var wg sync.WaitGroup
-	for _, g := range order[1:] {
+	for i := 1; i < n; i++ {
 		wg.Add(1)
 		e.stepWorkers.run(func() {
 			defer wg.Done()
-			part(g)
+			f(i)
 		})
 	}
-	part(order[0])
+	if n > 0 {
+		f(0)
+	}
 	wg.Wait()
 }
 
@@ -1165,8 +1175,9 @@ func (e *Engine) DeleteEach(ctx context.Context, refs []engine.JobRef, errs []er
 		}
 		groups[k] = append(groups[k], i)
 	}
+	var mu sync.Mutex
 	var missing []int // probed ACKs that found no job
-	for _, k := range order {
+	queueAcks := func(ctx context.Context, k [2]string) {
 		at := groups[k]
 		for len(at) > 0 {
 			n := min(len(at), coalesceMax)
@@ -1182,7 +1193,9 @@ func (e *Engine) DeleteEach(ctx context.Context, refs []engine.JobRef, errs []er
 			e.ackCoalesced(ctx, batch)
 			for j, i := range at[:n] {
 				if batch[j].err == nil && batch[j].in.code == 0 && batch[j].in.nonce == ackProbe {
+					mu.Lock()
 					missing = append(missing, i)
+					mu.Unlock()
 				}
 				op := batch[j].in
 				op.q = refs[i].Queue
@@ -1191,6 +1204,19 @@ func (e *Engine) DeleteEach(ctx context.Context, refs []engine.JobRef, errs []er
 			at = at[n:]
 		}
 	}
+	if e.cluster && len(order) > 1 {
+		// On a cluster the queues' ACKs (a sharded queue's shards, or
+		// queues of several slot groups) go concurrently, their calls to
+		// the nodes together, rather than a round trip each in turn.
+		dctx, attach := detach(ctx)
+		e.concurrently(len(order), func(i int) { queueAcks(dctx, order[i]) })
+		attach()
+	} else {
+		for _, k := range order {
+			queueAcks(ctx, k)
+		}
+	}
+	slices.Sort(missing)
 	for _, i := range missing {
 		sp := e.shardsOf(refs[i].Namespace, refs[i].Queue)
 		if sp == nil {

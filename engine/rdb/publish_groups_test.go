@@ -16,10 +16,11 @@ import (
 	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 )
 
-// publishCalls is a go-redis hook that counts the publishManyScript calls
-// in flight (alone or in pipelines) and the most at once, and can hold the
-// next one for a while.
+// publishCalls is a go-redis hook that counts the calls of a script
+// (publishManyScript unless script is set) in flight, alone or in
+// pipelines, and the most at once, and can hold the next one for a while.
 type publishCalls struct {
+	script    *redis.Script
 	mu        sync.Mutex
 	inFlight  int
 	most      int
@@ -28,9 +29,13 @@ type publishCalls struct {
 	holdCount atomic.Int32
 }
 
-func isPublishMany(cmd redis.Cmder) bool {
+func (h *publishCalls) counts(cmd redis.Cmder) bool {
+	s := h.script
+	if s == nil {
+		s = publishManyScript
+	}
 	a := cmd.Args()
-	return len(a) > 1 && (cmd.Name() == "evalsha" && a[1] == publishManyScript.Hash())
+	return len(a) > 1 && cmd.Name() == "evalsha" && a[1] == s.Hash()
 }
 
 func (h *publishCalls) enter(n int) {
@@ -67,7 +72,7 @@ func (h *publishCalls) DialHook(next redis.DialHook) redis.DialHook { return nex
 func (h *publishCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		n := 0
-		if isPublishMany(cmd) {
+		if h.counts(cmd) {
 			n = 1
 		}
 		h.enter(n)
@@ -80,7 +85,7 @@ func (h *publishCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		n := 0
 		for _, c := range cmds {
-			if isPublishMany(c) {
+			if h.counts(c) {
 				n++
 			}
 		}
@@ -284,5 +289,58 @@ func TestShardedPublishCoalescedOneShard(t *testing.T) {
 	}
 	if n, err := e.Size(bg, "ns", "hot"); err != nil || n != 27 {
 		t.Fatalf("size %d, %v; want 27", n, err)
+	}
+}
+
+// TestClusterDeleteEachGroups: on a cluster, DeleteEach over queues of
+// several slot groups (a sharded queue's shards among them) sends the
+// queues' ACK calls concurrently (before, one after the other), and each
+// ACK gets its own result.
+func TestClusterDeleteEachGroups(t *testing.T) {
+	c := redistest.SharedCluster(t)
+	client := c.Client(t)
+	calls := &publishCalls{script: ackManyScript}
+	client.AddHook(calls)
+	e := startEngine(t, client, newTestClock())
+	const ns = "ackgroups"
+	qs := queuesInGroups(ns, 12)
+	if err := e.SetQueueConfig(bg, ns, qs[0], engine.QueueConfig{Shards: 4}); err != nil {
+		t.Fatal(err)
+	}
+	most := 0
+	for round := 0; round < 5 && most < 2; round++ {
+		var refs []engine.JobRef
+		for _, q := range qs {
+			for i := 0; i < 4; i++ { // 4 publishes: each shard of qs[0]
+				id, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Body: []byte("x"), TTL: time.Hour, Tries: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				refs = append(refs, engine.JobRef{Namespace: ns, Queue: q, ID: id})
+			}
+		}
+		refs = append(refs, engine.JobRef{Namespace: ns, Queue: "bad name", ID: refs[0].ID})
+		errs := make([]error, len(refs))
+		calls.reset()
+		e.DeleteEach(bg, refs, errs)
+		most, _ = calls.reset()
+		for i, r := range refs {
+			switch {
+			case i == len(refs)-1:
+				if !errors.Is(errs[i], engine.ErrInvalid) {
+					t.Fatalf("ACK on a bad queue name: %v, want ErrInvalid", errs[i])
+				}
+			case errs[i] != nil:
+				t.Fatalf("ACK %d of %s: %v", i, r.Queue, errs[i])
+			}
+		}
+		for _, q := range qs {
+			if n, err := e.Size(bg, ns, q); err != nil || n != 0 {
+				t.Fatalf("%s after DeleteEach: size %d, %v", q, n, err)
+			}
+		}
+	}
+	if most < 2 {
+		t.Fatalf("DeleteEach over %d queues had at most %d ACK call in flight at once; want them concurrent", len(qs), most)
 	}
 }
