@@ -1100,9 +1100,32 @@ func (e *Engine) ConsumeEach(ctx context.Context, reqs []*engine.ConsumeRequest,
 	groups := map[string]*group{}
 	routed := reqs
 	if e.anySharded() {
+		// Requests for the same queues and TTR take the shards from the
+		// same start (the next in turn, per batch), so that they still
+		// share one call: a start of their own each would split them.
 		routed = make([]*engine.ConsumeRequest, len(reqs))
+		var starts map[string][]string
 		for i, r := range reqs {
-			routed[i] = e.routeConsume(r)
+			if r == nil {
+				continue
+			}
+			k := consumeKey(r)
+			qs, ok := starts[k]
+			if !ok {
+				if rr := e.routeConsume(r); rr != r {
+					qs = rr.Queues
+				}
+				if starts == nil {
+					starts = make(map[string][]string)
+				}
+				starts[k] = qs
+			}
+			routed[i] = r
+			if qs != nil {
+				c := *r
+				c.Queues = qs
+				routed[i] = &c
+			}
 		}
 	}
 	for i, r := range routed {

@@ -344,3 +344,44 @@ func TestClusterDeleteEachGroups(t *testing.T) {
 		t.Fatalf("DeleteEach over %d queues had at most %d ACK call in flight at once; want them concurrent", len(qs), most)
 	}
 }
+
+// TestShardedConsumeEachOneCall: the single-job consumes of a sharded
+// queue in one ConsumeEach take the shards from the same start and share
+// one script call (on one Redis); before, each took a start of its own,
+// which split them into a call each.
+func TestShardedConsumeEachOneCall(t *testing.T) {
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = client.Close() })
+	calls := &publishCalls{script: consumeScript}
+	client.AddHook(calls)
+	e := startEngine(t, client, newTestClock())
+	if err := e.SetQueueConfig(bg, "ns", "hot", engine.QueueConfig{Shards: 4}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 8; i++ { // two in each shard
+		if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "hot", Body: []byte("x"), TTL: time.Hour, Tries: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := 0; round < 2; round++ {
+		reqs := make([]*engine.ConsumeRequest, 4)
+		for i := range reqs {
+			reqs[i] = &engine.ConsumeRequest{Namespace: "ns", Queues: []string{"hot"}, TTR: time.Minute, Count: 1}
+		}
+		jobs, errs := make([][]*engine.Job, len(reqs)), make([]error, len(reqs))
+		calls.reset()
+		e.ConsumeEach(bg, reqs, jobs, errs)
+		_, total := calls.reset()
+		seen := map[string]bool{}
+		for i := range reqs {
+			if errs[i] != nil || len(jobs[i]) != 1 || seen[jobs[i][0].ID] || reqs[i].Queues[0] != "hot" {
+				t.Fatalf("round %d, consumer %d: %v, %v", round, i, jobs[i], errs[i])
+			}
+			seen[jobs[i][0].ID] = true
+		}
+		if total != 1 {
+			t.Fatalf("round %d: 4 consumes of a sharded queue in one ConsumeEach made %d script calls; want 1", round, total)
+		}
+	}
+}
