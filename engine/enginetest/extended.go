@@ -90,9 +90,11 @@ func testReleaseDelayed(t *testing.T, h *Harness, x engine.Engine) {
 	if err != nil || j.State != engine.StateDelayed || j.Tries != 2 {
 		t.Fatalf("released job %+v %v", j, err)
 	}
-	h.Advance(1900 * time.Millisecond)
+	// Real time flows too while the test runs: margins of 500 ms keep the
+	// test exact on a loaded machine under -race (as testDelay's).
+	h.Advance(1500 * time.Millisecond)
 	none(t, h, "q")
-	h.Advance(200 * time.Millisecond)
+	h.Advance(600 * time.Millisecond)
 	if j := one(t, h, time.Minute, "q"); j.ID != id || j.Tries != 1 {
 		t.Fatalf("got %+v", j)
 	}
@@ -133,9 +135,12 @@ func testBackoffLadder(t *testing.T, h *Harness, x engine.Engine) {
 		}
 		h.Advance(150 * time.Millisecond) // TTR expires: retry after the backoff step
 		none(t, h, "q")
-		h.Advance(wait - 100*time.Millisecond)
+		// Not before the step, with a margin of 500 ms of real time (a
+		// loaded machine under -race ran out of 100 ms); a wrong rung
+		// (1s where 3s is due, or no backoff) is still caught.
+		h.Advance(wait - 500*time.Millisecond)
 		none(t, h, "q")
-		h.Advance(100 * time.Millisecond)
+		h.Advance(500 * time.Millisecond)
 	}
 	if j := one(t, h, 100*time.Millisecond, "q"); j.ID != id || j.Tries != 0 {
 		t.Fatalf("last delivery %+v", j)
@@ -160,9 +165,9 @@ func testBackoffOnNack(t *testing.T, h *Harness, x engine.Engine) {
 	if err := x.Release(bg, &engine.ReleaseRequest{Namespace: ns, Queue: "q", ID: id, Receipt: d.Receipt, UsePolicy: true}); err != nil {
 		t.Fatal(err)
 	}
-	h.Advance(1900 * time.Millisecond)
+	h.Advance(1500 * time.Millisecond) // margins of 500 ms, as in testRelease
 	none(t, h, "q")
-	h.Advance(200 * time.Millisecond)
+	h.Advance(600 * time.Millisecond)
 	if j := one(t, h, time.Minute, "q"); j.ID != id {
 		t.Fatalf("got %s", j.ID)
 	}

@@ -171,7 +171,7 @@ func (e *Engine) NamespaceQueues(ctx context.Context, ns string) ([]engine.Queue
 	for start := 0; start < len(qs); start += sizesPerPipeline {
 		part := qs[start:min(len(qs), start+sizesPerPipeline)]
 		cmds := make([][4]*redis.IntCmd, len(part))
-		_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, err := e.pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, q := range part {
 				cmds[i] = [4]*redis.IntCmd{p.LLen(ctx, readyKey(ns, q)), p.ZCard(ctx, prioKey(ns, q)), p.ZCard(ctx, timerKey(ns, q)), p.LLen(ctx, deadKey(ns, q))}
 			}
@@ -214,7 +214,7 @@ func mergeShardStats(in []engine.QueueStats) []engine.QueueStats {
 // cluster), keeping the members "ns/…".
 func (e *Engine) namespaceQueueNames(ctx context.Context, ns string) ([]string, error) {
 	cmds := make([]*redis.StringSliceCmd, slotGroups)
-	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := e.pipelined(ctx, func(p redis.Pipeliner) error {
 		for g := range cmds {
 			cmds[g] = p.HKeys(ctx, registryKey(g))
 		}
@@ -297,7 +297,7 @@ func (e *Engine) queueDetails(ctx context.Context, ns string, queues []string) (
 	minute := now.Unix() / 60
 	cmds := make([]*redis.Cmd, len(queues))
 	run := func() error {
-		_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, err := e.pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, q := range queues {
 				keys := []string{readyKey(ns, q), prioKey(ns, q), timerKey(ns, q), deadKey(ns, q), configKey(ns, q), jobKeyPrefix(ns, q)}
 				args := []interface{}{"", inFlightExact, inFlightSample}
@@ -381,7 +381,7 @@ func (e *Engine) ListJobs(ctx context.Context, ns, q string, list engine.JobList
 	if sp := e.shardsOf(ns, q); sp != nil {
 		return e.listJobsSharded(ctx, sp, ns, list, cursor, limit)
 	}
-	res, err := listJobsScript.Run(ctx, e.rdb, []string{readyKey(ns, q), prioKey(ns, q), timerKey(ns, q), jobKeyPrefix(ns, q)},
+	res, err := e.run(ctx, listJobsScript, []string{readyKey(ns, q), prioKey(ns, q), timerKey(ns, q), jobKeyPrefix(ns, q)},
 		"", string(list), cursor, limit, listScanBudget).Slice()
 	if err != nil {
 		return nil, 0, fmt.Errorf("list jobs %s/%s: %w", ns, q, err)

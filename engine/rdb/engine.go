@@ -57,11 +57,12 @@ type Options struct {
 	// publish fails with engine.ErrNotReplicated.
 	WaitReplicas int
 	WaitTimeout  time.Duration
-	// ClusterRetry bounds how long a script call on a cluster pool is
-	// retried while Redis answers TRYAGAIN, CLUSTERDOWN, MASTERDOWN or
-	// LOADING (a slot migration, a failover), errors answered before
-	// anything ran (retry.go). Default 5 s; negative: no retry beyond
-	// go-redis's own.
+	// ClusterRetry bounds how long a script call, a command or the
+	// refused commands of a pipeline on a cluster pool are retried while
+	// Redis answers TRYAGAIN, CLUSTERDOWN, MASTERDOWN, LOADING, MOVED or
+	// ASK (a slot migration, a failover), errors answered before anything
+	// ran (retry.go). Default 5 s; negative: no retry beyond go-redis's
+	// own.
 	ClusterRetry time.Duration
 	// HistoryFlush, when > 0, keeps the queues' history (history.go):
 	// counters in memory, written to Redis this often (a divisor of a
@@ -831,7 +832,7 @@ func (e *Engine) ownEarlierWrite(ctx context.Context, key string, value interfac
 	if !ok {
 		return false
 	}
-	got, err := e.rdb.Get(ctx, key).Bytes()
+	got, err := retried(ctx, e, func() *redis.StringCmd { return e.rdb.Get(ctx, key) }).Bytes()
 	return err == nil && bytes.Equal(got, want)
 }
 
@@ -1554,7 +1555,7 @@ func (e *Engine) Destroy(ctx context.Context, ns, q string) (int64, error) {
 			break
 		}
 	}
-	if err := e.rdb.HDel(ctx, qn.registry, qn.member).Err(); err != nil {
+	if err := retried(ctx, e, func() *redis.IntCmd { return e.rdb.HDel(ctx, qn.registry, qn.member) }).Err(); err != nil {
 		return total, fmt.Errorf("destroy %s/%s: %w", ns, q, err)
 	}
 	qn.recorded.Store(false)
@@ -1568,7 +1569,7 @@ func (e *Engine) PeekDeadLetter(ctx context.Context, ns, q string) (engine.DeadL
 	}
 	var size *redis.IntCmd
 	var head *redis.StringCmd
-	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := e.pipelined(ctx, func(p redis.Pipeliner) error {
 		size = p.LLen(ctx, deadKey(ns, q))
 		head = p.LIndex(ctx, deadKey(ns, q), -1)
 		return nil
@@ -1592,7 +1593,7 @@ func (e *Engine) DeadLetterSize(ctx context.Context, ns, q string) (int64, error
 	if sp := e.shardsOf(ns, q); sp != nil {
 		return e.deadLetterSizeSharded(ctx, sp, ns, q)
 	}
-	n, err := e.rdb.LLen(ctx, deadKey(ns, q)).Result()
+	n, err := retried(ctx, e, func() *redis.IntCmd { return e.rdb.LLen(ctx, deadKey(ns, q)) }).Result()
 	if err != nil {
 		return 0, fmt.Errorf("dead letter size %s/%s: %w", ns, q, err)
 	}
@@ -1677,7 +1678,7 @@ func (e *Engine) Info(ctx context.Context) (map[string][]string, error) {
 // of sharded queues each on its own ("q~i"; shard 0 is "q").
 func (e *Engine) physicalQueues(ctx context.Context) (map[string][]string, error) {
 	cmds := make([]*redis.StringSliceCmd, slotGroups)
-	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := e.pipelined(ctx, func(p redis.Pipeliner) error {
 		for g := range cmds {
 			cmds[g] = p.HKeys(ctx, registryKey(g))
 		}
@@ -1712,7 +1713,7 @@ func (e *Engine) Stats(ctx context.Context) ([]engine.QueueStats, error) {
 	var out []engine.QueueStats
 	for ns, qs := range info {
 		cmds := make([][4]*redis.IntCmd, len(qs))
-		_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, err := e.pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, q := range qs {
 				cmds[i] = [4]*redis.IntCmd{p.LLen(ctx, readyKey(ns, q)), p.ZCard(ctx, timerKey(ns, q)), p.LLen(ctx, deadKey(ns, q)), p.ZCard(ctx, prioKey(ns, q))}
 			}
@@ -1744,7 +1745,7 @@ func (e *Engine) Pool() string { return e.pool }
 // cluster, so that it stays on the node of the channel's slot.
 func (e *Engine) publishMsg(ctx context.Context, channel string, msg interface{}) error {
 	if e.cluster {
-		return e.rdb.SPublish(ctx, channel, msg).Err()
+		return retried(ctx, e, func() *redis.IntCmd { return e.rdb.SPublish(ctx, channel, msg) }).Err()
 	}
 	return e.rdb.Publish(ctx, channel, msg).Err()
 }

@@ -250,7 +250,9 @@ func (e *Engine) QueueConfig(ctx context.Context, ns, q string) (engine.QueueCon
 	if err := checkNames(ns, q); err != nil {
 		return cfg, fmt.Errorf("queue config: %w", err)
 	}
-	vals, err := e.rdb.HMGet(ctx, configKey(ns, q), "backoff_text", "dead_ttl", "paused").Result()
+	vals, err := retried(ctx, e, func() *redis.SliceCmd {
+		return e.rdb.HMGet(ctx, configKey(ns, q), "backoff_text", "dead_ttl", "paused")
+	}).Result()
 	if err != nil {
 		return cfg, fmt.Errorf("queue config %s/%s: %w", ns, q, err)
 	}
@@ -325,7 +327,7 @@ func (e *Engine) SetQueueConfig(ctx context.Context, ns, q string, cfg engine.Qu
 func (e *Engine) setShardConfig(ctx context.Context, ns, q string, cfg engine.QueueConfig) error {
 	k := configKey(ns, q)
 	var ready, prio *redis.IntCmd
-	cmds, err := e.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	cmds, err := e.txPipelined(ctx, func(p redis.Pipeliner) error {
 		if cfg.Backoff != nil {
 			p.HSet(ctx, k, "backoff", luaBackoff(cfg.Backoff), "backoff_text", cfg.Backoff.String())
 		} else {

@@ -103,12 +103,16 @@ func (c *histCounters) load() (out engine.Counts) {
 
 // histEntry is the flusher's view of one queue's counters.
 type histEntry struct {
-	ns, q   string
-	c       *histCounters
-	written engine.Counts // what flushes have written so far
-	idle    int           // flushes in a row with nothing to write
-	changed time.Time     // the flush that last wrote something
-	retired time.Time     // when it left the map
+	ns, q string
+	c     *histCounters
+	// written is what flushes have written so far to the queue's,
+	// namespace's and pool's hashes (histQueue, histNamespace, histPool):
+	// on a cluster they are on different nodes, and a flush may write one
+	// and not another.
+	written [3]engine.Counts
+	idle    int       // flushes in a row with nothing to write
+	changed time.Time // the flush that last wrote something
+	retired time.Time // when it left the map
 }
 
 // history is an engine's in-memory side of the history.
@@ -217,10 +221,32 @@ func (e *Engine) FlushHistory(ctx context.Context) error {
 	return e.flushHistory(ctx, e.now())
 }
 
-// histWrite is one key's increments of a flush.
+// The hashes a queue's counts go to: written's indexes.
+const (
+	histQueue = iota
+	histNamespace
+	histPool
+)
+
+// histWrite is one key's increments of a flush, and the HINCRBYs that
+// carried them.
 type histWrite struct {
-	key string
-	c   engine.Counts
+	key  string
+	c    engine.Counts
+	cmds []redis.Cmder
+}
+
+// ok reports whether every increment of w ran.
+func (w *histWrite) ok() bool {
+	if len(w.cmds) == 0 {
+		return false
+	}
+	for _, c := range w.cmds {
+		if c.Err() != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // blockOf is the block of Unix minute m and m's place in it.
@@ -245,30 +271,37 @@ func (e *Engine) flushHistory(ctx context.Context, at time.Time) error {
 	type pending struct {
 		en  *histEntry
 		now engine.Counts
+		w   *histWrite // its queue's hash, nil when nothing to write there
 	}
 	var todo []pending
-	var writes []histWrite
-	nsSums := make(map[string]*engine.Counts)
-	var pool engine.Counts
+	var writes []*histWrite
+	nsWrites := make(map[string]*histWrite)
+	pool := &histWrite{key: poolHistoryKey(block)}
 
 	h.mu.Lock()
 	visit := func(en *histEntry) {
 		cur := en.c.load()
-		d := diffCounts(&cur, &en.written)
-		if d.Zero() {
+		dq := diffCounts(&cur, &en.written[histQueue])
+		dn := diffCounts(&cur, &en.written[histNamespace])
+		dp := diffCounts(&cur, &en.written[histPool])
+		if dq.Zero() && dn.Zero() && dp.Zero() {
 			en.idle++
 			return
 		}
 		en.idle, en.changed = 0, at
-		todo = append(todo, pending{en, cur})
-		writes = append(writes, histWrite{queueHistoryKey(en.ns, en.q, block), d})
-		s := nsSums[en.ns]
-		if s == nil {
-			s = &engine.Counts{}
-			nsSums[en.ns] = s
+		pd := pending{en: en, now: cur}
+		if !dq.Zero() {
+			pd.w = &histWrite{key: queueHistoryKey(en.ns, en.q, block), c: dq}
+			writes = append(writes, pd.w)
 		}
-		s.Add(&d)
-		pool.Add(&d)
+		todo = append(todo, pd)
+		nw := nsWrites[en.ns]
+		if nw == nil {
+			nw = &histWrite{key: namespaceHistoryKey(en.ns, block)}
+			nsWrites[en.ns] = nw
+		}
+		nw.c.Add(&dn)
+		pool.c.Add(&dp)
 	}
 	for k, en := range h.queues {
 		if en.changed.IsZero() {
@@ -293,36 +326,49 @@ func (e *Engine) flushHistory(ctx context.Context, at time.Time) error {
 	h.retiring = kept
 	h.mu.Unlock()
 
-	if len(writes) == 0 {
+	if len(todo) == 0 {
 		return nil
 	}
-	for ns, s := range nsSums {
-		writes = append(writes, histWrite{namespaceHistoryKey(ns, block), *s})
+	for _, w := range nsWrites {
+		if !w.c.Zero() {
+			writes = append(writes, w)
+		}
 	}
-	writes = append(writes, histWrite{poolHistoryKey(block), pool})
+	if !pool.c.Zero() {
+		writes = append(writes, pool)
+	}
 
+	// Each hash's increments count as written when all of them ran: on a
+	// cluster one node may refuse its part (after ClusterRetry) while the
+	// others run theirs, and the next flush writes only what was refused.
 	expireAt := time.Unix((block+1)*historyBlock*60, 0).Add(historyRetention)
+	var err error
 	p := e.rdb.Pipeline()
-	for _, w := range writes {
-		addIncrements(ctx, p, w.key, inBlock, &w.c)
-		p.ExpireAt(ctx, w.key, expireAt)
-		if p.Len() >= historyPipeline {
-			if _, err := p.Exec(ctx); err != nil {
-				return fmt.Errorf("history: flush pool %s: %w", e.pool, err)
+	for i, w := range writes {
+		w.cmds = addIncrements(ctx, p, w.key, inBlock, &w.c)
+		p.ExpireAt(ctx, w.key, expireAt) // set again by the next flush of the key if refused
+		if p.Len() >= historyPipeline || i == len(writes)-1 {
+			if _, err = e.exec(ctx, p); err != nil {
+				err = fmt.Errorf("history: flush pool %s: %w", e.pool, err)
+				break
 			}
 		}
 	}
-	if p.Len() > 0 {
-		if _, err := p.Exec(ctx); err != nil {
-			return fmt.Errorf("history: flush pool %s: %w", e.pool, err)
-		}
-	}
+	done := func(w *histWrite) bool { return w == nil || w.ok() }
 	h.mu.Lock()
 	for _, t := range todo {
-		t.en.written = t.now
+		if done(t.w) {
+			t.en.written[histQueue] = t.now
+		}
+		if nw := nsWrites[t.en.ns]; nw.c.Zero() || nw.ok() {
+			t.en.written[histNamespace] = t.now
+		}
+		if pool.c.Zero() || pool.ok() {
+			t.en.written[histPool] = t.now
+		}
 	}
 	h.mu.Unlock()
-	return nil
+	return err
 }
 
 // diffCounts returns a - b.
@@ -340,17 +386,19 @@ func diffCounts(a, b *engine.Counts) (d engine.Counts) {
 
 // addIncrements queues one HINCRBY per non-zero counter of c, in the
 // fields of minute at of the block.
-func addIncrements(ctx context.Context, p redis.Pipeliner, key string, at int, c *engine.Counts) {
+func addIncrements(ctx context.Context, p redis.Pipeliner, key string, at int, c *engine.Counts) []redis.Cmder {
+	var cmds []redis.Cmder
 	for i, n := range [5]int64{c.Published, c.Consumed, c.Acked, c.Retried, c.Dead} {
 		if n != 0 {
-			p.HIncrBy(ctx, key, historyFields[at][i], n)
+			cmds = append(cmds, p.HIncrBy(ctx, key, historyFields[at][i], n))
 		}
 	}
 	for i, n := range c.Latency {
 		if n != 0 {
-			p.HIncrBy(ctx, key, latencyFields[at][i], n)
+			cmds = append(cmds, p.HIncrBy(ctx, key, latencyFields[at][i], n))
 		}
 	}
+	return cmds
 }
 
 // parseBlock reads a block's hash into the counts of its minutes.
@@ -412,7 +460,7 @@ func (e *Engine) History(ctx context.Context, ns, q string, from time.Time, minu
 	b1, _ := blockOf(first + int64(minutes) - 1)
 	out := make([]engine.Counts, minutes)
 	cmds := make([]*redis.MapStringStringCmd, b1-b0+1)
-	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := e.pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range cmds {
 			cmds[i] = p.HGetAll(ctx, key(b0+int64(i)))
 		}

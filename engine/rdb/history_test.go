@@ -438,3 +438,32 @@ func BenchmarkHistoryHotPath(b *testing.B) {
 		}
 	})
 }
+
+// TestHistoryFlushPartial: a flush whose queue hash is refused (a cluster
+// node answering MOVED past ClusterRetry; here a hook, on a pool with no
+// retry) while the namespace's and the pool's hashes take their
+// increments fails, and the next flush writes the queue's increments
+// only: every event is counted once in each hash. Before, the next flush
+// wrote the namespace's and the pool's again.
+func TestHistoryFlushPartial(t *testing.T) {
+	e, _, clock, client := historyEngine(t)
+	for range 3 {
+		if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "q", Body: []byte("x"), Tries: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := &refuseKeys{key: queueHistoryKey("ns", "q", func() int64 { b, _ := blockOf(clock.Now().Unix() / 60); return b }())}
+	f.n.Store(1)
+	client.AddHook(f)
+	if err := e.flushHistory(bg, clock.Now()); err == nil {
+		t.Fatal("flush with the queue's hash refused: no error")
+	}
+	wantCounts(t, "queue after the refused flush", historyAt(t, e, "ns", "q", clock.Now()), 0, 0, 0, 0, 0)
+	wantCounts(t, "namespace after the refused flush", historyAt(t, e, "ns", "", clock.Now()), 3, 0, 0, 0, 0)
+	if err := e.flushHistory(bg, clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ what, ns, q string }{{"queue", "ns", "q"}, {"namespace", "ns", ""}, {"pool", "", ""}} {
+		wantCounts(t, tc.what, historyAt(t, e, tc.ns, tc.q, clock.Now()), 3, 0, 0, 0, 0)
+	}
+}

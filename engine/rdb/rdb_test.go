@@ -90,7 +90,17 @@ func TestMillisecondDueEdge(t *testing.T) {
 
 func TestInstancesSharePool(t *testing.T) {
 	client := realClient(t)
-	a := startEngine(t, client, newTestClock())
+	// a's sweep is an hour long, so that only b's message can wake its
+	// waiting consumer before the consume's 3 s timeout.
+	a, err := New(context.Background(), client, Options{Now: newTestClock().Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.waiters.sweepEvery = time.Hour
+	runCtx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { defer close(ran); _ = a.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); <-ran })
 	b := startEngine(t, client, newTestClock())
 	// A consumer waiting on instance a is woken by a publish on b.
 	got := make(chan time.Duration, 1)
@@ -112,7 +122,9 @@ func TestInstancesSharePool(t *testing.T) {
 	if _, err := b.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "q", Tries: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if d := <-got; d > 200*time.Millisecond {
+	// Well under the 3 s timeout (the only other way out, with a's sweep
+	// off), with room for a loaded machine under -race.
+	if d := <-got; d > time.Second {
 		t.Fatalf("cross-instance wake-up took %v", d)
 	}
 
@@ -278,7 +290,14 @@ func TestWaitReplicas(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	e, err := New(bg, client, Options{WaitReplicas: 1, WaitTimeout: 200 * time.Millisecond})
+	// While the replica is there, WAIT answers as soon as it has the write:
+	// a generous timeout costs nothing, where 200 ms ran out once on a
+	// loaded machine under -race. Once it is gone, short's 200 ms run out.
+	e, err := New(bg, client, Options{WaitReplicas: 1, WaitTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := New(bg, client, Options{WaitReplicas: 1, WaitTimeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,19 +329,19 @@ func TestWaitReplicas(t *testing.T) {
 	// its key but still reports the job as not replicated: a retry must
 	// not turn an unconfirmed write into a success.
 	keyed = &engine.PublishRequest{Namespace: "ns", Queue: "q", Tries: 1, Key: "k-alone"}
-	first, err = e.Publish(bg, keyed)
+	first, err = short.Publish(bg, keyed)
 	if !errors.Is(err, engine.ErrNotReplicated) || first == "" {
 		t.Fatalf("keyed publish without a replica: %q, %v; want its ID and ErrNotReplicated", first, err)
 	}
-	if again, err := e.Publish(bg, keyed); !errors.Is(err, engine.ErrNotReplicated) || again != first {
+	if again, err := short.Publish(bg, keyed); !errors.Is(err, engine.ErrNotReplicated) || again != first {
 		t.Fatalf("keyed retry without a replica: %q, %v; want %q and ErrNotReplicated", again, err, first)
 	}
 	start := time.Now()
-	id, err = e.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "q", Tries: 1})
+	id, err = short.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "q", Tries: 1})
 	if !errors.Is(err, engine.ErrNotReplicated) {
 		t.Fatalf("publish without a replica: %v, want ErrNotReplicated", err)
 	}
-	if d := time.Since(start); d < 150*time.Millisecond || d > 2*time.Second {
+	if d := time.Since(start); d < 150*time.Millisecond || d > 5*time.Second {
 		t.Fatalf("WAIT took %v, want about the 200ms timeout", d)
 	}
 	if id == "" {
@@ -331,7 +350,7 @@ func TestWaitReplicas(t *testing.T) {
 	// The event loops' batched publishes also name the jobs that may exist.
 	reqs := []*engine.PublishRequest{{Namespace: "ns", Queue: "q", Tries: 1}, {Namespace: "ns", Queue: "r", Tries: 1}}
 	ids, errs := make([]string, len(reqs)), make([]error, len(reqs))
-	e.PublishEach(bg, reqs, ids, errs)
+	short.PublishEach(bg, reqs, ids, errs)
 	for i := range reqs {
 		if !errors.Is(errs[i], engine.ErrNotReplicated) || ids[i] == "" {
 			t.Fatalf("PublishEach job %d: %q, %v; want its ID with ErrNotReplicated", i, ids[i], errs[i])

@@ -205,7 +205,7 @@ func (s *ReclaimStats) add(x [8]int64) {
 // consume ends only) and returns each call's reply.
 func (e *Engine) reclaimCalls(ctx context.Context, queues [][2]string, window int) ([][8]int64, error) {
 	cmds := make([]*redis.Cmd, len(queues))
-	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := e.pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, nq := range queues {
 			ns, q := nq[0], nq[1]
 			c := e.reclaim.cursors[nq]

@@ -2,6 +2,7 @@ package rdb
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -90,4 +91,130 @@ func runRetry(ctx context.Context, c redis.Scripter, s *redis.Script, limit time
 // (runRetry) on a cluster.
 func (e *Engine) run(ctx context.Context, s *redis.Script, keys []string, args ...interface{}) *redis.Cmd {
 	return runRetry(ctx, e.rdb, s, e.retryFor, keys, args...)
+}
+
+// The same holds for the engine's plain commands and pipelines (sizes,
+// dead letters, the dashboard's and the history's reads and the history's
+// HINCRBY flush, the registries, the shards hash): go-redis follows a
+// pipeline's MOVED and ASK per command, but only MaxRedirects times, and
+// retries TRYAGAIN or CLUSTERDOWN only when the first command of a node's
+// batch got it. So the engine sends again, within Options.ClusterRetry,
+// the commands of a pipeline that a cluster refused (clusterRetryable),
+// and only those: the others ran and are not sent twice (a flush's
+// HINCRBY that got MOVED did not run anywhere; the one beside it that ran
+// is not repeated).
+
+// retryCmds sends again, with a growing pause (as runRetry), the commands
+// of cmds (a pipeline's, already sent) that failed with a
+// clusterRetryable error, in one pipeline per pass, for at most limit in
+// all, and returns the first error among cmds afterwards (as go-redis's
+// Pipelined does: redis.Nil included).
+func retryCmds(ctx context.Context, c redis.UniversalClient, limit time.Duration, cmds []redis.Cmder) error {
+	if limit > 0 {
+		var failed []redis.Cmder
+		for _, cmd := range cmds {
+			if clusterRetryable(cmd.Err()) {
+				failed = append(failed, cmd)
+			}
+		}
+		deadline := time.Now().Add(limit)
+		pause := 10 * time.Millisecond
+		for len(failed) > 0 && time.Now().Add(pause).Before(deadline) {
+			t := time.NewTimer(pause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return firstErr(cmds)
+			case <-t.C:
+			}
+			pause = min(2*pause, 250*time.Millisecond)
+			p := c.Pipeline()
+			for _, cmd := range failed {
+				// go-redis keeps an earlier error when the whole pipeline
+				// fails (a broken connection): clear it, so that such a
+				// failure, after which the command may have run, is not
+				// taken for a refusal and sent once more.
+				cmd.SetErr(nil)
+				_ = p.Process(ctx, cmd)
+			}
+			_, _ = p.Exec(ctx)
+			failed = slices.DeleteFunc(failed, func(cmd redis.Cmder) bool { return !clusterRetryable(cmd.Err()) })
+		}
+	}
+	return firstErr(cmds)
+}
+
+// firstErr is the first error among cmds.
+func firstErr(cmds []redis.Cmder) error {
+	for _, cmd := range cmds {
+		if err := cmd.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pipelined is e.rdb.Pipelined with the commands a cluster refused sent
+// again (retryCmds).
+func (e *Engine) pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error) {
+	cmds, err := e.rdb.Pipelined(ctx, fn)
+	if e.retryFor <= 0 || len(cmds) == 0 {
+		return cmds, err
+	}
+	return cmds, retryCmds(ctx, e.rdb, e.retryFor, cmds)
+}
+
+// exec is p.Exec (p a pipeline of e.rdb) with the commands a cluster
+// refused sent again (retryCmds).
+func (e *Engine) exec(ctx context.Context, p redis.Pipeliner) ([]redis.Cmder, error) {
+	cmds, err := p.Exec(ctx)
+	if e.retryFor <= 0 || len(cmds) == 0 {
+		return cmds, err
+	}
+	return cmds, retryCmds(ctx, e.rdb, e.retryFor, cmds)
+}
+
+// txPipelined is e.rdb.TxPipelined run again while a cluster refused it:
+// a transaction refused when a command was queued (MOVED, ASK, TRYAGAIN,
+// CLUSTERDOWN: EXECABORT) ran none of its commands.
+func (e *Engine) txPipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error) {
+	var cmds []redis.Cmder
+	var err error
+	_ = e.retryErr(ctx, func() error {
+		cmds, err = e.rdb.TxPipelined(ctx, fn)
+		return execAbortCause(cmds, err)
+	})
+	return cmds, err
+}
+
+// retryErr runs try, a command that fails with a clusterRetryable error
+// only when it did not run, and runs it again while it does, as runRetry.
+func (e *Engine) retryErr(ctx context.Context, try func() error) error {
+	err := try()
+	if e.retryFor <= 0 || !clusterRetryable(err) {
+		return err
+	}
+	deadline := time.Now().Add(e.retryFor)
+	for pause := 10 * time.Millisecond; clusterRetryable(err) && time.Now().Add(pause).Before(deadline); pause = min(2*pause, 250*time.Millisecond) {
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		err = try()
+	}
+	return err
+}
+
+// retried runs the single command that do sends (and returns) and sends
+// it again while a cluster refuses it (retryErr).
+func retried[C redis.Cmder](ctx context.Context, e *Engine, do func() C) C {
+	var cmd C
+	_ = e.retryErr(ctx, func() error {
+		cmd = do()
+		return cmd.Err()
+	})
+	return cmd
 }

@@ -249,7 +249,7 @@ func (e *Engine) GetSchedule(ctx context.Context, ns, q, name string) (*engine.S
 	if err := checkSchedule(ns, q, name); err != nil {
 		return nil, err
 	}
-	h, err := e.rdb.HGetAll(ctx, scheduleKey(ns, q, name)).Result()
+	h, err := retried(ctx, e, func() *redis.MapStringStringCmd { return e.rdb.HGetAll(ctx, scheduleKey(ns, q, name)) }).Result()
 	if err != nil {
 		return nil, fmt.Errorf("get schedule %s/%s/%s: %w", ns, q, name, err)
 	}
@@ -264,7 +264,7 @@ func (e *Engine) ListSchedules(ctx context.Context, ns, q string) ([]*engine.Sch
 	if err := checkNames(ns, q); err != nil {
 		return nil, err
 	}
-	names, err := e.rdb.SMembers(ctx, scheduleNamesKey(ns, q)).Result()
+	names, err := retried(ctx, e, func() *redis.StringSliceCmd { return e.rdb.SMembers(ctx, scheduleNamesKey(ns, q)) }).Result()
 	if err != nil {
 		return nil, fmt.Errorf("list schedules %s/%s: %w", ns, q, err)
 	}
@@ -278,7 +278,7 @@ func (e *Engine) ListSchedules(ctx context.Context, ns, q string) ([]*engine.Sch
 	for i, n := range names {
 		cmds[i] = pipe.HGetAll(ctx, scheduleKey(ns, q, n))
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := e.exec(ctx, pipe); err != nil {
 		return nil, fmt.Errorf("list schedules %s/%s: %w", ns, q, err)
 	}
 	for i, n := range names {
@@ -316,7 +316,7 @@ func (e *Engine) PauseSchedule(ctx context.Context, ns, q, name string, paused b
 		flag = "1"
 	}
 	for attempt := 0; ; attempt++ {
-		cur, err := e.rdb.HMGet(ctx, key, "spec", "tz").Result()
+		cur, err := retried(ctx, e, func() *redis.SliceCmd { return e.rdb.HMGet(ctx, key, "spec", "tz") }).Result()
 		if err != nil {
 			return nil, fmt.Errorf("pause schedule %s/%s/%s: %w", ns, q, name, err)
 		}
@@ -467,11 +467,11 @@ func (e *Engine) ScheduleOnce(ctx context.Context) (int64, error) {
 func (e *Engine) fireDue(ctx context.Context, g int, member string) error {
 	parts := strings.SplitN(member, "/", 3)
 	if len(parts) != 3 || checkSchedule(parts[0], parts[1], parts[2]) != nil || slotGroup(parts[0], parts[1]) != g {
-		return e.rdb.ZRem(ctx, scheduleIndexKey(g), member).Err()
+		return retried(ctx, e, func() *redis.IntCmd { return e.rdb.ZRem(ctx, scheduleIndexKey(g), member) }).Err()
 	}
 	ns, q, name := parts[0], parts[1], parts[2]
 	key := scheduleKey(ns, q, name)
-	h, err := e.rdb.HGetAll(ctx, key).Result()
+	h, err := retried(ctx, e, func() *redis.MapStringStringCmd { return e.rdb.HGetAll(ctx, key) }).Result()
 	if err != nil {
 		return err
 	}

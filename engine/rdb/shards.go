@@ -214,7 +214,7 @@ func (e *Engine) loadShards(ctx context.Context, seen *shardMap) *shardMap {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	all, err := e.rdb.HGetAll(ctx, shardsKey).Result()
+	all, err := retried(ctx, e, func() *redis.MapStringStringCmd { return e.rdb.HGetAll(ctx, shardsKey) }).Result()
 	if err != nil {
 		e.log.WithError(err).Warn("shards: cannot read the sharded queues; keeping the last view")
 		if seen == nil {
@@ -299,7 +299,7 @@ return 1
 // anything (ready, priority, timer or dead letter entries), at least K.
 func (e *Engine) lowerSpan(ctx context.Context, ns, q string, sp *shardSpec) error {
 	cmds := make([]*redis.IntCmd, sp.span)
-	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := e.pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := sp.k; i < sp.span; i++ {
 			n := sp.names[i]
 			cmds[i] = p.Exists(ctx, readyKey(ns, n), prioKey(ns, n), timerKey(ns, n), deadKey(ns, n))
@@ -335,7 +335,7 @@ func (e *Engine) lowerSpan(ctx context.Context, ns, q string, sp *shardSpec) err
 // readShards reads ns/q's entry of the shards hash (not the view): K 1
 // and span 1 when it has none.
 func (e *Engine) readShards(ctx context.Context, ns, q string) (*shardSpec, error) {
-	raw, err := e.rdb.HGet(ctx, shardsKey, ns+"/"+q).Result()
+	raw, err := retried(ctx, e, func() *redis.StringCmd { return e.rdb.HGet(ctx, shardsKey, ns+"/"+q) }).Result()
 	if errors.Is(err, redis.Nil) {
 		return &shardSpec{k: 1, span: 1, names: []string{shardName(q, 0)}}, nil
 	}
@@ -381,7 +381,7 @@ func (e *Engine) publishShard(ctx context.Context, sp *shardSpec, r *engine.Publ
 		return 0
 	case r.Replaces != "":
 		if s := sp.idShard(r.Replaces); s > 0 {
-			if n, err := e.rdb.Exists(ctx, jobKey(r.Namespace, sp.names[s], r.Replaces)).Result(); err == nil && n == 1 {
+			if n, err := retried(ctx, e, func() *redis.IntCmd { return e.rdb.Exists(ctx, jobKey(r.Namespace, sp.names[s], r.Replaces)) }).Result(); err == nil && n == 1 {
 				return s
 			}
 		}
@@ -420,7 +420,7 @@ func (e *Engine) keyTakenElsewhere(ctx context.Context, sp *shardSpec, r *engine
 	if old == keyShard(r.Key, sp.k) || old >= sp.span {
 		return "", nil
 	}
-	id, err := e.rdb.Get(ctx, uniqueKey(r.Namespace, sp.names[old], r.Key)).Result()
+	id, err := retried(ctx, e, func() *redis.StringCmd { return e.rdb.Get(ctx, uniqueKey(r.Namespace, sp.names[old], r.Key)) }).Result()
 	if errors.Is(err, redis.Nil) {
 		return "", nil
 	}
@@ -826,7 +826,7 @@ func (e *Engine) sizeSharded(ctx context.Context, sp *shardSpec, ns, q string) (
 func (e *Engine) deadSizesSharded(ctx context.Context, sp *shardSpec, ns string) ([]int64, []string, error) {
 	sizes := make([]*redis.IntCmd, len(sp.names))
 	heads := make([]*redis.StringCmd, len(sp.names))
-	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := e.pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, n := range sp.names {
 			k := e.names.get([3]string{ns, n}).dead
 			sizes[i] = p.LLen(ctx, k)

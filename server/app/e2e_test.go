@@ -457,11 +457,11 @@ func TestE2EWalkthrough(t *testing.T) {
 	// Consume with ttr=1 and no ACK: with one try the job goes to the dead
 	// letter about 1 s later.
 	id = e.publish(t, q, "tries=1", "dead soon")
+	consumed := time.Now() // before the consume: its TTR cannot start earlier
 	j = e.consume(t, q, "ttr=1")
 	if j.JobID != id || j.RemainTries != 0 {
 		t.Fatalf("consumed %+v, want job %s with remain_tries 0", j, id)
 	}
-	consumed := time.Now()
 	r = e.do(t, http.MethodGet, q+"/deadletter", "", nil, nil)
 	r.wantStatus(t, http.StatusOK)
 	r.wantBody(t, `{"deadletter_head":"","deadletter_size":0,"namespace":"e2e","queue":"walk"}`)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -89,6 +90,7 @@ func TestBenchShards(t *testing.T) {
 	}
 	supported := resp.StatusCode == http.StatusOK && json.Unmarshal(body, &cfg) == nil && cfg.Shards == 2
 
+	t.Logf("PUT {\"shards\":2}: %d %s", resp.StatusCode, bytes.TrimSpace(body))
 	r := kairos(t, env, "", "bench", "publish", "consume", "-c", "2", "-d", "200ms", "--jobs", "50", "--shards", "2")
 	if supported {
 		r.want(t, exitOK)
