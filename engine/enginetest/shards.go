@@ -457,24 +457,34 @@ func testShardsLongPoll(t *testing.T, h *Harness, x engine.Engine) {
 }
 
 // testShardsBatches: the event loops' forms (PublishEach, ConsumeEach,
-// DeleteEach, Watch) on a sharded queue.
+// DeleteEach, Watch) on a sharded queue; a PublishEach's jobs of the queue
+// go to one shard, successive calls to the shards in turn.
 func testShardsBatches(t *testing.T, h *Harness, x engine.Engine) {
 	setShards(t, x, "q", 4)
-	reqs := make([]*engine.PublishRequest, 16)
-	for i := range reqs {
-		reqs[i] = &engine.PublishRequest{Namespace: ns, Queue: "q", Body: []byte(fmt.Sprint(i)), TTL: time.Hour, Tries: 1}
-	}
-	ids, errs := make([]string, len(reqs)), make([]error, len(reqs))
-	x.PublishEach(bg, reqs, ids, errs)
+	// Each PublishEach puts its jobs of the queue in one shard (one script
+	// call), the next call in the next shard: four calls cover the four.
 	shards := map[int]bool{}
-	for i := range reqs {
-		if errs[i] != nil || reqs[i].Queue != "q" {
-			t.Fatalf("publish each %d: %v (queue %q)", i, errs[i], reqs[i].Queue)
+	for b := 0; b < 4; b++ {
+		reqs := make([]*engine.PublishRequest, 4)
+		for i := range reqs {
+			reqs[i] = &engine.PublishRequest{Namespace: ns, Queue: "q", Body: []byte(fmt.Sprint(4*b + i)), TTL: time.Hour, Tries: 1}
 		}
-		shards[shardOf(t, ids[i])] = true
+		ids, errs := make([]string, len(reqs)), make([]error, len(reqs))
+		x.PublishEach(bg, reqs, ids, errs)
+		batch := map[int]bool{}
+		for i := range reqs {
+			if errs[i] != nil || reqs[i].Queue != "q" {
+				t.Fatalf("publish each %d: %v (queue %q)", i, errs[i], reqs[i].Queue)
+			}
+			batch[shardOf(t, ids[i])] = true
+			shards[shardOf(t, ids[i])] = true
+		}
+		if len(batch) != 1 {
+			t.Fatalf("PublishEach %d spread its 4 jobs over shards %v; want one", b, batch)
+		}
 	}
 	if len(shards) != 4 {
-		t.Fatalf("PublishEach spread 16 jobs over shards %v", shards)
+		t.Fatalf("4 PublishEach of 4 jobs went to shards %v; want all 4", shards)
 	}
 	creqs := []*engine.ConsumeRequest{
 		{Namespace: ns, Queues: []string{"q"}, TTR: time.Minute, Count: 10},

@@ -91,6 +91,49 @@ func (c *coalescer[T]) do(ctx context.Context, key string, in T) (T, error) {
 	return call.in, call.err
 }
 
+// doAll runs calls on key in order, joined with concurrent callers' calls
+// as do joins one: in batches of at most max, each batch waiting for the
+// one before it on key. The calls of one batch stay together and in
+// order, and a batch ends before the next starts, so calls of one queue
+// run in the order given. A call's done channel must be buffered (one
+// signal).
+func (c *coalescer[T]) doAll(ctx context.Context, key string, calls []*batchCall[T]) {
+	ctx = outsidePass(ctx)
+	for len(calls) > 0 {
+		n := min(len(calls), c.max)
+		chunk := calls[:n]
+		calls = calls[n:]
+		c.mu.Lock()
+		next, busy := c.pending[key]
+		switch {
+		case !busy:
+			c.pending[key] = nil
+			c.mu.Unlock()
+			c.exec(ctx, key, chunk)
+			// exec signalled the chunk's other calls: take the signals.
+			for _, o := range chunk[1:] {
+				<-o.done
+			}
+		case len(next)+n <= c.max:
+			// The whole chunk goes into the next batch, after the calls
+			// already waiting; its first call may lead that batch.
+			c.pending[key] = append(next, chunk...)
+			c.mu.Unlock()
+			for _, o := range chunk {
+				<-o.done
+				if batch := o.lead; batch != nil {
+					o.lead = nil
+					c.exec(ctx, key, batch)
+				}
+			}
+		default:
+			// No room in the next batch: run beside the batches.
+			c.mu.Unlock()
+			c.runBatch(ctx, chunk)
+		}
+	}
+}
+
 // exec runs batch, whose first call is the caller's own, wakes the others,
 // and hands the calls that queued meanwhile to the first of them.
 func (c *coalescer[T]) exec(ctx context.Context, key string, batch []*batchCall[T]) {

@@ -292,12 +292,23 @@ func checkNames(ns, q string) error {
 // its publish lane, whatever their queues, into one script call
 // (publishCoalesced).
 func (e *Engine) Publish(ctx context.Context, req *engine.PublishRequest) (string, error) {
+	plain := e.pubs != nil && req != nil && req.ID == "" && req.Replaces == "" && req.Key == ""
 	if req != nil {
 		if sp := e.shardsOf(req.Namespace, req.Queue); sp != nil {
-			return e.publishSharded(ctx, sp, req)
+			if !plain {
+				return e.publishSharded(ctx, sp, req)
+			}
+			// The plain publishes to a sharded queue coalesce on a lane of
+			// the queue's own; each batch goes to one shard, in turn
+			// (publishCoalesced).
+			if err := checkPublish(req.Namespace, req.Queue, req); err != nil {
+				return "", err
+			}
+			op, err := e.pubs.do(ctx, "s:"+req.Namespace+"/"+req.Queue, pubOp{req: req, sp: sp})
+			return op.id, err
 		}
 	}
-	if e.pubs != nil && req != nil && req.ID == "" && req.Replaces == "" && req.Key == "" {
+	if plain {
 		if err := checkPublish(req.Namespace, req.Queue, req); err != nil {
 			return "", err
 		}
@@ -316,15 +327,22 @@ func (e *Engine) Publish(ctx context.Context, req *engine.PublishRequest) (strin
 // reqs run as coalesced batches of up to coalesceMax jobs (one script call
 // each, whatever their queues; on a cluster, of one slot group), the
 // others one by one through Publish.
+//
+// On a cluster, where a script touches one slot group, reqs are split by
+// their queue's group and the groups run concurrently, outside the pass
+// (their calls go to the nodes together through the auto-pipeline), each
+// joining the concurrent publishes of its group in the coalescer; within
+// a group they run in order, so the jobs of one queue keep theirs.
 func (e *Engine) PublishEach(ctx context.Context, reqs []*engine.PublishRequest, ids []string, errs []error) {
 	reqs = e.routePublishes(ctx, reqs)
-	if e.cluster && e.pubs != nil {
-		// One batch per slot group, in the order the groups first appear.
+	if e.cluster && e.pubs != nil && len(reqs) > 1 {
+		// One part per slot group, in the order the groups first appear;
+		// requests with a bad queue name (only errors) in part -1.
 		var order []int
 		byGroup := map[int][]int{}
 		for i, r := range reqs {
-			g := -1 // not a plain publish: Publish handles it
-			if r != nil && r.ID == "" && r.Replaces == "" && r.Key == "" && checkNames(r.Namespace, r.Queue) == nil {
+			g := -1
+			if r != nil && checkNames(r.Namespace, r.Queue) == nil {
 				g = slotGroup(r.Namespace, r.Queue)
 			}
 			if _, ok := byGroup[g]; !ok {
@@ -333,25 +351,61 @@ func (e *Engine) PublishEach(ctx context.Context, reqs []*engine.PublishRequest,
 			byGroup[g] = append(byGroup[g], i)
 		}
 		if len(order) > 1 {
-			for _, g := range order {
-				at := byGroup[g]
-				sub := make([]*engine.PublishRequest, len(at))
-				for k, i := range at {
-					sub[k] = reqs[i]
-				}
-				subIDs, subErrs := make([]string, len(at)), make([]error, len(at))
-				e.publishEach(ctx, sub, subIDs, subErrs)
-				for k, i := range at {
-					ids[i], errs[i] = subIDs[k], subErrs[k]
-				}
-			}
+			e.publishGroups(ctx, reqs, ids, errs, order, byGroup)
 			return
 		}
 	}
-	e.publishEach(ctx, reqs, ids, errs)
+	e.publishEach(ctx, reqs, ids, errs, "")
 }
 
-func (e *Engine) publishEach(ctx context.Context, reqs []*engine.PublishRequest, ids []string, errs []error) {
+// publishGroups runs PublishEach's parts (byGroup[g] for g in order)
+// concurrently, the first on the calling goroutine, each outside the pass.
+func (e *Engine) publishGroups(ctx context.Context, reqs []*engine.PublishRequest, ids []string, errs []error, order []int, byGroup map[int][]int) {
+	ctx, attach := detach(ctx)
+	defer attach()
+	part := func(g int) { // part g's goroutine alone writes its indexes of ids and errs
+		at := byGroup[g]
+		sub := make([]*engine.PublishRequest, len(at))
+		for k, i := range at {
+			sub[k] = reqs[i]
+		}
+		subIDs, subErrs := make([]string, len(at)), make([]error, len(at))
+		lane := ""
+		if g >= 0 {
+			lane = laneKeys[g]
+		}
+		e.publishEach(ctx, sub, subIDs, subErrs, lane)
+		for k, i := range at {
+			ids[i], errs[i] = subIDs[k], subErrs[k]
+		}
+	}
+	e.concurrently(len(order), func(i int) { part(order[i]) })
+}
+
+// concurrently runs f(0), ..., f(n-1) at once, f(0) on the calling
+// goroutine, and returns when all have returned. The calls are made
+// outside ctx's pass, if any (their script calls go through the
+// auto-pipeline, together), and the pass's other steps go on without
+// this one meanwhile.
+func (e *Engine) concurrently(n int, f func(int)) {
+	var wg sync.WaitGroup
+	for i := 1; i < n; i++ {
+		wg.Add(1)
+		e.stepWorkers.run(func() {
+			defer wg.Done()
+			f(i)
+		})
+	}
+	if n > 0 {
+		f(0)
+	}
+	wg.Wait()
+}
+
+// publishEach publishes reqs, the plain ones in coalesced batches: on lane
+// when it is set (joining the lane's concurrent publishes), else as
+// batches of their own.
+func (e *Engine) publishEach(ctx context.Context, reqs []*engine.PublishRequest, ids []string, errs []error, lane string) {
 	var calls []*batchCall[pubOp]
 	var at []int // calls[k] is reqs[at[k]]
 	for i, r := range reqs {
@@ -363,27 +417,36 @@ func (e *Engine) publishEach(ctx context.Context, reqs []*engine.PublishRequest,
 			ids[i], errs[i] = "", err
 			continue
 		}
-		calls = append(calls, &batchCall[pubOp]{in: pubOp{req: r}})
+		c := &batchCall[pubOp]{in: pubOp{req: r}}
+		if lane != "" {
+			c.done = make(chan struct{}, 1)
+		}
+		calls = append(calls, c)
 		at = append(at, i)
 	}
-	for len(calls) > 0 {
-		n := min(len(calls), coalesceMax)
-		e.pubs.runBatch(ctx, calls[:n])
-		for k, c := range calls[:n] {
-			// A publish not replicated was written: its ID goes with
-			// the error, as Publish returns it.
-			if ids[at[k]], errs[at[k]] = c.in.id, c.err; c.err != nil && !errors.Is(c.err, engine.ErrNotReplicated) {
-				ids[at[k]] = ""
-			}
+	if lane != "" && len(calls) > 0 {
+		e.pubs.doAll(ctx, lane, calls)
+	} else {
+		for k := 0; k < len(calls); k += coalesceMax {
+			e.pubs.runBatch(ctx, calls[k:min(len(calls), k+coalesceMax)])
 		}
-		calls, at = calls[n:], at[n:]
+	}
+	for k, c := range calls {
+		// A publish not replicated was written: its ID goes with the
+		// error, as Publish returns it.
+		if ids[at[k]], errs[at[k]] = c.in.id, c.err; c.err != nil && !errors.Is(c.err, engine.ErrNotReplicated) {
+			ids[at[k]] = ""
+		}
 	}
 }
 
-// pubOp is one coalesced publish: the request and the ID it got.
+// pubOp is one coalesced publish: the request and the ID it got. sp is
+// set when req is a plain publish to sharded queue req.Queue, coalesced
+// on a lane of that queue alone: its batch picks the shard.
 type pubOp struct {
 	req *engine.PublishRequest
 	id  string
+	sp  *shardSpec
 }
 
 // publishLanes is how many publish batches of a pool on one Redis may be
@@ -413,6 +476,17 @@ func (e *Engine) publishLane(ns, q string) string {
 // one publishManyScript call: they are all published or none is, and share
 // the outcome.
 func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]) {
+	if sp := batch[0].in.sp; sp != nil {
+		// A batch of one sharded queue's plain publishes: all to one
+		// shard, the next in turn, so that it stays one script call.
+		r0 := batch[0].in.req
+		name := sp.names[e.publishShard(ctx, sp, r0)]
+		for _, c := range batch {
+			r := *c.in.req
+			r.Queue = name
+			c.in.req, c.in.sp = &r, nil
+		}
+	}
 	now := e.now()
 	nowMS := ceilMS(now)
 	type queue struct {
@@ -1027,9 +1101,32 @@ func (e *Engine) ConsumeEach(ctx context.Context, reqs []*engine.ConsumeRequest,
 	groups := map[string]*group{}
 	routed := reqs
 	if e.anySharded() {
+		// Requests for the same queues and TTR take the shards from the
+		// same start (the next in turn, per batch), so that they still
+		// share one call: a start of their own each would split them.
 		routed = make([]*engine.ConsumeRequest, len(reqs))
+		var starts map[string][]string
 		for i, r := range reqs {
-			routed[i] = e.routeConsume(r)
+			if r == nil {
+				continue
+			}
+			k := consumeKey(r)
+			qs, ok := starts[k]
+			if !ok {
+				if rr := e.routeConsume(r); rr != r {
+					qs = rr.Queues
+				}
+				if starts == nil {
+					starts = make(map[string][]string)
+				}
+				starts[k] = qs
+			}
+			routed[i] = r
+			if qs != nil {
+				c := *r
+				c.Queues = qs
+				routed[i] = &c
+			}
 		}
 	}
 	for i, r := range routed {
@@ -1102,8 +1199,9 @@ func (e *Engine) DeleteEach(ctx context.Context, refs []engine.JobRef, errs []er
 		}
 		groups[k] = append(groups[k], i)
 	}
+	var mu sync.Mutex
 	var missing []int // probed ACKs that found no job
-	for _, k := range order {
+	queueAcks := func(ctx context.Context, k [2]string) {
 		at := groups[k]
 		for len(at) > 0 {
 			n := min(len(at), coalesceMax)
@@ -1119,7 +1217,9 @@ func (e *Engine) DeleteEach(ctx context.Context, refs []engine.JobRef, errs []er
 			e.ackCoalesced(ctx, batch)
 			for j, i := range at[:n] {
 				if batch[j].err == nil && batch[j].in.code == 0 && batch[j].in.nonce == ackProbe {
+					mu.Lock()
 					missing = append(missing, i)
+					mu.Unlock()
 				}
 				op := batch[j].in
 				op.q = refs[i].Queue
@@ -1128,6 +1228,19 @@ func (e *Engine) DeleteEach(ctx context.Context, refs []engine.JobRef, errs []er
 			at = at[n:]
 		}
 	}
+	if e.cluster && len(order) > 1 {
+		// On a cluster the queues' ACKs (a sharded queue's shards, or
+		// queues of several slot groups) go concurrently, their calls to
+		// the nodes together, rather than a round trip each in turn.
+		dctx, attach := detach(ctx)
+		e.concurrently(len(order), func(i int) { queueAcks(dctx, order[i]) })
+		attach()
+	} else {
+		for _, k := range order {
+			queueAcks(ctx, k)
+		}
+	}
+	slices.Sort(missing)
 	for _, i := range missing {
 		sp := e.shardsOf(refs[i].Namespace, refs[i].Queue)
 		if sp == nil {

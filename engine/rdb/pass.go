@@ -112,6 +112,24 @@ func outsidePass(ctx context.Context) context.Context {
 	return context.WithValue(ctx, stepKey{}, (*step)(nil))
 }
 
+// detach takes ctx's pass step, if any, out of its pass's rounds while it
+// waits on work of its own outside the pass (calls it makes on other
+// goroutines, with the returned context), so that the other steps' rounds
+// go without it; attach puts it back before it makes calls of the pass
+// again.
+func detach(ctx context.Context) (out context.Context, attach func()) {
+	s := stepOf(ctx)
+	if s == nil {
+		return ctx, func() {}
+	}
+	s.p.leave()
+	return outsidePass(ctx), func() {
+		s.p.mu.Lock()
+		s.p.active++
+		s.p.mu.Unlock()
+	}
+}
+
 // run adds a step's call to the round and waits for its reply; the step
 // that completes the round sends it.
 func (s *step) run(ctx context.Context, sc *redis.Script, keys []string, args []interface{}) *redis.Cmd {

@@ -717,13 +717,17 @@ func (e *Engine) publishBatchSharded(ctx context.Context, sp *shardSpec, reqs []
 }
 
 // routePublishes aims the plain publishes of reqs to sharded queues at a
-// shard (the others go through Publish, which routes them); reqs itself
-// when none is.
+// shard, one per queue (the others go through Publish, which routes
+// them); reqs itself when none is.
 func (e *Engine) routePublishes(ctx context.Context, reqs []*engine.PublishRequest) []*engine.PublishRequest {
 	if !e.anySharded() {
 		return reqs
 	}
 	var out []*engine.PublishRequest
+	// The plain publishes of one queue in reqs all go to one shard, the
+	// queue's next in turn: one script call rather than one per shard,
+	// while successive batches spread over the shards.
+	var chosen map[[2]string]string
 	for i, r := range reqs {
 		if r == nil || r.ID != "" || r.Replaces != "" || r.Key != "" {
 			continue
@@ -734,9 +738,16 @@ func (e *Engine) routePublishes(ctx context.Context, reqs []*engine.PublishReque
 		}
 		if out == nil {
 			out = append([]*engine.PublishRequest(nil), reqs...)
+			chosen = make(map[[2]string]string)
+		}
+		k := [2]string{r.Namespace, r.Queue}
+		name, ok := chosen[k]
+		if !ok {
+			name = sp.names[e.publishShard(ctx, sp, r)]
+			chosen[k] = name
 		}
 		c := *r
-		c.Queue = sp.names[e.publishShard(ctx, sp, r)]
+		c.Queue = name
 		out[i] = &c
 	}
 	if out == nil {
