@@ -949,6 +949,7 @@ func (e *Engine) waitPipeline(ctx context.Context, key string) (redis.Pipeliner,
 // pause, for at most Options.ClusterRetry in all, as runRetry does.
 func (e *Engine) retryWait(ctx context.Context, try func() error) (err error) {
 	cc, _ := e.rdb.(*redis.ClusterClient)
+	retried := false
 	defer func() {
 		// A node that does not answer (a master just killed) is reported,
 		// not retried (the write may have run), but the cluster client,
@@ -957,25 +958,13 @@ func (e *Engine) retryWait(ctx context.Context, try func() error) (err error) {
 			cc.ReloadState(ctx)
 		}
 	}()
-	err = try()
-	if e.retryFor <= 0 || !clusterRetryable(err) {
-		return err
-	}
-	deadline := time.Now().Add(e.retryFor)
-	for pause := 10 * time.Millisecond; clusterRetryable(err) && time.Now().Add(pause).Before(deadline); pause = min(2*pause, 250*time.Millisecond) {
-		if cc != nil {
+	return e.retryErr(ctx, func() error {
+		if cc != nil && retried {
 			cc.ReloadState(ctx)
 		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-		err = try()
-	}
-	return err
+		retried = true
+		return try()
+	})
 }
 
 // runAndWait runs a publish script and WAIT in one pipeline, so that both
