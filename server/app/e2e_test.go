@@ -29,6 +29,14 @@ import (
 
 const jsonContentType = "application/json; charset=utf-8"
 
+// lateSlack is how late past its due time an end-to-end test accepts a
+// timer-driven delivery (a delay, a TTR): these tests check that the timer
+// fired and the job came, not how precisely — the benchmarks measure that
+// (`kairos bench latency`, doc/performance.md). CI shares its 2 cores with
+// other work; under -race at load average 8 deliveries 0.4–1.7 s late were
+// seen. An early delivery is still a failure to the millisecond.
+const lateSlack = 2 * time.Second
+
 // kairos is one running app.
 type kairos struct {
 	App   *app.App
@@ -690,7 +698,10 @@ func TestE2EMultiQueuePriority(t *testing.T) {
 }
 
 // TestE2ELongPollWakeup: a waiting consumer gets a job published to its
-// queue within 100 ms.
+// queue at once, woken by the publish: within 500 ms here, half the
+// waiters' 1 s sweep (a loaded -race run took 144 ms where a quiet one
+// takes 2). The wake-up itself is tested with the sweep off in
+// engine/rdb (TestInstancesSharePool, TestClusterWakeups), and its latency is a benchmark's.
 func TestE2ELongPollWakeup(t *testing.T) {
 	e := startE2E(t)
 	for i := range 3 {
@@ -715,8 +726,8 @@ func TestE2ELongPollWakeup(t *testing.T) {
 			t.Fatalf("woken consumer got %s, want %s", j.JobID, id)
 		}
 		t.Logf("publish → waiting consumer: %v", lat)
-		if lat > 100*time.Millisecond {
-			t.Fatalf("waiting consumer got the job %v after the publish started, want ≤ 100 ms", lat)
+		if lat > 500*time.Millisecond {
+			t.Fatalf("waiting consumer got the job %v after the publish started, want ≤ 500 ms", lat)
 		}
 	}
 }
@@ -749,8 +760,8 @@ func TestE2EDelay(t *testing.T) {
 			t.Fatalf("got %s, want %s", j.JobID, id)
 		}
 		t.Logf("delay %v delivered after %v", delay, lat)
-		if lat < delay || lat > delay+150*time.Millisecond {
-			t.Fatalf("delay %v: delivered after %v, want within [%v, %v]", delay, lat, delay, delay+150*time.Millisecond)
+		if lat < delay || lat > delay+lateSlack {
+			t.Fatalf("delay %v: delivered after %v, want within [%v, %v]", delay, lat, delay, delay+lateSlack)
 		}
 	}
 	t.Run("delay=1 over HTTP", func(t *testing.T) {
