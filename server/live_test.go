@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -235,11 +236,21 @@ func rawExchange(addr string, raw []byte, timeout time.Duration) rawResult {
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(timeout))
-	if _, err := conn.Write(raw); err != nil {
-		return rawResult{err: err}
-	}
+	// The answer is read while the request is still being written: a
+	// server refusing a request too large (net/http's 431) answers before
+	// it has read it all, then closes, and the kernel resets a connection
+	// closed with bytes unread; a reader that waited for its own write to
+	// finish could lose the answer to that reset on a loaded machine.
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := conn.Write(raw)
+		wrote <- err
+	}()
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
+		if werr := <-wrote; werr != nil {
+			return rawResult{err: fmt.Errorf("write: %v; read: %w", werr, err)}
+		}
 		return rawResult{err: err}
 	}
 	defer resp.Body.Close()

@@ -40,10 +40,12 @@ func testRateLimitAcrossInstances(t *testing.T, client redis.UniversalClient, ha
 	}}
 	a, b := startLive(t, opts), startLive(t, opts)
 	tok := a.token(t, "ns", auth.Scope{})
-	// An interval of 100 s refills 0.2 requests per second: within this
-	// test's window the bucket admits exactly its capacity.
+	// An interval of 100,000 s refills one request in 5,000 s: within this
+	// test's window, however loaded the machine (100 s refilled two
+	// publishes in a -race run at load average 30), the bucket admits
+	// exactly its capacity.
 	const writes, reads = 20, 10
-	limit := fmt.Sprintf(`{"read":%d,"write":%d,"interval":100}`, reads, writes)
+	limit := fmt.Sprintf(`{"read":%d,"write":%d,"interval":100000}`, reads, writes)
 	if r := liveDo(t, "POST", a.admin+"/token/ns/"+tok+"/limit", strings.NewReader(limit), nil); r.status != 201 {
 		t.Fatalf("set limit: %d %s", r.status, r.body)
 	}
