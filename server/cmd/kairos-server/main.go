@@ -161,10 +161,10 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if err := a.Listen(); err != nil {
 		return err
 	}
-	log.Infof("kairos %s: API on http://%s, admin API on http://%s", version, a.Server.Addr(), a.Server.AdminAddr())
-	log.Info(tokenHint(cfg, a.Server.AdminAddr()))
+	log.Infof("kairos %s: API on %s, admin API on %s", version, a.Server.URL(), a.Server.AdminURL())
+	log.Info(tokenHint(cfg, a.Server.AdminURL()))
 	if cfg.DashboardEnabled() {
-		log.Info("dashboard: http://" + a.Server.AdminAddr() + "/ui/")
+		log.Info("dashboard: " + a.Server.AdminURL() + "/ui/")
 	}
 	go func() {
 		// A second signal during the graceful shutdown forces the exit.
@@ -208,13 +208,13 @@ func printError(stderr io.Writer, path string, err error) {
 // With [Accounts] the admin API needs basic auth, so the command carries
 // -u with the first user name and PASSWORD in place of its password,
 // which is never printed.
-func tokenHint(cfg *config.Config, adminAddr string) string {
+func tokenHint(cfg *config.Config, adminURL string) string {
 	auth := ""
 	if len(cfg.Accounts) > 0 {
 		user := slices.Sorted(maps.Keys(cfg.Accounts))[0]
 		auth = "-u " + shellQuote(user+":PASSWORD") + " "
 	}
-	hint := fmt.Sprintf("create a token: curl %s-X POST 'http://%s/token/<namespace>?description=first'", auth, adminAddr)
+	hint := fmt.Sprintf("create a token: curl %s-X POST '%s/token/<namespace>?description=first'", auth, adminURL)
 	if auth != "" {
 		hint += " (PASSWORD: that user's password in [Accounts])"
 	}
