@@ -142,7 +142,7 @@ func (s *settings) clientTLS() (*tls.Config, error) {
 	if s.caFile != "" {
 		pool, err := LoadCAFile(s.caFile)
 		if err != nil {
-			return nil, err
+			return nil, argError("%v", err)
 		}
 		cfg.RootCAs = pool
 	}
@@ -154,11 +154,11 @@ func (s *settings) clientTLS() (*tls.Config, error) {
 func LoadCAFile(path string) (*x509.CertPool, error) {
 	pem, err := os.ReadFile(path)
 	if err != nil {
-		return nil, argError("CA file: %v", err)
+		return nil, fmt.Errorf("CA file: %w", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
-		return nil, argError("CA file %s: no PEM certificate in it", path)
+		return nil, fmt.Errorf("CA file %s: no PEM certificate in it", path)
 	}
 	return pool, nil
 }
