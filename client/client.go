@@ -424,6 +424,12 @@ func (t *transport) once(parent context.Context, r request) (*response, bool, er
 	res, err := t.hc.Do(req)
 	if err != nil {
 		err = fmt.Errorf("kairos: %s %s: %w", r.method, r.path, err)
+		// A server certificate that does not verify will not verify on
+		// the next attempt either.
+		var certErr *tls.CertificateVerificationError
+		if errors.As(err, &certErr) {
+			return nil, false, err
+		}
 		return nil, neverSent(err) || (r.idempotent && !isCtxErr(parent, err)), err
 	}
 	defer res.Body.Close()

@@ -52,15 +52,24 @@ func TestTLS(t *testing.T) {
 	}
 	roundTrip(t, c2, "q2")
 
-	// Without the CA: the system roots do not know it.
-	c3, err := client.New(srv.APIURL(), client.WithNamespace("tls"), client.WithToken(token), client.WithRetry(0, 0, 0))
+	// Without the CA: the system roots do not know it. An idempotent
+	// request is not retried after a certificate error (one dial).
+	var dials atomic.Int32
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
+	}}}
+	c3, err := client.New(srv.APIURL(), client.WithNamespace("tls"), client.WithToken(token), client.WithHTTPClient(hc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c3.Publish(ctx, "q3", []byte("x"))
+	_, err = c3.QueueSize(ctx, "q3")
 	var unknown x509.UnknownAuthorityError
 	if !errors.As(err, &unknown) {
-		t.Errorf("Publish without the CA: %v, want x509.UnknownAuthorityError", err)
+		t.Errorf("QueueSize without the CA: %v, want x509.UnknownAuthorityError", err)
+	}
+	if n := dials.Load(); n != 1 {
+		t.Errorf("QueueSize without the CA dialled %d times, want 1 (no retry)", n)
 	}
 	// Plain http:// on the TLS listener: net/http's 400, not a publish.
 	c4, err := client.New("http://"+srv.API, client.WithNamespace("tls"), client.WithToken(token), client.WithRetry(0, 0, 0))
