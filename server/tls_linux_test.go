@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/engine"
 	"github.com/kairos-dev/kairos/server/tlscert/tlstest"
@@ -22,8 +24,9 @@ import (
 
 // serveTLS serves a server with event loops asked for (EventLoops = 2)
 // and TLS on both listeners, on 127.0.0.1; it returns the env, the fake
-// engine and the CA the certificates come from.
-func serveTLS(t *testing.T) (*testEnv, *eachFake, *tlstest.CA) {
+// engine, the CA the certificates come from and the public listener's
+// certificate and key files.
+func serveTLS(t *testing.T) (*testEnv, *eachFake, *tlstest.CA, string, string) {
 	t.Helper()
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "test CA")
@@ -47,7 +50,7 @@ func serveTLS(t *testing.T) (*testEnv, *eachFake, *tlstest.CA) {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return env, fake, ca
+	return env, fake, ca, certFile, keyFile
 }
 
 // TestTLSLoopsStepAside: with TLS on the public listener, the event loops
@@ -55,7 +58,7 @@ func serveTLS(t *testing.T) (*testEnv, *eachFake, *tlstest.CA) {
 // publishes included (served_by="http"); plain HTTP on a TLS port gets
 // net/http's 400; the admin listener serves TLS too.
 func TestTLSLoopsStepAside(t *testing.T) {
-	env, fake, ca := serveTLS(t)
+	env, fake, ca, _, _ := serveTLS(t)
 	env.srv.accessLog.Store(true)
 	fake.size = func(context.Context, string, string) (int64, error) { return 42, nil }
 	fake.publish = func(context.Context, *engine.PublishRequest) (string, error) { return "http-1", nil }
@@ -149,4 +152,69 @@ func TestTLSLoopsStepAside(t *testing.T) {
 	if err == nil || !errors.As(err, &unknown) {
 		t.Errorf("admin without the CA: %v, want an unknown authority error", err)
 	}
+}
+
+// TestTLSReload: a serving server picks up a renewed certificate for its
+// new connections, without a restart; a pair that does not load keeps
+// the previous one.
+func TestTLSReload(t *testing.T) {
+	env, _, ca, certFile, keyFile := serveTLS(t)
+	served := func() string {
+		t.Helper()
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", env.srv.Addr(),
+			&tls.Config{RootCAs: ca.Pool(), ServerName: "localhost"})
+		if err != nil {
+			t.Fatalf("handshake: %v", err)
+		}
+		defer c.Close()
+		return c.ConnectionState().PeerCertificates[0].Subject.CommonName
+	}
+	// waitServed handshakes until the server presents cn; the files are
+	// read again at most once a second, so allow a wide margin.
+	waitServed := func(cn string) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for got := served(); got != cn; got = served() {
+			if time.Now().After(deadline) {
+				t.Fatalf("still served %q, want %q", got, cn)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if got := served(); got != "api" {
+		t.Fatalf("served %q, want api", got)
+	}
+	certPEM, keyPEM := ca.Issue(t, "renewed")
+	tlstest.Write(t, keyFile, keyPEM)
+	tlstest.Write(t, certFile, certPEM)
+	waitServed("renewed")
+
+	// A certificate without its key: logged, and the previous pair stays.
+	certPEM, _ = ca.Issue(t, "orphan")
+	tlstest.Write(t, certFile, certPEM)
+	deadline := time.Now().Add(20 * time.Second)
+	for !loggedMismatch(env) {
+		if got := served(); got != "renewed" {
+			t.Fatalf("with a mismatched pair: served %q, want renewed", got)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the mismatched pair was not logged")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := served(); got != "renewed" {
+		t.Fatalf("after the mismatch was logged: served %q, want renewed", got)
+	}
+}
+
+// loggedMismatch reports whether the server logged a certificate pair
+// that does not load.
+func loggedMismatch(env *testEnv) bool {
+	for _, e := range env.logs.AllEntries() {
+		if e.Level == logrus.ErrorLevel && e.Data["listener"] == "api" &&
+			e.Message == "TLS: the certificate files changed but do not load; serving the previous certificate" {
+			return true
+		}
+	}
+	return false
 }
