@@ -1,8 +1,11 @@
 package server
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/server/tlscert"
@@ -23,11 +26,31 @@ import (
 // or mismatched pair stops the server with the key and the reason, and
 // reloaded when they change (package tlscert).
 
+// CheckTLS loads the certificate pairs of cfg's [TLS] as New does and
+// returns New's error, naming the key, for a pair that is missing,
+// unreadable or does not load. app.New calls it before it connects to
+// any Redis, so that such a configuration stops the server at once.
+func CheckTLS(cfg *config.Config) error {
+	_, _, err := loadTLS(cfg, nil)
+	return err
+}
+
 // loadTLS loads the certificates of the listeners that serve TLS.
-func (s *Server) loadTLS() error {
-	t := s.cfg.TLS
+func (s *Server) loadTLS() (err error) {
+	s.apiTLS, s.adminTLS, err = loadTLS(s.cfg, s.log)
+	return err
+}
+
+// loadTLS returns the TLS configurations of the public and the admin
+// listener (nil for plain HTTP).
+func loadTLS(cfg *config.Config, log logrus.FieldLogger) (api, admin *tls.Config, err error) {
+	t := cfg.TLS
 	load := func(certKey, certFile, keyKey, keyFile, listener string) (*tlscert.Reloader, error) {
-		r, err := tlscert.Load(certFile, keyFile, s.log.WithField("listener", listener))
+		var l logrus.FieldLogger
+		if log != nil {
+			l = log.WithField("listener", listener)
+		}
+		r, err := tlscert.Load(certFile, keyFile, l)
 		if err == nil {
 			return r, nil
 		}
@@ -46,18 +69,18 @@ func (s *Server) loadTLS() error {
 	if t.PublicEnabled() {
 		r, err := load("CertFile", t.CertFile, "KeyFile", t.KeyFile, "api")
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
-		s.apiTLS = r.ServerConfig(t.MinTLSVersion())
+		api = r.ServerConfig(t.MinTLSVersion())
 	}
 	if t.AdminEnabled() {
 		r, err := load("AdminCertFile", t.AdminCertFile, "AdminKeyFile", t.AdminKeyFile, "admin")
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
-		s.adminTLS = r.ServerConfig(t.MinTLSVersion())
+		admin = r.ServerConfig(t.MinTLSVersion())
 	}
-	return nil
+	return api, admin, nil
 }
 
 // URL returns the public listener's base URL, "http://ADDR" or

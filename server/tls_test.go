@@ -55,3 +55,25 @@ func TestNewRefusesBadTLSFiles(t *testing.T) {
 		t.Errorf("TLS configs %v %v, event loops %d; want both set and no loops", srv.apiTLS != nil, srv.adminTLS != nil, srv.eventLoops())
 	}
 }
+
+// TestCheckTLS: CheckTLS (what app.New runs before dialling Redis) gives
+// New's answer without building a server.
+func TestCheckTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "test CA")
+	certFile, keyFile := ca.WritePair(t, dir, "one")
+	cfg := testConfig()
+	cfg.TLS = config.TLS{CertFile: certFile, KeyFile: keyFile, AdminCertFile: certFile, AdminKeyFile: filepath.Join(dir, "missing.key")}
+	err := CheckTLS(cfg)
+	if p := config.Problems(err); len(p) != 1 || p[0].Key != "TLS.AdminKeyFile" || !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("CheckTLS = %v, want a TLS.AdminKeyFile problem", err)
+	}
+	cfg.TLS.AdminKeyFile = keyFile
+	if err := CheckTLS(cfg); err != nil {
+		t.Errorf("CheckTLS with good pairs = %v", err)
+	}
+	cfg.TLS = config.TLS{}
+	if err := CheckTLS(cfg); err != nil {
+		t.Errorf("CheckTLS without TLS = %v", err)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"errors"
+	"io"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -59,7 +60,7 @@ type Reloader struct {
 func Load(certFile, keyFile string, log logrus.FieldLogger) (*Reloader, error) {
 	if log == nil {
 		l := logrus.New()
-		l.SetOutput(nopWriter{})
+		l.SetOutput(io.Discard)
 		log = l
 	}
 	r := &Reloader{
@@ -80,10 +81,6 @@ func Load(certFile, keyFile string, log logrus.FieldLogger) (*Reloader, error) {
 	r.next = r.now().Add(r.interval)
 	return r, nil
 }
-
-type nopWriter struct{}
-
-func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
 
 // Which files a LoadError is about.
 const (
