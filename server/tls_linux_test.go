@@ -146,6 +146,21 @@ func TestTLSLoopsStepAside(t *testing.T) {
 	if res.StatusCode != 200 || res.TLS == nil || res.TLS.PeerCertificates[0].Subject.CommonName != "admin" {
 		t.Errorf("admin /healthz over TLS: %d, TLS %v", res.StatusCode, res.TLS != nil)
 	}
+	// The dashboard's cookies are Secure over TLS.
+	res, err = hc.Get(env.srv.AdminURL() + "/ui/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	var csrf *http.Cookie
+	for _, c := range res.Cookies() {
+		if c.Name == "kairos_csrf" {
+			csrf = c
+		}
+	}
+	if res.StatusCode != 200 || csrf == nil || !csrf.Secure {
+		t.Errorf("dashboard over TLS: %d, CSRF cookie %+v; want 200 and a Secure cookie", res.StatusCode, csrf)
+	}
 	// A client that does not trust the CA is refused.
 	_, err = (&http.Client{Timeout: 10 * time.Second}).Get(env.srv.AdminURL() + "/healthz")
 	var unknown x509.UnknownAuthorityError
