@@ -3,6 +3,8 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -48,6 +51,9 @@ type settings struct {
 	backoff    time.Duration
 	maxBackoff time.Duration
 	userAgent  string
+	// tlsConfig is WithTLSConfig's, with caFile's CAs as its RootCAs.
+	tlsConfig *tls.Config
+	caFile    string
 	// publishKeys: every publish without a JobKey gets a generated one.
 	publishKeys bool
 }
@@ -90,6 +96,71 @@ func WithHTTPClient(hc *http.Client) Option {
 		s.httpClient = hc
 		return nil
 	}
+}
+
+// WithTLSConfig makes the client use cfg for https:// servers (a client
+// certificate, a ServerName, a pool of trusted CAs...). It applies to the
+// client's own transport or, with WithHTTPClient, to a copy of that
+// client's *http.Transport (its other settings kept); a transport of
+// another type cannot take it and New fails.
+func WithTLSConfig(cfg *tls.Config) Option {
+	return func(s *settings) error {
+		if cfg == nil {
+			return argError("nil TLS config")
+		}
+		s.tlsConfig = cfg
+		return nil
+	}
+}
+
+// WithCAFile makes the client trust the certificate authorities of the
+// PEM file path, and only them, for https:// servers: the CA of a server
+// whose certificate is not signed by a public authority. It combines with
+// WithTLSConfig (it sets that config's RootCAs) and, like it, with
+// WithHTTPClient. New fails when the file cannot be read or holds no
+// certificate.
+func WithCAFile(path string) Option {
+	return func(s *settings) error {
+		if path == "" {
+			return argError("empty CA file name")
+		}
+		s.caFile = path
+		return nil
+	}
+}
+
+// clientTLS returns the TLS configuration of WithTLSConfig and
+// WithCAFile, or nil when neither was given.
+func (s *settings) clientTLS() (*tls.Config, error) {
+	if s.tlsConfig == nil && s.caFile == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if s.tlsConfig != nil {
+		cfg = s.tlsConfig.Clone()
+	}
+	if s.caFile != "" {
+		pool, err := LoadCAFile(s.caFile)
+		if err != nil {
+			return nil, argError("%v", err)
+		}
+		cfg.RootCAs = pool
+	}
+	return cfg, nil
+}
+
+// LoadCAFile reads the certificate authorities of a PEM file into a new
+// pool: what WithCAFile trusts.
+func LoadCAFile(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("CA file %s: no PEM certificate in it", path)
+	}
+	return pool, nil
 }
 
 // WithTimeout bounds each request that does not long-poll (default
@@ -175,15 +246,35 @@ func newTransport(addr string, opts []Option) (*transport, *settings, error) {
 		base: base, retries: s.retries, backoff: s.backoff, maxBackoff: s.maxBackoff,
 		header: make(http.Header), user: s.user, pass: s.pass, basicAuth: s.basicAuth,
 	}
+	tlsCfg, err := s.clientTLS()
+	if err != nil {
+		return nil, nil, err
+	}
 	if s.httpClient != nil {
 		hc := *s.httpClient
 		if s.timeout == 0 && hc.Timeout > 0 {
 			s.timeout = hc.Timeout
 		}
 		hc.Timeout = 0
+		if tlsCfg != nil {
+			// A copy of the caller's transport: theirs stays as it was.
+			var tr *http.Transport
+			switch rt := hc.Transport.(type) {
+			case nil:
+				tr = http.DefaultTransport.(*http.Transport).Clone()
+			case *http.Transport:
+				tr = rt.Clone()
+			default:
+				return nil, nil, argError("WithTLSConfig or WithCAFile needs an *http.Transport in WithHTTPClient, not %T", rt)
+			}
+			tr.TLSClientConfig = tlsCfg
+			hc.Transport = tr
+		}
 		t.hc = &hc
 	} else {
-		t.hc = &http.Client{Transport: newHTTPTransport()}
+		tr := newHTTPTransport()
+		tr.TLSClientConfig = tlsCfg
+		t.hc = &http.Client{Transport: tr}
 	}
 	t.timeout = s.timeout
 	if t.timeout == 0 {
@@ -333,6 +424,12 @@ func (t *transport) once(parent context.Context, r request) (*response, bool, er
 	res, err := t.hc.Do(req)
 	if err != nil {
 		err = fmt.Errorf("kairos: %s %s: %w", r.method, r.path, err)
+		// A server certificate that does not verify will not verify on
+		// the next attempt either.
+		var certErr *tls.CertificateVerificationError
+		if errors.As(err, &certErr) {
+			return nil, false, err
+		}
 		return nil, neverSent(err) || (r.idempotent && !isCtxErr(parent, err)), err
 	}
 	defer res.Body.Close()

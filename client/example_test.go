@@ -200,3 +200,19 @@ func ExampleAdmin_CreateToken() {
 	fmt.Println(errors.Is(err, client.ErrForbidden))
 	// Output: true
 }
+
+// A server whose certificate comes from a private CA: an https:// address
+// and the CA's PEM file, for the public and the admin API alike.
+func ExampleWithCAFile() {
+	c, err := client.New("https://kairos.internal:7777",
+		client.WithNamespace("demo"), client.WithToken("secret"),
+		client.WithCAFile("/etc/kairos/ca.crt"))
+	if err != nil {
+		log.Fatal(err) // the CA file cannot be read or holds no certificate
+	}
+	admin, err := client.NewAdmin("https://kairos.internal:7778", client.WithCAFile("/etc/kairos/ca.crt"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, _ = c, admin
+}

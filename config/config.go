@@ -125,6 +125,10 @@ type Config struct {
 	// Dashboard is the built-in web dashboard (a [Dashboard] table, Kairos
 	// only), served at /ui/ on the admin listener.
 	Dashboard Dashboard `toml:"Dashboard"`
+
+	// TLS makes either listener serve HTTPS (a [TLS] table, Kairos only;
+	// tls.go).
+	TLS TLS `toml:"TLS"`
 }
 
 // Dashboard holds the web dashboard's settings (doc/dashboard.md).

@@ -151,6 +151,7 @@ var (
 	redisKeys  = tomlKeys(RedisConf{})
 	kairosKeys = tomlKeys(Kairos{})
 	dashKeys   = tomlKeys(Dashboard{})
+	tlsKeys    = tomlKeys(TLS{})
 )
 
 func tomlKeys(v any) []string {
@@ -182,7 +183,7 @@ func unknownKeys(md toml.MetaData) (errs []error, warnings []string) {
 		switch top := k[0]; {
 		case !slices.ContainsFunc(topKeys, func(t string) bool { return strings.EqualFold(t, top) }):
 			p = k[:1]
-		case (strings.EqualFold(top, "AdminRedis") || strings.EqualFold(top, "Kairos") || strings.EqualFold(top, "Dashboard")) && len(k) > 2:
+		case (strings.EqualFold(top, "AdminRedis") || strings.EqualFold(top, "Kairos") || strings.EqualFold(top, "Dashboard") || strings.EqualFold(top, "TLS")) && len(k) > 2:
 			p = k[:2]
 		case strings.EqualFold(top, "Pool") && len(k) > 3:
 			p = k[:3]
@@ -231,6 +232,8 @@ func mistake(k toml.Key, isTable bool) string {
 		table, known = "Kairos", kairosKeys
 	case len(k) == 2 && strings.EqualFold(k[0], "Dashboard"):
 		table, known = "Dashboard", dashKeys
+	case len(k) == 2 && strings.EqualFold(k[0], "TLS"):
+		table, known = "TLS", tlsKeys
 	default:
 		return ""
 	}
@@ -253,6 +256,9 @@ func mistake(k toml.Key, isTable bool) string {
 	if table == "Dashboard" {
 		return fmt.Sprintf("%s ([Dashboard] takes only %s)", what, strings.Join(dashKeys, ", "))
 	}
+	if table == "TLS" {
+		return fmt.Sprintf("%s ([TLS] takes only %s)", what, strings.Join(tlsKeys, ", "))
+	}
 	return ""
 }
 
@@ -267,6 +273,8 @@ func homeOf(name, table string) string {
 		return "at the top of the file, before the first [table]"
 	case table != "Kairos" && has(kairosKeys):
 		return "in [Kairos]"
+	case table != "TLS" && has(tlsKeys):
+		return "in [TLS]"
 	case (table == "" || table == "Kairos") && has(redisKeys):
 		return "in a Redis section: [Pool.NAME] or [AdminRedis]"
 	}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/tls"
 	"errors"
 	"os"
 	"path/filepath"
@@ -277,5 +278,61 @@ func TestValidateDashboard(t *testing.T) {
 	}
 	if !Default().DashboardEnabled() {
 		t.Error("Default().DashboardEnabled() = false, want true")
+	}
+}
+
+func TestValidateTLS(t *testing.T) {
+	for _, tc := range []struct {
+		file, key, reason string
+	}{
+		{"[TLS]\nCertFile = \"a.crt\"\n", "TLS.KeyFile", "is required with TLS.CertFile (the private key of that certificate)"},
+		{"[TLS]\nKeyFile = \"a.key\"\n", "TLS.CertFile", "is required with TLS.KeyFile (the certificate of that key)"},
+		{"[TLS]\nAdminCertFile = \"a.crt\"\n", "TLS.AdminKeyFile", "is required with TLS.AdminCertFile (the private key of that certificate)"},
+		{"[TLS]\nAdminKeyFile = \"a.key\"\n", "TLS.AdminCertFile", "is required with TLS.AdminKeyFile (the certificate of that key)"},
+		{"[TLS]\nMinVersion = \"1.1\"\n", "TLS.MinVersion", "TLS 1.1 is not allowed: the oldest version Kairos accepts is 1.2"},
+		{"[TLS]\nMinVersion = \"1.0\"\n", "TLS.MinVersion", "TLS 1.0 is not allowed: the oldest version Kairos accepts is 1.2"},
+		{"[TLS]\nMinVersion = \"TLS13\"\n", "TLS.MinVersion", `must be "1.2" or "1.3", not "TLS13"`},
+		{"[TLS]\nCertFlie = \"a.crt\"\n", "TLS.CertFlie", "unknown key (did you mean CertFile?)"},
+		{"[TLS]\nClientCAFile = \"ca.crt\"\n", "TLS.ClientCAFile", "unknown key ([TLS] takes only CertFile, KeyFile, AdminCertFile, AdminKeyFile, MinVersion)"},
+		// A key of [TLS] written in [Kairos] would leave the listener in
+		// plain HTTP: an error, not a warning.
+		{"[Kairos]\nCertFile = \"a.crt\"\n", "Kairos.CertFile", "unknown key (CertFile belongs in [TLS])"},
+	} {
+		path := filepath.Join(t.TempDir(), "k.toml")
+		body := "Port = 7777\nAdminPort = 7778\n[AdminRedis]\nAddr = \"127.0.0.1:6379\"\n[Pool.default]\nAddr = \"127.0.0.1:6379\"\n" + tc.file
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(path)
+		var ve *ValidationError
+		if !errors.As(err, &ve) || ve.Key != tc.key || ve.Reason != tc.reason {
+			t.Errorf("Load(%q) = %v, want %s: %s", tc.file, err, tc.key, tc.reason)
+		}
+	}
+	for _, tc := range []struct {
+		file    string
+		public  bool
+		admin   bool
+		version uint16
+	}{
+		{"", false, false, tls.VersionTLS12},
+		{"[TLS]\nCertFile = \"a.crt\"\nKeyFile = \"a.key\"\n", true, false, tls.VersionTLS12},
+		{"[TLS]\nAdminCertFile = \"a.crt\"\nAdminKeyFile = \"a.key\"\nMinVersion = \"1.3\"\n", false, true, tls.VersionTLS13},
+		{"[TLS]\nMinVersion = \"1.2\"\n", false, false, tls.VersionTLS12},
+	} {
+		path := filepath.Join(t.TempDir(), "k.toml")
+		body := "Port = 7777\nAdminPort = 7778\n[AdminRedis]\nAddr = \"127.0.0.1:6379\"\n[Pool.default]\nAddr = \"127.0.0.1:6379\"\n" + tc.file
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := Load(path)
+		if err != nil {
+			t.Errorf("Load(%q): %v", tc.file, err)
+			continue
+		}
+		if got := cfg.TLS; got.PublicEnabled() != tc.public || got.AdminEnabled() != tc.admin || got.MinTLSVersion() != tc.version {
+			t.Errorf("Load(%q): public %v admin %v version %x, want %v %v %x", tc.file,
+				got.PublicEnabled(), got.AdminEnabled(), got.MinTLSVersion(), tc.public, tc.admin, tc.version)
+		}
 	}
 }

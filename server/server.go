@@ -11,6 +11,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -182,6 +183,10 @@ type Server struct {
 	loops   *evloop.Group
 	closing bool // Close has begun
 
+	// apiTLS and adminTLS are the listeners' TLS configurations ([TLS],
+	// tls.go); nil serves plain HTTP.
+	apiTLS, adminTLS *tls.Config
+
 	closeOnce       sync.Once
 	closeErr        error
 	shutdownTimeout time.Duration
@@ -297,15 +302,19 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 	}
 	s.apiSrv = s.httpServer(s.api, readHeader, read, write, idle)
 	s.adminSrv = s.httpServer(s.admin, readHeader, read, write, idle)
+	if err := s.loadTLS(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
 // eventLoops is how many event loops serve the public listener: none
-// where the platform has none or Kairos.EventLoops is negative.
+// where the platform has none, Kairos.EventLoops is negative, or the
+// public listener serves TLS (the loops step aside: tls.go).
 func (s *Server) eventLoops() int {
 	n := s.cfg.Kairos.EventLoops
 	switch {
-	case !evloop.Supported || n < 0:
+	case !evloop.Supported || n < 0 || s.apiTLS != nil:
 		return 0
 	case n == 0:
 		return runtime.GOMAXPROCS(0)
@@ -452,7 +461,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	apiLn, adminLn := s.apiLn, s.adminLn
 	s.mu.Unlock()
 
-	s.log.WithFields(logrus.Fields{"addr": apiLn.Addr().String(), "admin_addr": adminLn.Addr().String()}).Info("serving")
+	s.log.WithFields(logrus.Fields{"url": s.URL(), "admin_url": s.AdminURL()}).Info("serving")
 	errc := make(chan error, 2)
 	serve := func(srv *http.Server, ln net.Listener) {
 		err := srv.Serve(ln)
@@ -477,6 +486,15 @@ func (s *Server) Serve(ctx context.Context) error {
 			}
 			apiServed = g.Handoff()
 		}
+	}
+	if s.apiTLS != nil {
+		apiServed = tls.NewListener(apiServed, s.apiTLS)
+		if s.cfg.Kairos.EventLoops >= 0 && evloop.Supported {
+			s.log.Info("the public listener serves TLS: the event loops step aside, net/http serves every request")
+		}
+	}
+	if s.adminTLS != nil {
+		adminLn = tls.NewListener(adminLn, s.adminTLS)
 	}
 	go serve(s.apiSrv, apiServed)
 	go serve(s.adminSrv, adminLn)

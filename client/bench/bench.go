@@ -8,6 +8,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -23,8 +24,13 @@ import (
 
 // Config describes one benchmark run.
 type Config struct {
-	// Addr is the server's base URL, e.g. http://127.0.0.1:7777.
-	Addr      string
+	// Addr is the server's base URL, e.g. http://127.0.0.1:7777 or
+	// https://127.0.0.1:7777.
+	Addr string
+	// TLS, when set, is the TLS configuration of an https:// Addr (its
+	// RootCAs, for a server whose CA the system does not trust); nil uses
+	// the system's roots. Its ServerName defaults to Addr's host.
+	TLS       *tls.Config
 	Namespace string
 	Token     string
 	// Queue is the queue name prefix; each scenario adds a suffix.

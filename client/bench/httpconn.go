@@ -65,7 +65,13 @@ func newClient(cfg Config) (*client, error) {
 	case "http":
 	case "https":
 		port = "443"
-		c.tls = &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}
+		c.tls = &tls.Config{MinVersion: tls.VersionTLS12}
+		if cfg.TLS != nil {
+			c.tls = cfg.TLS.Clone()
+		}
+		if c.tls.ServerName == "" {
+			c.tls.ServerName = u.Hostname()
+		}
 	default:
 		return nil, fmt.Errorf("bench: server address %q: scheme %q is neither http nor https", cfg.Addr, u.Scheme)
 	}

@@ -78,6 +78,11 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 	if err := cfg.ValidateStores(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
+	// Certificate files are checked before any Redis is dialled: a
+	// wrong path stops the server at once, not after a connect timeout.
+	if err := server.CheckTLS(cfg); err != nil {
+		return nil, err
+	}
 	if cfg.Kairos.Embedded && !cfg.Embedded() {
 		opts.Logger.Warn("[Kairos] Embedded = true, but every Redis section has an Addr: the embedded in-memory store is not used")
 	}

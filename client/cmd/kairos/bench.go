@@ -173,6 +173,7 @@ func (c *cli) benchCmd() *cobra.Command {
 			}
 			cfg.Addr = httpAddr(c.addr)
 			cfg.Token = c.token
+			cfg.TLS = c.tlsConfig
 			if c.namespace != "" {
 				if err := checkNamespace(c.namespace); err != nil {
 					return err

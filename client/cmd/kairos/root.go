@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,8 +50,12 @@ type cli struct {
 	addr, token, namespace string
 	adminAddr              string
 	adminUser, adminPass   string
-	jsonOut                bool
-	timeout                time.Duration
+	// caFile is --ca-file: the CA of https:// servers; tlsConfig trusts
+	// it (nil without it: the system's roots).
+	caFile    string
+	tlsConfig *tls.Config
+	jsonOut   bool
+	timeout   time.Duration
 
 	httpClient *http.Client
 }
@@ -146,6 +151,8 @@ Settings come from flags or, when a flag is not given, from the environment:
   --admin-addr  KAIROS_ADMIN_ADDR      admin API         (default ` + defaultAdminAddr + `)
   --admin-user  KAIROS_ADMIN_USER      admin basic-auth account, when the server has [Accounts]
                 KAIROS_ADMIN_PASSWORD  its password
+  --ca-file     KAIROS_CA_FILE         CA certificates (PEM) to trust for https:// addresses,
+                                       instead of the system's
 
 Durations accept Go syntax (500ms, 30s, 1h30m) or a plain number of seconds.
 
@@ -181,6 +188,7 @@ func (c *cli) rootCmd() *cobra.Command {
 	f.StringVarP(&c.namespace, "namespace", "n", "", "namespace (env KAIROS_NAMESPACE)")
 	f.StringVar(&c.adminAddr, "admin-addr", defaultAdminAddr, "admin API address (env KAIROS_ADMIN_ADDR)")
 	f.StringVar(&c.adminUser, "admin-user", "", "admin basic-auth user (env KAIROS_ADMIN_USER; password in KAIROS_ADMIN_PASSWORD)")
+	f.StringVar(&c.caFile, "ca-file", "", "PEM file of the CA certificates to trust for https:// addresses, instead of the system's (env KAIROS_CA_FILE)")
 	f.BoolVar(&c.jsonOut, "json", false, "print JSON for scripts (errors too, on stderr)")
 	f.Var(newDuration(&c.timeout, 30*time.Second), "request-timeout", "timeout of each request, on top of any long-poll wait")
 
@@ -224,8 +232,18 @@ func (c *cli) resolve(cmd *cobra.Command) error {
 	fromEnv("namespace", "KAIROS_NAMESPACE", &c.namespace)
 	fromEnv("admin-addr", "KAIROS_ADMIN_ADDR", &c.adminAddr)
 	fromEnv("admin-user", "KAIROS_ADMIN_USER", &c.adminUser)
+	fromEnv("ca-file", "KAIROS_CA_FILE", &c.caFile)
 	c.adminPass = c.getenv("KAIROS_ADMIN_PASSWORD")
-	c.httpClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if c.caFile != "" {
+		pool, err := client.LoadCAFile(c.caFile)
+		if err != nil {
+			return usageError{err}
+		}
+		c.tlsConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		tr.TLSClientConfig = c.tlsConfig
+	}
+	c.httpClient = &http.Client{Transport: tr}
 	return nil
 }
 

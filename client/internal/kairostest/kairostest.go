@@ -6,12 +6,15 @@ package kairostest
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +26,7 @@ import (
 	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 	"github.com/kairos-dev/kairos/server/app"
+	"github.com/kairos-dev/kairos/server/tlscert/tlstest"
 )
 
 // Server is a running Kairos app.
@@ -31,6 +35,11 @@ type Server struct {
 	Redis *redistest.Server
 	// API and Admin are the listeners' host:port.
 	API, Admin string
+	// CAFile is the PEM file of the CA of the listeners' certificates,
+	// when the server serves TLS (StartTLS); "" otherwise.
+	CAFile string
+	// hc is the HTTP client of Token: one that trusts CAFile.
+	hc *http.Client
 
 	tb     testing.TB
 	cfg    *config.Config
@@ -45,6 +54,12 @@ type Server struct {
 // It skips the test when redis-server is missing (see redistest).
 func Start(tb testing.TB, edit ...func(*config.Config)) *Server {
 	tb.Helper()
+	return start(tb, "", edit)
+}
+
+// start is Start, or StartTLS with the CA file of the certificates.
+func start(tb testing.TB, caFile string, edit []func(*config.Config)) *Server {
+	tb.Helper()
 	rs := redistest.Start(tb)
 	cfg := config.Default()
 	cfg.Host = "127.0.0.1"
@@ -55,10 +70,34 @@ func Start(tb testing.TB, edit ...func(*config.Config)) *Server {
 	for _, e := range edit {
 		e(cfg)
 	}
-	s := &Server{Redis: rs, tb: tb, cfg: cfg, log: testLogger(tb)}
+	s := &Server{Redis: rs, tb: tb, cfg: cfg, log: testLogger(tb), hc: http.DefaultClient, CAFile: caFile}
+	if caFile != "" {
+		pool := x509.NewCertPool()
+		pem, err := os.ReadFile(caFile)
+		if err != nil || !pool.AppendCertsFromPEM(pem) {
+			tb.Fatalf("kairostest: CA file %s: %v", caFile, err)
+		}
+		s.hc = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+		tb.Cleanup(s.hc.CloseIdleConnections)
+	}
 	s.start()
 	tb.Cleanup(s.Stop)
 	return s
+}
+
+// StartTLS is Start with TLS on both listeners: a throw-away CA (its file
+// in CAFile) signs a certificate for each, valid for 127.0.0.1 and
+// localhost. APIURL and AdminURL are then https:// URLs.
+func StartTLS(tb testing.TB, edit ...func(*config.Config)) *Server {
+	tb.Helper()
+	dir := tb.TempDir()
+	ca := tlstest.NewCA(tb, "kairostest CA")
+	caFile := ca.WriteCA(tb, dir)
+	certFile, keyFile := ca.WritePair(tb, dir, "api")
+	adminCert, adminKey := ca.WritePair(tb, dir, "admin")
+	return start(tb, caFile, append([]func(*config.Config){func(c *config.Config) {
+		c.TLS = config.TLS{CertFile: certFile, KeyFile: keyFile, AdminCertFile: adminCert, AdminKeyFile: adminKey}
+	}}, edit...))
 }
 
 func (s *Server) start() {
@@ -133,9 +172,17 @@ func (s *Server) Restart(down time.Duration) {
 	s.start()
 }
 
-// APIURL and AdminURL are the listeners as http:// URLs.
-func (s *Server) APIURL() string   { return "http://" + s.API }
-func (s *Server) AdminURL() string { return "http://" + s.Admin }
+// APIURL and AdminURL are the listeners' base URLs: https:// for a
+// listener that serves TLS, http:// otherwise.
+func (s *Server) APIURL() string   { return scheme(s.cfg.TLS.PublicEnabled()) + s.API }
+func (s *Server) AdminURL() string { return scheme(s.cfg.TLS.AdminEnabled()) + s.Admin }
+
+func scheme(tls bool) string {
+	if tls {
+		return "https://"
+	}
+	return "http://"
+}
 
 // Token creates a token for namespace through the admin API (raw HTTP, so
 // that the client under test is not used to set up its own test). query
@@ -159,7 +206,7 @@ func (s *Server) Token(tb testing.TB, namespace, query string) string {
 		req.SetBasicAuth(user, pass)
 		break
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.hc.Do(req)
 	if err != nil {
 		tb.Fatalf("kairostest: create token: %v", err)
 	}

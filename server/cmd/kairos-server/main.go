@@ -7,6 +7,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -93,7 +94,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	showVersion := fs.Bool("v", false, "print the version and exit")
 	skipVerify := fs.Bool("sv", false, "skip token verification (development only, as lmstfy's -sv)")
 	pidFile := fs.String("p", "", "write the process id to this file")
-	probe := fs.String("probe", "", "GET this URL (e.g. http://127.0.0.1:7777/healthz), exit 0 on 200 and 1 otherwise, and do nothing else: the container HEALTHCHECK of images without curl")
+	probe := fs.String("probe", "", "GET this URL (e.g. http://127.0.0.1:7777/healthz; https:// for a listener with [TLS], its certificate not verified), exit 0 on 200 and 1 otherwise, and do nothing else: the container HEALTHCHECK of images without curl")
 	// The flag package writes the usage on -h as on a bad flag: -h asked
 	// for it (stdout, exit 0), a bad flag did not (stderr, exit 2).
 	var out bytes.Buffer
@@ -161,10 +162,10 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if err := a.Listen(); err != nil {
 		return err
 	}
-	log.Infof("kairos %s: API on http://%s, admin API on http://%s", version, a.Server.Addr(), a.Server.AdminAddr())
-	log.Info(tokenHint(cfg, a.Server.AdminAddr()))
+	log.Infof("kairos %s: API on %s, admin API on %s", version, a.Server.URL(), a.Server.AdminURL())
+	log.Info(tokenHint(cfg, a.Server.AdminURL()))
 	if cfg.DashboardEnabled() {
-		log.Info("dashboard: http://" + a.Server.AdminAddr() + "/ui/")
+		log.Info("dashboard: " + a.Server.AdminURL() + "/ui/")
 	}
 	go func() {
 		// A second signal during the graceful shutdown forces the exit.
@@ -208,13 +209,13 @@ func printError(stderr io.Writer, path string, err error) {
 // With [Accounts] the admin API needs basic auth, so the command carries
 // -u with the first user name and PASSWORD in place of its password,
 // which is never printed.
-func tokenHint(cfg *config.Config, adminAddr string) string {
+func tokenHint(cfg *config.Config, adminURL string) string {
 	auth := ""
 	if len(cfg.Accounts) > 0 {
 		user := slices.Sorted(maps.Keys(cfg.Accounts))[0]
 		auth = "-u " + shellQuote(user+":PASSWORD") + " "
 	}
-	hint := fmt.Sprintf("create a token: curl %s-X POST 'http://%s/token/<namespace>?description=first'", auth, adminAddr)
+	hint := fmt.Sprintf("create a token: curl %s-X POST '%s/token/<namespace>?description=first'", auth, adminURL)
 	if auth != "" {
 		hint += " (PASSWORD: that user's password in [Accounts])"
 	}
@@ -225,8 +226,13 @@ func tokenHint(cfg *config.Config, adminAddr string) string {
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // probeURL is -probe: one GET with a short deadline, success only on 200.
+// An https:// URL does not verify the certificate, as Kubernetes' HTTPS
+// probes do not: the probe sends no secret and only reads a status, and
+// the server's own certificate rarely names 127.0.0.1.
 func probeURL(url string, stdout io.Writer) error {
-	c := http.Client{Timeout: 3 * time.Second}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // a health probe, see above
+	c := http.Client{Timeout: 3 * time.Second, Transport: tr}
 	res, err := c.Get(url)
 	if err != nil {
 		return fmt.Errorf("probe: %w", err)

@@ -85,11 +85,11 @@ func TestRunVersion(t *testing.T) {
 func TestTokenHint(t *testing.T) {
 	cfg := config.Default()
 	const base = "create a token: curl -X POST 'http://127.0.0.1:7778/token/<namespace>?description=first'"
-	if got := tokenHint(cfg, "127.0.0.1:7778"); got != base {
+	if got := tokenHint(cfg, "http://127.0.0.1:7778"); got != base {
 		t.Errorf("without accounts: %q, want %q", got, base)
 	}
 	cfg.Accounts = map[string]string{"ops": "s3cret", "monitor": "other-secret"}
-	got := tokenHint(cfg, "127.0.0.1:7778")
+	got := tokenHint(cfg, "http://127.0.0.1:7778")
 	want := "create a token: curl -u 'monitor:PASSWORD' -X POST 'http://127.0.0.1:7778/token/<namespace>?description=first' (PASSWORD: that user's password in [Accounts])"
 	if got != want {
 		t.Errorf("with accounts: %q, want %q", got, want)
@@ -98,7 +98,7 @@ func TestTokenHint(t *testing.T) {
 		t.Errorf("the hint shows a password: %q", got)
 	}
 	cfg.Accounts = map[string]string{"o'brien": "x"}
-	if got := tokenHint(cfg, "a:1"); !strings.Contains(got, `-u 'o'\''brien:PASSWORD'`) {
+	if got := tokenHint(cfg, "http://a:1"); !strings.Contains(got, `-u 'o'\''brien:PASSWORD'`) {
 		t.Errorf("quoting: %q", got)
 	}
 }
