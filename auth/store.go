@@ -215,6 +215,8 @@ func (s *Store) Create(ctx context.Context, pool, namespace, description, token 
 	keys := []string{tokenKey(pool, namespace), scopeKey(pool, namespace)}
 	if !s.cluster {
 		keys = append(keys, legacyScopeKey(pool, namespace))
+	} else if err := s.foldOnce(ctx, pool, namespace); err != nil {
+		return "", fmt.Errorf("auth: create token in %s/%s: %w", pool, namespace, err)
 	}
 	created, err := createTokenScript.Run(ctx, s.client, keys, field, description, scopeJSON, other).Int()
 	if err != nil {
@@ -453,6 +455,18 @@ func (s *Store) fold(ctx context.Context, pool, namespace, field string) (interf
 		return v, nil
 	}
 	return nil, nil
+}
+
+// foldOnce folds the namespace's legacy scopes (fold) unless that was
+// done, so that the tokens Create makes on a cluster are verified from
+// their slot alone from their first check on.
+func (s *Store) foldOnce(ctx context.Context, pool, namespace string) error {
+	n, err := s.client.Exists(ctx, foldedKey(pool, namespace)).Result()
+	if err != nil || n > 0 {
+		return err
+	}
+	_, err = s.fold(ctx, pool, namespace, "")
+	return err
 }
 
 // logGrace logs, about once a second, that a token was accepted on its
