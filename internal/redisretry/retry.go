@@ -63,10 +63,13 @@ func Unsent(err error) bool {
 // A context that ended is not one: the caller gave up.
 func Unreachable(err error) bool {
 	switch {
-	case err == nil, errors.Is(err, context.Canceled):
+	case err == nil:
 		return false
-	case Unsent(err),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+	case Unsent(err): // a dial error may wrap the dial's own deadline
+		return true
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return false
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		return true
 	}

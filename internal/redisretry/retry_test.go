@@ -48,6 +48,8 @@ func TestClassify(t *testing.T) {
 		{redisError("ERR Error running script"), false, false, false, false},
 		{redis.Nil, false, false, false, false},
 		{context.Canceled, false, false, false, false},
+		{context.DeadlineExceeded, false, false, false, false},
+		{fmt.Errorf("%w: %w", context.DeadlineExceeded, dial), false, true, true, true},
 		{errors.New("MOVEDX"), false, false, false, false},
 	} {
 		if got := Refused(tc.err); got != tc.refused {
