@@ -27,6 +27,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/internal/redisretry"
 )
 
 var _ engine.Engine = (*Engine)(nil)
@@ -595,6 +596,10 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 	}
 	for attempt := 0; ; attempt++ {
 		res, replicas, err := e.runPublish(ctx, publishManyScript, keys, args)
+		if lost, ok := lostReply(err); ok {
+			fail(e.replicaShortfall("publish", waited{err: lost}))
+			return
+		}
 		if err != nil {
 			fail(fmt.Errorf("publish: %w", err))
 			return
@@ -759,6 +764,9 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 	}
 	for attempt := 0; ; attempt++ {
 		res, replicas, err := e.runPublish(ctx, publishScript, keys, args)
+		if lost, ok := lostReply(err); ok {
+			return ids, e.replicaShortfall("publish "+ns+"/"+q, waited{err: lost})
+		}
 		if err != nil {
 			return nil, fmt.Errorf("publish %s/%s: %w", ns, q, err)
 		}
@@ -894,6 +902,24 @@ func (e *Engine) runPublish(ctx context.Context, script *redis.Script, keys []st
 	return res, noWait, err
 }
 
+// errLostReply marks the error of runAndWait when the connection broke
+// after the script and its WAIT were sent (a master demoted or killed
+// mid-WAIT closes it): the script may have run, so the publish's jobs may
+// exist, as when the replicas were too slow.
+type errLostReply struct{ err error }
+
+func (e errLostReply) Error() string { return e.err.Error() }
+func (e errLostReply) Unwrap() error { return e.err }
+
+// lostReply returns the cause of an errLostReply.
+func lostReply(err error) (error, bool) {
+	var l errLostReply
+	if errors.As(err, &l) {
+		return l.err, true
+	}
+	return nil, false
+}
+
 // replicaShortfall is the error of a publish that fewer than WaitReplicas
 // replicas acknowledged in time, or whose WAIT ended without a count (the
 // write ran: the job may exist, as when the replicas were too slow), or
@@ -1015,6 +1041,9 @@ func (e *Engine) runAndWait(ctx context.Context, script *redis.Script, keys []st
 		}
 		return cmd.Err()
 	})
+	if redisretry.Unreachable(err) && !redisretry.Unsent(err) {
+		return nil, noWait, errLostReply{err}
+	}
 	if err != nil {
 		return nil, noWait, err
 	}

@@ -54,14 +54,18 @@ func TestWaitEndedByError(t *testing.T) {
 		}
 		return nil, nil
 	}
-	wantMayExist := func(t *testing.T, what string, ids []string, err error) {
+	wantMayExistBy := func(t *testing.T, what, cause string, ids []string, err error) {
 		t.Helper()
 		if !errors.Is(err, engine.ErrNotReplicated) || len(ids) == 0 || slicesHasEmpty(ids) {
 			t.Fatalf("%s: ids %q, err %v; want the jobs' IDs and ErrNotReplicated", what, ids, err)
 		}
-		if !strings.Contains(err.Error(), "UNBLOCKED") {
-			t.Errorf("%s: %v does not name what ended the WAIT", what, err)
+		if !strings.Contains(err.Error(), cause) {
+			t.Errorf("%s: %v does not name what ended the WAIT (%s)", what, err, cause)
 		}
+	}
+	wantMayExist := func(t *testing.T, what string, ids []string, err error) {
+		t.Helper()
+		wantMayExistBy(t, what, "UNBLOCKED", ids, err)
 	}
 
 	t.Run("client unblock error", func(t *testing.T) {
@@ -125,6 +129,72 @@ func TestWaitEndedByError(t *testing.T) {
 		})
 		wantMayExist(t, "publish", ids, err)
 	})
+}
+
+// TestWaitConnectionKilled: a connection closed while its WAIT blocks
+// (CLIENT KILL; a demoted or dying master closes them too) after the
+// script ran is a lost reply: the publish's jobs may exist, and the
+// publish says so with their IDs. The client does not retry by itself
+// here (MaxRetries -1), as go-redis's own retries may end the same way.
+func TestWaitConnectionKilled(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 2 * time.Minute, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	e, err := New(bg, c, Options{WaitReplicas: 1, WaitTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		publish func() ([]string, error)
+	}{
+		{"publish", func() ([]string, error) {
+			id, err := e.Publish(bg, &engine.PublishRequest{Namespace: "ns", Queue: "q", Tries: 1})
+			return []string{id}, err
+		}},
+		{"PublishEach", func() ([]string, error) {
+			reqs := []*engine.PublishRequest{{Namespace: "ns", Queue: "q", Tries: 1}, {Namespace: "ns", Queue: "r", Tries: 1}}
+			ids, errs := make([]string, len(reqs)), make([]error, len(reqs))
+			e.PublishEach(bg, reqs, ids, errs)
+			return ids, errors.Join(errs...)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			type result struct {
+				ids []string
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				ids, err := tc.publish()
+				done <- result{ids, err}
+			}()
+			id := blockedInWait(t, admin, done)
+			if err := admin.Do(bg, "CLIENT", "KILL", "ID", id).Err(); err != nil {
+				t.Fatalf("CLIENT KILL ID %s: %v", id, err)
+			}
+			var r result
+			select {
+			case r = <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("publish did not return within 30s of its connection being killed")
+			}
+			if !errors.Is(r.err, engine.ErrNotReplicated) || slicesHasEmpty(r.ids) {
+				t.Fatalf("ids %q, err %v; want the jobs' IDs and ErrNotReplicated", r.ids, r.err)
+			}
+			for _, id := range r.ids {
+				found := false
+				for _, q := range []string{"q", "r"} {
+					n, _ := admin.Exists(bg, jobKey("ns", q, id)).Result()
+					found = found || n == 1
+				}
+				if !found {
+					t.Errorf("job %s named as may exist is not on the master", id)
+				}
+			}
+		})
+	}
 }
 
 // waitClient is a client of srv whose reads outlast the test's WAIT

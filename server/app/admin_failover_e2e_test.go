@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/engine/rdb"
 	"github.com/kairos-dev/kairos/engine/rdb/redistest"
@@ -165,5 +167,103 @@ func adminFailover(t *testing.T, legacy bool) {
 	}
 	if failover < window && unavailable > 0 {
 		t.Errorf("%d publishes answered 503 although the failover (%v) was shorter than the retry window (%v)", unavailable, failover, window)
+	}
+}
+
+// TestE2EClusterManualFailoverWait: on a cluster pool with WaitReplicas =
+// 1, the master of busy queues is demoted by CLUSTER FAILOVER on its
+// replica while clients publish to them: a WAIT pending on the old master
+// then ends with UNBLOCKED, which must answer 503 "the job may exist" with
+// the job's ID, never 500; the other 503s are the moments the slot has no
+// master that takes writes. Every publish answered 201 or 503.
+func TestE2EClusterManualFailoverWait(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of its own and fails a master over")
+	}
+	c := redistest.StartCluster(t)
+	cfg := clusterConfig(c)
+	pool := cfg.Pool["default"]
+	pool.WaitReplicas = 1
+	pool.WaitTimeoutMs = 1000
+	cfg.Pool["default"] = pool
+	k := startKairos(t, cfg)
+	const ns = "demote"
+	token := k.newToken(t, ns)
+	victim := c.MasterOf(t, rdb.ReadyKey(ns, "q0"))
+	var replica string
+	for _, sh := range c.Shards(t) {
+		if sh.Master == victim {
+			replica = sh.Replicas[0]
+		}
+	}
+	var queues []string
+	for i := 0; len(queues) < 4; i++ {
+		q := fmt.Sprintf("q%d", i)
+		if c.MasterOf(t, rdb.ReadyKey(ns, q)) == victim {
+			queues = append(queues, q)
+		}
+	}
+	client := &http.Client{Timeout: 30 * time.Second}
+	ctx, stop := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	mayExist := 0
+	var wg sync.WaitGroup
+	for _, q := range queues {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				req, _ := http.NewRequest(http.MethodPut, k.API+"/api/"+ns+"/"+q+"?tries=1", strings.NewReader("x"))
+				req.Header.Set("X-Token", token)
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Errorf("publish: %v", err)
+					return
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				mu.Lock()
+				statuses[resp.StatusCode]++
+				if strings.Contains(string(b), "may exist") {
+					mayExist++
+				}
+				mu.Unlock()
+				switch {
+				case resp.StatusCode == http.StatusCreated:
+				case resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(string(b), "may exist"):
+					if !strings.Contains(string(b), `"job_id":"`) {
+						t.Errorf("503 may exist without the job ID: %s", b)
+					}
+				case resp.StatusCode == http.StatusServiceUnavailable:
+				default:
+					t.Errorf("publish to %s answered %d: %s", q, resp.StatusCode, b)
+				}
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	rc := redis.NewClient(&redis.Options{Addr: replica})
+	defer rc.Close()
+	// TAKEOVER: the replica takes the slots at once, without the old
+	// master's agreement; that one learns of it by gossip a moment later
+	// and demotes itself, meanwhile its WAITs have no replica to count.
+	if err := rc.Do(context.Background(), "CLUSTER", "FAILOVER", "TAKEOVER").Err(); err != nil {
+		t.Fatalf("CLUSTER FAILOVER TAKEOVER on %s: %v", replica, err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for c.MasterOf(t, rdb.ReadyKey(ns, "q0")) != replica {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not take over from %s", replica, victim)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.Wait(t)
+	time.Sleep(time.Second)
+	stop()
+	wg.Wait()
+	t.Logf("answers by status: %v, %d of the 503s \"may exist\" with the job's ID", statuses, mayExist)
+	if statuses[http.StatusCreated] == 0 {
+		t.Fatal("no publish succeeded")
 	}
 }
