@@ -165,7 +165,9 @@ func adminFailover(t *testing.T, legacy bool) {
 	if legacy && (unavailable > 0 || worst >= 4*time.Second) {
 		t.Errorf("the failover of a master that holds none of the token's keys held publishes up: %d answered 503, the slowest took %v", unavailable, worst)
 	}
-	if failover < window && unavailable > 0 {
+	// A failover well within the window leaves no request without an
+	// answer in it (a second for the clients' slot maps to follow).
+	if failover < window-time.Second && unavailable > 0 {
 		t.Errorf("%d publishes answered 503 although the failover (%v) was shorter than the retry window (%v)", unavailable, failover, window)
 	}
 }
