@@ -16,7 +16,14 @@
 // and MULTI touches one slot (a token and its scope; one bucket), and the
 // writes that span slots (a limit and its buckets) are plain pipelines.
 // Scopes made before cluster support, in tks/{pool}/{ns}, are still read
-// (see legacyScopeKey).
+// (see legacyScopeKey); on a cluster they are folded into the token's slot
+// once per namespace (foldedKey), so that a token check reads one slot.
+//
+// A token check rides out a failover of the admin Redis: a positive answer
+// stands in for Redis for StoreOptions.Grace when Redis fails as in a
+// failover, and on a cluster the check, and a rate-limit bucket script,
+// are retried within ClusterRetry (internal/redisretry, shared with the
+// job engine).
 //
 // With HashTokens (StoreOptions, ThrottlerOptions) a token's hashed form,
 // "sha256-" + hex SHA-256 of the secret, takes the token's place in every

@@ -20,12 +20,22 @@ func scopeKey(pool, namespace string) string {
 }
 
 // legacyScopeKey is where Kairos kept scopes before Redis Cluster support:
-// a slot of its own. Verify still reads it (the scopes of tokens made then
-// stay in force) and Delete clears it; on a standalone or Sentinel Redis,
+// a slot of its own. On a standalone or Sentinel Redis (one node, so no
+// second slot to depend on) Verify still reads it beside the token, and
 // Create also writes it, so that servers of the earlier version, during a
 // rolling upgrade, never take a new scoped token for an unrestricted one.
+// On a Redis Cluster (where no earlier version ran, but its data may have
+// been imported) Verify reads it only until it has been folded into
+// scopeKey (see foldedKey); Delete clears it everywhere.
 func legacyScopeKey(pool, namespace string) string {
 	return "tks/" + pool + "/" + namespace
+}
+
+// foldedKey marks, on a Redis Cluster, that the namespace's legacy scopes
+// (legacyScopeKey, in another slot) were copied into scopeKey, so that
+// verifying a token reads one slot only: the token's. It is in that slot.
+func foldedKey(pool, namespace string) string {
+	return scopeKey(pool, namespace) + "/folded"
 }
 
 // limitField is lmstfy's field name in throttlerKey.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -15,12 +16,20 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/internal/redisretry"
 )
 
-// Defaults of StoreOptions.
+// Defaults and bounds of StoreOptions.
 const (
 	DefaultCacheTTL        = 500 * time.Millisecond
 	DefaultMaxCacheEntries = 1 << 16
+	// DefaultClusterRetry is how long a check that a cluster admin Redis
+	// refuses or cannot answer (a failover) is retried: engine/rdb's
+	// default for job operations.
+	DefaultClusterRetry = 5 * time.Second
+	// MaxGrace bounds StoreOptions.Grace: a token is never accepted on an
+	// old answer for longer.
+	MaxGrace = time.Minute
 )
 
 // StoreOptions tune a Store. The zero value gives the defaults.
@@ -42,6 +51,18 @@ type StoreOptions struct {
 	// whatever this setting, so that switching it (on one instance after
 	// another) keeps every token working.
 	HashTokens bool
+	// Grace is how long after its last successful verification a token is
+	// still accepted while the admin Redis cannot say (an error of a
+	// failover: redisretry.Failover, such as a refused connection,
+	// CLUSTERDOWN or a timeout), with the scope it had then. Never when
+	// Redis answers that the token does not exist, and never for a token
+	// this instance deleted. 0 (the default) is off; at most MaxGrace.
+	Grace time.Duration
+	// ClusterRetry bounds, on a Redis Cluster, how long a verification that
+	// fails as a failover does (redisretry.Failover) is sent again when no
+	// Grace answer stands in: default DefaultClusterRetry; negative: no
+	// retry beyond go-redis's own.
+	ClusterRetry time.Duration
 }
 
 // Store keeps tokens in the admin Redis, lmstfy-compatible: hash
@@ -62,6 +83,11 @@ type Store struct {
 	// cluster: the admin Redis is a Redis Cluster, where the legacy scope
 	// hash is in another slot (and no earlier server ran).
 	cluster bool
+	grace   time.Duration
+	retry   retrier
+	// graceLogged is when a grace answer was last logged (Unix ns), so
+	// that a failover logs about one line a second, not one per request.
+	graceLogged atomic.Int64
 
 	mu    sync.Mutex
 	cache map[cacheKey]cacheEntry
@@ -78,6 +104,10 @@ type cacheEntry struct {
 	scope   Scope
 	ok      bool
 	expires time.Time
+	// graceUntil, for a positive answer with StoreOptions.Grace, is until
+	// when it still stands in for Redis once expired, should Redis fail to
+	// answer (see graced); the entry is kept until then.
+	graceUntil time.Time
 }
 
 // NewStore returns a Store over the admin Redis client for the configured
@@ -97,6 +127,7 @@ func NewStore(client redis.UniversalClient, pools []string, logger logrus.FieldL
 	if opts.MaxCacheEntries <= 0 {
 		opts.MaxCacheEntries = DefaultMaxCacheEntries
 	}
+	opts.Grace = min(max(opts.Grace, 0), MaxGrace)
 	return &Store{
 		client:   client,
 		pools:    slices.Clone(pools),
@@ -106,6 +137,8 @@ func NewStore(client redis.UniversalClient, pools []string, logger logrus.FieldL
 		maxCache: opts.MaxCacheEntries,
 		hash:     opts.HashTokens,
 		cluster:  isCluster(client),
+		grace:    opts.Grace,
+		retry:    newRetrier(client, opts.ClusterRetry),
 		cache:    make(map[cacheKey]cacheEntry),
 	}
 }
@@ -182,6 +215,8 @@ func (s *Store) Create(ctx context.Context, pool, namespace, description, token 
 	keys := []string{tokenKey(pool, namespace), scopeKey(pool, namespace)}
 	if !s.cluster {
 		keys = append(keys, legacyScopeKey(pool, namespace))
+	} else if err := s.foldOnce(ctx, pool, namespace); err != nil {
+		return "", fmt.Errorf("auth: create token in %s/%s: %w", pool, namespace, err)
 	}
 	created, err := createTokenScript.Run(ctx, s.client, keys, field, description, scopeJSON, other).Int()
 	if err != nil {
@@ -290,22 +325,61 @@ func resolveFingerprint(fields []string, fp string) ([]string, error) {
 // hashed and the hash looked up (in the cache, and in Redis with the
 // secret). Answers, positive and negative, are cached for CacheTTL; Redis
 // errors are not cached.
+//
+// The answer depends on keys of one Redis Cluster slot, the token hash's
+// (once a namespace's legacy scopes are folded, see foldedKey). When the
+// admin Redis fails as in a failover, a token verified within Grace gets
+// its last answer; without one, a cluster admin Redis is asked again
+// within ClusterRetry.
 func (s *Store) Verify(ctx context.Context, pool, namespace, token string) (Scope, error) {
 	pool = normPool(pool)
 	key, gen, scope, err := s.verifyLocal(pool, namespace, token)
 	if !errors.Is(err, ErrNotCached) {
 		return scope, err
 	}
-	hashed := key.hashed
+	err = s.retry.do(ctx, func(err error) bool {
+		if !redisretry.Failover(err) {
+			return false
+		}
+		_, graced := s.graced(key)
+		return !graced
+	}, func() error {
+		scope, err = s.read(ctx, pool, namespace, token, key.hashed)
+		return err
+	})
+	switch {
+	case err == nil:
+		s.storeIfCurrent(key, cacheEntry{scope: scope, ok: true}, gen)
+		return scope, nil
+	case errors.Is(err, ErrInvalidToken):
+		s.storeIfCurrent(key, cacheEntry{}, gen)
+		return Scope{}, ErrInvalidToken
+	case redisretry.Failover(err):
+		if scope, ok := s.graced(key); ok {
+			s.logGrace(pool, namespace, err)
+			return scope, nil
+		}
+	}
+	return Scope{}, fmt.Errorf("auth: verify token of %s/%s: %w", pool, namespace, err)
+}
+
+// read asks the admin Redis for a token's scope: ErrInvalidToken when the
+// token does not exist, a Redis error as it came.
+func (s *Store) read(ctx context.Context, pool, namespace, token, hashed string) (Scope, error) {
 	var descs, scopes, legacy *redis.SliceCmd
-	_, err = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	var folded *redis.IntCmd
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		descs = p.HMGet(ctx, tokenKey(pool, namespace), hashed, token)
 		scopes = p.HMGet(ctx, scopeKey(pool, namespace), hashed, token)
-		legacy = p.HMGet(ctx, legacyScopeKey(pool, namespace), hashed, token)
+		if s.cluster {
+			folded = p.Exists(ctx, foldedKey(pool, namespace))
+		} else {
+			legacy = p.HMGet(ctx, legacyScopeKey(pool, namespace), hashed, token)
+		}
 		return nil
 	})
 	if err != nil {
-		return Scope{}, fmt.Errorf("auth: verify token of %s/%s: %w", pool, namespace, err)
+		return Scope{}, err
 	}
 	// The hashed form wins should both exist (Create never makes both).
 	form := -1
@@ -315,16 +389,26 @@ func (s *Store) Verify(ctx context.Context, pool, namespace, token string) (Scop
 			break
 		}
 	}
-	if form < 0 || len(scopes.Val()) <= form || len(legacy.Val()) <= form {
-		s.storeIfCurrent(key, cacheEntry{}, gen)
+	if form < 0 || len(scopes.Val()) <= form || legacy != nil && len(legacy.Val()) <= form {
 		return Scope{}, ErrInvalidToken
 	}
 	// A scope in the current hash wins; one only in the legacy hash is a
 	// token's scope all the same (made by an earlier version).
 	raw := scopes.Val()[form]
-	if raw == nil {
+	switch {
+	case raw != nil:
+	case legacy != nil:
 		raw = legacy.Val()[form]
+	case folded.Val() == 0:
+		field := hashed
+		if form == 1 {
+			field = token
+		}
+		if raw, err = s.fold(ctx, pool, namespace, field); err != nil {
+			return Scope{}, err
+		}
 	}
+	var scope Scope
 	switch raw := raw.(type) {
 	case nil:
 	case string:
@@ -335,8 +419,66 @@ func (s *Store) Verify(ctx context.Context, pool, namespace, token string) (Scop
 	default:
 		return Scope{}, fmt.Errorf("auth: read scope of a token of %s/%s: unexpected %T", pool, namespace, raw)
 	}
-	s.storeIfCurrent(key, cacheEntry{scope: scope, ok: true}, gen)
 	return scope, nil
+}
+
+// fold copies, on a Redis Cluster, the namespace's legacy scopes (another
+// slot) into its scope hash, where a scope already there wins, and marks
+// the namespace folded (foldedKey), after which Verify reads the token's
+// slot only. It returns the legacy scope of field (nil when none). A fold
+// that cannot be written is logged and tried again by the next Verify;
+// the answer stands. A fold racing with a Delete may copy the deleted
+// token's scope back: it would only restrict a token re-created under the
+// same secret, and Create overwrites it anyway.
+func (s *Store) fold(ctx context.Context, pool, namespace, field string) (interface{}, error) {
+	var all map[string]string
+	err := s.retry.do(ctx, redisretry.Failover, func() (err error) {
+		all, err = s.client.HGetAll(ctx, legacyScopeKey(pool, namespace)).Result()
+		return err
+	})
+	if err != nil {
+		return nil, err // unwrapped: Verify tells a failover by it
+	}
+	_, err = txPipelined(ctx, s.client, func(p redis.Pipeliner) error {
+		for f, v := range all {
+			p.HSetNX(ctx, scopeKey(pool, namespace), f, v)
+		}
+		p.Set(ctx, foldedKey(pool, namespace), "1", 0)
+		return nil
+	})
+	if err != nil {
+		s.logger.WithError(err).WithFields(logrus.Fields{"pool": pool, "namespace": namespace}).Warn("could not fold the legacy token scopes into the token hash's slot; trying again at the next verification")
+	} else if len(all) > 0 {
+		s.logger.WithFields(logrus.Fields{"pool": pool, "namespace": namespace, "scopes": len(all)}).Info("folded legacy token scopes into the token hash's slot")
+	}
+	if v, ok := all[field]; ok {
+		return v, nil
+	}
+	return nil, nil
+}
+
+// foldOnce folds the namespace's legacy scopes (fold) unless that was
+// done, so that the tokens Create makes on a cluster are verified from
+// their slot alone from their first check on.
+func (s *Store) foldOnce(ctx context.Context, pool, namespace string) error {
+	n, err := s.client.Exists(ctx, foldedKey(pool, namespace)).Result()
+	if err != nil || n > 0 {
+		return err
+	}
+	_, err = s.fold(ctx, pool, namespace, "")
+	return err
+}
+
+// logGrace logs, about once a second, that a token was accepted on its
+// last answer because the admin Redis failed.
+func (s *Store) logGrace(pool, namespace string, err error) {
+	now := s.now().UnixNano()
+	last := s.graceLogged.Load()
+	if now-last < int64(time.Second) || !s.graceLogged.CompareAndSwap(last, now) {
+		return
+	}
+	s.logger.WithError(err).WithFields(logrus.Fields{"pool": pool, "namespace": namespace, "grace": s.grace}).
+		Warn("admin Redis failing over: accepting tokens verified within the grace period on their last answer")
 }
 
 // VerifyCached is Verify without I/O, for callers that must not wait (the
@@ -380,7 +522,8 @@ func cutToken(raw string) (pool, secret string, ok bool) {
 }
 
 // lookup returns a live cache entry, and the delete generation to pass to
-// storeIfCurrent.
+// storeIfCurrent. An expired entry is dropped, unless it is a positive
+// answer still within its grace period (see graced).
 func (s *Store) lookup(k cacheKey) (cacheEntry, bool, uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -388,20 +531,38 @@ func (s *Store) lookup(k cacheKey) (cacheEntry, bool, uint64) {
 	if !ok {
 		return cacheEntry{}, false, s.gen
 	}
-	if !s.now().Before(e.expires) {
-		delete(s.cache, k)
+	if now := s.now(); !now.Before(e.expires) {
+		if !now.Before(e.graceUntil) {
+			delete(s.cache, k)
+		}
 		return cacheEntry{}, false, s.gen
 	}
 	return e, true, s.gen
 }
 
+// graced returns the scope of the last positive answer for k when it is
+// within its grace period (StoreOptions.Grace).
+func (s *Store) graced(k cacheKey) (Scope, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.cache[k]
+	if !ok || !e.ok || !s.now().Before(e.graceUntil) {
+		return Scope{}, false
+	}
+	return e.scope, true
+}
+
 // storeIfCurrent caches e unless a Delete happened since gen was read.
+// A positive answer is kept for its grace period beyond CacheTTL.
 func (s *Store) storeIfCurrent(k cacheKey, e cacheEntry, gen uint64) {
-	if s.ttl < 0 {
+	if s.ttl < 0 && (s.grace <= 0 || !e.ok) {
 		return
 	}
 	now := s.now()
-	e.expires = now.Add(s.ttl)
+	e.expires = now.Add(max(s.ttl, 0))
+	if e.ok && s.grace > 0 {
+		e.graceUntil = now.Add(s.grace)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if gen != s.gen {
@@ -409,15 +570,16 @@ func (s *Store) storeIfCurrent(k cacheKey, e cacheEntry, gen uint64) {
 	}
 	if _, ok := s.cache[k]; !ok && len(s.cache) >= s.maxCache {
 		for ck, ce := range s.cache {
-			if !now.Before(ce.expires) {
+			if !now.Before(ce.expires) && !now.Before(ce.graceUntil) {
 				delete(s.cache, ck)
 			}
 		}
 		if len(s.cache) >= s.maxCache {
 			// A flood of unknown tokens must not evict the known ones:
-			// the negative answers go first.
+			// the negative answers go first, then the expired answers
+			// kept only for their grace period.
 			for ck, ce := range s.cache {
-				if !ce.ok {
+				if !ce.ok || !now.Before(ce.expires) {
 					delete(s.cache, ck)
 				}
 			}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sirupsen/logrus"
+
+	"github.com/kairos-dev/kairos/internal/redisretry"
 )
 
 // DefaultRefresh is how often Throttler.Run reloads limits by default.
@@ -76,6 +78,13 @@ type ThrottlerOptions struct {
 	// HashToken) instead of the token, and makes List show fingerprints.
 	// Limits stored in either form apply whatever this setting.
 	HashTokens bool
+	// ClusterRetry bounds, on a Redis Cluster, how long a request's bucket
+	// script is sent again while the cluster refuses it before running it
+	// (redisretry.Refused: a failover, a slot migration) or it could not
+	// be sent (redisretry.Unsent: a master that is down), as job
+	// operations are: default DefaultClusterRetry; negative: no retry
+	// beyond go-redis's own.
+	ClusterRetry time.Duration
 }
 
 // Throttler enforces per-token request rates across all server instances
@@ -96,7 +105,8 @@ type Throttler struct {
 	hash    bool
 	// pin is how long a limit written by Add, Set or Delete overrides the
 	// limits other instances have cached: until they have reloaded.
-	pin time.Duration
+	pin   time.Duration
+	retry retrier
 
 	mu     sync.RWMutex
 	limits map[limitKey]Limit
@@ -131,6 +141,7 @@ func NewThrottler(client redis.UniversalClient, logger logrus.FieldLogger, opts 
 		// Other instances may reload less often than this one: at least
 		// two default periods.
 		pin:    2 * max(opts.Refresh, DefaultRefresh),
+		retry:  newRetrier(client, opts.ClusterRetry),
 		limits: make(map[limitKey]Limit),
 	}
 }
@@ -316,10 +327,16 @@ func (t *Throttler) Refund(ctx context.Context, pool, namespace, token string, w
 	return err
 }
 
+// runBucket runs the bucket script of one request, retried on a cluster
+// while it did not run (ThrottlerOptions.ClusterRetry).
 func (t *Throttler) runBucket(ctx context.Context, pool, namespace, token string, write bool, l Limit, cost int) (bool, error) {
-	res, err := bucketScript.Run(ctx, t.client,
-		[]string{bucketKey(pool, namespace, token, write)},
-		l.perInterval(write), l.Interval*1000, t.now().UnixMilli(), cost).Int()
+	var res int
+	err := t.retry.do(ctx, func(err error) bool { return redisretry.Refused(err) || redisretry.Unsent(err) }, func() (err error) {
+		res, err = bucketScript.Run(ctx, t.client,
+			[]string{bucketKey(pool, namespace, token, write)},
+			l.perInterval(write), l.Interval*1000, t.now().UnixMilli(), cost).Int()
+		return err
+	})
 	if err != nil {
 		return false, fmt.Errorf("auth: throttle %s/%s: %w", pool, namespace, err)
 	}

@@ -186,6 +186,12 @@ type Kairos struct {
 	// of the admin Redis reveals no usable token; token listings then show
 	// fingerprints instead of tokens.
 	HashTokens bool `toml:"HashTokens"`
+	// TokenGraceOnFailureMs is how long, in milliseconds, after its last
+	// successful check a token is still accepted (with the scope it had)
+	// while the admin Redis fails as in a failover: refused connections,
+	// CLUSTERDOWN, timeouts; never once Redis said the token is gone.
+	// 0 turns it off; at most MaxTokenGraceMs.
+	TokenGraceOnFailureMs int `toml:"TokenGraceOnFailureMs"`
 	// ProtectAdminEndpoints puts the admin /metrics, /info and
 	// /debug/pprof behind the basic auth of Accounts (when Accounts is not
 	// empty). nil means true; false leaves them open, as lmstfy does. Use
@@ -209,6 +215,17 @@ type Kairos struct {
 	// ignores them (for a rolling upgrade from a version that cannot read
 	// such jobs). Use TraceContextStored to read it.
 	StoreTraceContext *bool `toml:"StoreTraceContext"`
+}
+
+// Bounds of Kairos.TokenGraceOnFailureMs.
+const (
+	DefaultTokenGraceMs = 5000
+	MaxTokenGraceMs     = 60000
+)
+
+// TokenGrace is TokenGraceOnFailureMs as a duration.
+func (k Kairos) TokenGrace() time.Duration {
+	return time.Duration(k.TokenGraceOnFailureMs) * time.Millisecond
 }
 
 // TraceContextStored reports whether publishes store their trace context:
@@ -246,6 +263,7 @@ func Default() *Config {
 			PumpBatch:               1000,
 			ShutdownTimeoutSecond:   30,
 			ReadHeaderTimeoutSecond: 10,
+			TokenGraceOnFailureMs:   DefaultTokenGraceMs,
 			ProtectAdminEndpoints:   ptr(true),
 		},
 		Dashboard: Dashboard{Enabled: ptr(true), RefreshSecond: 5},

@@ -23,6 +23,7 @@ func TestDefault(t *testing.T) {
 			PumpBatch:               1000,
 			ShutdownTimeoutSecond:   30,
 			ReadHeaderTimeoutSecond: 10,
+			TokenGraceOnFailureMs:   5000,
 			ProtectAdminEndpoints:   ptr(true),
 		},
 		Dashboard: Dashboard{Enabled: ptr(true), RefreshSecond: 5},

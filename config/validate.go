@@ -332,6 +332,9 @@ func (c *Config) validateKairos(p *problems) {
 	if k.PumpBatch < 1 {
 		p.add("Kairos.PumpBatch", "must be > 0, not %d", k.PumpBatch)
 	}
+	if g := k.TokenGraceOnFailureMs; g < 0 || g > MaxTokenGraceMs {
+		p.add("Kairos.TokenGraceOnFailureMs", "must be in [0, %d] (0 turns the grace off), not %d", MaxTokenGraceMs, g)
+	}
 	if k.MaxTimeoutSecond > 0 && k.MaxTimeoutSecond < c.TimeoutSecond {
 		p.add("Kairos.MaxTimeoutSecond", "must be >= TimeoutSecond (%d), not %d", c.TimeoutSecond, k.MaxTimeoutSecond)
 	}

@@ -27,6 +27,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/internal/redisretry"
 )
 
 var _ engine.Engine = (*Engine)(nil)
@@ -579,7 +580,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 	// published does what follows a batch stored: wake the pump when a
 	// job went to a timer, record the queues, count, and report the
 	// replicas that confirmed it.
-	published := func(wake bool, replicas int64) {
+	published := func(wake bool, replicas waited) {
 		if wake {
 			e.wakePump()
 		}
@@ -595,6 +596,10 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 	}
 	for attempt := 0; ; attempt++ {
 		res, replicas, err := e.runPublish(ctx, publishManyScript, keys, args)
+		if lost, ok := lostReply(err); ok {
+			fail(e.replicaShortfall("publish", waited{err: lost}))
+			return
+		}
 		if err != nil {
 			fail(fmt.Errorf("publish: %w", err))
 			return
@@ -759,6 +764,9 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 	}
 	for attempt := 0; ; attempt++ {
 		res, replicas, err := e.runPublish(ctx, publishScript, keys, args)
+		if lost, ok := lostReply(err); ok {
+			return ids, e.replicaShortfall("publish "+ns+"/"+q, waited{err: lost})
+		}
 		if err != nil {
 			return nil, fmt.Errorf("publish %s/%s: %w", ns, q, err)
 		}
@@ -871,23 +879,61 @@ func jobValue(r *engine.PublishRequest, nowMS int64) ([]byte, int64, error) {
 	return newValue(due <= nowMS, r.Tries, r.Priority, due, r.TraceParent, r.TraceState, payload), due, nil
 }
 
+// waited is what a publish's WAIT answered: the replicas that have the
+// write (n), or err, the reply or failure that ended the WAIT before it
+// counted them (UNBLOCKED when the master is demoted to a replica during a
+// failover or a client runs CLIENT UNBLOCK … ERROR, a connection that
+// broke). n is -1 when the publish did not wait.
+type waited struct {
+	n   int64
+	err error
+}
+
+// noWait is the waited of a publish without WaitReplicas.
+var noWait = waited{n: -1}
+
 // runPublish runs a publish script and, with WaitReplicas, WAIT after it
-// (runAndWait); replicas is -1 when it did not wait.
-func (e *Engine) runPublish(ctx context.Context, script *redis.Script, keys []string, args []interface{}) (res []interface{}, replicas int64, err error) {
+// (runAndWait).
+func (e *Engine) runPublish(ctx context.Context, script *redis.Script, keys []string, args []interface{}) (res []interface{}, w waited, err error) {
 	if e.waitReplicas > 0 {
 		return e.runAndWait(ctx, script, keys, args)
 	}
 	res, err = e.runScript(ctx, script, keys, args...).Slice()
-	return res, -1, err
+	return res, noWait, err
+}
+
+// errLostReply marks the error of runAndWait when the connection broke
+// after the script and its WAIT were sent (a master demoted or killed
+// mid-WAIT closes it): the script may have run, so the publish's jobs may
+// exist, as when the replicas were too slow.
+type errLostReply struct{ err error }
+
+func (e errLostReply) Error() string { return e.err.Error() }
+func (e errLostReply) Unwrap() error { return e.err }
+
+// lostReply returns the cause of an errLostReply.
+func lostReply(err error) (error, bool) {
+	var l errLostReply
+	if errors.As(err, &l) {
+		return l.err, true
+	}
+	return nil, false
 }
 
 // replicaShortfall is the error of a publish that fewer than WaitReplicas
-// replicas acknowledged in time, or nil (also when replicas is -1).
-func (e *Engine) replicaShortfall(what string, replicas int64) error {
-	if replicas < 0 || replicas >= int64(e.waitReplicas) {
+// replicas acknowledged in time, or whose WAIT ended without a count (the
+// write ran: the job may exist, as when the replicas were too slow), or
+// nil (also when the publish did not wait). The cause of an ended WAIT is
+// in the message, not wrapped: the answer is ErrNotReplicated's whatever
+// the cause.
+func (e *Engine) replicaShortfall(what string, w waited) error {
+	if w.err != nil {
+		return fmt.Errorf("%s: WAIT for %d replicas ended by %q: %w", what, e.waitReplicas, w.err.Error(), engine.ErrNotReplicated)
+	}
+	if w.n < 0 || w.n >= int64(e.waitReplicas) {
 		return nil
 	}
-	return fmt.Errorf("%s: %d of %d replicas within %v: %w", what, replicas, e.waitReplicas, e.waitTimeout, engine.ErrNotReplicated)
+	return fmt.Errorf("%s: %d of %d replicas within %v: %w", what, w.n, e.waitReplicas, e.waitTimeout, engine.ErrNotReplicated)
 }
 
 // confirmReplicated waits (WAIT) until WaitReplicas replicas have every
@@ -906,11 +952,11 @@ func (e *Engine) confirmReplicated(ctx context.Context, what, key, id string) er
 		}
 		set := pipe.SetArgs(ctx, key, id, redis.SetArgs{Mode: "XX", KeepTTL: true})
 		wait = pipe.Do(ctx, "WAIT", e.waitReplicas, e.waitTimeout.Milliseconds())
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			if serr := set.Err(); serr != nil && !errors.Is(serr, redis.Nil) {
-				return serr
-			}
-			return err
+		_, _ = pipe.Exec(ctx)
+		// Whatever ended the WAIT (read below), the write went through
+		// unless the SET failed.
+		if serr := set.Err(); serr != nil && !errors.Is(serr, redis.Nil) {
+			return serr
 		}
 		return nil
 	})
@@ -918,10 +964,7 @@ func (e *Engine) confirmReplicated(ctx context.Context, what, key, id string) er
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	n, err := wait.Int64()
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return e.replicaShortfall(what, n)
+	return e.replicaShortfall(what, waited{n: n, err: err})
 }
 
 // waitPipeline returns a pipeline for a write and the WAIT after it, both
@@ -970,7 +1013,7 @@ func (e *Engine) retryWait(ctx context.Context, try func() error) (err error) {
 // runAndWait runs a publish script and WAIT in one pipeline, so that both
 // go over the same connection (WAIT counts that connection's writes):
 // waitPipeline.
-func (e *Engine) runAndWait(ctx context.Context, script *redis.Script, keys []string, args []interface{}) ([]interface{}, int64, error) {
+func (e *Engine) runAndWait(ctx context.Context, script *redis.Script, keys []string, args []interface{}) ([]interface{}, waited, error) {
 	run := func(eval bool) (*redis.Cmd, *redis.Cmd, error) {
 		pipe, err := e.waitPipeline(ctx, keys[0])
 		if err != nil {
@@ -998,18 +1041,21 @@ func (e *Engine) runAndWait(ctx context.Context, script *redis.Script, keys []st
 		}
 		return cmd.Err()
 	})
+	if redisretry.Unreachable(err) && !redisretry.Unsent(err) {
+		return nil, noWait, errLostReply{err}
+	}
 	if err != nil {
-		return nil, 0, err
+		return nil, noWait, err
 	}
 	res, err := cmd.Slice()
 	if err != nil {
-		return nil, 0, err
+		return nil, noWait, err
 	}
+	// The script ran: whatever ended its WAIT (a count, a timeout, or an
+	// error reply such as UNBLOCKED from a master demoted mid-WAIT), the
+	// publish's jobs exist on that master, and the caller names them.
 	n, err := wait.Int64()
-	if err != nil {
-		return nil, 0, err
-	}
-	return res, n, nil
+	return res, waited{n: n, err: err}, nil
 }
 
 // Consume implements engine.Engine.

@@ -2,11 +2,11 @@ package rdb
 
 import (
 	"context"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/kairos-dev/kairos/internal/redisretry"
 )
 
 // On a cluster, go-redis follows MOVED and ASK redirections itself and
@@ -48,42 +48,20 @@ import (
 // job left behind.
 
 // clusterRetryable reports whether err is a cluster error that Redis
-// answers before running a command.
-func clusterRetryable(err error) bool {
-	if err == nil {
-		return false
-	}
-	s := err.Error()
-	for _, p := range [...]string{"TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "LOADING", "MOVED ", "ASK "} {
-		if strings.HasPrefix(s, p) {
-			return true
-		}
-	}
-	return false
-}
+// answers before running a command (redisretry.Refused, shared with the
+// token store and the throttler of the admin Redis).
+func clusterRetryable(err error) bool { return redisretry.Refused(err) }
 
 // runRetry runs script s (EVALSHA, then EVAL on NOSCRIPT: go-redis's
 // Script.Run, which a cluster client sends to the node of the keys' slot)
 // and, while it fails with a clusterRetryable error, runs it again with a
 // growing pause (10 ms to 250 ms), for at most limit in all (0: no retry).
 func runRetry(ctx context.Context, c redis.Scripter, s *redis.Script, limit time.Duration, keys []string, args ...interface{}) *redis.Cmd {
-	cmd := s.Run(ctx, c, keys, args...)
-	if limit <= 0 || !clusterRetryable(cmd.Err()) {
-		return cmd
-	}
-	deadline := time.Now().Add(limit)
-	pause := 10 * time.Millisecond
-	for clusterRetryable(cmd.Err()) && time.Now().Add(pause).Before(deadline) {
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return cmd
-		case <-t.C:
-		}
-		pause = min(2*pause, 250*time.Millisecond)
+	var cmd *redis.Cmd
+	_ = redisretry.Do(ctx, limit, clusterRetryable, func() error {
 		cmd = s.Run(ctx, c, keys, args...)
-	}
+		return cmd.Err()
+	})
 	return cmd
 }
 
@@ -108,51 +86,13 @@ func (e *Engine) run(ctx context.Context, s *redis.Script, keys []string, args .
 // of cmds (a pipeline's, already sent) that failed with a
 // clusterRetryable error, in one pipeline per pass, for at most limit in
 // all, and returns the first error among cmds afterwards (as go-redis's
-// Pipelined does: redis.Nil included).
+// Pipelined does: redis.Nil included): redisretry.Cmds.
 func retryCmds(ctx context.Context, c redis.UniversalClient, limit time.Duration, cmds []redis.Cmder) error {
-	if limit > 0 {
-		var failed []redis.Cmder
-		for _, cmd := range cmds {
-			if clusterRetryable(cmd.Err()) {
-				failed = append(failed, cmd)
-			}
-		}
-		deadline := time.Now().Add(limit)
-		pause := 10 * time.Millisecond
-		for len(failed) > 0 && time.Now().Add(pause).Before(deadline) {
-			t := time.NewTimer(pause)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return firstErr(cmds)
-			case <-t.C:
-			}
-			pause = min(2*pause, 250*time.Millisecond)
-			p := c.Pipeline()
-			for _, cmd := range failed {
-				// go-redis keeps an earlier error when the whole pipeline
-				// fails (a broken connection): clear it, so that such a
-				// failure, after which the command may have run, is not
-				// taken for a refusal and sent once more.
-				cmd.SetErr(nil)
-				_ = p.Process(ctx, cmd)
-			}
-			_, _ = p.Exec(ctx)
-			failed = slices.DeleteFunc(failed, func(cmd redis.Cmder) bool { return !clusterRetryable(cmd.Err()) })
-		}
-	}
-	return firstErr(cmds)
+	return redisretry.Cmds(ctx, c, limit, clusterRetryable, cmds)
 }
 
 // firstErr is the first error among cmds.
-func firstErr(cmds []redis.Cmder) error {
-	for _, cmd := range cmds {
-		if err := cmd.Err(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+func firstErr(cmds []redis.Cmder) error { return redisretry.FirstErr(cmds) }
 
 // pipelined is e.rdb.Pipelined with the commands a cluster refused sent
 // again (retryCmds).
@@ -190,22 +130,7 @@ func (e *Engine) txPipelined(ctx context.Context, fn func(redis.Pipeliner) error
 // retryErr runs try, a command that fails with a clusterRetryable error
 // only when it did not run, and runs it again while it does, as runRetry.
 func (e *Engine) retryErr(ctx context.Context, try func() error) error {
-	err := try()
-	if e.retryFor <= 0 || !clusterRetryable(err) {
-		return err
-	}
-	deadline := time.Now().Add(e.retryFor)
-	for pause := 10 * time.Millisecond; clusterRetryable(err) && time.Now().Add(pause).Before(deadline); pause = min(2*pause, 250*time.Millisecond) {
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-		err = try()
-	}
-	return err
+	return redisretry.Do(ctx, e.retryFor, clusterRetryable, try)
 }
 
 // retried runs the single command that do sends (and returns) and sends
