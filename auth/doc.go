@@ -22,7 +22,7 @@
 // A token check rides out a failover of the admin Redis: a positive answer
 // stands in for Redis for StoreOptions.Grace when Redis fails as in a
 // failover, and on a cluster the check, and a rate-limit bucket script,
-// are retried within ClusterRetry (internal/redisretry, shared with the
+// are retried within ClusterRetry (engine/redisretry, shared with the
 // job engine).
 //
 // With HashTokens (StoreOptions, ThrottlerOptions) a token's hashed form,

@@ -16,7 +16,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/kairos-dev/kairos/engine"
-	"github.com/kairos-dev/kairos/internal/redisretry"
+	"github.com/kairos-dev/kairos/engine/redisretry"
 )
 
 // Defaults and bounds of StoreOptions.

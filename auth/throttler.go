@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/sirupsen/logrus"
 
-	"github.com/kairos-dev/kairos/internal/redisretry"
+	"github.com/kairos-dev/kairos/engine/redisretry"
 )
 
 // DefaultRefresh is how often Throttler.Run reloads limits by default.

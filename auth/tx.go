@@ -6,7 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/kairos-dev/kairos/internal/redisretry"
+	"github.com/kairos-dev/kairos/engine/redisretry"
 )
 
 // txPipelined runs fn in a MULTI/EXEC like c.TxPipelined. When Redis

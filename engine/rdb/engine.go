@@ -27,7 +27,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kairos-dev/kairos/engine"
-	"github.com/kairos-dev/kairos/internal/redisretry"
+	"github.com/kairos-dev/kairos/engine/redisretry"
 )
 
 var _ engine.Engine = (*Engine)(nil)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/kairos-dev/kairos/internal/redisretry"
+	"github.com/kairos-dev/kairos/engine/redisretry"
 )
 
 // On a cluster, go-redis follows MOVED and ASK redirections itself and
