@@ -24,6 +24,7 @@ func TestDefault(t *testing.T) {
 			ShutdownTimeoutSecond:   30,
 			ReadHeaderTimeoutSecond: 10,
 			ProtectAdminEndpoints:   ptr(true),
+			AuditMaxEntries:         10000,
 		},
 		Dashboard: Dashboard{Enabled: ptr(true), RefreshSecond: 5},
 	}

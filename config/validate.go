@@ -331,6 +331,9 @@ func (c *Config) validateKairos(p *problems) {
 	if k.PumpBatch < 1 {
 		p.add("Kairos.PumpBatch", "must be > 0, not %d", k.PumpBatch)
 	}
+	if k.AuditMaxEntries < 1 || k.AuditMaxEntries > MaxAuditEntries {
+		p.add("Kairos.AuditMaxEntries", "must be in [1, %d], not %d", MaxAuditEntries, k.AuditMaxEntries)
+	}
 	if k.MaxTimeoutSecond > 0 && k.MaxTimeoutSecond < c.TimeoutSecond {
 		p.add("Kairos.MaxTimeoutSecond", "must be >= TimeoutSecond (%d), not %d", c.TimeoutSecond, k.MaxTimeoutSecond)
 	}

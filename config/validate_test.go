@@ -182,6 +182,8 @@ func TestValidateRejects(t *testing.T) {
 		{"zero shutdown timeout", func(c *Config) { c.Kairos.ShutdownTimeoutSecond = 0 }, []string{"Kairos.ShutdownTimeoutSecond: must be > 0"}},
 		{"huge shutdown timeout", func(c *Config) { c.Kairos.ShutdownTimeoutSecond = 1 << 40 }, []string{"Kairos.ShutdownTimeoutSecond: must be <= 4294967295"}},
 		{"zero pump batch", func(c *Config) { c.Kairos.PumpBatch = 0 }, []string{"Kairos.PumpBatch: must be > 0"}},
+		{"zero audit cap", func(c *Config) { c.Kairos.AuditMaxEntries = 0 }, []string{"Kairos.AuditMaxEntries: must be in [1, 1000000], not 0"}},
+		{"huge audit cap", func(c *Config) { c.Kairos.AuditMaxEntries = MaxAuditEntries + 1 }, []string{"Kairos.AuditMaxEntries: must be in [1, 1000000], not 1000001"}},
 		{"zero read header timeout", func(c *Config) { c.Kairos.ReadHeaderTimeoutSecond = 0 }, []string{"Kairos.ReadHeaderTimeoutSecond: must be > 0"}},
 		{"huge read header timeout", func(c *Config) { c.Kairos.ReadHeaderTimeoutSecond = 1 << 33 }, []string{"Kairos.ReadHeaderTimeoutSecond: must be <= 4294967295"}},
 		{"timeout above the cap", func(c *Config) { c.TimeoutSecond = 601 }, []string{"Kairos.MaxTimeoutSecond: must be >= TimeoutSecond (601)"}},

@@ -110,6 +110,9 @@ type pageData struct {
 }
 
 func (d *dashboard) render(c *gin.Context, status int, page, title, nav string, data any) {
+	if ep, ok := data.(errorPage); ok {
+		noteAuditError(c, ep.Message)
+	}
 	pd := pageData{Title: title, Nav: nav, CSRF: csrfToken(c), Refresh: d.refresh, Pools: d.s.pools, Page: data,
 		LookupPool: c.Param("pool"), LookupNS: c.Param("namespace"), LookupQueue: c.Param("queue")}
 	if pd.LookupPool == "" {
@@ -1037,6 +1040,7 @@ func (d *dashboard) createToken(c *gin.Context) {
 		d.redirect(c, back, errMessage(ctx, err), false)
 		return
 	}
+	noteAuditToken(c, tok)
 	p := tokenCreated{Pool: pool, Namespace: ns, Token: tok, Description: desc, Back: back}
 	_, secret := auth.ParseToken(tok)
 	p.Fingerprint = auth.Fingerprint(secret)
@@ -1078,6 +1082,9 @@ func (d *dashboard) revokeToken(c *gin.Context) {
 
 // redirect answers a form POST: 303 to target with a flash message.
 func (d *dashboard) redirect(c *gin.Context, target, msg string, ok bool) {
+	if !ok {
+		noteAuditError(c, msg)
+	}
 	setFlash(c, msg, ok)
 	c.Redirect(http.StatusSeeOther, target)
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/kairos-dev/kairos/engine/rdb"
 	"github.com/kairos-dev/kairos/engine/tracing"
 	"github.com/kairos-dev/kairos/server"
+	"github.com/kairos-dev/kairos/server/audit"
 	"github.com/kairos-dev/kairos/server/webhook"
 )
 
@@ -168,6 +169,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 		Now:        opts.Now,
 		SkipVerify: opts.SkipVerify,
 		Tracer:     tracer,
+		Audit:      audit.NewStore(admin, cfg.Kairos.AuditMaxEntries),
 
 		ReadyChecks: ready,
 	})
