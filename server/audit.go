@@ -217,15 +217,7 @@ func auditTarget(c *gin.Context, body []byte) (map[string]string, string) {
 	}
 	msg := c.GetString(auditErrorKey)
 	if msg == "" && len(body) > 0 {
-		var m map[string]any
-		if json.Unmarshal(body, &m) == nil {
-			for _, k := range []string{"error", "msg"} {
-				if v, ok := m[k].(string); ok && v != "" {
-					msg = v
-					break
-				}
-			}
-		}
+		msg = errorText(c.Writer.Header().Get("Content-Type"), body)
 	}
 	for _, s := range secrets {
 		if len(s) >= 4 {
@@ -236,6 +228,26 @@ func auditTarget(c *gin.Context, body []byte) (map[string]string, string) {
 		t = nil
 	}
 	return t, msg
+}
+
+// errorText is the message of an error answer: the "error" (or lmstfy's
+// "msg") of a JSON body, the first line of a plain-text one.
+func errorText(contentType string, body []byte) string {
+	switch {
+	case strings.HasPrefix(contentType, "application/json"):
+		var m map[string]any
+		if json.Unmarshal(body, &m) == nil {
+			for _, k := range []string{"error", "msg"} {
+				if v, ok := m[k].(string); ok && v != "" {
+					return v
+				}
+			}
+		}
+	case strings.HasPrefix(contentType, "text/plain"):
+		line, _, _ := strings.Cut(string(body), "\n")
+		return strings.TrimSpace(line)
+	}
+	return ""
 }
 
 // tokenFingerprint is how the audit log names a token given as clients

@@ -35,7 +35,7 @@ type dashboard struct {
 }
 
 // dashPages are the page templates, each parsed with layout.html.
-var dashPages = []string{"overview", "namespace", "queue", "job", "tokens", "token_created", "error"}
+var dashPages = []string{"overview", "namespace", "queue", "job", "tokens", "token_created", "audit", "error"}
 
 func newDashboard(s *Server) (*dashboard, error) {
 	d := &dashboard{s: s, pages: make(map[string]*template.Template), refresh: s.cfg.Dashboard.RefreshSecond}
@@ -76,6 +76,7 @@ func (s *Server) dashboardRoutes(r *gin.Engine, basic gin.HandlerFunc) error {
 	pg.GET("/job/:pool/:namespace/:queue/:job_id", d.job)
 	pg.GET("/lookup", d.lookup)
 	pg.GET("/tokens", d.tokens)
+	pg.GET("/audit", d.audit) // ui_audit.go
 
 	post := g.Group("", d.checkCSRF)
 	post.POST("/queue/:pool/:namespace/:queue/:action", d.queueAction)
