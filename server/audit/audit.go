@@ -31,6 +31,11 @@ const DefaultMaxEntries = 10000
 // MaxPage is the most entries one List returns.
 const MaxPage = 500
 
+// MaxScan is the most entries one filtered List reads: a filter that
+// matches little answers a short (even empty) page with a cursor to go
+// on from, rather than read a long log through in one request.
+const MaxScan = 20 * MaxPage
+
 // Keys of the audit log in the admin Redis. The braces are a Redis Cluster
 // hash tag: both keys live in one slot.
 const (
@@ -55,7 +60,9 @@ type Entry struct {
 	// refused by the basic auth it is the account named by the request
 	// when that is a configured account (a wrong password), else "".
 	Account string `json:"account"`
-	// Authenticated is false for a request the basic auth refused.
+	// Authenticated is false for a request that did not pass the basic
+	// auth: refused, or to a route left open while Accounts are set
+	// (/debug/pprof with ProtectAdminEndpoints = false).
 	Authenticated bool `json:"authenticated"`
 	// Remote is the peer's IP address.
 	Remote string `json:"remote"`
@@ -96,6 +103,7 @@ type Query struct {
 type Store struct {
 	client redis.UniversalClient
 	max    int
+	scan   int // MaxScan; tests lower it
 }
 
 // NewStore returns a store over the admin Redis client that keeps at most
@@ -105,7 +113,7 @@ func NewStore(client redis.UniversalClient, maxEntries int) *Store {
 	if maxEntries <= 0 {
 		maxEntries = DefaultMaxEntries
 	}
-	return &Store{client: client, max: maxEntries}
+	return &Store{client: client, max: maxEntries, scan: MaxScan}
 }
 
 // MaxEntries is the store's cap.
@@ -179,8 +187,9 @@ func (e entryNoSeq) MarshalJSON() ([]byte, error) {
 
 // List returns entries newest first, as q selects, and the Before of the
 // next page (0 when there is none). With a filter it reads on through the
-// list, a page at a time, until it has Limit matching entries or reaches
-// the end (the list holds at most MaxEntries).
+// list, MaxPage entries at a time, until it has Limit matching entries,
+// reaches the end, or has read MaxScan entries: then the page may be
+// short, or empty, with a Before to go on from.
 func (s *Store) List(ctx context.Context, q Query) ([]Entry, int64, error) {
 	limit := q.Limit
 	if limit <= 0 {
@@ -194,7 +203,10 @@ func (s *Store) List(ctx context.Context, q Query) ([]Entry, int64, error) {
 	}
 	out := make([]Entry, 0, limit)
 	before := q.Before
-	for {
+	for scanned := 0; ; scanned += chunk {
+		if scanned >= s.scan {
+			return out, before, nil
+		}
 		raw, err := readScript.Run(ctx, s.client, []string{ListKey, SeqKey}, before, chunk).StringSlice()
 		if err != nil {
 			return nil, 0, fmt.Errorf("audit: list: %w", err)

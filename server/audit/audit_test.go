@@ -220,6 +220,24 @@ func TestStoreFilter(t *testing.T) {
 		if err != nil || len(got) != 0 || next != 0 {
 			t.Fatalf("no match: %v, %d, %v", got, next, err)
 		}
+
+		// A scan budget of one read (seq 700..201): a short page (5 of
+		// carol's 7) and where to go on.
+		s.scan = MaxPage
+		got, next, err = s.List(ctx, Query{Account: "carol", Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := diff(carol[:5], got); diff != "" || next != int64(n-MaxPage+1) {
+			t.Fatalf("budgeted page, next %d (-want +got):\n%s", next, diff)
+		}
+		got, next, err = s.List(ctx, Query{Account: "carol", Limit: 100, Before: next})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := diff(carol[5:], got); diff != "" || next != 0 {
+			t.Fatalf("after the budgeted page, next %d (-want +got):\n%s", next, diff)
+		}
 	})
 }
 
