@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
@@ -199,8 +200,8 @@ func auditTarget(c *gin.Context, body []byte) (map[string]string, string) {
 		t["pool"] = pool
 	}
 	setToken(query.Get("token"))
-	// The form only when the handler parsed it: reading a body here
-	// would take it from no one but could be large.
+	// The form only if the handler parsed it: parsing it here would read
+	// a body that the handler chose not to read, and that may be large.
 	if f := c.Request.Form; f != nil {
 		for _, k := range []string{"pool", "namespace"} {
 			if v := f.Get(k); v != "" {
@@ -227,7 +228,29 @@ func auditTarget(c *gin.Context, body []byte) (map[string]string, string) {
 	if len(t) == 0 {
 		t = nil
 	}
-	return t, msg
+	for k, v := range t {
+		t[k] = clip(v, auditMaxValue)
+	}
+	return t, clip(msg, auditMaxError)
+}
+
+// Bounds of an entry's strings: a request refused before any check of its
+// parameters (a wrong password) may carry a path or form of any length,
+// and the store keeps thousands of entries.
+const (
+	auditMaxValue = 256 // a target value (names are at most 255 bytes)
+	auditMaxError = 512
+)
+
+// clip cuts s to at most n bytes, on a UTF-8 boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // errorText is the message of an error answer: the "error" (or lmstfy's

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/alicebob/miniredis/v2"
 	dto "github.com/prometheus/client_model/go"
@@ -208,6 +209,36 @@ func TestAuditEveryMutatingRoute(t *testing.T) {
 	// would make this test pass vacuously.
 	if mutating < 20 {
 		t.Fatalf("only %d mutating admin routes found", mutating)
+	}
+}
+
+// TestAuditBounded: a refused request with a huge path or form leaves an
+// entry of bounded size.
+func TestAuditBounded(t *testing.T) {
+	_, client := newMiniredisClient(t)
+	a := newAuditEnv(t, client)
+	long := strings.Repeat("é", 20000)
+	a.send(t, "POST", "/debug/pprof/"+url.PathEscape(long), basicAuth(auditUser, "wrong"), "")
+	a.send(t, "POST", "/ui/tokens/create?pool="+url.QueryEscape(long), basicAuth(auditUser, auditPassword),
+		url.Values{"namespace": {long}, "_csrf": {"x"}}.Encode())
+	raw, err := client.LRange(context.Background(), audit.ListKey, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(raw) != 2 {
+		t.Fatalf("%d entries, want 2", len(raw))
+	}
+	for _, r := range raw {
+		if len(r) > 2000 {
+			t.Errorf("an entry of %d bytes: %.300s…", len(r), r)
+		}
+	}
+	for _, e := range a.entries(t) {
+		for k, v := range e.Target {
+			if !utf8.ValidString(v) || !strings.HasSuffix(v, "…") {
+				t.Errorf("target %s = %.40q…, want a clipped valid string", k, v)
+			}
+		}
 	}
 }
 
