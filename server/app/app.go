@@ -142,6 +142,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 	if err := auth.LoadScripts(ctx, admin); err != nil {
 		return nil, fmt.Errorf("AdminRedis: %w", err)
 	}
+	if err := audit.LoadScripts(ctx, admin); err != nil {
+		return nil, fmt.Errorf("AdminRedis: %w", err)
+	}
 	a.Tokens = auth.NewStore(admin, cfg.PoolNames(), opts.Logger, auth.StoreOptions{HashTokens: cfg.Kairos.HashTokens})
 	a.Throttler = auth.NewThrottler(admin, opts.Logger, auth.ThrottlerOptions{HashTokens: cfg.Kairos.HashTokens})
 	if err := a.Throttler.Reload(ctx); err != nil {

@@ -154,6 +154,19 @@ end
 return redis.call('LRANGE', KEYS[1], start, start + tonumber(ARGV[2]) - 1)
 `)
 
+// LoadScripts loads the store's scripts into the admin Redis (on a Redis
+// Cluster, into every master), so that their first runs meet no NOSCRIPT
+// (which Run answers with an EVAL, but the command metrics would count as
+// a failed EVALSHA) and a Redis that refuses scripts fails at start-up.
+func LoadScripts(ctx context.Context, client redis.UniversalClient) error {
+	for _, s := range []*redis.Script{recordScript, readScript} {
+		if err := s.Load(ctx, client).Err(); err != nil {
+			return fmt.Errorf("audit: load scripts: %w", err)
+		}
+	}
+	return nil
+}
+
 // Record stores e (its Seq is set by the store) and returns its Seq.
 func (s *Store) Record(ctx context.Context, e Entry) (int64, error) {
 	e.Seq = 0

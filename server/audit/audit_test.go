@@ -88,6 +88,9 @@ func reversed(es []Entry) []Entry {
 func TestStoreRecordList(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
 		ctx := context.Background()
+		if err := LoadScripts(ctx, c); err != nil {
+			t.Fatal(err)
+		}
 		s := NewStore(c, 0)
 		if s.MaxEntries() != DefaultMaxEntries {
 			t.Fatalf("MaxEntries = %d", s.MaxEntries())
