@@ -215,6 +215,11 @@ type Kairos struct {
 	// ignores them (for a rolling upgrade from a version that cannot read
 	// such jobs). Use TraceContextStored to read it.
 	StoreTraceContext *bool `toml:"StoreTraceContext"`
+	// AuditMaxEntries is how many entries the audit log keeps in the admin
+	// Redis (the newest; older ones are dropped as new ones come): every
+	// state-changing request to the admin listener, API and dashboard
+	// (doc/dashboard.md). Default 10000, at most MaxAuditEntries.
+	AuditMaxEntries int `toml:"AuditMaxEntries"`
 }
 
 // Bounds of Kairos.TokenGraceOnFailureMs.
@@ -227,6 +232,11 @@ const (
 func (k Kairos) TokenGrace() time.Duration {
 	return time.Duration(k.TokenGraceOnFailureMs) * time.Millisecond
 }
+
+// MaxAuditEntries bounds Kairos.AuditMaxEntries, so that a typo cannot
+// fill the admin Redis (an entry takes about 400 bytes: the largest log
+// takes about 400 MB).
+const MaxAuditEntries = 1_000_000
 
 // TraceContextStored reports whether publishes store their trace context:
 // StoreTraceContext, true when unset.
@@ -265,6 +275,7 @@ func Default() *Config {
 			ReadHeaderTimeoutSecond: 10,
 			TokenGraceOnFailureMs:   DefaultTokenGraceMs,
 			ProtectAdminEndpoints:   ptr(true),
+			AuditMaxEntries:         10000,
 		},
 		Dashboard: Dashboard{Enabled: ptr(true), RefreshSecond: 5},
 	}

@@ -25,6 +25,7 @@ func TestDefault(t *testing.T) {
 			ReadHeaderTimeoutSecond: 10,
 			TokenGraceOnFailureMs:   5000,
 			ProtectAdminEndpoints:   ptr(true),
+			AuditMaxEntries:         10000,
 		},
 		Dashboard: Dashboard{Enabled: ptr(true), RefreshSecond: 5},
 	}

@@ -335,6 +335,9 @@ func (c *Config) validateKairos(p *problems) {
 	if g := k.TokenGraceOnFailureMs; g < 0 || g > MaxTokenGraceMs {
 		p.add("Kairos.TokenGraceOnFailureMs", "must be in [0, %d] (0 turns the grace off), not %d", MaxTokenGraceMs, g)
 	}
+	if k.AuditMaxEntries < 1 || k.AuditMaxEntries > MaxAuditEntries {
+		p.add("Kairos.AuditMaxEntries", "must be in [1, %d], not %d", MaxAuditEntries, k.AuditMaxEntries)
+	}
 	if k.MaxTimeoutSecond > 0 && k.MaxTimeoutSecond < c.TimeoutSecond {
 		p.add("Kairos.MaxTimeoutSecond", "must be >= TimeoutSecond (%d), not %d", c.TimeoutSecond, k.MaxTimeoutSecond)
 	}

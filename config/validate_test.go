@@ -187,6 +187,8 @@ func TestValidateRejects(t *testing.T) {
 			[]string{"Kairos.TokenGraceOnFailureMs: must be in [0, 60000] (0 turns the grace off), not -1"}},
 		{"token grace beyond a minute", func(c *Config) { c.Kairos.TokenGraceOnFailureMs = 60001 },
 			[]string{"Kairos.TokenGraceOnFailureMs: must be in [0, 60000] (0 turns the grace off), not 60001"}},
+		{"zero audit cap", func(c *Config) { c.Kairos.AuditMaxEntries = 0 }, []string{"Kairos.AuditMaxEntries: must be in [1, 1000000], not 0"}},
+		{"huge audit cap", func(c *Config) { c.Kairos.AuditMaxEntries = MaxAuditEntries + 1 }, []string{"Kairos.AuditMaxEntries: must be in [1, 1000000], not 1000001"}},
 		{"zero read header timeout", func(c *Config) { c.Kairos.ReadHeaderTimeoutSecond = 0 }, []string{"Kairos.ReadHeaderTimeoutSecond: must be > 0"}},
 		{"huge read header timeout", func(c *Config) { c.Kairos.ReadHeaderTimeoutSecond = 1 << 33 }, []string{"Kairos.ReadHeaderTimeoutSecond: must be <= 4294967295"}},
 		{"timeout above the cap", func(c *Config) { c.TimeoutSecond = 601 }, []string{"Kairos.MaxTimeoutSecond: must be >= TimeoutSecond (601)"}},

@@ -112,7 +112,9 @@ func (s *Server) apiRoutes() *gin.Engine {
 // unless Kairos.ProtectAdminEndpoints is false).
 func (s *Server) adminRoutes() *gin.Engine {
 	r := newGin()
-	r.Use(requestState, s.accessLogger(true), s.recovery)
+	// auditTrail before every route's basic auth, so that refused
+	// attempts are recorded; around recovery, so that a panic is too.
+	r.Use(requestState, s.accessLogger(true), s.auditTrail, s.recovery)
 
 	basic := func(c *gin.Context) { c.Next() }
 	if len(s.cfg.Accounts) > 0 {
@@ -131,6 +133,7 @@ func (s *Server) adminRoutes() *gin.Engine {
 	r.GET("/accesslog", s.getAccessLog)
 	r.POST("/accesslog", basic, s.setAccessLog)
 	r.GET("/limits", basic, s.listLimits)
+	r.GET("/audit", basic, s.listAudit) // Kairos: audit.go
 
 	t := r.Group("/token", basic)
 	t.GET("/:namespace", s.listTokens)

@@ -121,6 +121,10 @@ type Deps struct {
 	// Tracer makes the spans of publish, consume, ACK and release
 	// (tracing.Provider's Tracer); nil means tracing is off, at no cost.
 	Tracer trace.Tracer
+	// Audit stores the audit log of the admin listener (audit.Store on
+	// the admin Redis, audit.go); nil means the entries only go to the
+	// log and GET /audit answers 501.
+	Audit AuditLog
 }
 
 // defaults are the lmstfy parameter defaults, checked once in New.
@@ -145,6 +149,10 @@ type Server struct {
 	skipVerify bool
 	webhooks   Webhooks
 	def        defaults
+	// audit keeps the admin listener's audit log (audit.go); nil: the
+	// log only.
+	audit        AuditLog
+	auditMetrics *auditMetrics
 	// sizes caches the queue sizes of namespaces for the dashboard
 	// (dashboard.go).
 	sizes sizesCache
@@ -236,6 +244,7 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		def:        def,
 		tracer:     deps.Tracer,
 		storeTrace: cfg.Kairos.TraceContextStored(),
+		audit:      deps.Audit,
 
 		readyChecks: deps.ReadyChecks,
 	}
@@ -281,6 +290,9 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		}
 	}
 	if s.metrics, err = newMetrics(reg); err != nil {
+		return nil, err
+	}
+	if s.auditMetrics, err = newAuditMetrics(reg); err != nil {
 		return nil, err
 	}
 	s.accessLog.Store(cfg.EnableAccessLog)

@@ -88,6 +88,7 @@ func (s *Server) createToken(c *gin.Context) {
 		s.failAdmin(c, err)
 		return
 	}
+	noteAuditToken(c, tok)
 	s.reqLogger(c).WithField("scoped", !scope.IsZero()).Info("token created")
 	c.IndentedJSON(http.StatusCreated, tokenResponse{Token: tok})
 }

@@ -35,7 +35,7 @@ type dashboard struct {
 }
 
 // dashPages are the page templates, each parsed with layout.html.
-var dashPages = []string{"overview", "namespace", "queue", "job", "tokens", "token_created", "error"}
+var dashPages = []string{"overview", "namespace", "queue", "job", "tokens", "token_created", "audit", "error"}
 
 func newDashboard(s *Server) (*dashboard, error) {
 	d := &dashboard{s: s, pages: make(map[string]*template.Template), refresh: s.cfg.Dashboard.RefreshSecond}
@@ -76,6 +76,7 @@ func (s *Server) dashboardRoutes(r *gin.Engine, basic gin.HandlerFunc) error {
 	pg.GET("/job/:pool/:namespace/:queue/:job_id", d.job)
 	pg.GET("/lookup", d.lookup)
 	pg.GET("/tokens", d.tokens)
+	pg.GET("/audit", d.audit) // ui_audit.go
 
 	post := g.Group("", d.checkCSRF)
 	post.POST("/queue/:pool/:namespace/:queue/:action", d.queueAction)
@@ -110,6 +111,9 @@ type pageData struct {
 }
 
 func (d *dashboard) render(c *gin.Context, status int, page, title, nav string, data any) {
+	if ep, ok := data.(errorPage); ok {
+		noteAuditError(c, ep.Message)
+	}
 	pd := pageData{Title: title, Nav: nav, CSRF: csrfToken(c), Refresh: d.refresh, Pools: d.s.pools, Page: data,
 		LookupPool: c.Param("pool"), LookupNS: c.Param("namespace"), LookupQueue: c.Param("queue")}
 	if pd.LookupPool == "" {
@@ -1037,6 +1041,7 @@ func (d *dashboard) createToken(c *gin.Context) {
 		d.redirect(c, back, errMessage(ctx, err), false)
 		return
 	}
+	noteAuditToken(c, tok)
 	p := tokenCreated{Pool: pool, Namespace: ns, Token: tok, Description: desc, Back: back}
 	_, secret := auth.ParseToken(tok)
 	p.Fingerprint = auth.Fingerprint(secret)
@@ -1078,6 +1083,9 @@ func (d *dashboard) revokeToken(c *gin.Context) {
 
 // redirect answers a form POST: 303 to target with a flash message.
 func (d *dashboard) redirect(c *gin.Context, target, msg string, ok bool) {
+	if !ok {
+		noteAuditError(c, msg)
+	}
 	setFlash(c, msg, ok)
 	c.Redirect(http.StatusSeeOther, target)
 }

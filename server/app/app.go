@@ -28,6 +28,7 @@ import (
 	"github.com/kairos-dev/kairos/engine/rdb"
 	"github.com/kairos-dev/kairos/engine/tracing"
 	"github.com/kairos-dev/kairos/server"
+	"github.com/kairos-dev/kairos/server/audit"
 	"github.com/kairos-dev/kairos/server/webhook"
 )
 
@@ -146,6 +147,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 	if err := auth.LoadScripts(ctx, admin); err != nil {
 		return nil, fmt.Errorf("AdminRedis: %w", err)
 	}
+	if err := audit.LoadScripts(ctx, admin); err != nil {
+		return nil, fmt.Errorf("AdminRedis: %w", err)
+	}
 	a.Tokens = auth.NewStore(admin, cfg.PoolNames(), opts.Logger, auth.StoreOptions{HashTokens: cfg.Kairos.HashTokens, Grace: cfg.Kairos.TokenGrace()})
 	a.Throttler = auth.NewThrottler(admin, opts.Logger, auth.ThrottlerOptions{HashTokens: cfg.Kairos.HashTokens})
 	if err := a.Throttler.Reload(ctx); err != nil {
@@ -173,6 +177,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 		Now:        opts.Now,
 		SkipVerify: opts.SkipVerify,
 		Tracer:     tracer,
+		Audit:      audit.NewStore(admin, cfg.Kairos.AuditMaxEntries),
 
 		ReadyChecks: ready,
 	})

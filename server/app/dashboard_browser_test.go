@@ -163,8 +163,8 @@ func (e *browserE2E) fixtures(extra map[string]any) map[string]any {
 // through the API show in the queues table (which refreshes by itself),
 // a job page, lookup by ID, the XSS case, dead-letter respawn and delete,
 // job delete, pause and resume, a schedule's pause and delete, token
-// create and revoke, the CSRF checks
-// and destroy. The script checks the UI and, through the API, the effect
+// create and revoke, the CSRF checks, destroy, and the audit page (the
+// pause above is there with the account). The script checks the UI and, through the API, the effect
 // of each action; this test checks what it reports back.
 func TestDashboardBrowser(t *testing.T) {
 	browserTools(t) // skip (or fail in CI) before starting anything
@@ -248,4 +248,30 @@ func TestDashboardBrowser(t *testing.T) {
 	tok, _ := res["ui_token"].(string)
 	r = doHTTP(t, http.MethodPut, e.API+"/api/"+e.NS+"/"+queue, tok, []byte("x"), nil)
 	r.wantStatus(t, http.StatusUnauthorized)
+
+	// The audit log, through the API: the page's pause by its account, and
+	// no token value anywhere in it.
+	r = doHTTP(t, http.MethodGet, e.Admin+"/audit?limit=500", "", nil, e.basic())
+	r.wantStatus(t, http.StatusOK)
+	if body := string(r.Body); strings.Contains(body, e.Token) || tok == "" || strings.Contains(body, tok) {
+		t.Errorf("the audit log holds a token value: %s", body)
+	}
+	var audit struct {
+		Entries []struct {
+			Account, Route, Source string
+			OK                     bool
+			Target                 map[string]string
+		}
+	}
+	r.decode(t, &audit)
+	paused := false
+	for _, en := range audit.Entries {
+		if en.Route == "/ui/queue/:pool/:namespace/:queue/:action" && en.Target["action"] == "pause" &&
+			en.Target["queue"] == queue && en.OK && en.Account == e.User && en.Source == "dashboard" {
+			paused = true
+		}
+	}
+	if !paused {
+		t.Errorf("GET /audit has no dashboard pause of %s by %s: %+v", queue, e.User, audit.Entries)
+	}
 }

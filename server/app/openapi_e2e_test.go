@@ -296,6 +296,11 @@ func TestE2EOpenAPIEveryOperation(t *testing.T) {
 	o.adm(200, put, lim, `{"read":0,"write":1,"interval":60}`, nil)
 	o.adm(200, get, "/limits", "", nil)
 	o.adm(200, get, "/limits?force_update=true", "", nil)
+	// The audit log (holds the token and limit changes above by now).
+	o.adm(200, get, "/audit", "", nil)
+	o.adm(200, get, "/audit?limit=2&account=admin&namespace=oa", "", nil)
+	o.adm(400, get, "/audit?limit=0", "", nil)
+	o.do(401, get, k.Admin+"/audit", "", nil, nil)
 	o.do(201, put, k.API+"/api/oa/q", limited, []byte("1"), nil)
 	o.do(429, put, k.API+"/api/oa/q", limited, []byte("2"), nil)
 	o.adm(200, del, lim, "", nil)
@@ -442,6 +447,9 @@ func TestE2EOpenAPIEveryOperation(t *testing.T) {
 	uiDo(404, get, "/ui/lookup?pool=nope&id="+dashID, nil, nil)
 	uiDo(200, get, "/ui/tokens?pool=default&namespace=oa", nil, nil)
 	uiDo(400, get, "/ui/tokens?namespace=bad.ns", nil, nil)
+	uiDo(200, get, "/ui/audit", nil, nil)
+	uiDo(200, get, "/ui/audit?before=3&limit=2&account=admin&namespace=oa", nil, nil)
+	uiDo(400, get, "/ui/audit?before=x", nil, nil)
 	uiDo(404, get, "/ui/tokens?pool=nope", nil, nil)
 	for file, ct := range map[string]string{"app.css": "text/css", "app.js": "text/javascript", "charts.js": "text/javascript",
 		"vendor/uplot/uPlot.iife.min.js": "text/javascript", "vendor/uplot/uPlot.min.css": "text/css", "vendor/uplot/LICENSE": "text/plain"} {

@@ -357,6 +357,34 @@ await step('destroy asks for the queue name', async () => {
   assert.equal(await page.locator('#q-ready').textContent(), '0');
 });
 
+await step('the audit log lists the dashboard actions with the account, and no token', async () => {
+  await page.goto(`${ADMIN}/ui/`);
+  await page.click('#nav-audit');
+  await page.waitForURL(`${ADMIN}/ui/audit`);
+  const rows = page.locator('#audit tbody tr');
+  const pause = rows.filter({ hasText: 'POST /ui/queue/:pool/:namespace/:queue/:action' })
+    .filter({ hasText: 'action=pause' }).filter({ hasText: `queue=${env.queue}` });
+  assert.ok(await pause.count() >= 1, 'the queue pause is in the audit log');
+  const first = pause.first();
+  assert.equal((await first.locator('td.account').textContent()).trim(), env.user);
+  assert.match(await first.locator('td.outcome').textContent(), /^303 ok$/);
+  // The CSRF step's refused posts are there too, as refused.
+  assert.ok(await rows.filter({ hasText: 'action=pause' }).filter({ hasText: '403 refused' }).count() >= 1,
+    'a refused dashboard post is in the audit log');
+  // The token revoked from the page is named by its fingerprint only.
+  const text = await page.locator('main').textContent();
+  assert.ok(text.includes('POST /ui/tokens/revoke'), 'the revoke is in the audit log');
+  assert.ok(!text.includes(results.ui_token.split(':').pop()), 'no token value on the audit page');
+  assert.ok(!text.includes(env.token), 'no token value on the audit page');
+  await shot('audit');
+  // Filtered by account: only that account's entries.
+  await page.fill('#audit-account', env.user);
+  await page.click('#audit-filter button');
+  await page.waitForURL(/\/ui\/audit\?account=/);
+  const accounts = await page.locator('#audit tbody td.account').allTextContents();
+  assert.ok(accounts.length > 0 && accounts.every((a) => a.trim() === env.user), `accounts ${accounts}`);
+});
+
 assert.deepEqual(consoleErrors, [], 'no console errors');
 // pages answer 4xx on purpose in some steps (job deleted: 404 page); only
 // the resources the pages load themselves are checked here
