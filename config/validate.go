@@ -111,6 +111,9 @@ func (c *Config) ValidateStores() error {
 
 func (c *Config) validateStores(p *problems) {
 	c.validateRedis(p, "AdminRedis", c.AdminRedis)
+	if c.AdminRedis.LmstfyData != "" {
+		p.add("AdminRedis.LmstfyData", "is a pool setting: lmstfy's tokens and limits in the admin Redis are read as they are")
+	}
 	c.validatePools(p)
 	if c.Kairos.Embedded && c.Kairos.RequireDurableRedis {
 		p.add("Kairos.Embedded", "cannot be combined with RequireDurableRedis = true: the embedded store is in memory and loses everything on stop")
@@ -173,6 +176,11 @@ func (c *Config) validatePools(p *problems) {
 			p.add(key, "invalid pool name: want 1..%d characters of [-_A-Za-z0-9]", engine.MaxNameLength)
 		}
 		c.validateRedis(p, key, pool)
+		switch pool.LmstfyData {
+		case "", LmstfyRefuse:
+		default:
+			p.add(key+".LmstfyData", "must be %q (the default: refuse to start on lmstfy's data), not %q", LmstfyRefuse, pool.LmstfyData)
+		}
 		switch to := pool.MigrateTo; {
 		case to == "":
 		case to == name:

@@ -111,6 +111,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 			return nil, err
 		}
 		ready = append(ready, readyCheck("pool "+name, client, cfg.UsesEmbedded(cfg.Pool[name])))
+		if _, err := a.checkLmstfy(ctx, name, client); err != nil {
+			return nil, err
+		}
 		e, err := rdb.New(ctx, client, rdb.Options{
 			Pool: name, Logger: opts.Logger, Now: opts.Now, PumpBatch: cfg.Kairos.PumpBatch, Metrics: metrics,
 			WaitReplicas: cfg.Pool[name].WaitReplicas, WaitTimeout: time.Duration(cfg.Pool[name].WaitTimeoutMs) * time.Millisecond,

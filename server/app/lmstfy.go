@@ -1,0 +1,55 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kairos-dev/kairos/config"
+	"github.com/kairos-dev/kairos/engine/lmstfy"
+	"github.com/kairos-dev/kairos/engine/rdb"
+)
+
+// ErrLmstfyData is returned (wrapped, naming the pool and what was found)
+// when a pool's Redis holds lmstfy's jobs and the pool's LmstfyData does
+// not ask for their import: Kairos would serve its own layout beside them
+// and no client would see them again (issue #30).
+var ErrLmstfyData = errors.New("the pool holds lmstfy's jobs")
+
+// lmstfyError is ErrLmstfyData with the words an operator reads.
+type lmstfyError struct{ msg string }
+
+func (e *lmstfyError) Error() string { return e.msg }
+func (e *lmstfyError) Unwrap() error { return ErrLmstfyData }
+
+// checkLmstfy looks for lmstfy's jobs in pool name's Redis before its
+// engine starts (so before anything is written there). It returns whether
+// the pool holds some, and an error naming [Pool.name] LmstfyData when it
+// does and the config does not ask for the import. The keyspace is
+// scanned only on a pool without Kairos's layout marker: the first start
+// of this version there; later starts look at timer_set and at the queues
+// of lmstfy's registries, which lmstfy writes at its first publish.
+func (a *App) checkLmstfy(ctx context.Context, name string, client redis.UniversalClient) (bool, error) {
+	layout, err := rdb.ReadLayout(ctx, client)
+	if err != nil {
+		return false, fmt.Errorf("Pool.%s: %w", name, err)
+	}
+	found, err := lmstfy.Detect(ctx, client, layout == 0)
+	if err != nil {
+		return false, fmt.Errorf("Pool.%s: %w", name, err)
+	}
+	if !found.Jobs() {
+		return false, nil
+	}
+	rc := a.cfg.Pool[name]
+	if rc.LmstfyData == config.LmstfyImport {
+		return true, nil
+	}
+	return true, &lmstfyError{fmt.Sprintf("Pool.%[1]s: the Redis %[2]s holds lmstfy's jobs (%[3]s). Kairos keeps jobs in its own key layout and would not see these. "+
+		"Stop every lmstfy server of this Redis, then either set LmstfyData = %[4]q in [Pool.%[1]s] to move them into Kairos's layout at start, "+
+		"or run `kairos-server -c <config> -migrate-from-lmstfy` once (doc/upgrade.md). "+
+		"The server stopped without changing anything in this Redis",
+		name, rc.Describe(), found, config.LmstfyImport)}
+}
