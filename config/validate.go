@@ -178,8 +178,12 @@ func (c *Config) validatePools(p *problems) {
 		c.validateRedis(p, key, pool)
 		switch pool.LmstfyData {
 		case "", LmstfyRefuse:
+		case LmstfyImport:
+			if pool.IsCluster() {
+				p.add(key+".LmstfyData", "a Redis Cluster cannot hold lmstfy's data (lmstfy runs on one Redis): set it on lmstfy's standalone or Sentinel pool, with MigrateTo naming this one to import into it")
+			}
 		default:
-			p.add(key+".LmstfyData", "must be %q (the default: refuse to start on lmstfy's data), not %q", LmstfyRefuse, pool.LmstfyData)
+			p.add(key+".LmstfyData", "must be %q (the default: refuse to start on lmstfy's data) or %q (move lmstfy's jobs into Kairos's layout at start), not %q", LmstfyRefuse, LmstfyImport, pool.LmstfyData)
 		}
 		switch to := pool.MigrateTo; {
 		case to == "":

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sirupsen/logrus"
 
 	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/engine/lmstfy"
@@ -52,4 +54,49 @@ func (a *App) checkLmstfy(ctx context.Context, name string, client redis.Univers
 		"or run `kairos-server -c <config> -migrate-from-lmstfy` once (doc/upgrade.md). "+
 		"The server stopped without changing anything in this Redis",
 		name, rc.Describe(), found, config.LmstfyImport)}
+}
+
+// LmstfyImport is one pool's import of lmstfy's jobs.
+type LmstfyImport struct {
+	// Into is the pool written: the pool itself, or its MigrateTo pool.
+	Into   string
+	Result lmstfy.Result
+	Took   time.Duration
+}
+
+// importLmstfy imports the lmstfy jobs of each pool of clients into the
+// pool (or its MigrateTo pool) before anything is served, and logs what
+// each import did.
+func (a *App) importLmstfy(ctx context.Context, clients map[string]redis.UniversalClient) error {
+	for _, name := range a.cfg.PoolNames() {
+		client, ok := clients[name]
+		if !ok {
+			continue
+		}
+		into := name
+		if to := a.cfg.Pool[name].MigrateTo; to != "" {
+			into = to
+		}
+		log := a.log.WithFields(logrus.Fields{"pool": name, "into": into})
+		log.Warn("importing lmstfy's jobs into Kairos's layout (LmstfyData = \"import\"); nothing is served until it ends")
+		start := time.Now()
+		im := &lmstfy.Importer{Source: client, Dest: a.Engines[into], Log: log}
+		res, err := im.Run(ctx)
+		took := time.Since(start)
+		fields := logrus.Fields{
+			"ready": res.Ready, "delayed": res.Delayed, "in_flight": res.InFlight, "dead": res.Dead,
+			"already_imported": res.Already, "expired": res.Expired, "malformed": res.Malformed,
+			"queues": res.Queues, "registries_deleted": res.Registries, "seconds": took.Seconds(),
+		}
+		if err != nil {
+			log.WithFields(fields).WithError(err).Error("lmstfy import stopped; the counts are the jobs written into Kairos until then. Run it again: it resumes, and writes no job twice")
+			return fmt.Errorf("Pool.%s: import lmstfy's jobs: %w", name, err)
+		}
+		log.WithFields(fields).Warn(fmt.Sprintf("imported %d lmstfy jobs into Kairos's layout", res.Imported()))
+		if a.LmstfyImports == nil {
+			a.LmstfyImports = make(map[string]LmstfyImport)
+		}
+		a.LmstfyImports[name] = LmstfyImport{Into: into, Result: res, Took: took}
+	}
+	return nil
 }

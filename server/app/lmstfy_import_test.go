@@ -3,7 +3,9 @@ package app_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -148,4 +150,107 @@ func TestLmstfyDataRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("lmstfy's layout without its registries")
+}
+
+// TestLmstfyImport is issue #30's cut-over: lmstfy (real, v1.0.16) writes
+// jobs in every state, is stopped, and Kairos starts on the same Redis
+// with LmstfyData = "import". Then lmstfy's own Go client, with the token
+// lmstfy made, consumes every job from Kairos, each in the state it had:
+// the ready ones in order with their TTL, tries and attributes, the
+// delayed one not before its time, the consumed-not-ACKed ones not before
+// their TTR (the one with no try left then goes to the dead letter), the
+// dead one from the dead letter; the token's rate limit is Kairos's, and
+// no key of lmstfy's layout is left.
+func TestLmstfyImport(t *testing.T) {
+	rs := redistest.StartWith(t, redistest.Options{AppendOnly: true, AppendFsync: "everysec"})
+	lm := startLmstfy(t, rs.Addr)
+	d := writeLmstfyData(t, lm)
+	lm.stop(t)
+
+	cfg := redisConfig(rs.Addr)
+	pool := cfg.Pool["default"]
+	pool.LmstfyData = "import"
+	cfg.Pool["default"] = pool
+	k := startKairos(t, cfg)
+	imp, ok := k.App.LmstfyImports["default"]
+	if r := imp.Result; !ok || imp.Into != "default" || r.Ready != 4 || r.Delayed != 1 || r.InFlight != 2 || r.Dead != 1 ||
+		r.Already != 0 || r.Expired != 0 || r.Malformed != 0 || r.Registries != 2 {
+		t.Fatalf("import: %+v (ran: %t); want 4 ready, 1 delayed, 2 in flight, 1 dead, 2 registries deleted", imp, ok)
+	}
+	c := rs.Client()
+	ctx := context.Background()
+	for _, pattern := range []string{"timer_set", "m/ns*", "[jqd]/" + lmstfyNS + "/*"} {
+		if left := c.Keys(ctx, pattern).Val(); len(left) > 0 {
+			t.Errorf("keys of lmstfy's layout left after the import: %q", left)
+		}
+	}
+
+	cli := client.NewLmstfyClient(k.APIHost, k.APIPort, lmstfyNS, d.Token)
+	if n, err := cli.QueueSize("ready"); err != nil || n != 4 {
+		t.Fatalf("size of ready: %d, %v; want 4", n, err)
+	}
+	for i, id := range d.Ready {
+		j := okJob(t)(cli.Consume("ready", 30, 0))
+		if j == nil || j.ID != id || string(j.Data) != fmt.Sprintf("a%d", i+1) || j.RemainTries != 2 || j.TTL <= 3500 || j.TTL > 3600 {
+			t.Fatalf("ready job %d: %+v; want %s, body a%d, 2 tries left, TTL in (3500, 3600]", i, j, id, i+1)
+		}
+		if i == 3 && j.Attributes["flavour"] != "v1" {
+			t.Errorf("v1 job's attributes: %v, want flavour=v1", j.Attributes)
+		}
+		noErr(t, "Ack", cli.Ack("ready", id))
+	}
+
+	size, head, aerr := cli.PeekDeadLetter("dead")
+	noErr(t, "PeekDeadLetter", aerr)
+	if size != 1 || head != d.Dead {
+		t.Fatalf("dead letter: %d jobs, head %s; want 1, %s", size, head, d.Dead)
+	}
+	if n, err := cli.RespawnDeadLetter("dead", 10, 600); err != nil || n != 1 {
+		t.Fatalf("respawn: %d, %v", n, err)
+	}
+	if j := okJob(t)(cli.Consume("dead", 30, 0)); j == nil || j.ID != d.Dead || string(j.Data) != "d" {
+		t.Fatalf("respawned dead job: %+v, want %s", j, d.Dead)
+	}
+	noErr(t, "Ack", cli.Ack("dead", d.Dead))
+
+	// Not due yet: the delayed job and the in-flight ones stay out of
+	// reach (checked only while their time is at least a second away).
+	if time.Until(d.DelayedDue) > time.Second {
+		if j := okJob(t)(cli.Consume("delayed", 30, 0)); j != nil {
+			t.Fatalf("the delayed job was consumed %v before its time: %+v", time.Until(d.DelayedDue), j)
+		}
+	}
+	if time.Until(d.InFlightDue) > time.Second {
+		if j := okJob(t)(cli.Consume("inflight", 30, 0)); j != nil {
+			t.Fatalf("an in-flight job was delivered again %v before its TTR ran out: %+v", time.Until(d.InFlightDue), j)
+		}
+	}
+	j := okJob(t)(cli.Consume("delayed", 30, lmstfyWait+10))
+	if j == nil || j.ID != d.Delayed || string(j.Data) != "b" || j.RemainTries != 1 {
+		t.Fatalf("delayed job: %+v; want %s, body b, 1 try left", j, d.Delayed)
+	}
+	if early := time.Until(d.DelayedDue); early > 1500*time.Millisecond {
+		t.Errorf("the delayed job came %v early", early)
+	}
+	noErr(t, "Ack", cli.Ack("delayed", d.Delayed))
+	j = okJob(t)(cli.Consume("inflight", 30, lmstfyWait+10))
+	if j == nil || j.ID != d.InFlight || string(j.Data) != "c" || j.RemainTries != 0 {
+		t.Fatalf("in-flight job after its TTR: %+v; want %s, body c, no try left", j, d.InFlight)
+	}
+	noErr(t, "Ack", cli.Ack("inflight", d.InFlight))
+	// The job consumed with its last try goes to the dead letter at its
+	// TTR, as in lmstfy.
+	waitDead(t, cli, "inflight", 1)
+	if _, head, err := cli.PeekDeadLetter("inflight"); err != nil || head != d.LastTry {
+		t.Fatalf("dead letter of inflight: head %s, %v; want %s", head, err, d.LastTry)
+	}
+
+	// The token's rate limit, set through lmstfy, is Kairos's.
+	r := doHTTP(t, http.MethodGet, k.Admin+"/token/"+lmstfyNS+"/"+d.Token+"/limit", "", nil, nil)
+	r.wantStatus(t, http.StatusOK)
+	var limit struct{ Read, Write, Interval int }
+	r.decode(t, &limit)
+	if limit.Read != 1000 || limit.Write != 500 || limit.Interval != 1 {
+		t.Errorf("limit after the import: %s; want read 1000, write 500, interval 1", r.Body)
+	}
 }
