@@ -13,6 +13,10 @@ import (
 	"github.com/bitleak/lmstfy/client"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/kairos-dev/kairos/config"
+	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/engine/lmstfy"
+	"github.com/kairos-dev/kairos/engine/rdb"
 	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 	"github.com/kairos-dev/kairos/server/app"
 )
@@ -252,5 +256,161 @@ func TestLmstfyImport(t *testing.T) {
 	r.decode(t, &limit)
 	if limit.Read != 1000 || limit.Write != 500 || limit.Interval != 1 {
 		t.Errorf("limit after the import: %s; want read 1000, write 500, interval 1", r.Body)
+	}
+}
+
+// stopAfter is a Dest that stops the import after its calls-th Import
+// call, once that call's jobs are written into Kairos and before the
+// importer removes them from lmstfy's layout: where a kill hurts most.
+type stopAfter struct {
+	lmstfy.Dest
+	calls int
+}
+
+var errStopped = errors.New("import stopped (test)")
+
+func (s *stopAfter) Import(ctx context.Context, ns, q string, jobs []rdb.ImportJob) (int, error) {
+	n, err := s.Dest.Import(ctx, ns, q, jobs)
+	if s.calls--; s.calls <= 0 && err == nil {
+		return n, errStopped
+	}
+	return n, err
+}
+
+// TestLmstfyImportResumes: an import stopped halfway (after writing a
+// batch into Kairos, before removing it from lmstfy's layout), run again,
+// leaves every lmstfy job once in Kairos: as many job keys as jobs, as
+// many ready entries as ready jobs and timer entries as delayed ones.
+func TestLmstfyImportResumes(t *testing.T) {
+	rs := redistest.StartWith(t, redistest.Options{AppendOnly: true, AppendFsync: "everysec"})
+	lm := startLmstfy(t, rs.Addr)
+	tok := lm.token(t, lmstfyNS)
+	cli := lm.client(lmstfyNS, tok)
+	const ready, delayed = 2560, 1536
+	bodies := make([]interface{}, 64) // lmstfy takes at most 64 per bulk publish
+	for i := range bodies {
+		bodies[i] = fmt.Sprintf("job %d", i)
+	}
+	want := map[string]bool{}
+	for k := range ready / len(bodies) {
+		for i := range bodies {
+			bodies[i] = fmt.Sprintf("job %d", k*len(bodies)+i)
+		}
+		for _, id := range okIDs(t)(cli.BatchPublish("many", bodies, 3600, 3, 0)) {
+			want[id] = true
+		}
+	}
+	for range delayed / len(bodies) {
+		for _, id := range okIDs(t)(cli.BatchPublish("later", bodies, 3600, 3, 600)) {
+			want[id] = true
+		}
+	}
+	lm.stop(t)
+
+	ctx := context.Background()
+	c := rs.Client()
+	e, err := rdb.New(ctx, c, rdb.Options{Pool: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Batches of 1000 entries: timer_set takes two steps (one Import call
+	// each), the ready list three; the first run stops after the third
+	// call, in the ready list.
+	first := &lmstfy.Importer{Source: c, Dest: &stopAfter{Dest: e, calls: 3}, Log: testLogger(t)}
+	res1, err := first.Run(ctx)
+	if !errors.Is(err, errStopped) {
+		t.Fatalf("first run: %+v, %v; want it stopped", res1, err)
+	}
+	if res1.Imported() == 0 || res1.Imported() >= ready+delayed {
+		t.Fatalf("first run wrote %d jobs; want a part of %d", res1.Imported(), ready+delayed)
+	}
+	second := &lmstfy.Importer{Source: c, Dest: e, Log: testLogger(t)}
+	res2, err := second.Run(ctx)
+	if err != nil {
+		t.Fatalf("second run: %v", err)
+	}
+	if res2.Already == 0 {
+		t.Errorf("second run found no job of the first run's last batch in Kairos: %+v", res2)
+	}
+	if got := res1.Imported() + res2.Imported(); got != ready+delayed || res1.Ready+res2.Ready != ready || res1.Delayed+res2.Delayed != delayed {
+		t.Errorf("written: %+v then %+v; want %d ready and %d delayed in all, each once", res1, res2, ready, delayed)
+	}
+	// What Kairos holds: every job once.
+	keys := c.Keys(ctx, "j/{*}"+lmstfyNS+"/*").Val()
+	got := map[string]bool{}
+	for _, k := range keys {
+		got[k[strings.LastIndexByte(k, '/')+1:]] = true
+	}
+	if len(keys) != len(want) || !maps.Equal(got, want) {
+		t.Errorf("Kairos holds %d job keys (%d distinct IDs); want the %d jobs lmstfy held", len(keys), len(got), len(want))
+	}
+	if n, err := e.Size(ctx, lmstfyNS, "many"); err != nil || n != ready {
+		t.Errorf("ready list of many: %d entries, %v; want %d", n, err, ready)
+	}
+	timers := c.Keys(ctx, "t/{*}"+lmstfyNS+"/later").Val()
+	if len(timers) != 1 || c.ZCard(ctx, timers[0]).Val() != delayed {
+		t.Errorf("timer of later: %v; want one with %d entries", timers, delayed)
+	}
+	if left := c.Keys(ctx, "[jqd]/"+lmstfyNS+"/*").Val(); len(left) > 0 || c.Exists(ctx, "timer_set").Val() != 0 {
+		t.Errorf("lmstfy keys left: %d (+ timer_set: %d)", len(left), c.Exists(ctx, "timer_set").Val())
+	}
+	// The ready jobs come out in lmstfy's order (a bulk publish's bodies
+	// are JSON values).
+	jobs, err := e.Consume(ctx, &engine.ConsumeRequest{Namespace: lmstfyNS, Queues: []string{"many"}, Count: 3, TTR: time.Minute})
+	if err != nil || len(jobs) != 3 || string(jobs[0].Body) != `"job 0"` || string(jobs[1].Body) != `"job 1"` || string(jobs[2].Body) != `"job 2"` {
+		for _, j := range jobs {
+			t.Logf("consumed %s %q", j.ID, j.Body)
+		}
+		t.Errorf("first ready jobs: %v; want job 0, 1, 2", err)
+	}
+}
+
+// TestLmstfyImportIntoCluster: lmstfy's standalone Redis imported into a
+// Redis Cluster pool, the pool's MigrateTo (lmstfy's data cannot be on a
+// cluster; the config path onto one). Clients keep the pool's name and
+// lmstfy's token: the ready jobs come out in order, the dead one is in
+// the dead letter, and the delayed and in-flight ones wait in the
+// cluster pool in their states until their times.
+func TestLmstfyImportIntoCluster(t *testing.T) {
+	rs := redistest.StartWith(t, redistest.Options{AppendOnly: true, AppendFsync: "everysec"})
+	lm := startLmstfy(t, rs.Addr)
+	d := writeLmstfyData(t, lm)
+	lm.stop(t)
+	cl := redistest.SharedCluster(t)
+	cl.Flush(t)
+
+	cfg := redisConfig(rs.Addr)
+	cfg.Pool["default"] = config.RedisConf{Addr: rs.Addr, LmstfyData: "import", MigrateTo: "c"}
+	cfg.Pool["c"] = config.RedisConf{Cluster: true, Addrs: cl.Addrs}
+	k := startKairos(t, cfg)
+	imp := k.App.LmstfyImports["default"]
+	if r := imp.Result; imp.Into != "c" || r.Ready != 4 || r.Delayed != 1 || r.InFlight != 2 || r.Dead != 1 {
+		t.Fatalf("import: %+v; want 4 ready, 1 delayed, 2 in flight, 1 dead into pool c", imp)
+	}
+	cli := client.NewLmstfyClient(k.APIHost, k.APIPort, lmstfyNS, d.Token)
+	for i, id := range d.Ready {
+		j := okJob(t)(cli.Consume("ready", 30, 0))
+		if j == nil || j.ID != id || string(j.Data) != fmt.Sprintf("a%d", i+1) {
+			t.Fatalf("ready job %d: %+v; want %s", i, j, id)
+		}
+		noErr(t, "Ack", cli.Ack("ready", id))
+	}
+	if size, head, err := cli.PeekDeadLetter("dead"); err != nil || size != 1 || head != d.Dead {
+		t.Fatalf("dead letter: %d, %s, %v; want %s", size, head, err, d.Dead)
+	}
+	ctx := context.Background()
+	c := k.App.Engines["c"]
+	if j, err := c.PeekJob(ctx, lmstfyNS, "delayed", d.Delayed); err != nil || j.State != engine.StateDelayed ||
+		j.DueAt.Sub(d.DelayedDue).Abs() > 1500*time.Millisecond {
+		t.Errorf("delayed job in the cluster pool: %+v, %v; want delayed until about %v", j, err, d.DelayedDue)
+	}
+	for _, id := range []string{d.InFlight, d.LastTry} {
+		if j, err := c.PeekJob(ctx, lmstfyNS, "inflight", id); err != nil || j.State != engine.StateInFlight ||
+			j.DueAt.Sub(d.InFlightDue).Abs() > 1500*time.Millisecond {
+			t.Errorf("in-flight job %s in the cluster pool: %+v, %v; want in flight until about %v", id, j, err, d.InFlightDue)
+		}
+	}
+	if left := rs.Client().Keys(ctx, "[jqd]/"+lmstfyNS+"/*").Val(); len(left) > 0 {
+		t.Errorf("lmstfy keys left: %q", left)
 	}
 }
