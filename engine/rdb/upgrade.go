@@ -152,7 +152,7 @@ func (e *Engine) upgrade(ctx context.Context) (int, error) {
 	// u/{ns/q}/KEY (its tag holds a slash; a new one's is two letters);
 	// so are the queues with schedules (sn/{ns/q}).
 	unique := map[[2]string][]string{}
-	iter := e.rdb.Scan(ctx, 0, "u/{*", 1000).Iterator()
+	iter := e.rdb.Scan(ctx, 0, "u/{*", 10000).Iterator()
 	for iter.Next(ctx) {
 		k := iter.Val()
 		tag, key, ok := strings.Cut(k[len("u/{"):], "}/")
@@ -171,7 +171,7 @@ func (e *Engine) upgrade(ctx context.Context) (int, error) {
 	for nq := range unique {
 		queues[nq] = true
 	}
-	iter = e.rdb.Scan(ctx, 0, "sn/{*}", 1000).Iterator()
+	iter = e.rdb.Scan(ctx, 0, "sn/{*}", 10000).Iterator()
 	for iter.Next(ctx) {
 		k := iter.Val()
 		if ns, q, ok := cutMember(strings.TrimSuffix(k[len("sn/{"):], "}")); ok && engine.ValidName(ns) && engine.ValidName(q) {

@@ -44,6 +44,27 @@ var (
 // (doc/performance.md). GOGC and GOMEMLIMIT in the environment win.
 const defaultGCPercent = 400
 
+// init fills in what the Makefile's -ldflags did not set from the Go build
+// information: the module version of a `go install …@vX.Y.Z` build, and
+// the VCS revision and time of a `go build` in a checkout.
+func init() {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return
+	}
+	if v := info.Main.Version; version == "unknown" && v != "" && v != "(devel)" {
+		version = v
+	}
+	for _, s := range info.Settings {
+		switch {
+		case s.Key == "vcs.revision" && buildCommit == "unknown" && len(s.Value) >= 7:
+			buildCommit = s.Value[:7]
+		case s.Key == "vcs.time" && buildDate == "unknown":
+			buildDate = s.Value
+		}
+	}
+}
+
 func main() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
