@@ -60,6 +60,8 @@ type Importer struct {
 	Now func() time.Time
 	// Batch is how many entries one step reads; 0 means 1000.
 	Batch int
+
+	logged time.Time // the last progress line
 }
 
 // Result counts what an import did.
@@ -107,6 +109,7 @@ func (im *Importer) Run(ctx context.Context) (Result, error) {
 	if im.Batch <= 0 {
 		im.Batch = 1000
 	}
+	im.logged = time.Now()
 	if _, ok := im.Source.(*redis.ClusterClient); ok {
 		return res, errors.New("lmstfy: a Redis Cluster holds no lmstfy data (lmstfy runs on one Redis): import from lmstfy's standalone or Sentinel Redis")
 	}
@@ -393,6 +396,11 @@ func (im *Importer) write(ctx context.Context, res *Result, ns, q string, jobs [
 		return fmt.Errorf("lmstfy: import into Kairos: %w", err)
 	}
 	res.Already += int64(len(jobs) - n)
+	if time.Since(im.logged) >= 10*time.Second {
+		im.logged = time.Now()
+		im.Log.WithFields(logrus.Fields{"ready": res.Ready, "delayed": res.Delayed, "in_flight": res.InFlight, "dead": res.Dead,
+			"already_imported": res.Already}).Info(fmt.Sprintf("lmstfy import: %d jobs written into Kairos so far", res.Imported()))
+	}
 	return nil
 }
 

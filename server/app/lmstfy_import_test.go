@@ -16,6 +16,7 @@ import (
 	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/engine"
 	"github.com/kairos-dev/kairos/engine/lmstfy"
+	"github.com/kairos-dev/kairos/engine/lmstfy/lmstfytest"
 	"github.com/kairos-dev/kairos/engine/rdb"
 	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 	"github.com/kairos-dev/kairos/server/app"
@@ -54,11 +55,11 @@ const lmstfyWait = 8
 
 // writeLmstfyData writes jobs in every state through lmstfy (lm) with
 // lmstfy's Go client, and a rate limit of the token through its admin API.
-func writeLmstfyData(t *testing.T, lm *lmstfyServer) lmstfyData {
+func writeLmstfyData(t *testing.T, lm *lmstfytest.Server) lmstfyData {
 	t.Helper()
 	var d lmstfyData
-	d.Token = lm.token(t, lmstfyNS)
-	cli := lm.client(lmstfyNS, d.Token)
+	d.Token = lm.Token(t, lmstfyNS)
+	cli := lm.Client(lmstfyNS, d.Token)
 	for _, body := range []string{"a1", "a2", "a3"} {
 		d.Ready = append(d.Ready, okID(t)(cli.Publish("ready", []byte(body), 3600, 3, 0)))
 	}
@@ -78,11 +79,11 @@ func writeLmstfyData(t *testing.T, lm *lmstfyServer) lmstfyData {
 	if j := okJob(t)(cli.Consume("dead", 1, 0)); j == nil || j.ID != d.Dead {
 		t.Fatalf("lmstfy: consume dead: %+v", j)
 	}
-	waitFor(t, 10*time.Second, "lmstfy moves the job out of TTR into the dead letter", func() bool {
+	lmstfytest.WaitFor(t, 10*time.Second, "lmstfy moves the job out of TTR into the dead letter", func() bool {
 		size, head, err := cli.PeekDeadLetter("dead")
 		return err == nil && size == 1 && head == d.Dead
 	})
-	lm.admin(t, "POST", "/token/"+lmstfyNS+"/"+d.Token+"/limit", `{"read":1000,"write":500,"interval":1}`, 201, nil)
+	lm.AdminDo(t, "POST", "/token/"+lmstfyNS+"/"+d.Token+"/limit", `{"read":1000,"write":500,"interval":1}`, 201, nil)
 	return d
 }
 
@@ -112,9 +113,9 @@ func snapshot(t *testing.T, c *redis.Client) map[string]string {
 // fix did), and it starts once the choice is made elsewhere.
 func TestLmstfyDataRefused(t *testing.T) {
 	rs := redistest.StartWith(t, redistest.Options{AppendOnly: true, AppendFsync: "everysec"})
-	lm := startLmstfy(t, rs.Addr)
+	lm := lmstfytest.Start(t, rs.Addr)
 	writeLmstfyData(t, lm)
-	lm.stop(t)
+	lm.Stop(t)
 	c := rs.Client()
 	ctx := context.Background()
 
@@ -167,9 +168,9 @@ func TestLmstfyDataRefused(t *testing.T) {
 // no key of lmstfy's layout is left.
 func TestLmstfyImport(t *testing.T) {
 	rs := redistest.StartWith(t, redistest.Options{AppendOnly: true, AppendFsync: "everysec"})
-	lm := startLmstfy(t, rs.Addr)
+	lm := lmstfytest.Start(t, rs.Addr)
 	d := writeLmstfyData(t, lm)
-	lm.stop(t)
+	lm.Stop(t)
 
 	cfg := redisConfig(rs.Addr)
 	pool := cfg.Pool["default"]
@@ -283,9 +284,9 @@ func (s *stopAfter) Import(ctx context.Context, ns, q string, jobs []rdb.ImportJ
 // many ready entries as ready jobs and timer entries as delayed ones.
 func TestLmstfyImportResumes(t *testing.T) {
 	rs := redistest.StartWith(t, redistest.Options{AppendOnly: true, AppendFsync: "everysec"})
-	lm := startLmstfy(t, rs.Addr)
-	tok := lm.token(t, lmstfyNS)
-	cli := lm.client(lmstfyNS, tok)
+	lm := lmstfytest.Start(t, rs.Addr)
+	tok := lm.Token(t, lmstfyNS)
+	cli := lm.Client(lmstfyNS, tok)
 	const ready, delayed = 2560, 1536
 	bodies := make([]interface{}, 64) // lmstfy takes at most 64 per bulk publish
 	for i := range bodies {
@@ -305,7 +306,7 @@ func TestLmstfyImportResumes(t *testing.T) {
 			want[id] = true
 		}
 	}
-	lm.stop(t)
+	lm.Stop(t)
 
 	ctx := context.Background()
 	c := rs.Client()
@@ -373,9 +374,9 @@ func TestLmstfyImportResumes(t *testing.T) {
 // cluster pool in their states until their times.
 func TestLmstfyImportIntoCluster(t *testing.T) {
 	rs := redistest.StartWith(t, redistest.Options{AppendOnly: true, AppendFsync: "everysec"})
-	lm := startLmstfy(t, rs.Addr)
+	lm := lmstfytest.Start(t, rs.Addr)
 	d := writeLmstfyData(t, lm)
-	lm.stop(t)
+	lm.Stop(t)
 	cl := redistest.SharedCluster(t)
 	cl.Flush(t)
 

@@ -1,4 +1,9 @@
-package app_test
+// Package lmstfytest runs a real lmstfy server (v1.0.16, built from the Go
+// module proxy by scripts/build-lmstfy.sh and cached in ~/.cache/kairos)
+// for tests that need data written by lmstfy itself: the import of
+// lmstfy's jobs (issue #30). When lmstfy cannot be built the test is
+// skipped, unless CI=true or REQUIRE_LMSTFY is set: then it fails.
+package lmstfytest
 
 import (
 	"bytes"
@@ -20,32 +25,25 @@ import (
 	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 )
 
-// A real lmstfy server (v1.0.16, built from the Go module proxy by
-// scripts/build-lmstfy.sh and cached in ~/.cache/kairos), for the tests
-// that import lmstfy-written data.
-
-// lmstfyRequired reports whether a missing lmstfy build must fail the test
+// Required reports whether a missing lmstfy build must fail the test
 // rather than skip it: in CI (CI=true) and with REQUIRE_LMSTFY set.
-func lmstfyRequired() bool {
+func Required() bool {
 	return os.Getenv("REQUIRE_LMSTFY") != "" || os.Getenv("CI") == "true"
 }
 
-// lmstfyBinary returns the path of lmstfy's server, building it with
+// Binary returns the path of lmstfy's server, building it with
 // scripts/build-lmstfy.sh when the cached one is missing or of another
 // version (a minute or two, once per machine).
-func lmstfyBinary(tb testing.TB) string {
+func Binary(tb testing.TB) string {
 	tb.Helper()
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		tb.Fatal(err)
-	}
+	root := repoRoot(tb)
 	var out, errOut bytes.Buffer
 	cmd := exec.Command(filepath.Join(root, "scripts", "build-lmstfy.sh"))
 	cmd.Dir = root
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {
 		msg := fmt.Sprintf("scripts/build-lmstfy.sh: %v\n%s", err, errOut.String())
-		if lmstfyRequired() {
+		if Required() {
 			tb.Fatalf("lmstfy could not be built and CI/REQUIRE_LMSTFY is set: %s", msg)
 		}
 		tb.Skipf("lmstfy could not be built (set REQUIRE_LMSTFY=1 to fail instead): %s", msg)
@@ -53,8 +51,27 @@ func lmstfyBinary(tb testing.TB) string {
 	return strings.TrimSpace(out.String())
 }
 
-// lmstfyServer is a running lmstfy server on a test's Redis.
-type lmstfyServer struct {
+// repoRoot is the directory of the go.mod above the test's directory.
+func repoRoot(tb testing.TB) string {
+	tb.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			tb.Fatal("lmstfytest: no go.mod above the test's directory")
+		}
+		dir = up
+	}
+}
+
+// Server is a running lmstfy server on a test's Redis.
+type Server struct {
 	Admin   string // http://127.0.0.1:port of the admin API
 	APIHost string
 	APIPort int
@@ -63,11 +80,12 @@ type lmstfyServer struct {
 	log     *bytes.Buffer
 }
 
-// startLmstfy runs lmstfy with one pool (default) and its admin data on the
-// Redis at redisAddr, and waits until its admin API answers.
-func startLmstfy(tb testing.TB, redisAddr string) *lmstfyServer {
+// Start runs lmstfy with one pool (default) and its admin data on the
+// Redis at redisAddr, and waits until its admin API answers; it is
+// stopped at the test's cleanup, or earlier by Stop.
+func Start(tb testing.TB, redisAddr string) *Server {
 	tb.Helper()
-	bin := lmstfyBinary(tb)
+	bin := Binary(tb)
 	dir := tb.TempDir()
 	api, admin := redistest.FreePort(tb), redistest.FreePort(tb)
 	conf := fmt.Sprintf(`Host = "127.0.0.1"
@@ -84,7 +102,7 @@ Addr = %q
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		tb.Fatal(err)
 	}
-	s := &lmstfyServer{Admin: fmt.Sprintf("http://127.0.0.1:%d", admin), APIHost: "127.0.0.1", APIPort: api,
+	s := &Server{Admin: fmt.Sprintf("http://127.0.0.1:%d", admin), APIHost: "127.0.0.1", APIPort: api,
 		exited: make(chan struct{}), log: &bytes.Buffer{}}
 	s.cmd = exec.Command(bin, "-c", path, "-p", filepath.Join(dir, "lmstfy.pid"))
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
@@ -92,7 +110,7 @@ Addr = %q
 		tb.Fatalf("start lmstfy: %v", err)
 	}
 	go func() { _ = s.cmd.Wait(); close(s.exited) }()
-	tb.Cleanup(func() { s.stop(tb) })
+	tb.Cleanup(func() { s.Stop(tb) })
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		res, err := http.Get(s.Admin + "/version")
@@ -114,8 +132,8 @@ Addr = %q
 	}
 }
 
-// stop stops lmstfy (SIGTERM; it shuts down gracefully) and waits for it.
-func (s *lmstfyServer) stop(tb testing.TB) {
+// Stop stops lmstfy (SIGTERM; it shuts down gracefully) and waits for it.
+func (s *Server) Stop(tb testing.TB) {
 	select {
 	case <-s.exited:
 		return
@@ -131,20 +149,20 @@ func (s *lmstfyServer) stop(tb testing.TB) {
 	}
 }
 
-// token creates a token of namespace ns through lmstfy's admin API.
-func (s *lmstfyServer) token(tb testing.TB, ns string) string {
+// Token creates a token of namespace ns through lmstfy's admin API.
+func (s *Server) Token(tb testing.TB, ns string) string {
 	tb.Helper()
 	var out struct{ Token string }
-	s.admin(tb, http.MethodPost, "/token/"+ns+"?description=import", "", http.StatusCreated, &out)
+	s.AdminDo(tb, http.MethodPost, "/token/"+ns+"?description=import", "", http.StatusCreated, &out)
 	if out.Token == "" {
 		tb.Fatalf("lmstfy gave no token")
 	}
 	return out.Token
 }
 
-// admin sends a request to lmstfy's admin API, checks its status and
+// AdminDo sends a request to lmstfy's admin API, checks its status and
 // decodes its JSON answer into out (unless out is nil).
-func (s *lmstfyServer) admin(tb testing.TB, method, path, body string, status int, out any) {
+func (s *Server) AdminDo(tb testing.TB, method, path, body string, status int, out any) {
 	tb.Helper()
 	req, err := http.NewRequest(method, s.Admin+path, strings.NewReader(body))
 	if err != nil {
@@ -166,14 +184,14 @@ func (s *lmstfyServer) admin(tb testing.TB, method, path, body string, status in
 	}
 }
 
-// client returns lmstfy's own Go client for namespace ns against this
+// Client returns lmstfy's own Go client for namespace ns against this
 // lmstfy server.
-func (s *lmstfyServer) client(ns, token string) *client.LmstfyClient {
+func (s *Server) Client(ns, token string) *client.LmstfyClient {
 	return client.NewLmstfyClient(s.APIHost, s.APIPort, ns, token)
 }
 
-// waitFor polls cond every 50 ms until it holds, for at most d.
-func waitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
+// WaitFor polls cond every 50 ms until it holds, for at most d.
+func WaitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
