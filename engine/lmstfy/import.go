@@ -250,23 +250,33 @@ func (im *Importer) fetch(ctx context.Context, keys []string) ([]fetched, error)
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("lmstfy: read jobs: %w", err)
 	}
+	// A redis.Nil from Pipelined is the first failed command's error: each
+	// command's own error is checked in job.
 	return out, nil
 }
 
-// job returns the ImportJob of f, or false when the job expired.
-func (f fetched) job(id string) (rdb.ImportJob, bool) {
+// job returns the ImportJob of f, or false when the job expired (no job
+// key: lmstfy would drop the entry). Any other error of the read stops
+// the import: an entry is never taken for an expired job's by mistake.
+func (f fetched) job(id string) (rdb.ImportJob, bool, error) {
 	v, err := f.get.Bytes()
+	if errors.Is(err, redis.Nil) {
+		return rdb.ImportJob{}, false, nil
+	}
 	if err != nil {
-		return rdb.ImportJob{}, false
+		return rdb.ImportJob{}, false, fmt.Errorf("lmstfy: read job %s: %w", id, err)
 	}
 	j := rdb.ImportJob{ID: id, Payload: v}
-	switch ttl := f.pttl.Val(); {
-	case ttl == -2*time.Nanosecond || ttl == -2*time.Millisecond:
-		return j, false // expired between GET and PTTL
+	ttl, err := f.pttl.Result()
+	switch {
+	case err != nil:
+		return j, false, fmt.Errorf("lmstfy: read the TTL of job %s: %w", id, err)
+	case ttl == -2:
+		return j, false, nil // expired between GET and PTTL
 	case ttl > 0:
 		j.TTL = ttl
 	}
-	return j, true
+	return j, true, nil
 }
 
 // timer imports timer_set, batch by batch from its earliest entries, and
@@ -320,7 +330,10 @@ func (im *Importer) timer(ctx context.Context, res *Result, queues map[string]bo
 			k++
 			e := entries[i]
 			jobKeys = append(jobKeys, keys[i])
-			j, ok := f.job(e.id)
+			j, ok, err := f.job(e.id)
+			if err != nil {
+				return err
+			}
 			if !ok {
 				res.Expired++
 				continue
@@ -439,7 +452,10 @@ func (im *Importer) list(ctx context.Context, res *Result, ns, q string, dead bo
 		}
 		var jobs []rdb.ImportJob
 		for i, f := range got {
-			j, ok := f.job(ids[i])
+			j, ok, err := f.job(ids[i])
+			if err != nil {
+				return err
+			}
 			if !ok {
 				res.Expired++
 				continue
