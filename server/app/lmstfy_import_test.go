@@ -35,7 +35,10 @@ type lmstfyData struct {
 	// Ready are the IDs of queue "ready" in publish order (the last one
 	// with attributes: a v1 ID); their TTL was 3600 s.
 	Ready []string
-	// Delayed (queue "delayed", delay lmstfyWait) is due at DelayedDue.
+	// Delayed (queue "delayed", delay lmstfyWait) is due at DelayedDue or
+	// a second later: lmstfy schedules in whole seconds, from the second
+	// of the timer write, so DelayedDue (and InFlightDue) is the earliest
+	// it can be.
 	Delayed    string
 	DelayedDue time.Time
 	// InFlight (queue "inflight", tries 2) and LastTry (the same queue,
@@ -65,16 +68,18 @@ func writeLmstfyData(t *testing.T, lm *lmstfytest.Server) lmstfyData {
 	}
 	d.Ready = append(d.Ready, okID(t)(cli.PublishJob(&client.JobRequest{Queue: "ready", Data: []byte("a4"), TTL: 3600, Tries: 3,
 		Attributes: map[string]string{"flavour": "v1"}})))
+	before := time.Now()
 	d.Delayed = okID(t)(cli.Publish("delayed", []byte("b"), 3600, 2, lmstfyWait))
-	d.DelayedDue = time.Now().Add(lmstfyWait * time.Second)
+	d.DelayedDue = time.Unix(before.Unix()+lmstfyWait, 0)
 	d.InFlight = okID(t)(cli.Publish("inflight", []byte("c"), 3600, 2, 0))
 	d.LastTry = okID(t)(cli.Publish("inflight", []byte("c-last"), 3600, 1, 0))
+	before = time.Now()
 	for range 2 {
 		if j := okJob(t)(cli.Consume("inflight", lmstfyWait, 0)); j == nil {
 			t.Fatal("lmstfy: nothing to consume in inflight")
 		}
 	}
-	d.InFlightDue = time.Now().Add(lmstfyWait * time.Second)
+	d.InFlightDue = time.Unix(before.Unix()+lmstfyWait, 0)
 	d.Dead = okID(t)(cli.Publish("dead", []byte("d"), 3600, 1, 0))
 	if j := okJob(t)(cli.Consume("dead", 1, 0)); j == nil || j.ID != d.Dead {
 		t.Fatalf("lmstfy: consume dead: %+v", j)
@@ -234,8 +239,8 @@ func TestLmstfyImport(t *testing.T) {
 	if j == nil || j.ID != d.Delayed || string(j.Data) != "b" || j.RemainTries != 1 {
 		t.Fatalf("delayed job: %+v; want %s, body b, 1 try left", j, d.Delayed)
 	}
-	if early := time.Until(d.DelayedDue); early > 1500*time.Millisecond {
-		t.Errorf("the delayed job came %v early", early)
+	if early := time.Until(d.DelayedDue); early > 0 {
+		t.Errorf("the delayed job came %v before the earliest time lmstfy had it due", early)
 	}
 	noErr(t, "Ack", cli.Ack("delayed", d.Delayed))
 	j = okJob(t)(cli.Consume("inflight", 30, lmstfyWait+10))
@@ -402,12 +407,12 @@ func TestLmstfyImportIntoCluster(t *testing.T) {
 	ctx := context.Background()
 	c := k.App.Engines["c"]
 	if j, err := c.PeekJob(ctx, lmstfyNS, "delayed", d.Delayed); err != nil || j.State != engine.StateDelayed ||
-		j.DueAt.Sub(d.DelayedDue).Abs() > 1500*time.Millisecond {
+		(j.DueAt.Before(d.DelayedDue) || j.DueAt.After(d.DelayedDue.Add(2*time.Second))) {
 		t.Errorf("delayed job in the cluster pool: %+v, %v; want delayed until about %v", j, err, d.DelayedDue)
 	}
 	for _, id := range []string{d.InFlight, d.LastTry} {
 		if j, err := c.PeekJob(ctx, lmstfyNS, "inflight", id); err != nil || j.State != engine.StateInFlight ||
-			j.DueAt.Sub(d.InFlightDue).Abs() > 1500*time.Millisecond {
+			(j.DueAt.Before(d.InFlightDue) || j.DueAt.After(d.InFlightDue.Add(2*time.Second))) {
 			t.Errorf("in-flight job %s in the cluster pool: %+v, %v; want in flight until about %v", id, j, err, d.InFlightDue)
 		}
 	}
