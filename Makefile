@@ -25,10 +25,11 @@ run:
 # Where the dashboard's browser tests (server/app TestDashboardBrowser) write their screenshots.
 SCREENSHOTS ?= $(CURDIR)/bin/dashboard-screenshots
 
-## test: every package with -race and the real-Redis tier (installs redis-server if missing) and the dashboard's browser tests (installs chromium and the npm packages if missing), the event loops' tests again without -race (their raw system calls), the fuzz targets briefly
+## test: every package with -race and the real-Redis tier (installs redis-server if missing; builds lmstfy v1.0.16 once for the import tests) and the dashboard's browser tests (installs chromium and the npm packages if missing), the event loops' tests again without -race (their raw system calls), the fuzz targets briefly
 test:
 	scripts/install-redis.sh
 	scripts/install-chromium.sh
+	scripts/build-lmstfy.sh >/dev/null || echo "lmstfy was not built: the lmstfy import tests skip (they fail with CI=true or REQUIRE_LMSTFY=1)"
 	rm -rf $(SCREENSHOTS)
 	KAIROS_SCREENSHOTS=$(SCREENSHOTS) $(GO) test -race -count=1 -timeout 9m ./...
 	@echo "dashboard screenshots: $(SCREENSHOTS)"

@@ -22,6 +22,12 @@ import (
 // DefaultPoolName is the pool every config must have (lmstfy: "default").
 const DefaultPoolName = "default"
 
+// The values of a pool's LmstfyData.
+const (
+	LmstfyRefuse = "refuse"
+	LmstfyImport = "import"
+)
+
 // RedisConf is one Redis (or Sentinel master set, or Redis Cluster): a pool
 // or the admin Redis.
 type RedisConf struct {
@@ -53,6 +59,13 @@ type RedisConf struct {
 	// replicated". 0 (the default) does not wait.
 	WaitReplicas  int `toml:"WaitReplicas"`
 	WaitTimeoutMs int `toml:"WaitTimeoutMs"`
+	// LmstfyData (Kairos, pools only) says what a server does at start
+	// when the pool's Redis holds lmstfy's jobs (its timer_set, ready
+	// lists or dead letters, engine/lmstfy): "" or "refuse" (the default)
+	// refuses to start, naming this key, and changes nothing; "import"
+	// moves every lmstfy job into Kairos's layout before serving
+	// (doc/upgrade.md), into the MigrateTo pool when the pool has one.
+	LmstfyData string `toml:"LmstfyData"`
 	// Version is lmstfy's legacy engine selector; a pool with a non-empty
 	// Version is ignored, as lmstfy does.
 	Version string `toml:"Version"`

@@ -112,6 +112,9 @@ func (c *Config) ValidateStores() error {
 
 func (c *Config) validateStores(p *problems) {
 	c.validateRedis(p, "AdminRedis", c.AdminRedis)
+	if c.AdminRedis.LmstfyData != "" {
+		p.add("AdminRedis.LmstfyData", "is a pool setting: lmstfy's tokens and limits in the admin Redis are read as they are")
+	}
 	c.validatePools(p)
 	if c.Kairos.Embedded && c.Kairos.RequireDurableRedis {
 		p.add("Kairos.Embedded", "cannot be combined with RequireDurableRedis = true: the embedded store is in memory and loses everything on stop")
@@ -174,6 +177,15 @@ func (c *Config) validatePools(p *problems) {
 			p.add(key, "invalid pool name: want 1..%d characters of [-_A-Za-z0-9]", engine.MaxNameLength)
 		}
 		c.validateRedis(p, key, pool)
+		switch pool.LmstfyData {
+		case "", LmstfyRefuse:
+		case LmstfyImport:
+			if pool.IsCluster() {
+				p.add(key+".LmstfyData", "a Redis Cluster cannot hold lmstfy's data (lmstfy runs on one Redis): set it on lmstfy's standalone or Sentinel pool, with MigrateTo naming this one to import into it")
+			}
+		default:
+			p.add(key+".LmstfyData", "must be %q (the default: refuse to start on lmstfy's data) or %q (move lmstfy's jobs into Kairos's layout at start), not %q", LmstfyRefuse, LmstfyImport, pool.LmstfyData)
+		}
 		switch to := pool.MigrateTo; {
 		case to == "":
 		case to == name:

@@ -63,6 +63,11 @@ func TestValidateAccepts(t *testing.T) {
 		{"legacy pool with bad values is ignored", func(c *Config) {
 			c.Pool["old"] = RedisConf{Addr: "nope", DB: -1, Version: "v2", MigrateTo: "zz"}
 		}},
+		{"LmstfyData refuse", func(c *Config) { c.Pool["default"] = RedisConf{Addr: "r1:6379", LmstfyData: "refuse"} }},
+		{"LmstfyData import into a cluster", func(c *Config) {
+			c.Pool["default"] = RedisConf{Addr: "r1:6379", LmstfyData: "import", MigrateTo: "c"}
+			c.Pool["c"] = RedisConf{Cluster: true, Addrs: []string{"a:7000"}}
+		}},
 		{"every log level and format", func(c *Config) { c.LogLevel, c.LogFormat = "debug", "json" }},
 		{"log format text", func(c *Config) { c.LogLevel, c.LogFormat = "WARNING", "text" }},
 		{"zero defaults", func(c *Config) {
@@ -123,6 +128,13 @@ func TestValidateRejects(t *testing.T) {
 			c.Kairos.Embedded, c.Kairos.RequireDurableRedis = true, true
 			c.Pool["default"] = RedisConf{}
 		}, []string{`Kairos.Embedded: cannot be combined with RequireDurableRedis = true`}},
+		{"LmstfyData unknown", func(c *Config) { c.Pool["b"] = RedisConf{Addr: "r:1", LmstfyData: "ignore"} },
+			[]string{`Pool.b.LmstfyData: must be "refuse" (the default: refuse to start on lmstfy's data) or "import"`}},
+		{"LmstfyData import on a cluster", func(c *Config) {
+			c.Pool["b"] = RedisConf{Cluster: true, Addrs: []string{"a:7000"}, LmstfyData: "import"}
+		}, []string{"Pool.b.LmstfyData: a Redis Cluster cannot hold lmstfy's data"}},
+		{"LmstfyData on the admin redis", func(c *Config) { c.AdminRedis.LmstfyData = "refuse" },
+			[]string{"AdminRedis.LmstfyData: is a pool setting"}},
 		{"negative pool DB", func(c *Config) { c.Pool["b"] = RedisConf{Addr: "r:1", DB: -1} }, []string{"Pool.b.DB: must be >= 0"}},
 		{"negative admin DB", func(c *Config) { c.AdminRedis.DB = -2 }, []string{"AdminRedis.DB: must be >= 0"}},
 		{"negative pool size", func(c *Config) { c.Pool["b"] = RedisConf{Addr: "r:1", PoolSize: -5} }, []string{"Pool.b.PoolSize: must be >= 0"}},

@@ -7,8 +7,9 @@
 #   JSON_DIR=out scripts/lmstfy-bench.sh …           # also out/lmstfy.json, out/kairos.json
 #
 # It builds lmstfy's server from the Go module proxy (module
-# github.com/bitleak/lmstfy, version LMSTFY_VERSION) unless a build of that
-# version is cached in LMSTFY_BIN, and builds kairos-server and the kairos
+# github.com/bitleak/lmstfy, version LMSTFY_VERSION) with
+# scripts/build-lmstfy.sh unless a build of that version is cached in
+# LMSTFY_BIN, and builds kairos-server and the kairos
 # CLI from this checkout. Then, for each server in turn (never both at once):
 # a fresh throwaway redis-server (AOF everysec, noeviction, as lmstfy
 # requires and as scripts/bench-check.sh runs it) on a free loopback port,
@@ -27,7 +28,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-LMSTFY_MODULE=github.com/bitleak/lmstfy
 LMSTFY_VERSION=${LMSTFY_VERSION:-v1.0.16}
 LMSTFY_BIN=${LMSTFY_BIN:-$HOME/.cache/kairos/lmstfy-server}
 SERVERS=${SERVERS:-lmstfy kairos}
@@ -45,32 +45,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# build_lmstfy builds lmstfy's server main package at LMSTFY_VERSION into
-# LMSTFY_BIN. `go install …@version` cannot be used: it asks the proxy for
-# the module's version list (to report deprecation), which the proxy may
-# refuse; `go mod download` of the exact version does not. The module cache
-# is read-only, so the build runs in a copy, with the module's own go.mod
-# and go.sum (complete: -mod=readonly builds it).
-build_lmstfy() {
-	echo "lmstfy-bench: building lmstfy $LMSTFY_VERSION from the Go module proxy" >&2
-	local info dir commit src="$work/lmstfy-src"
-	info=$(cd "$work" && GOFLAGS=-mod=mod go mod download -json "$LMSTFY_MODULE@$LMSTFY_VERSION")
-	dir=$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p' <<<"$info")
-	commit=$(sed -n 's/^[[:space:]]*"Hash": "\(.*\)",*$/\1/p' <<<"$info")
-	[ -d "$dir" ] || { echo "lmstfy-bench: go mod download gave no directory:" >&2; echo "$info" >&2; exit 1; }
-	cp -r "$dir" "$src"
-	chmod -R u+w "$src"
-	mkdir -p "$(dirname "$LMSTFY_BIN")"
-	(cd "$src" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly go build -trimpath -o "$LMSTFY_BIN.tmp" \
-		-ldflags "-X $LMSTFY_MODULE/version.Version=$LMSTFY_VERSION -X $LMSTFY_MODULE/version.BuildCommit=${commit:-unknown}" \
-		./server)
-	mv "$LMSTFY_BIN.tmp" "$LMSTFY_BIN"
-	rm -rf "$src"
-}
 case " $SERVERS " in *" lmstfy "*)
-	if ! "$LMSTFY_BIN" -v 2>/dev/null | grep -qx "version: $LMSTFY_VERSION"; then
-		build_lmstfy
-	fi ;;
+	LMSTFY_BIN=$(LMSTFY_VERSION=$LMSTFY_VERSION LMSTFY_BIN=$LMSTFY_BIN scripts/build-lmstfy.sh) ;;
 esac
 
 go build -o "$work/kairos-server" ./server/cmd/kairos-server

@@ -193,10 +193,16 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 	} else {
 		e.pub = "PUBLISH"
 	}
-	if n, err := e.upgrade(ctx); err != nil {
+	if n, err := e.checkLayout(ctx); err != nil {
+		var le *LayoutError
+		if errors.As(err, &le) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("rdb: move pool %s to the slot-group layout: %w", opts.Pool, err)
 	} else if n > 0 {
-		e.log.WithField("queues", n).Warn("moved the pool's queues from the layout before slot groups (doc/keys.md)")
+		// n counts the queues the upgrade script ran for: each held data
+		// of the old layout (a key tagged {ns/q} or an old index entry).
+		e.log.WithField("queues", n).Warn("moved queues holding data of the layout before slot groups to the slot-group layout (doc/keys.md)")
 	}
 	e.loadShards(ctx, nil)
 	e.waiters = newWaiters(e)

@@ -1130,5 +1130,5 @@ var allScripts = []*redis.Script{
 	publishScript, publishManyScript, consumeScript, pumpScript, pumpHeadsScript, peekQueueScript, peekJobScript, ackManyScript,
 	releaseScript, touchScript, respawnScript, respawnOneScript, deleteDeadScript,
 	deleteDeadOneScript, listDeadScript, destroyScript, cancelKeyScript, reclaimScript, sizeScript, upgradeQueueScript,
-	queueDetailScript, listJobsScript,
+	queueDetailScript, listJobsScript, importScript,
 }

@@ -10,16 +10,22 @@ import (
 	"github.com/kairos-dev/kairos/engine"
 )
 
-// Upgrade from the layout before slot groups (Kairos up to issue #22), in
-// which a queue's keys had the tag {ns/q}, one pool-wide sorted set
-// timer_index indexed the timers, and lmstfy's hashes m/ns and m/ns/NS
-// registered the queues. New moves such data to the slot-group layout
-// before the engine serves anything: every queue of the old registries and
-// of the old index, one script per queue (its jobs, ready list, priority
-// set, timer, dead letter, settings, idempotency keys, index entry and
-// registry entry, schedules and their schedule_index entries), then the
-// old registries and indexes are deleted. A pool holding no old data costs
-// one EXISTS. The old layout never worked on a
+// Upgrade from the layout before slot groups (Kairos up to issue #22,
+// layout 1 in layout.go), in which a queue's keys had the tag {ns/q}, one
+// pool-wide sorted set timer_index indexed the timers, and lmstfy's hashes
+// m/ns and m/ns/NS registered the queues. When a pool has no layout marker,
+// New moves such data to the slot-group layout before the engine serves
+// anything: every queue of the old registries and of the old index that
+// holds data of that layout (a key tagged {ns/q}, or an entry of the old
+// index), one script per queue (its jobs, ready list, priority set, timer,
+// dead letter, settings, idempotency keys, index entry and registry entry,
+// schedules and their schedule_index entries); then the old indexes are
+// deleted, and the registry entries of the queues moved.
+//
+// m/ns and m/ns/NS are also lmstfy's own registries, so a queue found
+// there with no data of Kairos's old layout is left alone, registry entry
+// included: it may be lmstfy's (issue #30; engine/lmstfy reads lmstfy's
+// layout and imports it when asked). The old layout never worked on a
 // cluster (every script failed with CROSSSLOT), so only standalone and
 // Sentinel pools are looked at; the upgrade script touches keys of two
 // tags, which one Redis allows.
@@ -146,7 +152,7 @@ func (e *Engine) upgrade(ctx context.Context) (int, error) {
 	// u/{ns/q}/KEY (its tag holds a slash; a new one's is two letters);
 	// so are the queues with schedules (sn/{ns/q}).
 	unique := map[[2]string][]string{}
-	iter := e.rdb.Scan(ctx, 0, "u/{*", 1000).Iterator()
+	iter := e.rdb.Scan(ctx, 0, "u/{*", 10000).Iterator()
 	for iter.Next(ctx) {
 		k := iter.Val()
 		tag, key, ok := strings.Cut(k[len("u/{"):], "}/")
@@ -162,7 +168,10 @@ func (e *Engine) upgrade(ctx context.Context) (int, error) {
 	if err := iter.Err(); err != nil {
 		return 0, err
 	}
-	iter = e.rdb.Scan(ctx, 0, "sn/{*}", 1000).Iterator()
+	for nq := range unique {
+		queues[nq] = true
+	}
+	iter = e.rdb.Scan(ctx, 0, "sn/{*}", 10000).Iterator()
 	for iter.Next(ctx) {
 		k := iter.Val()
 		if ns, q, ok := cutMember(strings.TrimSuffix(k[len("sn/{"):], "}")); ok && engine.ValidName(ns) && engine.ValidName(q) {
@@ -172,10 +181,35 @@ func (e *Engine) upgrade(ctx context.Context) (int, error) {
 	if err := iter.Err(); err != nil {
 		return 0, err
 	}
+	// Only queues with data of the old layout are moved: a name in m/ns/NS
+	// alone may be lmstfy's queue.
+	indexed := map[[2]string]bool{}
+	for _, m := range members {
+		if ns, q, ok := cutMember(m); ok {
+			indexed[[2]string{ns, q}] = true
+		}
+	}
+	var candidates [][2]string
+	var exists []*redis.IntCmd
+	_, err = e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for nq := range queues {
+			ns, q := nq[0], nq[1]
+			if !engine.ValidName(ns) || !engine.ValidName(q) {
+				continue
+			}
+			candidates = append(candidates, nq)
+			exists = append(exists, p.Exists(ctx, legacyKey("q", ns, q), legacyKey("t", ns, q), legacyKey("p", ns, q),
+				legacyKey("c", ns, q), legacyKey("d", ns, q), "sn/"+legacyBase(ns, q)))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
 	moved := 0
-	for nq := range queues {
+	for i, nq := range candidates {
 		ns, q := nq[0], nq[1]
-		if !engine.ValidName(ns) || !engine.ValidName(q) {
+		if exists[i].Val() == 0 && !indexed[nq] && len(unique[nq]) == 0 {
 			continue
 		}
 		qn := newQueueNames(ns, q)
@@ -193,17 +227,23 @@ func (e *Engine) upgrade(ctx context.Context) (int, error) {
 		if err != nil {
 			return moved, fmt.Errorf("queue %s/%s: %w", ns, q, err)
 		}
-		e.log.WithField("namespace", ns).WithField("queue", q).WithField("jobs", jobs).Info("moved a queue to the slot-group layout")
+		e.log.WithField("namespace", ns).WithField("queue", q).WithField("jobs", jobs).Info("moved a queue from the layout before slot groups to the slot-group layout")
 		moved++
 	}
-	// Every queue moved: the old registries and index go (a registry
-	// entry or index member of an invalid name is dropped with them).
-	_, err = e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, ns := range nss {
-			p.Del(ctx, legacyQueues(ns))
+	// Every queue moved: the old indexes go, and each old registry whose
+	// entries were all moved (the script removed them; Redis deletes an
+	// emptied hash) leaves m/ns. Entries of queues that were not moved
+	// stay: they may be lmstfy's.
+	for _, ns := range nss {
+		n, err := e.rdb.Exists(ctx, legacyQueues(ns)).Result()
+		if err != nil {
+			return moved, err
 		}
-		p.Del(ctx, legacyNamespaces, legacyTimerIndex, legacyScheduleIndex)
-		return nil
-	})
-	return moved, err
+		if n == 0 {
+			if err := e.rdb.HDel(ctx, legacyNamespaces, ns).Err(); err != nil {
+				return moved, err
+			}
+		}
+	}
+	return moved, e.rdb.Del(ctx, legacyTimerIndex, legacyScheduleIndex).Err()
 }

@@ -59,11 +59,15 @@ type App struct {
 	Registry  *prometheus.Registry
 	// Tracing exports the spans ([Kairos] Tracing, OTEL_*); off, its
 	// Tracer is nil.
-	Tracing  *tracing.Provider
-	metrics  *rdb.Metrics // the engines' metrics and the clients' command hooks
-	clients  []redis.UniversalClient
-	byConf   map[string]redis.UniversalClient // clients by their settings
-	embedded *miniredis.Miniredis
+	Tracing *tracing.Provider
+	// LmstfyImports are the imports of lmstfy's jobs New ran, by pool
+	// (the pools with LmstfyData = "import" whose Redis held lmstfy's
+	// jobs).
+	LmstfyImports map[string]LmstfyImport
+	metrics       *rdb.Metrics // the engines' metrics and the clients' command hooks
+	clients       []redis.UniversalClient
+	byConf        map[string]redis.UniversalClient // clients by their settings
+	embedded      *miniredis.Miniredis
 }
 
 // New connects to every Redis of cfg (starting the embedded in-memory one
@@ -111,12 +115,18 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 	engines := make(map[string]engine.Engine)
 	var all []*rdb.Engine
 	var ready []server.ReadyCheck
+	imports := make(map[string]redis.UniversalClient) // pools whose lmstfy jobs are to be imported
 	for _, name := range cfg.PoolNames() {
 		client, err := a.connect(ctx, "Pool."+name, cfg.Pool[name])
 		if err != nil {
 			return nil, err
 		}
 		ready = append(ready, readyCheck("pool "+name, client, cfg.UsesEmbedded(cfg.Pool[name])))
+		if found, err := a.checkLmstfy(ctx, name, client); err != nil {
+			return nil, err
+		} else if found {
+			imports[name] = client
+		}
 		e, err := rdb.New(ctx, client, rdb.Options{
 			Pool: name, Logger: opts.Logger, Now: opts.Now, PumpBatch: cfg.Kairos.PumpBatch, Metrics: metrics,
 			WaitReplicas: cfg.Pool[name].WaitReplicas, WaitTimeout: time.Duration(cfg.Pool[name].WaitTimeoutMs) * time.Millisecond,
@@ -137,6 +147,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 			engines[name] = migration.New(a.Engines[name], a.Engines[to])
 			opts.Logger.WithFields(logrus.Fields{"pool": name, "to": to}).Warn("pool is migrating: publishes go to the new pool, consumers drain this one first")
 		}
+	}
+	if err := a.importLmstfy(ctx, imports); err != nil {
+		return nil, err
 	}
 	a.Registry.MustRegister(rdb.NewStatsCollector(all...), rdb.NewRedisCollector(all...))
 	admin, err := a.connect(ctx, "AdminRedis", cfg.AdminRedis)
@@ -549,6 +562,10 @@ func (a *App) Run(ctx context.Context) error {
 	a.closeClients()
 	return err
 }
+
+// Close closes the Redis connections of an App that was built and never
+// run (kairos-server -migrate-from-lmstfy); Run closes them itself.
+func (a *App) Close() { a.closeClients() }
 
 func (a *App) closeClients() {
 	if a.Tracing != nil {

@@ -45,6 +45,27 @@ var (
 // (doc/performance.md). GOGC and GOMEMLIMIT in the environment win.
 const defaultGCPercent = 400
 
+// init fills in what the Makefile's -ldflags did not set from the Go build
+// information: the module version of a `go install …@vX.Y.Z` build, and
+// the VCS revision and time of a `go build` in a checkout.
+func init() {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return
+	}
+	if v := info.Main.Version; version == "unknown" && v != "" && v != "(devel)" {
+		version = v
+	}
+	for _, s := range info.Settings {
+		switch {
+		case s.Key == "vcs.revision" && buildCommit == "unknown" && len(s.Value) >= 7:
+			buildCommit = s.Value[:7]
+		case s.Key == "vcs.time" && buildDate == "unknown":
+			buildDate = s.Value
+		}
+	}
+}
+
 func main() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
@@ -76,7 +97,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 1
 }
 
-const usageText = `usage: kairos-server [-c FILE] [-p FILE] [-sv] [-v] [-probe URL]
+const usageText = `usage: kairos-server [-c FILE] [-p FILE] [-sv] [-v] [-version] [-probe URL] [-migrate-from-lmstfy]
 
 Runs Kairos: the lmstfy-compatible public API and the admin API, over the
 Redis pools of the config file. lmstfy config files work unchanged;
@@ -92,6 +113,8 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kairos-server", flag.ContinueOnError)
 	cfgPath := fs.String("c", "config/dev.toml", "config file (lmstfy config files work unchanged)")
 	showVersion := fs.Bool("v", false, "print the version and exit")
+	fs.BoolVar(showVersion, "version", false, "print the version and exit (as -v)")
+	migrate := fs.Bool("migrate-from-lmstfy", false, "move every lmstfy job of the config's pools into Kairos's layout, print what was done and exit, serving nothing (stop lmstfy first; doc/upgrade.md)")
 	skipVerify := fs.Bool("sv", false, "skip token verification (development only, as lmstfy's -sv)")
 	pidFile := fs.String("p", "", "write the process id to this file")
 	probe := fs.String("probe", "", "GET this URL (e.g. http://127.0.0.1:7777/healthz; https:// for a listener with [TLS], its certificate not verified), exit 0 on 200 and 1 otherwise, and do nothing else: the container HEALTHCHECK of images without curl")
@@ -151,6 +174,9 @@ func serve(args []string, stdout, stderr io.Writer) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	if *migrate {
+		return migrateFromLmstfy(ctx, cfg, log, stdout)
+	}
 	a, err := app.New(ctx, cfg, app.Options{
 		Logger:     log,
 		SkipVerify: *skipVerify,
@@ -180,6 +206,40 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	err = a.Run(ctx)
 	log.Info("stopped")
 	return err
+}
+
+// migrateFromLmstfy is -migrate-from-lmstfy: the start of a server whose
+// standalone and Sentinel pools all say LmstfyData = "import" (each
+// imports into itself, or into its MigrateTo pool), without serving, then
+// a report of each pool on stdout. Run again after a stop, it resumes.
+func migrateFromLmstfy(ctx context.Context, cfg *config.Config, log logrus.FieldLogger, stdout io.Writer) error {
+	for name, rc := range cfg.Pool {
+		if !rc.IsCluster() {
+			rc.LmstfyData = config.LmstfyImport
+			cfg.Pool[name] = rc
+		}
+	}
+	a, err := app.New(ctx, cfg, app.Options{Logger: log, Version: server.VersionInfo{Version: version, BuildCommit: buildCommit, BuildDate: buildDate}})
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	for _, name := range cfg.PoolNames() {
+		if cfg.Pool[name].IsCluster() {
+			continue
+		}
+		imp, ok := a.LmstfyImports[name]
+		if !ok {
+			fmt.Fprintf(stdout, "pool %s: no lmstfy job found; nothing changed\n", name)
+			continue
+		}
+		r := imp.Result
+		fmt.Fprintf(stdout, "pool %s: imported %d lmstfy jobs into pool %s in %.1fs: %d ready, %d delayed, %d in flight, %d dead; "+
+			"%d were in Kairos already (an earlier import), %d expired, %d malformed entries removed; %d lmstfy registries deleted; "+
+			"tokens and limits are used as they are\n",
+			name, r.Imported(), imp.Into, imp.Took.Seconds(), r.Ready, r.Delayed, r.InFlight, r.Dead, r.Already, r.Expired, r.Malformed, r.Registries)
+	}
+	return nil
 }
 
 // printError prints err on stderr: one line, or, when err holds

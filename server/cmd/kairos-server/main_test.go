@@ -118,3 +118,13 @@ func TestUsageLineNamesEveryFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestVersionFlags: -v, -version and --version print the version.
+func TestVersionFlags(t *testing.T) {
+	for _, flag := range []string{"-v", "-version", "--version"} {
+		code, stdout, stderr := runMain(t, flag)
+		if code != 0 || !strings.HasPrefix(stdout, "kairos-server ") || stderr != "" {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit 0 and the version", flag, code, stdout, stderr)
+		}
+	}
+}
