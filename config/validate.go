@@ -86,6 +86,7 @@ func (c *Config) Validate() error {
 	c.validateStores(&p)
 	c.validateDefaults(&p)
 	c.validateKairos(&p)
+	c.validateAccounts(&p)
 	if r := c.Dashboard.RefreshSecond; r < 1 || r > 3600 {
 		p.add("Dashboard.RefreshSecond", "must be in [1, 3600], not %d", r)
 	}

@@ -144,6 +144,8 @@ type Server struct {
 	skipVerify bool
 	webhooks   Webhooks
 	def        defaults
+	// passwords checks the admin accounts' passwords (admin_door.go).
+	passwords passwordChecker
 	// sizes caches the queue sizes of namespaces for the dashboard
 	// (dashboard.go).
 	sizes sizesCache

@@ -59,14 +59,14 @@ func newDashboard(s *Server) (*dashboard, error) {
 	return d, nil
 }
 
-// dashboardRoutes mounts /ui/ on the admin engine, behind basic (the
-// Accounts check, or nothing without accounts).
-func (s *Server) dashboardRoutes(r *gin.Engine, basic gin.HandlerFunc) error {
+// dashboardRoutes mounts /ui/ on the admin engine, behind its door
+// (admin_door.go: Host, cross-site, account, role).
+func (s *Server) dashboardRoutes(r *gin.Engine) error {
 	d, err := newDashboard(s)
 	if err != nil {
 		return err
 	}
-	g := r.Group("/ui", dashHeaders, basic) // the security headers on a 401 too
+	g := r.Group("/ui", dashHeaders)
 	g.GET("/static/*file", d.serveStatic)
 
 	pg := g.Group("", d.csrfCookie)
