@@ -175,6 +175,9 @@ func roleRank(role string) int { return slices.Index(config.Roles, role) }
 // state, the access log and recovery: see the top of this file.
 func (s *Server) adminDoor(c *gin.Context) {
 	r := c.Request
+	if strings.HasPrefix(r.URL.Path, "/ui/") {
+		setDashHeaders(c) // on the door's answers too
+	}
 	if !s.adminHostAllowed(r) {
 		s.refuse(c, http.StatusForbidden, "this admin listener does not answer the host "+strconv.Quote(r.Host)+
 			" (add it to [Kairos] AdminHosts)", "host")
@@ -219,7 +222,7 @@ func (s *Server) adminDoor(c *gin.Context) {
 		s.refuse(c, http.StatusForbidden, fmt.Sprintf("account %q has the role %s; this needs %s", user, access.Role, rule.role), "role")
 		return
 	}
-	if access.Namespaces != nil {
+	if access.Namespaces != nil && rule.ns != nsNone {
 		if ns, all := routeNamespace(c, rule.ns); all || !slices.Contains(access.Namespaces, ns) {
 			msg := fmt.Sprintf("account %q may not touch the namespace %q", user, ns)
 			if all {
@@ -236,8 +239,6 @@ func (s *Server) adminDoor(c *gin.Context) {
 // when it spans every namespace (or names none where it should).
 func routeNamespace(c *gin.Context, from nsFrom) (ns string, all bool) {
 	switch from {
-	case nsNone:
-		return "", false
 	case nsParam:
 		ns = c.Param("namespace")
 	case nsQuery:

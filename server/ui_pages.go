@@ -66,7 +66,7 @@ func (s *Server) dashboardRoutes(r *gin.Engine) error {
 	if err != nil {
 		return err
 	}
-	g := r.Group("/ui", dashHeaders)
+	g := r.Group("/ui") // the door has set the security headers
 	g.GET("/static/*file", d.serveStatic)
 
 	pg := g.Group("", d.csrfCookie)
@@ -81,6 +81,7 @@ func (s *Server) dashboardRoutes(r *gin.Engine) error {
 	post.POST("/queue/:pool/:namespace/:queue/:action", d.queueAction)
 	post.POST("/job/:pool/:namespace/:queue/:job_id/:action", d.jobAction)
 	post.POST("/schedule/:pool/:namespace/:queue/:name/:action", d.scheduleAction)
+	pg.GET("/tokens/created", d.tokenCreatedPage)
 	post.POST("/tokens/create", d.createToken)
 	post.POST("/tokens/revoke", d.revokeToken)
 	return nil
@@ -1046,7 +1047,24 @@ func (d *dashboard) createToken(c *gin.Context) {
 		}
 	}
 	d.s.reqLogger(c).WithField("scoped", !scope.IsZero()).Info("dashboard: token created")
-	d.render(c, http.StatusCreated, "token_created", "Token created", "tokens", p)
+	// Post/redirect/get: the token goes to the next page in a one-shot
+	// cookie, so that reloading that page shows nothing instead of
+	// creating a second token.
+	setNewToken(c, p)
+	c.Redirect(http.StatusSeeOther, "/ui/tokens/created")
+}
+
+// tokenCreatedPage serves GET /ui/tokens/created: the token just created,
+// once (the one-shot cookie goes with this answer); afterwards a page
+// saying there is nothing to show.
+func (d *dashboard) tokenCreatedPage(c *gin.Context) {
+	p, ok := takeNewToken(c)
+	if !ok {
+		d.render(c, http.StatusNotFound, "error", "Token created", "tokens",
+			errorPage{Message: "no new token to show: a created token is shown once, on the page right after its creation"})
+		return
+	}
+	d.render(c, http.StatusOK, "token_created", "Token created", "tokens", p)
 }
 
 func (d *dashboard) revokeToken(c *gin.Context) {

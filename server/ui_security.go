@@ -31,13 +31,19 @@ const (
 	csrfCookie  = "kairos_csrf"
 	csrfField   = "_csrf"
 	flashCookie = "kairos_flash"
+	// newTokenCookie carries a token just created to the one page that
+	// shows it (GET /ui/tokens/created), once.
+	newTokenCookie = "kairos_new_token"
+	newTokenPath   = "/ui/tokens/created"
 	// dashCSP is the dashboard's Content-Security-Policy.
 	dashCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
 		"connect-src 'self'; font-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 
-// dashHeaders sets the security headers of every dashboard response.
-func dashHeaders(c *gin.Context) {
+// setDashHeaders sets the security headers of every dashboard response;
+// the admin door calls it first thing for every /ui/ request, so that its
+// own answers (401, 403) carry them too.
+func setDashHeaders(c *gin.Context) {
 	h := c.Writer.Header()
 	h.Set("Content-Security-Policy", dashCSP)
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -45,7 +51,6 @@ func dashHeaders(c *gin.Context) {
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cross-Origin-Opener-Policy", "same-origin")
 	h.Set("Cross-Origin-Resource-Policy", "same-origin")
-	c.Next()
 }
 
 // csrfCookie makes sure the browser holds a CSRF token cookie; the pages
@@ -127,6 +132,33 @@ func takeFlash(c *gin.Context) (string, bool) {
 		return "", false
 	}
 	return v[1:], v[0] == 'o'
+}
+
+// setNewToken leaves the token just created for GET /ui/tokens/created:
+// HttpOnly, SameSite=Strict, sent to that path only, for two minutes.
+func setNewToken(c *gin.Context, p tokenCreated) {
+	if r := []rune(p.Description); len(r) > 200 { // a cookie holds 4 KB
+		p.Description = string(r[:200]) + "…"
+	}
+	b, _ := json.Marshal(p)
+	http.SetCookie(c.Writer, &http.Cookie{Name: newTokenCookie, Value: base64.RawURLEncoding.EncodeToString(b), Path: newTokenPath,
+		MaxAge: 120, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.Request.TLS != nil})
+}
+
+// takeNewToken returns the token left by setNewToken, and clears it.
+func takeNewToken(c *gin.Context) (tokenCreated, bool) {
+	var p tokenCreated
+	v, err := c.Cookie(newTokenCookie)
+	if err != nil || v == "" {
+		return p, false
+	}
+	http.SetCookie(c.Writer, &http.Cookie{Name: newTokenCookie, Value: "", Path: newTokenPath, MaxAge: -1,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.Request.TLS != nil})
+	b, err := base64.RawURLEncoding.DecodeString(v)
+	if err != nil || json.Unmarshal(b, &p) != nil || p.Token == "" {
+		return tokenCreated{}, false
+	}
+	return p, true
 }
 
 // formatBody renders a job body as text, indented JSON or base64: as asks
