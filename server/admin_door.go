@@ -44,6 +44,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/config"
 )
 
@@ -224,6 +225,13 @@ func (s *Server) adminDoor(c *gin.Context) {
 	}
 	if access.Namespaces != nil && rule.ns != nsNone {
 		if ns, all := routeNamespace(c, rule.ns); all || !slices.Contains(access.Namespaces, ns) {
+			if all && path == "/ui/" {
+				// The overview spans every namespace: the account's own
+				// first namespace is its home page instead.
+				c.Redirect(http.StatusSeeOther, "/ui/ns/"+url.PathEscape(auth.DefaultPool)+"/"+url.PathEscape(access.Namespaces[0]))
+				c.Abort()
+				return
+			}
 			msg := fmt.Sprintf("account %q may not touch the namespace %q", user, ns)
 			if all {
 				msg = fmt.Sprintf("account %q may touch only the namespaces %s; this spans every namespace", user, strings.Join(access.Namespaces, ", "))

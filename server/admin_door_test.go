@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -55,7 +56,8 @@ func TestAdminRulesCoverEveryRoute(t *testing.T) {
 // from adminRules (doc/config.md#roles says the same): "open" (no
 // account), "ops" (an account unless ProtectAdminEndpoints = false, then
 // the role), then the least role, then the namespace: "ns" (the route's
-// namespace), "all" (every namespace), "-" (none).
+// namespace), "all" (every namespace), "-" (none), "home" (every
+// namespace, and a limited account is sent to its first one's page).
 var expectedAccess = map[string]string{
 	"GET /healthz":      "open",
 	"GET /readyz":       "open",
@@ -96,7 +98,7 @@ var expectedAccess = map[string]string{
 	"GET /job/:job_id":                             "viewer all",
 
 	"GET /ui/static/*file":                                    "viewer -",
-	"GET /ui/":                                                "viewer all",
+	"GET /ui/":                                                "viewer home",
 	"GET /ui/ns/:pool/:namespace":                             "viewer ns",
 	"GET /ui/queue/:pool/:namespace/:queue":                   "viewer ns",
 	"GET /ui/job/:pool/:namespace/:queue/:job_id":             "viewer ns",
@@ -189,6 +191,8 @@ func sendAdmin(t testing.TB, req *http.Request) doorAnswer {
 	var e struct{ Error string }
 	isJSON := strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") && json.Unmarshal([]byte(a.body), &e) == nil
 	switch {
+	case resp.StatusCode == http.StatusSeeOther && req.URL.Path == "/ui/" && strings.HasPrefix(resp.Header.Get("Location"), "/ui/ns/"):
+		a.door = "home"
 	case resp.StatusCode == 401:
 		a.door = "login"
 		if got := resp.Header.Get("WWW-Authenticate"); got != basicRealm {
@@ -383,6 +387,8 @@ func testAdminRoleMatrix(t *testing.T, protect bool) {
 				want = "login"
 			case roleRank(acc.role) < roleRank(fields[0]):
 				want = "role"
+			case acc.limited && fields[1] == "home":
+				want = "home"
 			case acc.limited && (fields[1] == "all" || fields[1] == "ns" && acc.ns != "ns"):
 				want = "namespace"
 			}
@@ -429,5 +435,69 @@ func TestAdminNoStore(t *testing.T) {
 		if resp.status >= 300 || resp.header.Get("Cache-Control") != "no-store" {
 			t.Errorf("%s %s: %d Cache-Control %q, want no-store", r.method, r.path, resp.status, resp.header.Get("Cache-Control"))
 		}
+	}
+}
+
+// TestDashboardByRole: the pages show each account only the forms its
+// role may use (the door refuses the others either way), and send an
+// account limited to some namespaces from the overview to its first one.
+func TestDashboardByRole(t *testing.T) {
+	l := startLive(t, liveOptions{config: func(c *config.Config) {
+		c.Accounts = map[string]string{"v": "pw", "o": "pw", "a": "pw", "n": "pw"}
+		c.AccountAccess = map[string]config.AccountAccess{
+			"v": {Role: config.RoleViewer}, "o": {Role: config.RoleOperator},
+			"n": {Role: config.RoleOperator, Namespaces: []string{"shop", "billing"}},
+		}
+	}})
+	tok := l.token(t, "shop", auth.Scope{})
+	if r := liveDo(t, "PUT", l.api+"/api/shop/q", strings.NewReader("x"), map[string]string{"X-Token": tok}); r.status != 201 {
+		t.Fatalf("publish: %d %s", r.status, r.body)
+	}
+	page := func(user, path string) liveResponse {
+		t.Helper()
+		req := newRequest(t, "GET", l.admin+path, "")
+		req.SetBasicAuth(user, "pw")
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b strings.Builder
+		_, _ = io.Copy(&b, resp.Body)
+		return liveResponse{status: resp.StatusCode, body: b.String(), header: resp.Header}
+	}
+	queueForms := []string{`id="pause"`, `action="/ui/queue/default/shop/q/backoff"`, `id="destroy"`, `id="schedule-form"`}
+	tokenForms := []string{`id="token-create"`}
+	for _, tc := range []struct {
+		user            string
+		operate, manage bool
+		role            string
+	}{
+		{"v", false, false, "viewer"}, {"o", true, false, "operator"}, {"a", true, true, "admin"}, {"n", true, false, "operator"},
+	} {
+		q := page(tc.user, "/ui/queue/default/shop/q")
+		tk := page(tc.user, "/ui/tokens?namespace=shop")
+		if q.status != 200 || tk.status != 200 {
+			t.Fatalf("%s: queue page %d, tokens page %d", tc.user, q.status, tk.status)
+		}
+		if !strings.Contains(q.body, `id="account"`) || !strings.Contains(q.body, tc.user+" · "+tc.role) {
+			t.Errorf("%s: the page does not name the account and its role", tc.user)
+		}
+		for _, f := range queueForms {
+			if strings.Contains(q.body, f) != tc.operate {
+				t.Errorf("%s (%s): queue page has %s: %v, want %v", tc.user, tc.role, f, !tc.operate, tc.operate)
+			}
+		}
+		for _, f := range tokenForms {
+			if strings.Contains(tk.body, f) != tc.manage {
+				t.Errorf("%s (%s): tokens page has %s: %v, want %v", tc.user, tc.role, f, !tc.manage, tc.manage)
+			}
+		}
+	}
+	if r := page("n", "/ui/"); r.status != http.StatusSeeOther || r.header.Get("Location") != "/ui/ns/default/shop" {
+		t.Errorf("overview for an account limited to shop, billing: %d %v, want 303 to /ui/ns/default/shop", r.status, r.header)
+	}
+	if r := page("n", "/ui/ns/default/other"); r.status != http.StatusForbidden {
+		t.Errorf("another namespace's page for a limited account: %d, want 403", r.status)
 	}
 }

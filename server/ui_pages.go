@@ -21,6 +21,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/kairos-dev/kairos/auth"
+	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/engine"
 	"github.com/kairos-dev/kairos/server/ui"
 	"github.com/kairos-dev/kairos/server/webhook"
@@ -107,7 +108,12 @@ type pageData struct {
 	Pools   []string
 	// Lookup prefills the job lookup form.
 	LookupPool, LookupNS, LookupQueue string
-	Page                              any
+	// Account and Role are the signed-in account (none without
+	// [Accounts]) and its role; CanOperate and CanAdmin say which forms
+	// the pages show (the door refuses the others either way).
+	Account, Role        string
+	CanOperate, CanAdmin bool
+	Page                 any
 }
 
 func (d *dashboard) render(c *gin.Context, status int, page, title, nav string, data any) {
@@ -116,6 +122,9 @@ func (d *dashboard) render(c *gin.Context, status int, page, title, nav string, 
 	if pd.LookupPool == "" {
 		pd.LookupPool = auth.DefaultPool
 	}
+	pd.Account, pd.Role = c.GetString(gin.AuthUserKey), c.GetString(AuthRoleKey)
+	pd.CanOperate = roleRank(pd.Role) >= roleRank(config.RoleOperator)
+	pd.CanAdmin = roleRank(pd.Role) >= roleRank(config.RoleAdmin)
 	if c.GetHeader("X-Kairos-Live") == "" { // a live refresh leaves the flash to the page
 		pd.Flash, pd.FlashOK = takeFlash(c)
 	}
