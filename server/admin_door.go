@@ -285,12 +285,16 @@ func (s *Server) adminHostAllowed(r *http.Request) bool {
 	if port != "" && local != nil && port != strconv.Itoa(local.Port) {
 		return false
 	}
-	if name == "localhost" || strings.EqualFold(name, strings.TrimSpace(s.cfg.AdminHost)) {
+	if bind := strings.TrimSpace(s.cfg.AdminHost); name == "localhost" || !hostsWildcard(bind) && strings.EqualFold(name, strings.Trim(bind, "[]")) {
 		return true
 	}
 	ip := net.ParseIP(name)
 	return ip != nil && (ip.IsLoopback() || local != nil && ip.Equal(local.IP))
 }
+
+// hostsWildcard reports whether a bind address is every interface: not
+// a name a browser would use.
+func hostsWildcard(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" || h == "[::]" }
 
 // splitHostPort splits a Host value into its lower-case name (IPv6
 // without brackets) and its port ("" when it has none).

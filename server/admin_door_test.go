@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -499,5 +500,39 @@ func TestDashboardByRole(t *testing.T) {
 	}
 	if r := page("n", "/ui/ns/default/other"); r.status != http.StatusForbidden {
 		t.Errorf("another namespace's page for a limited account: %d, want 403", r.status)
+	}
+}
+
+// TestAdminHostAllowed: the names the admin listener answers, by the
+// address a connection came in on, AdminHost and AdminHosts.
+func TestAdminHostAllowed(t *testing.T) {
+	local := &net.TCPAddr{IP: net.ParseIP("10.0.0.5"), Port: 7778}
+	for _, tc := range []struct {
+		adminHost string
+		hosts     []string
+		host      string
+		ok        bool
+	}{
+		{"0.0.0.0", nil, "10.0.0.5:7778", true},  // the address the connection came in on
+		{"0.0.0.0", nil, "10.0.0.6:7778", false}, // another address
+		{"0.0.0.0", nil, "0.0.0.0:7778", false},  // a wildcard is no name
+		{"kairos.internal", nil, "KAIROS.internal:7778", true},
+		{"kairos.internal", nil, "kairos.internal:7779", false}, // another port
+		{"127.0.0.1", nil, "localhost", true},                   // no port: the scheme's
+		{"127.0.0.1", nil, "[::1]:7778", true},
+		{"127.0.0.1", nil, "127.0.0.2:7778", true}, // loopback
+		{"127.0.0.1", nil, "evil.example:7778", false},
+		{"127.0.0.1", []string{"kairos.example.com"}, "kairos.example.com:443", true},
+		{"127.0.0.1", []string{"kairos.example.com:8443"}, "kairos.example.com:443", false},
+		{"127.0.0.1", []string{"[::2]:8443"}, "[::2]:8443", true},
+		{"127.0.0.1", nil, "", true}, // HTTP/1.0 without Host: no browser
+	} {
+		env := newEnv(t, withConfig(func(c *config.Config) { c.AdminHost, c.Kairos.AdminHosts = tc.adminHost, tc.hosts }))
+		req := httptest.NewRequest("GET", "/version", nil)
+		req.Host = tc.host
+		req = req.WithContext(context.WithValue(req.Context(), http.LocalAddrContextKey, local))
+		if got := env.srv.adminHostAllowed(req); got != tc.ok {
+			t.Errorf("AdminHost %q, AdminHosts %q, Host %q: %v, want %v", tc.adminHost, tc.hosts, tc.host, got, tc.ok)
+		}
 	}
 }
