@@ -94,11 +94,11 @@ func TestLoadAccountsRefused(t *testing.T) {
 
 // TestLoadAdminHosts: the names and name:port entries load as written.
 func TestLoadAdminHosts(t *testing.T) {
-	cfg, err := Load(writeConfig(t, minimal+"[Kairos]\nAdminHosts = [\"kairos.example.com\", \"10.0.0.5:8443\", \"[::1]:7778\"]\n"))
+	cfg, err := Load(writeConfig(t, minimal+"[Kairos]\nAdminHosts = [\"kairos.example.com\", \"10.0.0.5:8443\", \"[::1]:7778\", \"*\"]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"kairos.example.com", "10.0.0.5:8443", "[::1]:7778"}; !reflect.DeepEqual(cfg.Kairos.AdminHosts, want) {
+	if want := []string{"kairos.example.com", "10.0.0.5:8443", "[::1]:7778", "*"}; !reflect.DeepEqual(cfg.Kairos.AdminHosts, want) {
 		t.Errorf("AdminHosts = %q, want %q", cfg.Kairos.AdminHosts, want)
 	}
 }

@@ -201,7 +201,9 @@ type Kairos struct {
 	// carry in Host (each "name" for any port, or "name:port"); any other
 	// Host is refused, which stops DNS rebinding. Put the public name here
 	// when a proxy in front of the admin listener passes the browser's
-	// Host on (or rewrites it to its own).
+	// Host on (or rewrites it to its own). "*" answers every name, which
+	// gives up that protection (for an admin listener reached by many
+	// names and guarded otherwise).
 	AdminHosts []string `toml:"AdminHosts"`
 	// ProtectAdminEndpoints puts the admin /metrics, /info and
 	// /debug/pprof behind the basic auth of Accounts (when Accounts is not

@@ -267,7 +267,8 @@ func (s *Server) refuse(c *gin.Context, status int, msg, reason string) {
 }
 
 // adminHostAllowed reports whether the admin listener answers r's Host:
-// an [Kairos] AdminHosts entry ("name" for any port, "name:port"), or,
+// an [Kairos] AdminHosts entry ("name" for any port, "name:port", "*" for
+// every name: no DNS-rebinding protection), or,
 // with the listener's port or none, localhost, a loopback address, the
 // address the connection came in on, or AdminHost. A request without Host
 // (HTTP/1.0) comes from no browser and passes.
@@ -277,7 +278,7 @@ func (s *Server) adminHostAllowed(r *http.Request) bool {
 	}
 	name, port := splitHostPort(r.Host)
 	for _, e := range s.cfg.Kairos.AdminHosts {
-		if en, ep := splitHostPort(e); en == name && (ep == "" || ep == port) {
+		if en, ep := splitHostPort(e); e == "*" || en == name && (ep == "" || ep == port) {
 			return true
 		}
 	}

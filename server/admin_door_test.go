@@ -525,6 +525,7 @@ func TestAdminHostAllowed(t *testing.T) {
 		{"127.0.0.1", []string{"kairos.example.com"}, "kairos.example.com:443", true},
 		{"127.0.0.1", []string{"kairos.example.com:8443"}, "kairos.example.com:443", false},
 		{"127.0.0.1", []string{"[::2]:8443"}, "[::2]:8443", true},
+		{"127.0.0.1", []string{"*"}, "anything.example:1", true},
 		{"127.0.0.1", nil, "", true}, // HTTP/1.0 without Host: no browser
 	} {
 		env := newEnv(t, withConfig(func(c *config.Config) { c.AdminHost, c.Kairos.AdminHosts = tc.adminHost, tc.hosts }))
