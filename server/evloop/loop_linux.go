@@ -287,6 +287,17 @@ type loopConn struct {
 	// admitting is a request being admitted off the loop
 	// (admit_linux.go); reads are paused meanwhile.
 	admitting *Item
+
+	// body is the publish whose body is being received (body_linux.go):
+	// its head is the first head bytes of in until the body is all in;
+	// length is its Content-Length, and discard, when it was refused, how
+	// much of it is still to be read and thrown away.
+	body                  *Item
+	head, length, discard int
+	// closeAfter: c closes once its answers are out, after a lingering
+	// half-close (lingerClose) if linger; lingerUntil is when it closes.
+	closeAfter, linger bool
+	lingerUntil        time.Time
 }
 
 func newEventLoop(cfg *Config, h *handoffListener) (*eventLoop, error) {
@@ -478,9 +489,13 @@ func (l *eventLoop) touch(c *loopConn) {
 
 // read takes what the client sent and parses it.
 func (l *eventLoop) read(c *loopConn, now time.Time) {
-	if c.dead || c.eof || c.handoff {
+	if c.dead || c.eof || c.handoff || c.closeAfter {
 		// A connection waiting to be handed over keeps its bytes in the
-		// socket for net/http.
+		// socket for net/http; one that closes reads no more.
+		return
+	}
+	if c.body != nil {
+		l.readBody(c, now)
 		return
 	}
 	m, err := rawRead(c.fd, l.rbuf)
@@ -524,45 +539,61 @@ func (l *eventLoop) batch(c *loopConn, it *Item) bool {
 }
 
 // parse takes the table's requests at the head of c's input into the
-// batch, up to the first request that is net/http's.
+// batch, up to the first request that is net/http's. A request with a body
+// is admitted from its head, before its body is read (body_linux.go).
 func (l *eventLoop) parse(c *loopConn, now time.Time) {
-	if c.released || c.dead || c.handoff || c.blocked || c.parked != nil || c.consume != nil || c.admitting != nil || l.closing {
-		return
-	}
-	used := 0
-	for used < len(c.in) {
-		res := l.parser.Parse(c.in[used:], &l.req)
-		if res == More {
-			break
+	for !(c.released || c.dead || c.handoff || c.blocked || c.parked != nil || c.consume != nil ||
+		c.admitting != nil || c.body != nil || c.closeAfter || l.closing) {
+		used := 0
+		var body *Item
+		for used < len(c.in) {
+			res := l.parser.Parse(c.in[used:], &l.req)
+			if res == More {
+				break
+			}
+			if res == Other {
+				c.handoff = true
+				break
+			}
+			it, ok := l.host.Take(&l.req, c.ip, now)
+			if !ok {
+				c.handoff = true
+				break
+			}
+			it.conn = c
+			c.answered = true
+			if l.req.Length > 0 {
+				// Admitted (or sent to be) from its head; its head
+				// stays in c.in until its body is in.
+				body = it
+				c.body, c.head, c.length = it, l.req.HeadSize, l.req.Length
+				if it.Later {
+					l.admitLater(c, it)
+				}
+				break
+			}
+			used += l.req.Size
+			if it.Later {
+				// Its admission needs the admin Redis: it leaves the loop,
+				// and what follows waits for its answer.
+				l.admitLater(c, it)
+				break
+			}
+			if l.batch(c, it) {
+				break
+			}
 		}
-		if res == Other {
-			c.handoff = true
-			break
+		if used > 0 {
+			c.in = c.in[:copy(c.in, c.in[used:])]
+			c.since = now
+			if len(c.in) == 0 && cap(c.in) > maxIdleBuffer {
+				c.in = nil // a large buffer is not kept
+			}
 		}
-		it, ok := l.host.Take(&l.req, c.ip, now)
-		if !ok {
-			c.handoff = true
-			break
+		if body == nil || body.Later || !l.startBody(c, now) {
+			return
 		}
-		it.conn = c
-		used += l.req.Size
-		if it.Later {
-			// Its admission needs the admin Redis: it leaves the loop,
-			// and what follows waits for its answer.
-			l.admitLater(c, it)
-			break
-		}
-		if l.batch(c, it) {
-			break
-		}
-	}
-	if used > 0 {
-		c.answered = true
-		c.in = c.in[:copy(c.in, c.in[used:])]
-		c.since = now
-		if len(c.in) == 0 && cap(c.in) > maxIdleBuffer {
-			c.in = nil // a large body's buffer is not kept
-		}
+		// The body was all in: on with what follows it.
 	}
 }
 
@@ -590,8 +621,11 @@ func (l *eventLoop) runFast(items []*Item, date []byte) {
 // finish writes c's answers and, once they are out, hands c over or
 // closes it as it asked.
 func (l *eventLoop) finish(c *loopConn, now time.Time) {
-	if c.released {
+	if c.released || !c.lingerUntil.IsZero() {
 		return
+	}
+	if c.body != nil && c.eof && !c.dead && c.admitting == nil {
+		l.abandonBody(c, now) // the body will not come whole
 	}
 	if !c.dead && len(c.out) > c.outOff {
 		l.flush(c, now)
@@ -605,6 +639,11 @@ func (l *eventLoop) finish(c *loopConn, now time.Time) {
 	}
 	switch {
 	case c.dead:
+		l.drop(c)
+	case c.closeAfter && c.blocked:
+	case c.closeAfter && c.linger:
+		l.lingerClose(c, now)
+	case c.closeAfter:
 		l.drop(c)
 	case c.handoff && !c.blocked:
 		l.handOver(c)
@@ -661,7 +700,7 @@ func (l *eventLoop) flush(c *loopConn, now time.Time) {
 func (l *eventLoop) arm(c *loopConn) {
 	var events uint32
 	switch {
-	case c.dead:
+	case c.dead, !c.lingerUntil.IsZero():
 		events = syscall.EPOLLONESHOT // errors at most once more
 	case c.blocked:
 		events = syscall.EPOLLOUT
@@ -709,6 +748,13 @@ func (l *eventLoop) forget(c *loopConn) {
 	_ = rawEpollCtl(l.ep, syscall.EPOLL_CTL_DEL, c.fd, nil)
 	delete(l.conns, c.fd)
 	c.released = true
+	if it := c.body; it != nil && c.admitting != it {
+		// Its body never came: what its admission took goes back (one
+		// being admitted off the loop is readmit's).
+		c.body = nil
+		l.host.Drop(it)
+		l.host.Recycle(it)
+	}
 }
 
 // sweep closes the connections that exceeded a timeout.
@@ -720,14 +766,28 @@ func (l *eventLoop) sweep(now time.Time) {
 			// timeouts; timeouts apply once answered.
 			continue
 		}
+		if !c.lingerUntil.IsZero() {
+			if now.After(c.lingerUntil) {
+				l.drop(c)
+			}
+			continue
+		}
 		var limit time.Duration
 		from := c.since
 		switch {
 		case c.blocked:
 			limit = t.Write
+		case c.body != nil:
+			// A body that is late: abandoned as net/http's read of it
+			// fails at its read deadline (body_linux.go).
+			if t.Read > 0 && now.Sub(from) > t.Read {
+				l.abandonBody(c, now)
+				l.finish(c, now)
+			}
+			continue
 		case len(c.in) > 0:
 			limit = t.Read
-			if l.parser.Parse(c.in, &l.req) == More && l.req.Size > 0 {
+			if l.parser.Parse(c.in, &l.req) == Head {
 				// A fast publish whose body is late: net/http answers it
 				// (400 "failed to read body") as it would have, its read
 				// deadline already past.
