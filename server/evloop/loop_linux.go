@@ -215,6 +215,13 @@ func detach(nc net.Conn) (int, string, error) {
 // between requests.
 const maxIdleBuffer = 64 << 10
 
+// firstRead bounds a read between requests (two heads of the largest
+// size, loopRoutes' MaxHead): the most of a body a connection holds while
+// its request's admission is decided off the loop, as net/http's 4 KiB
+// read buffer bounds its own; a body admitted is then read straight into
+// its own buffer (body_linux.go).
+const firstRead = 16 << 10
+
 // eventLoop serves its connections' requests of the table.
 type eventLoop struct {
 	host     Host
@@ -498,7 +505,14 @@ func (l *eventLoop) read(c *loopConn, now time.Time) {
 		l.readBody(c, now)
 		return
 	}
-	m, err := rawRead(c.fd, l.rbuf)
+	// Between requests, a read takes at most firstRead bytes: what the
+	// loop may hold of a body before its admission is decided.
+	begin := len(c.in) == 0
+	p := l.rbuf
+	if begin {
+		p = p[:firstRead]
+	}
+	m, err := rawRead(c.fd, p)
 	if err == syscall.EAGAIN || err == syscall.EINTR {
 		return
 	}
@@ -517,9 +531,22 @@ func (l *eventLoop) read(c *loopConn, now time.Time) {
 		// first request's run from the accept (c.since), as net/http's.
 		c.since = now
 	}
-	c.in = append(c.in, l.rbuf[:m]...)
 	c.last = now
+	if !begin {
+		c.in = append(c.in, l.rbuf[:m]...)
+		l.parse(c, now)
+		return
+	}
+	// Parsed where it was read: only what is left (a part of a request,
+	// a head whose admission runs off the loop, what follows a consume…)
+	// is copied, into a buffer of c's own.
+	c.in = l.rbuf[:m]
 	l.parse(c, now)
+	if len(c.in) > 0 {
+		c.in = append([]byte(nil), c.in...)
+	} else {
+		c.in = nil
+	}
 }
 
 // batch puts it, a request of c, into this pass's batch, and reports
