@@ -359,6 +359,9 @@ func runSeq(srv *diffServer, s *diffSeq) *diffRun {
 			}
 			fmt.Fprintf(&b, " %s=%q", k, v)
 		}
+		if resp.Close {
+			b.WriteString(" (Connection: close)") // ReadResponse drops the header
+		}
 		var doc any
 		if json.Unmarshal(body, &doc) == nil {
 			doc = normJSON(doc, func(id string) string {
