@@ -4,6 +4,7 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,8 +15,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kairos-dev/kairos/engine"
 )
 
 // Admission before buffering (issue #29 item 6): the loops admit a publish
@@ -400,5 +404,74 @@ func TestLoopBadTokenFloodMemory(t *testing.T) {
 	}
 	if loops.p99 > 2*plain.p99+500*time.Millisecond {
 		t.Errorf("valid publishes' p99: loops %v, net/http %v: want at most twice net/http's (+500 ms)", loops.p99, plain.p99)
+	}
+}
+
+// TestLoopOutOfDescriptors: a connection the loops accept with the last
+// descriptor, so that they cannot make their duplicate of it, is served by
+// net/http on the one it has, as net/http would serve it, instead of being
+// reset.
+func TestLoopOutOfDescriptors(t *testing.T) {
+	_, fake, addr := serveLoops(t)
+	var served atomic.Value // the body net/http published
+	fake.publish = func(_ context.Context, r *engine.PublishRequest) (string, error) {
+		served.Store(string(r.Body))
+		return "job-by-net-http", nil
+	}
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	// The two lowest free descriptors: the client's socket and the
+	// server's accepted one; the duplicate then finds none.
+	var free [2]int
+	for i := range free {
+		fd, err := syscall.Dup(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		free[i] = fd
+	}
+	for _, fd := range free {
+		_ = syscall.Close(fd)
+	}
+	low := lim
+	low.Cur = uint64(free[1] + 1)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	restore := func() {
+		if !restored {
+			restored = true
+			if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer restore()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		restore()
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(conn, putWith(goodToken, "last-fd")); err != nil {
+		restore()
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	restore()
+	if err != nil {
+		t.Fatalf("with the last descriptor: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 201 {
+		t.Fatalf("with the last descriptor: %d %s, want 201", resp.StatusCode, body)
+	}
+	if b, _ := served.Load().(string); b != "last-fd" {
+		t.Errorf("net/http published %q, want last-fd", b)
 	}
 }

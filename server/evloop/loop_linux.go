@@ -148,7 +148,10 @@ func (g *Group) accept() {
 		delay = 0
 		fd, ip, err := detach(nc)
 		if err != nil {
-			g.log.WithError(err).Warn("event loop: cannot take a connection")
+			// Out of descriptors for its duplicate: net/http serves it
+			// on the one it has, rather than it being reset.
+			g.log.WithError(err).Warn("event loop: cannot take a connection; net/http serves it")
+			g.handoff.give(nc)
 			continue
 		}
 		g.loops[next%len(g.loops)].add(fd, ip)
@@ -178,9 +181,8 @@ func (g *Group) tick() {
 
 // detach returns a close-on-exec duplicate of nc's descriptor (sharing its
 // non-blocking mode) and the client's IP as gin's ClientIP gives it, and
-// closes nc.
+// closes nc; on an error, nc is left open.
 func detach(nc net.Conn) (int, string, error) {
-	defer nc.Close()
 	ip, _, err := net.SplitHostPort(nc.RemoteAddr().String())
 	if err != nil {
 		return -1, "", err
@@ -208,6 +210,7 @@ func detach(nc net.Conn) (int, string, error) {
 	if dupErr != nil {
 		return -1, "", dupErr
 	}
+	_ = nc.Close()
 	return fd, ip, nil
 }
 
