@@ -576,6 +576,7 @@ func (l *eventLoop) parse(c *loopConn, now time.Time) {
 		c.admitting != nil || c.body != nil || c.closeAfter || l.closing) {
 		used := 0
 		var body *Item
+		later := false // body is being admitted off the loop (not to be touched)
 		for used < len(c.in) {
 			res := l.parser.Parse(c.in[used:], &l.req)
 			if res == More {
@@ -598,6 +599,7 @@ func (l *eventLoop) parse(c *loopConn, now time.Time) {
 				body = it
 				c.body, c.head, c.length = it, l.req.HeadSize, l.req.Length
 				if it.Later {
+					later = true
 					l.admitLater(c, it)
 				}
 				break
@@ -620,7 +622,7 @@ func (l *eventLoop) parse(c *loopConn, now time.Time) {
 				c.in = nil // a large buffer is not kept
 			}
 		}
-		if body == nil || body.Later || !l.startBody(c, now) {
+		if body == nil || later || !l.startBody(c, now) {
 			return
 		}
 		// The body was all in: on with what follows it.
