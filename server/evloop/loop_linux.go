@@ -593,9 +593,14 @@ func (l *eventLoop) parse(c *loopConn, now time.Time) {
 			}
 			it.conn = c
 			c.answered = true
-			if l.req.Length > 0 {
-				// Admitted (or sent to be) from its head; its head
-				// stays in c.in until its body is in.
+			if l.req.Length > 0 && res == Done && !it.Later && !it.Refused {
+				// Admitted, and its body is all here: into its own
+				// buffer, allocated once at its length.
+				it.Pub.Body = make([]byte, l.req.Length)
+				copy(it.Pub.Body, l.req.Body)
+			} else if l.req.Length > 0 {
+				// Admitted (or sent to be), or refused, from its head;
+				// its head stays in c.in until its body is in.
 				body = it
 				c.body, c.head, c.length = it, l.req.HeadSize, l.req.Length
 				if it.Later {
