@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/engine"
 )
 
@@ -473,5 +474,49 @@ func TestLoopOutOfDescriptors(t *testing.T) {
 	}
 	if b, _ := served.Load().(string); b != "last-fd" {
 		t.Errorf("net/http published %q, want last-fd", b)
+	}
+}
+
+// TestLoopBodyReadTimeout: a body that stops coming is given up at the
+// read timeout as net/http gives it up: refused, the refusal is answered
+// then and the connection closed; admitted, net/http answers 400 "failed
+// to read body" and closes it. Both answers say Connection: close.
+func TestLoopBodyReadTimeout(t *testing.T) {
+	timeouts := withConfig(func(c *config.Config) {
+		c.Kairos.ReadHeaderTimeoutSecond, c.Kairos.ReadTimeoutSecond = 1, 1
+	})
+	_, _, loops := serveLoops(t, timeouts)
+	plain := servePlain(t, timeouts)
+	part := strings.Repeat("p", 1000)
+	tests := []struct {
+		name   string
+		token  string
+		status int
+		closes bool
+	}{
+		{"refused", refusedToken, 401, true},
+		{"admitted", goodToken, 400, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []bodyAnswer
+			for _, s := range []struct{ name, addr string }{{"loops", loops}, {"net/http", plain}} {
+				answers, end := runBodySteps(t, s.addr, []bodyStep{{send: putHead(tc.token, 3000) + part, read: 1}}, diffTimeout)
+				t.Logf("%s: %v, then %s", s.name, answers, end)
+				if len(answers) != 1 || answers[0].status != tc.status || answers[0].closes != tc.closes {
+					t.Fatalf("%s: %v, then %s; want %d (Connection: close %v)", s.name, answers, end, tc.status, tc.closes)
+				}
+				if a := answers[0].after; a < 700*time.Millisecond || a > 4*time.Second {
+					t.Errorf("%s: answered after %v, want about the read timeout (1 s)", s.name, a)
+				}
+				if end != "EOF" && end != "reset" {
+					t.Errorf("%s: the connection ended with %q, want it closed", s.name, end)
+				}
+				got = append(got, answers[0])
+			}
+			if got[0].body != got[1].body {
+				t.Errorf("loops %v, net/http %v", got[0], got[1])
+			}
+		})
 	}
 }
