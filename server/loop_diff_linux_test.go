@@ -59,7 +59,9 @@ type diffReq struct {
 	// feed, for a consume that waits on a queue of its own, is that queue:
 	// a job is published to it once the answers before it are read.
 	feed string
-	// closes: the request asks for Connection: close.
+	// closes: the request asks for Connection: close, or is one after
+	// which the server closes (a publish refused from its head, with a
+	// body of 256 KiB or more).
 	closes bool
 	// what describes the request, for failure reports.
 	what string
@@ -180,6 +182,15 @@ func genSeq(seed uint64) *diffSeq {
 			case 6: // net/http: repeated
 				extra = "Tracestate: a=1\r\nTracestate: b=2\r\nTraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n"
 			}
+			switch rng.IntN(16) {
+			case 0: // refused from its head: its body is read and thrown away
+				th, tq = "X-Token: not-a-token\r\n", ""
+			case 1: // refused from its head, 256 KiB or more: answered at once, then closed
+				th, tq = "X-Token: not-a-token\r\n", ""
+				n := 256<<10 + rng.IntN(1<<19)
+				raw := head("PUT", join("/api/ns/"+q, ps...), extra+"Content-Length: "+strconv.Itoa(n)+"\r\n\r\n") + b[:min(len(b), n-1)]
+				d = diffReq{raw: func([]string) string { return raw }, closes: true, what: fmt.Sprintf("PUT %s bad token, %d of %d bytes", q, min(len(b), n-1), n)}
+			}
 			if d.raw == nil {
 				raw := head("PUT", join("/api/ns/"+q, append(ps, tq)...), extra+"Content-Length: "+strconv.Itoa(len(b))+"\r\n\r\n") + b
 				d = diffReq{raw: func([]string) string { return raw }, what: "PUT " + q + " " + strings.Join(ps, "&")}
@@ -247,6 +258,7 @@ func genSeq(seed uint64) *diffSeq {
 				d = diffReq{raw: func([]string) string { return raw }, what: method + " " + target}
 			}
 		}
+		closes = closes || d.closes
 		d.closes = closes
 		if closes {
 			d.what += " (close)"
@@ -348,6 +360,9 @@ func runSeq(srv *diffServer, s *diffSeq) *diffRun {
 				continue // the bodies are compared
 			}
 			fmt.Fprintf(&b, " %s=%q", k, v)
+		}
+		if resp.Close {
+			b.WriteString(" (Connection: close)") // ReadResponse drops the header
 		}
 		var doc any
 		if json.Unmarshal(body, &doc) == nil {
