@@ -587,9 +587,17 @@ func TestBadInputHugeBodies(t *testing.T) {
 		})
 	}
 	checkNo5xxLogged(t, l)
-	if n, _ := l.client.DBSize(context.Background()).Result(); n > 3 { // the token and the registry
-		keys, _ := l.client.Keys(context.Background(), "*").Result()
-		t.Errorf("refused bodies left keys: %q", keys)
+	// The token, the registry, the layout marker and the audit log of
+	// the token's creation; no job.
+	keys, _ := l.client.Keys(context.Background(), "*").Result()
+	var left []string
+	for _, k := range keys {
+		if !strings.HasPrefix(k, "tk/") && !strings.HasPrefix(k, "m/") && k != "kairos/layout" && !strings.HasPrefix(k, "{kairos:audit}:") {
+			left = append(left, k)
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("refused bodies left keys: %q", left)
 	}
 }
 

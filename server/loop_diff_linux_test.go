@@ -448,7 +448,7 @@ func runSeq(srv *diffServer, s *diffSeq) *diffRun {
 			}
 		}
 		if err := <-errc; err != nil {
-			run.end = "write: " + err.Error()
+			run.end = "write: " + endOf(err)
 			return run
 		}
 		if r.truncate > 0 {
@@ -497,6 +497,8 @@ func endOf(err error) string {
 		return "timeout (no answer)"
 	case errors.Is(err, syscall.ECONNRESET):
 		return "reset"
+	case errors.Is(err, syscall.EPIPE):
+		return "broken pipe"
 	}
 	return "error: " + err.Error()
 }
@@ -582,11 +584,12 @@ func TestLoopDifferential(t *testing.T) {
 }
 
 // equalRuns compares two runs of s. After a request that closes the
-// connection, EOF and a reset are the same end: net/http closes such a
-// connection with the bytes of a body it rejected unread whenever they
-// arrived after it read the headers, and the kernel then resets it (the
-// plain server does so too, by timing); the answers before it are compared
-// all the same.
+// connection, EOF, a reset and a write that fails (broken pipe, reset) are
+// the same end: net/http closes such a connection with the bytes of a body
+// it rejected unread whenever they arrived after it read the headers, and
+// the kernel then resets it, or refuses the client's further writes (the
+// loops do so too, as net/http, by timing); the answers before it are
+// compared all the same.
 func equalRuns(s *diffSeq, a, b *diffRun) bool {
 	if len(a.answers) != len(b.answers) {
 		return false
@@ -594,8 +597,7 @@ func equalRuns(s *diffSeq, a, b *diffRun) bool {
 	if a.end != b.end {
 		last := s.rounds[len(s.rounds)-1].reqs
 		closes := len(last) > 0 && last[len(last)-1].closes
-		ends := map[string]bool{a.end: true, b.end: true}
-		if !closes || len(ends) != 2 || !ends["EOF"] || !ends["reset"] {
+		if !closes || !closedEnd[a.end] || !closedEnd[b.end] {
 			return false
 		}
 	}
@@ -606,6 +608,10 @@ func equalRuns(s *diffSeq, a, b *diffRun) bool {
 	}
 	return true
 }
+
+// closedEnd are the ends of a connection the server closed after its last
+// answer, one for another (equalRuns).
+var closedEnd = map[string]bool{"EOF": true, "reset": true, "write: broken pipe": true, "write: reset": true}
 
 func (s *diffSeq) describe() string {
 	var b bytes.Buffer

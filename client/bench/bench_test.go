@@ -73,7 +73,9 @@ func TestFloodBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Ops == 0 || r.Errors != 0 || unfinished.Load() == 0 || !strings.Contains(r.Note, " 0 otherwise") ||
+	// Flood connections may also fail to dial on a loaded machine (the
+	// note counts them "otherwise"): what matters is that refusals came.
+	if r.Ops == 0 || r.Errors != 0 || unfinished.Load() == 0 || strings.Contains(r.Note, "), 0 answered 401") ||
 		!strings.Contains(r.Note, "1048575 of the 1048576 body bytes") {
 		t.Fatalf("%+v (%d unfinished requests seen)", r, unfinished.Load())
 	}
