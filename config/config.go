@@ -115,17 +115,26 @@ func (r RedisConf) Describe() string {
 
 // Config is the whole configuration file.
 type Config struct {
-	Host            string               `toml:"Host"`
-	Port            int                  `toml:"Port"`
-	AdminHost       string               `toml:"AdminHost"`
-	AdminPort       int                  `toml:"AdminPort"`
-	LogLevel        string               `toml:"LogLevel"`
-	LogDir          string               `toml:"LogDir"`
-	LogFormat       string               `toml:"LogFormat"`
-	EnableAccessLog bool                 `toml:"EnableAccessLog"`
-	Accounts        map[string]string    `toml:"Accounts"`
-	AdminRedis      RedisConf            `toml:"AdminRedis"`
-	Pool            map[string]RedisConf `toml:"Pool"`
+	Host            string `toml:"Host"`
+	Port            int    `toml:"Port"`
+	AdminHost       string `toml:"AdminHost"`
+	AdminPort       int    `toml:"AdminPort"`
+	LogLevel        string `toml:"LogLevel"`
+	LogDir          string `toml:"LogDir"`
+	LogFormat       string `toml:"LogFormat"`
+	EnableAccessLog bool   `toml:"EnableAccessLog"`
+	// Accounts are the admin listener's basic-auth accounts, user name →
+	// password: as written, or a bcrypt hash (see IsBcryptHash). The file's
+	// [Accounts] table fills it, and AccountAccess for the entries written
+	// as tables (Parse); empty means the admin listener asks for no
+	// password.
+	Accounts map[string]string `toml:"-"`
+	// AccountAccess holds the role and namespaces of the accounts written
+	// as tables in [Accounts] ([Accounts.bob] Password, Role, Namespaces);
+	// an account without an entry is a full admin (see Access).
+	AccountAccess map[string]AccountAccess `toml:"-"`
+	AdminRedis    RedisConf                `toml:"AdminRedis"`
+	Pool          map[string]RedisConf     `toml:"Pool"`
 
 	TTLSecond     int `toml:"TTLSecond"`
 	DelaySecond   int `toml:"DelaySecond"`
@@ -198,6 +207,11 @@ type Kairos struct {
 	// HashTokens stores new tokens hashed (SHA-256) at rest, so that a dump
 	// of the admin Redis reveals no usable token; token listings then show
 	// fingerprints instead of tokens.
+	//
+	// A file that has a [Kairos] table but does not set HashTokens gets
+	// true (Parse): new configurations hash. A file without [Kairos] (an
+	// lmstfy file) and a Config built in code keep false, lmstfy's
+	// behaviour of listing tokens in clear.
 	HashTokens bool `toml:"HashTokens"`
 	// TokenGraceOnFailureMs is how long, in milliseconds, after its last
 	// successful check a token is still accepted (with the scope it had)
@@ -205,6 +219,15 @@ type Kairos struct {
 	// CLUSTERDOWN, timeouts; never once Redis said the token is gone.
 	// 0 turns it off; at most MaxTokenGraceMs.
 	TokenGraceOnFailureMs int `toml:"TokenGraceOnFailureMs"`
+	// AdminHosts are the names, besides the admin listener's own
+	// addresses and localhost, that a request to the admin listener may
+	// carry in Host (each "name" for any port, or "name:port"); any other
+	// Host is refused, which stops DNS rebinding. Put the public name here
+	// when a proxy in front of the admin listener passes the browser's
+	// Host on (or rewrites it to its own). "*" answers every name, which
+	// gives up that protection (for an admin listener reached by many
+	// names and guarded otherwise).
+	AdminHosts []string `toml:"AdminHosts"`
 	// ProtectAdminEndpoints puts the admin /metrics, /info and
 	// /debug/pprof behind the basic auth of Accounts (when Accounts is not
 	// empty). nil means true; false leaves them open, as lmstfy does. Use

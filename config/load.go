@@ -89,11 +89,16 @@ func LoadWithWarnings(path string) (*Config, []string, error) {
 // with the warnings beside it.
 func Parse(name string, data []byte) (*Config, []string, error) {
 	cfg := Default()
-	md, err := toml.Decode(string(data), cfg)
+	file := fileTOML{Config: cfg}
+	md, err := toml.Decode(string(data), &file)
 	if err != nil {
 		return nil, nil, decodeError(name, data, err)
 	}
 	keyErrs, warnings := unknownKeys(md)
+	keyErrs = append(keyErrs, cfg.setAccounts(file.Accounts)...)
+	if definedFold(md, "Kairos") && !definedFold(md, "Kairos", "HashTokens") {
+		cfg.Kairos.HashTokens = true // a Kairos-style file: hashed by default
+	}
 	keyErrs = append(keyErrs, caseDuplicates(md)...)
 	legacy := cfg.legacyPools()
 	for _, pool := range legacy {
@@ -106,6 +111,25 @@ func Parse(name string, data []byte) (*Config, []string, error) {
 		delete(cfg.Pool, pool)
 	}
 	return cfg, warnings, nil
+}
+
+// fileTOML is what a file decodes into: the Config, whose [Accounts]
+// entries (a password or a table each) go through accountEntry.
+type fileTOML struct {
+	*Config
+	Accounts map[string]accountEntry `toml:"Accounts"`
+}
+
+// definedFold reports whether the file has the key path (a table, or a
+// key of a table), in any case: the decoder matches keys to fields
+// ignoring case.
+func definedFold(md toml.MetaData, path ...string) bool {
+	for _, k := range md.Keys() {
+		if len(k) >= len(path) && slices.EqualFunc(k[:len(path)], path, strings.EqualFold) {
+			return true
+		}
+	}
+	return false
 }
 
 // legacyPools returns the sorted names of the pools with a Version.
@@ -147,7 +171,7 @@ func decodeError(name string, data []byte, err error) error {
 
 // The keys Kairos knows, by table, from the toml tags.
 var (
-	topKeys    = tomlKeys(Config{})
+	topKeys    = append(tomlKeys(Config{}), "Accounts")
 	redisKeys  = tomlKeys(RedisConf{})
 	kairosKeys = tomlKeys(Kairos{})
 	dashKeys   = tomlKeys(Dashboard{})

@@ -192,9 +192,12 @@ func TestLoadSecurityKeys(t *testing.T) {
 		size      bool
 		header    int
 	}{
-		{"defaults", "", true, false, false, 10},
+		// A file with a [Kairos] table hashes tokens unless it says not to.
+		{"defaults", "", true, true, false, 10},
 		{"all set", "HashTokens = true\nProtectAdminEndpoints = false\nAuthenticateSize = true\nReadHeaderTimeoutSecond = 2\n", false, true, true, 2},
-		{"protect explicitly", "ProtectAdminEndpoints = true\n", true, false, false, 10},
+		{"protect explicitly", "ProtectAdminEndpoints = true\n", true, true, false, 10},
+		{"lmstfy-compatible tokens", "HashTokens = false\n", true, false, false, 10},
+		{"key case", "hashtokens = false\n", true, false, false, 10},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

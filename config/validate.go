@@ -87,6 +87,7 @@ func (c *Config) Validate() error {
 	c.validateDefaults(&p)
 	c.validateKairos(&p)
 	c.validateTLS(&p)
+	c.validateAccounts(&p)
 	if r := c.Dashboard.RefreshSecond; r < 1 || r > 3600 {
 		p.add("Dashboard.RefreshSecond", "must be in [1, 3600], not %d", r)
 	}

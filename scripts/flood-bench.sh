@@ -4,7 +4,12 @@
 #   - the flood scenario: 8 valid keep-alive publishers beside 64 clients
 #     sending a random token on a new connection each;
 #   - a rate-limited token: 64 publishers with a token limited to
-#     LIMIT publishes per second.
+#     LIMIT publishes per second;
+#   - bigflood: 8 valid keep-alive publishers beside BIG_CONNS (1000)
+#     clients sending, on a new connection each, a publish with a random
+#     token that announces a 1 MiB body and sends 1 MiB - 1 byte of it
+#     (refused from its head, it costs a server only what it reads of it).
+# After each measurement, the server's peak RSS (VmHWM) is printed.
 # Each measurement gets a fresh redis-server (AOF everysec), proxy and
 # server. Environment:
 #   SERVER_BIN  kairos-server to measure (default: built from this tree)
@@ -13,7 +18,8 @@
 #   DURATION    length of each scenario (default 6s; 8s for the limit)
 #   LIMIT       publishes per second of the limited token (default 5000)
 #   RUNS        runs per scenario (default 1)
-#   WHAT        what to measure (default "flood limit")
+#   BIG_CONNS   flood clients of bigflood (default 1000)
+#   WHAT        what to measure (default "flood limit"; also "bigflood")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +29,7 @@ DURATION=${DURATION:-6s}
 LIMIT=${LIMIT:-5000}
 RUNS=${RUNS:-1}
 WHAT=${WHAT:-"flood limit"}
+BIG_CONNS=${BIG_CONNS:-1000}
 
 work=$(mktemp -d)
 pids=()
@@ -86,7 +93,11 @@ CONF
 		sleep 1.2 # every instance's throttler has reloaded
 		echo "== EventLoops=$loops, admin Redis $DELAY away: publish with a token limited to $LIMIT/s"
 		"${b[@]}" -d "${LIMIT_DURATION:-8s}" publish ;;
+	bigflood)
+		echo "== EventLoops=$loops, admin Redis $DELAY away: $BIG_CONNS clients with a bad token, each sending 1 MiB - 1 of a 1 MiB body"
+		"${b[@]}" -d "$DURATION" --concurrency "$BIG_CONNS" --flood-body 1048576 flood ;;
 	esac
+	echo "server peak RSS: $(awk '/^VmHWM/ {printf "%.0f MB", $2/1024}' "/proc/$spid/status")"
 	stop "$spid"; stop "$ppid"; stop "$rpid"
 }
 

@@ -364,6 +364,17 @@ func TestNewErrors(t *testing.T) {
 		{"negative ttl", func(c *config.Config, _ *Deps) { c.TTLSecond = -1 }},
 		{"huge delay", func(c *config.Config, _ *Deps) { c.DelaySecond = 1 << 33 }},
 		{"empty account user", func(c *config.Config, _ *Deps) { c.Accounts = map[string]string{"": "pw"} }},
+		{"role without password", func(c *config.Config, _ *Deps) {
+			c.AccountAccess = map[string]config.AccountAccess{"bob": {Role: config.RoleViewer}}
+		}},
+		{"unknown role", func(c *config.Config, _ *Deps) {
+			c.Accounts = map[string]string{"bob": "pw"}
+			c.AccountAccess = map[string]config.AccountAccess{"bob": {Role: "root"}}
+		}},
+		{"empty namespace list", func(c *config.Config, _ *Deps) {
+			c.Accounts = map[string]string{"bob": "pw"}
+			c.AccountAccess = map[string]config.AccountAccess{"bob": {Namespaces: []string{}}}
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

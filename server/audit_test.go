@@ -94,6 +94,7 @@ func (a *auditEnv) send(t testing.TB, method, target, authz, form string) *httpt
 	} else {
 		req = httptest.NewRequest(method, target, nil)
 	}
+	req.Host = "localhost" // a name the admin listener answers (admin_door.go)
 	if authz != "" {
 		req.Header.Set("Authorization", authz)
 	}
@@ -401,6 +402,7 @@ func TestAuditList(t *testing.T) {
 		{bob, "/queue/ns1/q/config"}, {alice, "/queue/ns1/q2/config"},
 	} {
 		req := httptest.NewRequest("PUT", r.target, strings.NewReader(`{"paused":true}`))
+		req.Host = "localhost"
 		req.Header.Set("Authorization", r.authz)
 		w := httptest.NewRecorder()
 		a.srv.AdminHandler().ServeHTTP(w, req)
@@ -481,6 +483,7 @@ func (a *auditEnv) dashboardPost(t testing.TB, target string, form url.Values) *
 	}
 	form.Set(csrfField, csrf)
 	req := httptest.NewRequest("POST", target, strings.NewReader(form.Encode()))
+	req.Host = "localhost"
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Authorization", authz)
 	req.AddCookie(&http.Cookie{Name: csrfCookie, Value: csrf})

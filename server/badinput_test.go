@@ -51,7 +51,7 @@ func startBarrageServer(t *testing.T) *live {
 // rawRequest builds one HTTP/1.1 request; extra are header lines.
 func rawRequest(method, target, body string, extra ...string) []byte {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: kairos\r\nConnection: close\r\n", method, target)
+	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n", method, target)
 	for _, h := range extra {
 		b.WriteString(h + "\r\n")
 	}
@@ -566,7 +566,7 @@ func TestBadInputHugeBodies(t *testing.T) {
 			if tc.admin {
 				addr, auth = l.srv.AdminAddr(), basicAuthHeader
 			}
-			head := fmt.Sprintf("%s %s HTTP/1.1\r\nHost: kairos\r\n%s\r\nContent-Type: application/x-www-form-urlencoded\r\n", tc.method, tc.path, auth)
+			head := fmt.Sprintf("%s %s HTTP/1.1\r\nHost: localhost\r\n%s\r\nContent-Type: application/x-www-form-urlencoded\r\n", tc.method, tc.path, auth)
 			if tc.announce > 0 {
 				head += fmt.Sprintf("Content-Length: %d\r\n\r\n", tc.announce)
 			} else {
@@ -587,9 +587,17 @@ func TestBadInputHugeBodies(t *testing.T) {
 		})
 	}
 	checkNo5xxLogged(t, l)
-	if n, _ := l.client.DBSize(context.Background()).Result(); n > 3 { // the token and the registry
-		keys, _ := l.client.Keys(context.Background(), "*").Result()
-		t.Errorf("refused bodies left keys: %q", keys)
+	// The token, the registry, the layout marker and the audit log of
+	// the token's creation; no job.
+	keys, _ := l.client.Keys(context.Background(), "*").Result()
+	var left []string
+	for _, k := range keys {
+		if !strings.HasPrefix(k, "tk/") && !strings.HasPrefix(k, "m/") && k != "kairos/layout" && !strings.HasPrefix(k, "{kairos:audit}:") {
+			left = append(left, k)
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("refused bodies left keys: %q", left)
 	}
 }
 

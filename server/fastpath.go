@@ -123,8 +123,9 @@ func (h loopHost) Take(r *evloop.Request, ip string, now time.Time) (*evloop.Ite
 		if !ok || tries == 0 {
 			return fail()
 		}
+		// The body is the loop's to read, once admitted (Host.Take).
 		it.Pub = engine.PublishRequest{
-			Namespace: ns, Queue: q, Body: append([]byte(nil), r.Body...),
+			Namespace: ns, Queue: q,
 			TTL: secs(ttl), Delay: secs(delay), Tries: uint16(tries),
 		}
 		if r.TraceParent != nil {
@@ -270,7 +271,7 @@ func (h loopHost) Answer(it *evloop.Item, date, out []byte) []byte {
 		}
 		s.refund(ctx, f, reqID[:])
 	}
-	out = evloop.AppendResponse(out, code, retryAfter, traceParent, traceState, reqID[:], date, body)
+	out = evloop.AppendResponse(out, code, retryAfter, traceParent, traceState, it.Close, reqID[:], date, body)
 
 	nsLabel := it.NS
 	if !f.adm.authenticated {

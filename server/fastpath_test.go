@@ -31,7 +31,7 @@ func TestParseFast(t *testing.T) {
 		{"token in query", "PUT /api/ns/q?token=pool:abc HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx", evloop.Done},
 		{"keep-alive", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nConnection: Keep-Alive\r\nContent-Length: 1\r\n\r\nx", evloop.Done},
 		{"other headers", "PUT /api/ns/q HTTP/1.1\r\nHost: h\r\nUser-Agent: x/1\r\nAccept-Encoding: gzip\r\nContent-Type: text/plain\r\nContent-Length: 1\r\n\r\nx", evloop.Done},
-		{"body pending", fastHead + "hel", evloop.More},
+		{"body pending", fastHead + "hel", evloop.Head},
 		{"head pending", fastHead[:40], evloop.More},
 		{"line pending", "PUT /ap", evloop.More},
 		{"CR pending", "PUT /api/ns/q HTTP/1.1\r", evloop.More},
@@ -113,8 +113,8 @@ func TestParseFast(t *testing.T) {
 	if loopParser.Parse([]byte(raw), &r) != evloop.Done || string(r.Token) != "header" {
 		t.Errorf("token: %q", r.Token)
 	}
-	// A pending body tells how long the whole request is.
-	if loopParser.Parse([]byte(fastHead+"he"), &r) != evloop.More || r.Size != len(fastHead)+5 {
+	// A pending body: the head is whole, and tells how long the request is.
+	if loopParser.Parse([]byte(fastHead+"he"), &r) != evloop.Head || r.Size != len(fastHead)+5 || r.HeadSize != len(fastHead) || r.Length != 5 || r.Body != nil {
 		t.Errorf("pending body: size %d, want %d", r.Size, len(fastHead)+5)
 	}
 }
@@ -235,9 +235,9 @@ func TestAppendFastResponse(t *testing.T) {
 	id := []byte("01ARZ3NDEKTSV4RRFFQ69G5FAV")
 	date := []byte("Tue, 24 Nov 2026 22:38:36 GMT")
 	created := `{"job_id":"01M87VC16NZAC9VNKJGM000000","msg":"published"}`
-	b := evloop.AppendResponse(nil, 201, 0, "", "", id, date, []byte(created))
-	b = evloop.AppendResponse(b, 204, 0, "", "", id, date, nil)
-	b = evloop.AppendResponse(b, 499, 0, "", "", id, date, errClientGone.body)
+	b := evloop.AppendResponse(nil, 201, 0, "", "", false, id, date, []byte(created))
+	b = evloop.AppendResponse(b, 204, 0, "", "", false, id, date, nil)
+	b = evloop.AppendResponse(b, 499, 0, "", "", false, id, date, errClientGone.body)
 	br := bufio.NewReader(bytes.NewReader(b))
 	for _, want := range []struct {
 		line, ctype, body string

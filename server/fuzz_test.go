@@ -77,7 +77,7 @@ func serve(h http.Handler, method, path, rawQuery string, header http.Header, bo
 		ProtoMajor: 1,
 		ProtoMinor: 1,
 		Header:     header,
-		Host:       "kairos",
+		Host:       "localhost", // a name the admin listener answers
 		RemoteAddr: "192.0.2.1:1234",
 		RequestURI: path,
 	}

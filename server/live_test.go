@@ -25,6 +25,7 @@ import (
 	"github.com/kairos-dev/kairos/engine"
 	"github.com/kairos-dev/kairos/engine/rdb"
 	"github.com/kairos-dev/kairos/engine/rdb/redistest"
+	"github.com/kairos-dev/kairos/server/audit"
 	"github.com/kairos-dev/kairos/server/webhook"
 )
 
@@ -136,7 +137,8 @@ func startLive(t testing.TB, opts liveOptions) *live {
 		Engines:   map[string]engine.Engine{auth.DefaultPool: eng},
 		Tokens:    l.tokens,
 		Throttler: l.throttler,
-		Webhooks:  hooks, // not run: the admin routes only manage subscriptions
+		Webhooks:  hooks,                                              // not run: the admin routes only manage subscriptions
+		Audit:     audit.NewStore(client, cfg.Kairos.AuditMaxEntries), // as the app does
 		Logger:    logger,
 		Now:       opts.now,
 		Tracer:    opts.tracer,

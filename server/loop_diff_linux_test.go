@@ -59,7 +59,9 @@ type diffReq struct {
 	// feed, for a consume that waits on a queue of its own, is that queue:
 	// a job is published to it once the answers before it are read.
 	feed string
-	// closes: the request asks for Connection: close.
+	// closes: the request asks for Connection: close, or is one after
+	// which the server closes (a publish refused from its head, with a
+	// body of 256 KiB or more).
 	closes bool
 	// what describes the request, for failure reports.
 	what string
@@ -180,6 +182,15 @@ func genSeq(seed uint64) *diffSeq {
 			case 6: // net/http: repeated
 				extra = "Tracestate: a=1\r\nTracestate: b=2\r\nTraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n"
 			}
+			switch rng.IntN(16) {
+			case 0: // refused from its head: its body is read and thrown away
+				th, tq = "X-Token: not-a-token\r\n", ""
+			case 1: // refused from its head, 256 KiB or more: answered at once, then closed
+				th, tq = "X-Token: not-a-token\r\n", ""
+				n := 256<<10 + rng.IntN(1<<19)
+				raw := head("PUT", join("/api/ns/"+q, ps...), extra+"Content-Length: "+strconv.Itoa(n)+"\r\n\r\n") + b[:min(len(b), n-1)]
+				d = diffReq{raw: func([]string) string { return raw }, closes: true, what: fmt.Sprintf("PUT %s bad token, %d of %d bytes", q, min(len(b), n-1), n)}
+			}
 			if d.raw == nil {
 				raw := head("PUT", join("/api/ns/"+q, append(ps, tq)...), extra+"Content-Length: "+strconv.Itoa(len(b))+"\r\n\r\n") + b
 				d = diffReq{raw: func([]string) string { return raw }, what: "PUT " + q + " " + strings.Join(ps, "&")}
@@ -247,6 +258,7 @@ func genSeq(seed uint64) *diffSeq {
 				d = diffReq{raw: func([]string) string { return raw }, what: method + " " + target}
 			}
 		}
+		closes = closes || d.closes
 		d.closes = closes
 		if closes {
 			d.what += " (close)"
@@ -349,6 +361,9 @@ func runSeq(srv *diffServer, s *diffSeq) *diffRun {
 			}
 			fmt.Fprintf(&b, " %s=%q", k, v)
 		}
+		if resp.Close {
+			b.WriteString(" (Connection: close)") // ReadResponse drops the header
+		}
 		var doc any
 		if json.Unmarshal(body, &doc) == nil {
 			doc = normJSON(doc, func(id string) string {
@@ -433,7 +448,7 @@ func runSeq(srv *diffServer, s *diffSeq) *diffRun {
 			}
 		}
 		if err := <-errc; err != nil {
-			run.end = "write: " + err.Error()
+			run.end = "write: " + endOf(err)
 			return run
 		}
 		if r.truncate > 0 {
@@ -482,6 +497,8 @@ func endOf(err error) string {
 		return "timeout (no answer)"
 	case errors.Is(err, syscall.ECONNRESET):
 		return "reset"
+	case errors.Is(err, syscall.EPIPE):
+		return "broken pipe"
 	}
 	return "error: " + err.Error()
 }
@@ -567,11 +584,12 @@ func TestLoopDifferential(t *testing.T) {
 }
 
 // equalRuns compares two runs of s. After a request that closes the
-// connection, EOF and a reset are the same end: net/http closes such a
-// connection with the bytes of a body it rejected unread whenever they
-// arrived after it read the headers, and the kernel then resets it (the
-// plain server does so too, by timing); the answers before it are compared
-// all the same.
+// connection, EOF, a reset and a write that fails (broken pipe, reset) are
+// the same end: net/http closes such a connection with the bytes of a body
+// it rejected unread whenever they arrived after it read the headers, and
+// the kernel then resets it, or refuses the client's further writes (the
+// loops do so too, as net/http, by timing); the answers before it are
+// compared all the same.
 func equalRuns(s *diffSeq, a, b *diffRun) bool {
 	if len(a.answers) != len(b.answers) {
 		return false
@@ -579,8 +597,7 @@ func equalRuns(s *diffSeq, a, b *diffRun) bool {
 	if a.end != b.end {
 		last := s.rounds[len(s.rounds)-1].reqs
 		closes := len(last) > 0 && last[len(last)-1].closes
-		ends := map[string]bool{a.end: true, b.end: true}
-		if !closes || len(ends) != 2 || !ends["EOF"] || !ends["reset"] {
+		if !closes || !closedEnd[a.end] || !closedEnd[b.end] {
 			return false
 		}
 	}
@@ -591,6 +608,10 @@ func equalRuns(s *diffSeq, a, b *diffRun) bool {
 	}
 	return true
 }
+
+// closedEnd are the ends of a connection the server closed after its last
+// answer, one for another (equalRuns).
+var closedEnd = map[string]bool{"EOF": true, "reset": true, "write: broken pipe": true, "write: reset": true}
 
 func (s *diffSeq) describe() string {
 	var b bytes.Buffer

@@ -198,6 +198,7 @@ type diffServer struct {
 	name string
 	eng  *rdb.Engine
 	addr string
+	env  *testEnv
 }
 
 func startDiffServer(t *testing.T, name string, loops int) *diffServer {
@@ -232,7 +233,7 @@ func startDiffServer(t *testing.T, name string, loops int) *diffServer {
 	if loops > 0 {
 		waitLoops(t, env.srv)
 	}
-	return &diffServer{name: name, eng: eng, addr: env.srv.Addr()}
+	return &diffServer{name: name, eng: eng, addr: env.srv.Addr(), env: env}
 }
 
 // bogusJobID is a well-formed job ID no server has.

@@ -163,7 +163,9 @@ func TestOpenAPIOperationsComplete(t *testing.T) {
 func TestOpenAPIServed(t *testing.T) {
 	env := newEnv(t)
 	rec := httptest.NewRecorder()
-	env.srv.AdminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi.yaml", nil))
+	req := httptest.NewRequest(http.MethodGet, "/openapi.yaml", nil)
+	req.Host = "localhost"
+	env.srv.AdminHandler().ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "application/yaml" {
 		t.Fatalf("admin GET /openapi.yaml: %d %q", rec.Code, rec.Header().Get("Content-Type"))
 	}

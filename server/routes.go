@@ -106,36 +106,34 @@ func (s *Server) apiRoutes() *gin.Engine {
 	return r
 }
 
-// adminRoutes builds the admin API (spec 4). With Accounts configured,
-// basic auth protects the token and limit routes and POST /accesslog as in
-// lmstfy, and also /metrics, /info and /debug/pprof (Kairos hardening,
-// unless Kairos.ProtectAdminEndpoints is false).
+// adminRoutes builds the admin API (spec 4). Every route goes through
+// one door (admin_door.go): the Host and cross-site checks, then, with
+// Accounts configured, basic auth and the account's role and namespaces as
+// adminRules says. As in lmstfy the token and limit routes and POST
+// /accesslog need an account; so do /metrics, /info and /debug/pprof
+// (Kairos hardening, unless Kairos.ProtectAdminEndpoints is false) and
+// every Kairos route.
 func (s *Server) adminRoutes() *gin.Engine {
 	r := newGin()
-	// auditTrail before every route's basic auth, so that refused
-	// attempts are recorded; around recovery, so that a panic is too.
-	r.Use(requestState, s.accessLogger(true), s.auditTrail, s.recovery)
-
-	basic := func(c *gin.Context) { c.Next() }
-	if len(s.cfg.Accounts) > 0 {
-		basic = gin.BasicAuth(gin.Accounts(s.cfg.Accounts))
-	}
+	// auditTrail before the door, so that refused attempts are recorded
+	// (with the account the door names); around recovery, so that a
+	// panic is too.
+	r.Use(requestState, s.accessLogger(true), s.auditTrail, s.recovery, s.adminDoor)
 
 	r.GET("/healthz", s.healthz)
 	r.GET("/readyz", s.readyz)
 	r.GET("/pools", s.listPools)
 	r.GET("/version", s.showVersion)
 	r.GET("/openapi.yaml", s.serveOpenAPI) // Kairos: doc/openapi.yaml
-	ops := s.opsAuth(basic)
-	r.GET("/info", ops, s.info)
-	r.GET("/metrics", ops, s.serveMetrics)
-	r.Any("/debug/pprof/*profile", ops, s.pprof)
+	r.GET("/info", s.info)
+	r.GET("/metrics", s.serveMetrics)
+	r.Any("/debug/pprof/*profile", s.pprof)
 	r.GET("/accesslog", s.getAccessLog)
-	r.POST("/accesslog", basic, s.setAccessLog)
-	r.GET("/limits", basic, s.listLimits)
-	r.GET("/audit", basic, s.listAudit) // Kairos: audit.go
+	r.POST("/accesslog", s.setAccessLog)
+	r.GET("/limits", s.listLimits)
+	r.GET("/audit", s.listAudit) // Kairos: audit.go
 
-	t := r.Group("/token", basic)
+	t := r.Group("/token")
 	t.GET("/:namespace", s.listTokens)
 	t.POST("/:namespace", s.createToken)
 	t.DELETE("/:namespace/:token", s.deleteToken)
@@ -145,27 +143,27 @@ func (s *Server) adminRoutes() *gin.Engine {
 	t.DELETE("/:namespace/:token/limit", s.deleteLimit)
 
 	// Kairos extensions (queue.go, webhook.go).
-	r.GET("/queue/:namespace/:queue/config", basic, s.getQueueConfig)
-	r.PUT("/queue/:namespace/:queue/config", basic, s.putQueueConfig)
-	r.GET("/webhooks", basic, s.listWebhooks)
-	r.GET("/webhook/:namespace/:queue", basic, s.getWebhook)
-	r.PUT("/webhook/:namespace/:queue", basic, s.putWebhook)
-	r.DELETE("/webhook/:namespace/:queue", basic, s.deleteWebhook)
+	r.GET("/queue/:namespace/:queue/config", s.getQueueConfig)
+	r.PUT("/queue/:namespace/:queue/config", s.putQueueConfig)
+	r.GET("/webhooks", s.listWebhooks)
+	r.GET("/webhook/:namespace/:queue", s.getWebhook)
+	r.PUT("/webhook/:namespace/:queue", s.putWebhook)
+	r.DELETE("/webhook/:namespace/:queue", s.deleteWebhook)
 
 	// The dashboard's data (dashboard.go, doc/dashboard.md).
-	r.GET("/overview", basic, s.overview)
-	r.GET("/history", basic, s.series)
-	r.GET("/history/:namespace", basic, s.series)
-	r.GET("/history/:namespace/:queue", basic, s.series)
-	r.GET("/queues/:namespace", basic, s.listQueues)
-	r.GET("/queue/:namespace/:queue/jobs", basic, s.listJobs)
-	r.GET("/queue/:namespace/:queue/job/:job_id", basic, s.adminPeekJob)
-	r.GET("/queue/:namespace/:queue/deadletter/jobs", basic, s.adminDeadJobs)
-	r.GET("/job/:job_id", basic, s.findJob)
+	r.GET("/overview", s.overview)
+	r.GET("/history", s.series)
+	r.GET("/history/:namespace", s.series)
+	r.GET("/history/:namespace/:queue", s.series)
+	r.GET("/queues/:namespace", s.listQueues)
+	r.GET("/queue/:namespace/:queue/jobs", s.listJobs)
+	r.GET("/queue/:namespace/:queue/job/:job_id", s.adminPeekJob)
+	r.GET("/queue/:namespace/:queue/deadletter/jobs", s.adminDeadJobs)
+	r.GET("/job/:job_id", s.findJob)
 
 	// The web dashboard (ui_pages.go), unless [Dashboard] Enabled = false.
 	if s.cfg.DashboardEnabled() {
-		if err := s.dashboardRoutes(r, basic); err != nil {
+		if err := s.dashboardRoutes(r); err != nil {
 			panic("server: the dashboard's embedded templates do not parse: " + err.Error())
 		}
 	}

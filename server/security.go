@@ -20,17 +20,6 @@ func (s *Server) sizeGuard() gin.HandlerFunc {
 	return s.guard(routeOpts{public: true})
 }
 
-// opsAuth is the middleware of the admin /metrics, /info and /debug/pprof:
-// basic (the accounts' basic auth, a no-op without accounts) unless
-// Kairos.ProtectAdminEndpoints is false, which leaves them open as lmstfy
-// does.
-func (s *Server) opsAuth(basic gin.HandlerFunc) gin.HandlerFunc {
-	if s.cfg.Kairos.AdminEndpointsProtected() {
-		return basic
-	}
-	return func(c *gin.Context) { c.Next() }
-}
-
 // tokenLabel is how a token appears in metric labels: as lmstfy shows it,
 // or by its fingerprint with Kairos.HashTokens, so that /metrics reveals no
 // token either.

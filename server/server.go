@@ -153,6 +153,8 @@ type Server struct {
 	// log only.
 	audit        AuditLog
 	auditMetrics *auditMetrics
+	// passwords checks the admin accounts' passwords (admin_door.go).
+	passwords passwordChecker
 	// sizes caches the queue sizes of namespaces for the dashboard
 	// (dashboard.go).
 	sizes sizesCache
@@ -224,6 +226,17 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 	for user := range cfg.Accounts {
 		if user == "" {
 			return nil, fmt.Errorf("%w: Accounts has an empty user name", ErrInvalidConfig)
+		}
+	}
+	for user, a := range cfg.AccountAccess {
+		if _, ok := cfg.Accounts[user]; !ok {
+			return nil, fmt.Errorf("%w: Accounts.%s has a role but no password", ErrInvalidConfig, user)
+		}
+		if a.Role != "" && !slices.Contains(config.Roles, a.Role) {
+			return nil, fmt.Errorf("%w: Accounts.%s.Role: unknown role %q (want %s)", ErrInvalidConfig, user, a.Role, strings.Join(config.Roles, ", "))
+		}
+		if a.Namespaces != nil && len(a.Namespaces) == 0 {
+			return nil, fmt.Errorf("%w: Accounts.%s.Namespaces is empty (nil means every namespace)", ErrInvalidConfig, user)
 		}
 	}
 	def, err := checkDefaults(cfg)

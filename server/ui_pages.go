@@ -21,6 +21,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/kairos-dev/kairos/auth"
+	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/engine"
 	"github.com/kairos-dev/kairos/server/ui"
 	"github.com/kairos-dev/kairos/server/webhook"
@@ -59,14 +60,14 @@ func newDashboard(s *Server) (*dashboard, error) {
 	return d, nil
 }
 
-// dashboardRoutes mounts /ui/ on the admin engine, behind basic (the
-// Accounts check, or nothing without accounts).
-func (s *Server) dashboardRoutes(r *gin.Engine, basic gin.HandlerFunc) error {
+// dashboardRoutes mounts /ui/ on the admin engine, behind its door
+// (admin_door.go: Host, cross-site, account, role).
+func (s *Server) dashboardRoutes(r *gin.Engine) error {
 	d, err := newDashboard(s)
 	if err != nil {
 		return err
 	}
-	g := r.Group("/ui", dashHeaders, basic) // the security headers on a 401 too
+	g := r.Group("/ui") // the door has set the security headers
 	g.GET("/static/*file", d.serveStatic)
 
 	pg := g.Group("", d.csrfCookie)
@@ -82,6 +83,7 @@ func (s *Server) dashboardRoutes(r *gin.Engine, basic gin.HandlerFunc) error {
 	post.POST("/queue/:pool/:namespace/:queue/:action", d.queueAction)
 	post.POST("/job/:pool/:namespace/:queue/:job_id/:action", d.jobAction)
 	post.POST("/schedule/:pool/:namespace/:queue/:name/:action", d.scheduleAction)
+	pg.GET("/tokens/created", d.tokenCreatedPage)
 	post.POST("/tokens/create", d.createToken)
 	post.POST("/tokens/revoke", d.revokeToken)
 	return nil
@@ -107,7 +109,12 @@ type pageData struct {
 	Pools   []string
 	// Lookup prefills the job lookup form.
 	LookupPool, LookupNS, LookupQueue string
-	Page                              any
+	// Account and Role are the signed-in account (none without
+	// [Accounts]) and its role; CanOperate and CanAdmin say which forms
+	// the pages show (the door refuses the others either way).
+	Account, Role        string
+	CanOperate, CanAdmin bool
+	Page                 any
 }
 
 func (d *dashboard) render(c *gin.Context, status int, page, title, nav string, data any) {
@@ -119,6 +126,9 @@ func (d *dashboard) render(c *gin.Context, status int, page, title, nav string, 
 	if pd.LookupPool == "" {
 		pd.LookupPool = auth.DefaultPool
 	}
+	pd.Account, pd.Role = c.GetString(gin.AuthUserKey), c.GetString(AuthRoleKey)
+	pd.CanOperate = roleRank(pd.Role) >= roleRank(config.RoleOperator)
+	pd.CanAdmin = roleRank(pd.Role) >= roleRank(config.RoleAdmin)
 	if c.GetHeader("X-Kairos-Live") == "" { // a live refresh leaves the flash to the page
 		pd.Flash, pd.FlashOK = takeFlash(c)
 	}
@@ -1051,7 +1061,24 @@ func (d *dashboard) createToken(c *gin.Context) {
 		}
 	}
 	d.s.reqLogger(c).WithField("scoped", !scope.IsZero()).Info("dashboard: token created")
-	d.render(c, http.StatusCreated, "token_created", "Token created", "tokens", p)
+	// Post/redirect/get: the token goes to the next page in a one-shot
+	// cookie, so that reloading that page shows nothing instead of
+	// creating a second token.
+	setNewToken(c, p)
+	c.Redirect(http.StatusSeeOther, "/ui/tokens/created")
+}
+
+// tokenCreatedPage serves GET /ui/tokens/created: the token just created,
+// once (the one-shot cookie goes with this answer); afterwards a page
+// saying there is nothing to show.
+func (d *dashboard) tokenCreatedPage(c *gin.Context) {
+	p, ok := takeNewToken(c)
+	if !ok {
+		d.render(c, http.StatusNotFound, "error", "Token created", "tokens",
+			errorPage{Message: "no new token to show: a created token is shown once, on the page right after its creation"})
+		return
+	}
+	d.render(c, http.StatusOK, "token_created", "Token created", "tokens", p)
 }
 
 func (d *dashboard) revokeToken(c *gin.Context) {

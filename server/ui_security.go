@@ -7,9 +7,9 @@ package server
 //     post only to the dashboard itself;
 //   - every state-changing request is a POST that must pass two CSRF checks:
 //     the double-submit token (the _csrf form field must equal the
-//     kairos_csrf cookie, a random value the server sets with SameSite=Strict)
-//     and, when the browser sends them, Sec-Fetch-Site (same-origin only) and
-//     Origin (the request's own host);
+//     kairos_csrf cookie, a random value the server sets with SameSite=Strict),
+//     here, and the admin door's cross-site check (admin_door.go:
+//     Sec-Fetch-Site, Origin, Host), in front of every admin route;
 //   - html/template escapes everything the pages show: job bodies,
 //     attributes, queue names, error messages.
 
@@ -31,13 +31,19 @@ const (
 	csrfCookie  = "kairos_csrf"
 	csrfField   = "_csrf"
 	flashCookie = "kairos_flash"
+	// newTokenCookie carries a token just created to the one page that
+	// shows it (GET /ui/tokens/created), once.
+	newTokenCookie = "kairos_new_token"
+	newTokenPath   = "/ui/tokens/created"
 	// dashCSP is the dashboard's Content-Security-Policy.
 	dashCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
 		"connect-src 'self'; font-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 
-// dashHeaders sets the security headers of every dashboard response.
-func dashHeaders(c *gin.Context) {
+// setDashHeaders sets the security headers of every dashboard response;
+// the admin door calls it first thing for every /ui/ request, so that its
+// own answers (401, 403) carry them too.
+func setDashHeaders(c *gin.Context) {
 	h := c.Writer.Header()
 	h.Set("Content-Security-Policy", dashCSP)
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -45,7 +51,6 @@ func dashHeaders(c *gin.Context) {
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cross-Origin-Opener-Policy", "same-origin")
 	h.Set("Cross-Origin-Resource-Policy", "same-origin")
-	c.Next()
 }
 
 // csrfCookie makes sure the browser holds a CSRF token cookie; the pages
@@ -81,17 +86,8 @@ func (d *dashboard) checkCSRF(c *gin.Context) {
 		c.Data(http.StatusForbidden, "text/plain; charset=utf-8", []byte("forbidden: "+why+"\n"))
 		c.Abort()
 	}
-	if site := c.GetHeader("Sec-Fetch-Site"); site != "" && site != "same-origin" {
-		refuse("cross-site request (Sec-Fetch-Site: " + site + ")")
-		return
-	}
-	if origin := c.GetHeader("Origin"); origin != "" {
-		u, err := url.Parse(origin)
-		if err != nil || u.Host != c.Request.Host {
-			refuse("request from another origin")
-			return
-		}
-	}
+	// Sec-Fetch-Site and Origin were checked by the admin door
+	// (admin_door.go), for every admin route.
 	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, maxAdminBody)
 	cookie, err := c.Cookie(csrfCookie)
 	form := c.PostForm(csrfField)
@@ -127,6 +123,33 @@ func takeFlash(c *gin.Context) (string, bool) {
 		return "", false
 	}
 	return v[1:], v[0] == 'o'
+}
+
+// setNewToken leaves the token just created for GET /ui/tokens/created:
+// HttpOnly, SameSite=Strict, sent to that path only, for two minutes.
+func setNewToken(c *gin.Context, p tokenCreated) {
+	if r := []rune(p.Description); len(r) > 200 { // a cookie holds 4 KB
+		p.Description = string(r[:200]) + "…"
+	}
+	b, _ := json.Marshal(p)
+	http.SetCookie(c.Writer, &http.Cookie{Name: newTokenCookie, Value: base64.RawURLEncoding.EncodeToString(b), Path: newTokenPath,
+		MaxAge: 120, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.Request.TLS != nil})
+}
+
+// takeNewToken returns the token left by setNewToken, and clears it.
+func takeNewToken(c *gin.Context) (tokenCreated, bool) {
+	var p tokenCreated
+	v, err := c.Cookie(newTokenCookie)
+	if err != nil || v == "" {
+		return p, false
+	}
+	http.SetCookie(c.Writer, &http.Cookie{Name: newTokenCookie, Value: "", Path: newTokenPath, MaxAge: -1,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.Request.TLS != nil})
+	b, err := base64.RawURLEncoding.DecodeString(v)
+	if err != nil || json.Unmarshal(b, &p) != nil || p.Token == "" {
+		return tokenCreated{}, false
+	}
+	return p, true
 }
 
 // formatBody renders a job body as text, indented JSON or base64: as asks

@@ -52,6 +52,11 @@ type Config struct {
 	// Publishers is the number of valid publishers of the flood scenario
 	// (default DefaultFloodPublishers); Concurrency is its flood's clients.
 	Publishers int
+	// FloodBody, when set, makes each flood request of the flood scenario
+	// announce a body of FloodBody bytes and send one byte less (the
+	// server cannot read it whole): what a server buffers of bodies before
+	// it refuses their token.
+	FloodBody int
 	// ServerCPU, when set, meters the CPU time of the server under test
 	// (ProcessCPU for a local one); RedisCPU meters Redis's (RedisProbe.CPU). The
 	// load generator's own CPU time is always metered.

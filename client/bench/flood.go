@@ -1,11 +1,14 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -83,7 +86,11 @@ func Flood(ctx context.Context, cfg Config) (Result, error) {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				st, err := c.randomTokenPublish(ctx, path, query, body)
+				publish := c.randomTokenPublish
+				if cfg.FloodBody > 0 {
+					publish = c.unfinishedPublish
+				}
+				st, err := publish(ctx, path, query, body)
 				if ctx.Err() != nil {
 					return
 				}
@@ -103,9 +110,13 @@ func Flood(ctx context.Context, cfg Config) (Result, error) {
 		}()
 	}
 	wg.Wait()
+	what := "a random token"
+	if cfg.FloodBody > 0 {
+		what = fmt.Sprintf("a random token and %d of the %d body bytes it announces", cfg.FloodBody-1, cfg.FloodBody)
+	}
 	r := Result{Scenario: "flood", Ops: ops.Load(), Errors: errs.Load(), Seconds: time.Since(start).Seconds(),
-		Note: fmt.Sprintf("%d valid keep-alive publishers beside %d clients sending a random token on a new connection each: "+
-			"%d such requests (%.0f/s), %d answered 401, %d otherwise", pubs, cfg.Concurrency,
+		Note: fmt.Sprintf("%d valid keep-alive publishers beside %d clients sending %s on a new connection each: "+
+			"%d such requests (%.0f/s), %d answered 401, %d otherwise", pubs, cfg.Concurrency, what,
 			bad.Load(), float64(bad.Load())/time.Since(start).Seconds(), refused.Load(), badOther.Load())}
 	if first, ok := firstOther.Load().(string); ok {
 		r.Note += " (the first: " + first + ")"
@@ -115,6 +126,54 @@ func Flood(ctx context.Context, cfg Config) (Result, error) {
 	r.setCPU(context.WithoutCancel(ctx), &cfg, mark)
 	return r, nil
 }
+
+// unfinishedPublish sends, on a connection of its own, a publish with a
+// random token that announces a body of cfg.FloodBody bytes and sends one
+// byte less, and returns the status of the answer, which only a server
+// that refuses it before reading the body can give before its read
+// timeout; body is unused (the scenario's valid publishes').
+func (c *client) unfinishedPublish(ctx context.Context, path, query string, _ []byte) (int, error) {
+	if c.tls != nil {
+		return 0, errors.New("flood: --flood-body needs a plain http:// server")
+	}
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return 0, err
+	}
+	floodBodyOnce.Do(func() { floodBody = make([]byte, c.cfg.FloodBody-1) })
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", c.dial)
+	if err != nil {
+		return 0, err
+	}
+	defer nc.Close()
+	stop := context.AfterFunc(ctx, func() { _ = nc.Close() })
+	defer stop()
+	head := fmt.Sprintf("PUT %s%s?%s HTTP/1.1\r\nHost: %s\r\nX-Token: %s\r\nContent-Length: %d\r\n\r\n",
+		c.prefix, path, query, c.host, hex.EncodeToString(b[:]), c.cfg.FloodBody)
+	go func() {
+		// Until the server answers and the connection closes: a server
+		// that does not read leaves the write blocked.
+		if _, err := io.WriteString(nc, head); err == nil {
+			_, _ = nc.Write(floodBody)
+		}
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(nc), nil)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusCreated {
+		return resp.StatusCode, errors.New("flood: a random token was accepted")
+	}
+	return resp.StatusCode, nil
+}
+
+// floodBody is what unfinishedPublish sends of its body, shared.
+var (
+	floodBodyOnce sync.Once
+	floodBody     []byte
+)
 
 // randomTokenPublish publishes body with a random token on a connection
 // of its own, and returns the status.

@@ -75,16 +75,23 @@ func screenshotDir(tb testing.TB) string {
 	return d
 }
 
-// runBrowser runs the e2e script with fixtures and returns the RESULTS
-// object it prints last.
+// runBrowser runs the dashboard's e2e script with fixtures and returns the
+// RESULTS object it prints last.
 func runBrowser(tb testing.TB, fixtures map[string]any, extraEnv ...string) map[string]any {
+	tb.Helper()
+	return runBrowserScript(tb, "dashboard.test.mjs", fixtures, extraEnv...)
+}
+
+// runBrowserScript runs one script of server/ui/e2e with fixtures and
+// returns the RESULTS object it prints last.
+func runBrowserScript(tb testing.TB, script string, fixtures map[string]any, extraEnv ...string) map[string]any {
 	tb.Helper()
 	node, dir, chromium := browserTools(tb)
 	shots := screenshotDir(tb)
 	fx, _ := json.Marshal(fixtures)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "dashboard.test.mjs")
+	cmd := exec.CommandContext(ctx, node, script)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "KAIROS_E2E="+string(fx), "KAIROS_SCREENSHOTS="+shots, "CHROMIUM="+chromium)
 	cmd.Env = append(cmd.Env, extraEnv...)

@@ -261,11 +261,32 @@ func TestDashboardHashedTokens(t *testing.T) {
 	}
 	cookie := map[string]string{"Cookie": "kairos_csrf=" + csrf}
 
-	// Create: the answer shows the token once; the list then shows its fingerprint only.
-	st, _, body = dashDo(t, e, "POST", "/ui/tokens/create?pool=default", true,
+	// Create: post/redirect/get. The answer is a 303 to the page that
+	// shows the token, once; reloading that page shows nothing and creates
+	// nothing; the list then shows its fingerprint only.
+	st, h, body = dashDo(t, e, "POST", "/ui/tokens/create?pool=default", true,
 		url.Values{"_csrf": {csrf}, "namespace": {"hx"}, "description": {"ui-made"}, "roles": {"consume"}, "queues": {"a,b"}}, cookie)
-	if st != http.StatusCreated {
-		t.Fatalf("create: %d %s", st, body)
+	if st != http.StatusSeeOther || h.Get("Location") != "/ui/tokens/created" || h.Get("Cache-Control") != "no-store" {
+		t.Fatalf("create: %d %v %s, want 303 to /ui/tokens/created, no-store", st, h, body)
+	}
+	var oneShot string
+	for _, c := range (&http.Response{Header: h}).Cookies() {
+		if c.Name == "kairos_new_token" {
+			oneShot = c.Value
+			if !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/ui/tokens/created" {
+				t.Errorf("new-token cookie %+v: want HttpOnly, SameSite=Strict, Path /ui/tokens/created", c)
+			}
+		}
+	}
+	st, h, body = dashDo(t, e, "GET", "/ui/tokens/created", true, nil, map[string]string{"Cookie": "kairos_csrf=" + csrf + "; kairos_new_token=" + oneShot})
+	if st != http.StatusOK || h.Get("Cache-Control") != "no-store" || !strings.Contains(h.Get("Set-Cookie"), "kairos_new_token=;") {
+		t.Fatalf("created page: %d %v, want 200, no-store, the cookie cleared", st, h)
+	}
+	if st, _, again := dashDo(t, e, "GET", "/ui/tokens/created", true, nil, cookie); st != http.StatusNotFound || strings.Contains(again, `id="new-token"`) {
+		t.Fatalf("reloaded created page: %d, want 404 without a token:\n%s", st, again)
+	}
+	if _, _, list := dashDo(t, e, "GET", "/ui/tokens?pool=default&namespace=hx", true, nil, cookie); strings.Count(list, `<td class="desc">ui-made</td>`) != 1 {
+		t.Fatalf("want exactly one token ui-made after a create and a reload:\n%s", list)
 	}
 	i := strings.Index(body, `<pre class="token" id="new-token">`)
 	if i < 0 {

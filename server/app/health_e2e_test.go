@@ -278,9 +278,13 @@ func TestE2EReplicaNotReady(t *testing.T) {
 	// The token is made on the master, so that the replica has it.
 	km := startKairos(t, redisConfig(master.Addr))
 	token := km.newToken(t, "e2e")
-	k := startKairos(t, redisConfig(replica.Addr))
+	// The replica holds the master's data before a server uses it, the
+	// layout marker among them: a server that finds no marker writes one
+	// at start, and stops with Redis's READONLY on a replica.
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		if info, _ := replica.Client().Info(context.Background(), "replication").Result(); strings.Contains(info, "master_link_status:up") {
+		info, _ := replica.Client().Info(context.Background(), "replication").Result()
+		n, _ := replica.Client().Exists(context.Background(), "kairos/layout").Result()
+		if strings.Contains(info, "master_link_status:up") && n == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -288,6 +292,7 @@ func TestE2EReplicaNotReady(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	k := startKairos(t, redisConfig(replica.Addr))
 	r := readyz(t, k.API)
 	r.wantStatus(t, http.StatusServiceUnavailable)
 	r.wantBody(t, `{"ready":false,"checks":{"admin redis":"not master","pool default":"not master"}}`)

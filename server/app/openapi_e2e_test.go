@@ -536,9 +536,19 @@ func TestE2EOpenAPIEveryOperation(t *testing.T) {
 	}
 	o.pub(204, del, "uisq/schedule/ui.made", "", nil, nil)
 
-	// Tokens: create (shown once), revoke by fingerprint.
-	created := uiDo(201, post, "/ui/tokens/create?pool=default", withCSRF(url.Values{"namespace": {"oa"}, "description": {"ui-made"},
+	// Tokens: create (post/redirect/get: shown once, on the next page),
+	// revoke by fingerprint.
+	createdAt := uiDo(303, post, "/ui/tokens/create?pool=default", withCSRF(url.Values{"namespace": {"oa"}, "description": {"ui-made"},
 		"queues": {"uiq"}, "roles": {"publish", "consume"}, "read": {""}, "write": {""}, "interval": {"1"}}), cookie)
+	wantLocation(createdAt, "/ui/tokens/created")
+	oneShot := maps.Clone(cookie)
+	for _, c := range (&http.Response{Header: createdAt.Header}).Cookies() {
+		if c.Name == "kairos_new_token" {
+			oneShot["Cookie"] += "; kairos_new_token=" + c.Value
+		}
+	}
+	created := uiDo(200, get, "/ui/tokens/created", nil, oneShot)
+	uiDo(404, get, "/ui/tokens/created", nil, cookie) // shown once
 	_, uiToken, ok := strings.Cut(string(created.Body), `<pre class="token" id="new-token">`)
 	uiToken, _, _ = strings.Cut(uiToken, "<")
 	if !ok || uiToken == "" {
@@ -565,7 +575,13 @@ func TestE2EOpenAPIEveryOperation(t *testing.T) {
 	} {
 		for _, p := range []string{"/ui/queue/default/oa/dash/pause", "/ui/job/default/oa/dash/" + dashID + "/delete",
 			"/ui/tokens/create?pool=default", "/ui/tokens/revoke?pool=default"} {
-			if r := uiDo(403, post, p, tc.form, tc.hdr); !strings.HasPrefix(string(r.Body), "forbidden: ") {
+			// The cross-site ones are the admin door's (JSON), the others
+			// the double-submit check's (text).
+			want := "forbidden: "
+			if name == "other origin" || name == "cross-site" {
+				want = `{"error":"cross-site request refused: `
+			}
+			if r := uiDo(403, post, p, tc.form, tc.hdr); !strings.HasPrefix(string(r.Body), want) {
 				t.Fatalf("POST %s, %s: %v", p, name, r)
 			}
 		}

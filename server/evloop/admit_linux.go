@@ -46,10 +46,24 @@ func (l *eventLoop) readmit(now time.Time) {
 		c.admitting = nil
 		if c.released || c.dead || l.closing {
 			// Nobody to answer: what admission took goes back.
+			if c.body == it {
+				c.body = nil
+			}
 			l.host.Drop(it)
 			l.host.Recycle(it)
 			if !c.released {
 				l.touch(c) // finish closes it
+			}
+			continue
+		}
+		if c.body == it {
+			// Its body is read now, or thrown away (body_linux.go); its
+			// read timeout still runs from when it began, as net/http's.
+			c.last = now
+			l.touch(c)
+			l.arm(c)
+			if l.startBody(c, now) && len(c.in) > 0 {
+				l.again = append(l.again, c)
 			}
 			continue
 		}

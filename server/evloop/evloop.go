@@ -45,7 +45,10 @@ type Host interface {
 	// and admits it without any I/O. ok false means net/http must serve
 	// r (nothing has happened then). The Item is ready for the engine,
 	// refused (Refused: Err is the answer), or needs I/O to be admitted
-	// (Later: TakeLater, off the loop).
+	// (Later: TakeLater, off the loop). Take sees the head only: a
+	// publish's body is the loop's to read once the request is admitted,
+	// into Pub.Body (allocated once at its Content-Length); a refused
+	// one's is never buffered (body_linux.go).
 	Take(r *Request, ip string, now time.Time) (it *Item, ok bool)
 	// TakeLater admits it, which Take left Later, waiting on I/O as
 	// needed; it clears Later and sets Refused and Err if refused. It
@@ -86,6 +89,10 @@ type Item struct {
 	// call. Refused: admission refused it, Err is the answer and no
 	// engine call is made.
 	Later, Refused bool
+	// Close: the answer ends the connection, and says so (Connection:
+	// close), as net/http's does after a refusal it could not read the
+	// body of (body_linux.go).
+	Close bool
 
 	// Ext is the host's: whatever it keeps with the request (admission).
 	Ext any

@@ -148,7 +148,10 @@ func (g *Group) accept() {
 		delay = 0
 		fd, ip, err := detach(nc)
 		if err != nil {
-			g.log.WithError(err).Warn("event loop: cannot take a connection")
+			// Out of descriptors for its duplicate: net/http serves it
+			// on the one it has, rather than it being reset.
+			g.log.WithError(err).Warn("event loop: cannot take a connection; net/http serves it")
+			g.handoff.give(nc)
 			continue
 		}
 		g.loops[next%len(g.loops)].add(fd, ip)
@@ -178,9 +181,8 @@ func (g *Group) tick() {
 
 // detach returns a close-on-exec duplicate of nc's descriptor (sharing its
 // non-blocking mode) and the client's IP as gin's ClientIP gives it, and
-// closes nc.
+// closes nc; on an error, nc is left open.
 func detach(nc net.Conn) (int, string, error) {
-	defer nc.Close()
 	ip, _, err := net.SplitHostPort(nc.RemoteAddr().String())
 	if err != nil {
 		return -1, "", err
@@ -208,12 +210,20 @@ func detach(nc net.Conn) (int, string, error) {
 	if dupErr != nil {
 		return -1, "", dupErr
 	}
+	_ = nc.Close()
 	return fd, ip, nil
 }
 
 // maxIdleBuffer is the largest input or output buffer a connection keeps
 // between requests.
 const maxIdleBuffer = 64 << 10
+
+// firstRead bounds a read between requests (two heads of the largest
+// size, loopRoutes' MaxHead): the most of a body a connection holds while
+// its request's admission is decided off the loop, as net/http's 4 KiB
+// read buffer bounds its own; a body admitted is then read straight into
+// its own buffer (body_linux.go).
+const firstRead = 16 << 10
 
 // eventLoop serves its connections' requests of the table.
 type eventLoop struct {
@@ -287,6 +297,17 @@ type loopConn struct {
 	// admitting is a request being admitted off the loop
 	// (admit_linux.go); reads are paused meanwhile.
 	admitting *Item
+
+	// body is the publish whose body is being received (body_linux.go):
+	// its head is the first head bytes of in until the body is all in;
+	// length is its Content-Length, and discard, when it was refused, how
+	// much of it is still to be read and thrown away.
+	body                  *Item
+	head, length, discard int
+	// closeAfter: c closes once its answers are out, after a lingering
+	// half-close (lingerClose) if linger; lingerUntil is when it closes.
+	closeAfter, linger bool
+	lingerUntil        time.Time
 }
 
 func newEventLoop(cfg *Config, h *handoffListener) (*eventLoop, error) {
@@ -478,12 +499,23 @@ func (l *eventLoop) touch(c *loopConn) {
 
 // read takes what the client sent and parses it.
 func (l *eventLoop) read(c *loopConn, now time.Time) {
-	if c.dead || c.eof || c.handoff {
+	if c.dead || c.eof || c.handoff || c.closeAfter {
 		// A connection waiting to be handed over keeps its bytes in the
-		// socket for net/http.
+		// socket for net/http; one that closes reads no more.
 		return
 	}
-	m, err := rawRead(c.fd, l.rbuf)
+	if c.body != nil {
+		l.readBody(c, now)
+		return
+	}
+	// Between requests, a read takes at most firstRead bytes: what the
+	// loop may hold of a body before its admission is decided.
+	begin := len(c.in) == 0
+	p := l.rbuf
+	if begin {
+		p = p[:firstRead]
+	}
+	m, err := rawRead(c.fd, p)
 	if err == syscall.EAGAIN || err == syscall.EINTR {
 		return
 	}
@@ -502,9 +534,22 @@ func (l *eventLoop) read(c *loopConn, now time.Time) {
 		// first request's run from the accept (c.since), as net/http's.
 		c.since = now
 	}
-	c.in = append(c.in, l.rbuf[:m]...)
 	c.last = now
+	if !begin {
+		c.in = append(c.in, l.rbuf[:m]...)
+		l.parse(c, now)
+		return
+	}
+	// Parsed where it was read: only what is left (a part of a request,
+	// a head whose admission runs off the loop, what follows a consume…)
+	// is copied, into a buffer of c's own.
+	c.in = l.rbuf[:m]
 	l.parse(c, now)
+	if len(c.in) > 0 {
+		c.in = append([]byte(nil), c.in...)
+	} else {
+		c.in = nil
+	}
 }
 
 // batch puts it, a request of c, into this pass's batch, and reports
@@ -524,45 +569,68 @@ func (l *eventLoop) batch(c *loopConn, it *Item) bool {
 }
 
 // parse takes the table's requests at the head of c's input into the
-// batch, up to the first request that is net/http's.
+// batch, up to the first request that is net/http's. A request with a body
+// is admitted from its head, before its body is read (body_linux.go).
 func (l *eventLoop) parse(c *loopConn, now time.Time) {
-	if c.released || c.dead || c.handoff || c.blocked || c.parked != nil || c.consume != nil || c.admitting != nil || l.closing {
-		return
-	}
-	used := 0
-	for used < len(c.in) {
-		res := l.parser.Parse(c.in[used:], &l.req)
-		if res == More {
-			break
+	for !(c.released || c.dead || c.handoff || c.blocked || c.parked != nil || c.consume != nil ||
+		c.admitting != nil || c.body != nil || c.closeAfter || l.closing) {
+		used := 0
+		var body *Item
+		later := false // body is being admitted off the loop (not to be touched)
+		for used < len(c.in) {
+			res := l.parser.Parse(c.in[used:], &l.req)
+			if res == More {
+				break
+			}
+			if res == Other {
+				c.handoff = true
+				break
+			}
+			it, ok := l.host.Take(&l.req, c.ip, now)
+			if !ok {
+				c.handoff = true
+				break
+			}
+			it.conn = c
+			c.answered = true
+			if l.req.Length > 0 && res == Done && !it.Later && !it.Refused {
+				// Admitted, and its body is all here: into its own
+				// buffer, allocated once at its length.
+				it.Pub.Body = make([]byte, l.req.Length)
+				copy(it.Pub.Body, l.req.Body)
+			} else if l.req.Length > 0 {
+				// Admitted (or sent to be), or refused, from its head;
+				// its head stays in c.in until its body is in.
+				body = it
+				c.body, c.head, c.length = it, l.req.HeadSize, l.req.Length
+				if it.Later {
+					later = true
+					l.admitLater(c, it)
+				}
+				break
+			}
+			used += l.req.Size
+			if it.Later {
+				// Its admission needs the admin Redis: it leaves the loop,
+				// and what follows waits for its answer.
+				l.admitLater(c, it)
+				break
+			}
+			if l.batch(c, it) {
+				break
+			}
 		}
-		if res == Other {
-			c.handoff = true
-			break
+		if used > 0 {
+			c.in = c.in[:copy(c.in, c.in[used:])]
+			c.since = now
+			if len(c.in) == 0 && cap(c.in) > maxIdleBuffer {
+				c.in = nil // a large buffer is not kept
+			}
 		}
-		it, ok := l.host.Take(&l.req, c.ip, now)
-		if !ok {
-			c.handoff = true
-			break
+		if body == nil || later || !l.startBody(c, now) {
+			return
 		}
-		it.conn = c
-		used += l.req.Size
-		if it.Later {
-			// Its admission needs the admin Redis: it leaves the loop,
-			// and what follows waits for its answer.
-			l.admitLater(c, it)
-			break
-		}
-		if l.batch(c, it) {
-			break
-		}
-	}
-	if used > 0 {
-		c.answered = true
-		c.in = c.in[:copy(c.in, c.in[used:])]
-		c.since = now
-		if len(c.in) == 0 && cap(c.in) > maxIdleBuffer {
-			c.in = nil // a large body's buffer is not kept
-		}
+		// The body was all in: on with what follows it.
 	}
 }
 
@@ -590,8 +658,11 @@ func (l *eventLoop) runFast(items []*Item, date []byte) {
 // finish writes c's answers and, once they are out, hands c over or
 // closes it as it asked.
 func (l *eventLoop) finish(c *loopConn, now time.Time) {
-	if c.released {
+	if c.released || !c.lingerUntil.IsZero() {
 		return
+	}
+	if c.body != nil && c.eof && !c.dead && c.admitting == nil {
+		l.abandonBody(c, now) // the body will not come whole
 	}
 	if !c.dead && len(c.out) > c.outOff {
 		l.flush(c, now)
@@ -605,6 +676,11 @@ func (l *eventLoop) finish(c *loopConn, now time.Time) {
 	}
 	switch {
 	case c.dead:
+		l.drop(c)
+	case c.closeAfter && c.blocked:
+	case c.closeAfter && c.linger:
+		l.lingerClose(c, now)
+	case c.closeAfter:
 		l.drop(c)
 	case c.handoff && !c.blocked:
 		l.handOver(c)
@@ -661,7 +737,7 @@ func (l *eventLoop) flush(c *loopConn, now time.Time) {
 func (l *eventLoop) arm(c *loopConn) {
 	var events uint32
 	switch {
-	case c.dead:
+	case c.dead, !c.lingerUntil.IsZero():
 		events = syscall.EPOLLONESHOT // errors at most once more
 	case c.blocked:
 		events = syscall.EPOLLOUT
@@ -709,6 +785,13 @@ func (l *eventLoop) forget(c *loopConn) {
 	_ = rawEpollCtl(l.ep, syscall.EPOLL_CTL_DEL, c.fd, nil)
 	delete(l.conns, c.fd)
 	c.released = true
+	if it := c.body; it != nil && c.admitting != it {
+		// Its body never came: what its admission took goes back (one
+		// being admitted off the loop is readmit's).
+		c.body = nil
+		l.host.Drop(it)
+		l.host.Recycle(it)
+	}
 }
 
 // sweep closes the connections that exceeded a timeout.
@@ -720,14 +803,28 @@ func (l *eventLoop) sweep(now time.Time) {
 			// timeouts; timeouts apply once answered.
 			continue
 		}
+		if !c.lingerUntil.IsZero() {
+			if now.After(c.lingerUntil) {
+				l.drop(c)
+			}
+			continue
+		}
 		var limit time.Duration
 		from := c.since
 		switch {
 		case c.blocked:
 			limit = t.Write
+		case c.body != nil:
+			// A body that is late: abandoned as net/http's read of it
+			// fails at its read deadline (body_linux.go).
+			if t.Read > 0 && now.Sub(from) > t.Read {
+				l.abandonBody(c, now)
+				l.finish(c, now)
+			}
+			continue
 		case len(c.in) > 0:
 			limit = t.Read
-			if l.parser.Parse(c.in, &l.req) == More && l.req.Size > 0 {
+			if l.parser.Parse(c.in, &l.req) == Head {
 				// A fast publish whose body is late: net/http answers it
 				// (400 "failed to read body") as it would have, its read
 				// deadline already past.

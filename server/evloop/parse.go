@@ -130,13 +130,21 @@ const (
 	More  Result = iota // an incomplete request that may still be the loops'
 	Done                // a complete request of the table
 	Other               // net/http must serve what follows
+	// Head is a request of the table whose head is complete and whose
+	// body is not all there yet: the loops admit it before they read the
+	// body (Request.Body is nil; Size is what the whole request takes).
+	Head
 )
 
 // Request is a request of the table: slices of the connection's buffer,
 // valid until the buffer is reused.
 type Request struct {
-	route     *compiledRoute
-	Size      int    // bytes of the request, head and body
+	route    *compiledRoute
+	Size     int // bytes of the request, head and body
+	HeadSize int // bytes of the head (request line, headers, blank line)
+	// Length is the announced body length (Content-Length), 0 without
+	// a body.
+	Length    int
 	Namespace []byte // path parameters
 	Queue     []byte
 	JobID     []byte
@@ -147,9 +155,9 @@ type Request struct {
 	// TraceParent and TraceState are the W3C trace context headers, as
 	// sent (Table.TraceContext), nil when absent.
 	TraceParent, TraceState []byte
-	Body                    []byte
-	length                  int       // Content-Length
-	seen                    headFlags // headers met so far
+	// Body is the body when all of it is in the buffer (Done).
+	Body []byte
+	seen headFlags // headers met so far
 }
 
 // Route is the table row r matched.
@@ -223,8 +231,9 @@ func (p *Parser) Parse(buf []byte, r *Request) Result {
 			r.Token = v
 		}
 	}
-	n := r.length
+	n := r.Length
 	body := r.route.Body
+	r.HeadSize = end
 	switch {
 	case body.Max == 0:
 		// No body: none announced, or an empty one.
@@ -236,12 +245,11 @@ func (p *Parser) Parse(buf []byte, r *Request) Result {
 	case r.seen&seenLength == 0 || n < body.Min || n > body.Max:
 		return Other
 	}
+	r.Size = end + n // the head is whole: what the request will take
 	if len(buf)-end < n {
-		r.Size = end + n // the head is whole: what the request will take
-		return More
+		return Head
 	}
 	r.Body = buf[end : end+n]
-	r.Size = end + n
 	return Done
 }
 
@@ -401,7 +409,7 @@ func (p *Parser) parseHeader(line []byte, r *Request) bool {
 			n = n*10 + int(c-'0')
 		}
 		*f |= seenLength
-		r.length = n
+		r.Length = n
 	case asciiEqualFold(name, "connection"):
 		if *f&seenConnection != 0 || !asciiEqualFold(value, "keep-alive") {
 			return false

@@ -34,7 +34,7 @@ func TestParserFollowsTable(t *testing.T) {
 		{"publish", "POST /v1/ns/q/jobs?n=1 HTTP/1.1\r\n" + host + "Content-Length: 2\r\n\r\nab", Done},
 		{"body too short", "POST /v1/ns/q/jobs HTTP/1.1\r\n" + host + "Content-Length: 1\r\n\r\na", Other},
 		{"body too long", "POST /v1/ns/q/jobs HTTP/1.1\r\n" + host + "Content-Length: 5\r\n\r\nabcde", Other},
-		{"body pending", "POST /v1/ns/q/jobs HTTP/1.1\r\n" + host + "Content-Length: 3\r\n\r\nab", More},
+		{"body pending", "POST /v1/ns/q/jobs HTTP/1.1\r\n" + host + "Content-Length: 3\r\n\r\nab", Head},
 		{"wrong static segment", "POST /v1/ns/q/job HTTP/1.1\r\n" + host + "Content-Length: 2\r\n\r\nab", Other},
 		{"parameter of no route", "POST /v1/ns/q/jobs?m=1 HTTP/1.1\r\n" + host + "Content-Length: 2\r\n\r\nab", Other},
 		{"method of another route", "PUT /v1/ns/q/jobs HTTP/1.1\r\n" + host + "Content-Length: 2\r\n\r\nab", Other},

@@ -12,8 +12,9 @@ const JSONContentType = "application/json; charset=utf-8"
 // AppendResponse appends a whole HTTP/1.1 response as net/http writes
 // gin's: a JSON body, or none for a 204; retryAfter > 0 adds Retry-After
 // (seconds); traceParent and traceState, when not empty, add the W3C
-// trace context headers (a consumed job's).
-func AppendResponse(b []byte, code, retryAfter int, traceParent, traceState string, reqID, date, body []byte) []byte {
+// trace context headers (a consumed job's); closes adds Connection: close,
+// where net/http writes it (Item.Close).
+func AppendResponse(b []byte, code, retryAfter int, traceParent, traceState string, closes bool, reqID, date, body []byte) []byte {
 	b = append(b, "HTTP/1.1 "...)
 	b = strconv.AppendInt(b, int64(code), 10)
 	b = append(b, ' ')
@@ -43,11 +44,13 @@ func AppendResponse(b []byte, code, retryAfter int, traceParent, traceState stri
 	b = append(b, reqID...)
 	b = append(b, "\r\nDate: "...)
 	b = append(b, date...)
-	if code == http.StatusNoContent {
-		return append(b, "\r\n\r\n"...)
+	if code != http.StatusNoContent {
+		b = append(b, "\r\nContent-Length: "...)
+		b = strconv.AppendInt(b, int64(len(body)), 10)
 	}
-	b = append(b, "\r\nContent-Length: "...)
-	b = strconv.AppendInt(b, int64(len(body)), 10)
+	if closes {
+		b = append(b, "\r\nConnection: close"...)
+	}
 	b = append(b, "\r\n\r\n"...)
 	return append(b, body...)
 }

@@ -45,7 +45,8 @@ Scenarios (default: publish bulk consume latency delayed burst):
   idle      --concurrency long-polling consumers, then one job per 100 of them
   flood     --publishers (8) keep-alive publishers with --token beside --concurrency
             clients sending a publish with a random token on a new connection each:
-            the valid publishers' jobs and latency under a flood of bad tokens
+            the valid publishers' jobs and latency under a flood of bad tokens;
+            --flood-body N: each flood request announces N bytes and sends N-1
 
 --ceiling runs the same scenarios against a do-nothing server of the same API,
 started as a child process (this binary's hidden "bench ceiling-server"), and
@@ -310,6 +311,7 @@ func (c *cli) benchCmd() *cobra.Command {
 	f.IntVar(&runs, "runs", 1, "runs per scenario; the median is printed with min-max")
 	f.IntVar(&cfg.Queues, "queues", 1, "spread the publish scenario over this many queues")
 	f.IntVar(&cfg.Publishers, "publishers", bench.DefaultFloodPublishers, "valid publishers of the flood scenario (--concurrency is its flood's clients)")
+	f.IntVar(&cfg.FloodBody, "flood-body", 0, "flood scenario: each flood request announces a body of this many bytes and sends one byte less (0: a plain publish)")
 	f.IntVar(&preload, "preload-delayed", 0, "first publish this many jobs delayed by an hour (a large timer), destroyed at the end")
 	f.IntVar(&serverPID, "server-pid", 0, "PID of the server under test, on this machine: print its CPU µs per job (/proc/PID/stat)")
 	f.StringVar(&redisCPUAddr, "redis", "", "the server's Redis (HOST:PORT, a redis:// URL, or a cluster's seeds HOST:PORT,...): print its CPU µs per job (INFO cpu), per master on a cluster; each measured phase waits until it runs no snapshot or AOF rewrite")

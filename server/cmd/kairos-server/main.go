@@ -267,12 +267,20 @@ func printError(stderr io.Writer, path string, err error) {
 
 // tokenHint is the start-up line telling how to create a first token.
 // With [Accounts] the admin API needs basic auth, so the command carries
-// -u with the first user name and PASSWORD in place of its password,
-// which is never printed.
+// -u with the first user name that may create tokens of every namespace
+// (the admin role, no namespace list) and PASSWORD in place of its
+// password, which is never printed.
 func tokenHint(cfg *config.Config, adminURL string) string {
 	auth := ""
 	if len(cfg.Accounts) > 0 {
-		user := slices.Sorted(maps.Keys(cfg.Accounts))[0]
+		users := slices.Sorted(maps.Keys(cfg.Accounts))
+		user := users[0]
+		for _, u := range users {
+			if a := cfg.Access(u); a.Role == config.RoleAdmin && a.Namespaces == nil {
+				user = u
+				break
+			}
+		}
 		auth = "-u " + shellQuote(user+":PASSWORD") + " "
 	}
 	hint := fmt.Sprintf("create a token: curl %s-X POST '%s/token/<namespace>?description=first'", auth, adminURL)

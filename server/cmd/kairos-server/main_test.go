@@ -97,6 +97,12 @@ func TestTokenHint(t *testing.T) {
 	if strings.Contains(got, "secret") {
 		t.Errorf("the hint shows a password: %q", got)
 	}
+	// The first account that may create tokens everywhere.
+	cfg.AccountAccess = map[string]config.AccountAccess{"monitor": {Role: config.RoleViewer}}
+	if got := tokenHint(cfg, "a:1"); !strings.Contains(got, "-u 'ops:PASSWORD'") {
+		t.Errorf("with a viewer first: %q, want the admin ops", got)
+	}
+	cfg.AccountAccess = nil
 	cfg.Accounts = map[string]string{"o'brien": "x"}
 	if got := tokenHint(cfg, "http://a:1"); !strings.Contains(got, `-u 'o'\''brien:PASSWORD'`) {
 		t.Errorf("quoting: %q", got)

@@ -292,7 +292,7 @@ await step('schedules: one made through the API shows by itself; pause and delet
   results.ui_schedule = `${q}/nightly`;
 });
 
-await step('create a scoped, rate-limited token; it is shown once, then only its fingerprint', async () => {
+await step('create a scoped, rate-limited token; it is shown once (a reload creates nothing), then only its fingerprint', async () => {
   await page.goto(`${ADMIN}/ui/tokens?pool=default&namespace=${env.ns}`);
   await page.fill('#token-desc', 'made in the UI');
   await page.fill('#token-queues', env.queue);
@@ -308,7 +308,18 @@ await step('create a scoped, rate-limited token; it is shown once, then only its
   assert.equal(r.status, 201);
   r = await api('PUT', `/api/${env.ns}/other`, token, 'outside its scope');
   assert.equal(r.status, 403);
-  await page.click('#back-to-tokens');
+  // Post/redirect/get: the page shows the token once; reloading it shows
+  // nothing and creates nothing.
+  assert.equal(new URL(page.url()).pathname, '/ui/tokens/created');
+  const again = await page.reload();
+  assert.equal(again.status(), 404);
+  assert.equal(await page.locator('#new-token').count(), 0);
+  assert.match(await page.content(), /no new token to show/);
+  const i = badResponses.indexOf('404 /ui/tokens/created');
+  assert.notEqual(i, -1);
+  badResponses.splice(i, 1); // that 404 is the point
+  await page.goto(`${ADMIN}/ui/tokens?pool=default&namespace=${env.ns}`);
+  assert.equal(await page.locator('#tokens td.desc:text-is("made in the UI")').count(), 1, 'one token, not two');
   const row = page.locator(`#tokens tr[data-fingerprint="${fp}"]`);
   await row.waitFor();
   assert.match(await row.textContent(), /made in the UI/);
