@@ -1,0 +1,170 @@
+package rdb
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/engine/rdb/redistest"
+)
+
+// fillPool publishes 4 KB jobs into queue q until the pool refuses one,
+// and returns the IDs published and the refusal.
+func fillPool(t *testing.T, e *Engine, ns, q string) ([]string, error) {
+	t.Helper()
+	body := []byte(strings.Repeat("x", 4096))
+	var ids []string
+	for i := 0; i < 100000; i++ {
+		id, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Body: body, Tries: 2, TTL: time.Hour})
+		if err != nil {
+			return ids, err
+		}
+		ids = append(ids, id)
+	}
+	t.Fatal("a pool of 8 MB took 100,000 jobs of 4 KB")
+	return nil, nil
+}
+
+// TestFullPoolDrains fills a real Redis (maxmemory 8mb, noeviction) with
+// 4 KB jobs: the publish that Redis refuses for memory fails with
+// engine.ErrPoolFull naming the pool and writes nothing, a bulk publish and
+// a delayed one are refused alike, and every job stored can still be
+// consumed, released, dead-lettered, deleted and acknowledged, and a queue
+// destroyed (tenants drain a full pool): before each kind of operation
+// the pool is filled again with small jobs, so that each meets a full
+// Redis. Afterwards publishing works again.
+func TestFullPoolDrains(t *testing.T) {
+	srv := redistest.StartWith(t, redistest.Options{Extra: []string{"maxmemory 8mb", "maxmemory-policy noeviction"}})
+	client := srv.Client()
+	e, err := New(bg, client, Options{Pool: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns, q = "noisy", "q"
+	ids, err := fillPool(t, e, ns, q)
+	var pf *engine.PoolFullError
+	if !errors.Is(err, engine.ErrPoolFull) || !errors.As(err, &pf) || pf.Pool != "default" {
+		t.Fatalf("publish into a full pool after %d jobs: %v, want engine.ErrPoolFull for pool default", len(ids), err)
+	}
+	if len(ids) < 100 {
+		t.Fatalf("only %d jobs fit in 8 MB", len(ids))
+	}
+
+	// A refused publish writes nothing, whatever its form.
+	keys := client.DBSize(bg).Val()
+	body := []byte(strings.Repeat("y", 4096))
+	refused := []*engine.PublishRequest{
+		{Namespace: ns, Queue: q, Body: body, Tries: 1},
+		{Namespace: "quiet", Queue: "other", Body: body, Tries: 1, Delay: time.Minute},
+		{Namespace: ns, Queue: q, Body: body, Tries: 1, Key: "idem"},
+	}
+	for _, r := range refused {
+		if _, err := e.Publish(bg, r); !errors.Is(err, engine.ErrPoolFull) {
+			t.Fatalf("publish %+v into a full pool: %v", r, err)
+		}
+	}
+	if _, err := e.PublishBatch(bg, []*engine.PublishRequest{refused[0], {Namespace: ns, Queue: q, Body: body, Tries: 1, Delay: time.Minute}}); !errors.Is(err, engine.ErrPoolFull) {
+		t.Fatalf("bulk publish into a full pool: %v", err)
+	}
+	if n := client.DBSize(bg).Val(); n != keys {
+		t.Fatalf("refused publishes changed the key count: %d, was %d", n, keys)
+	}
+	if n, err := e.Size(bg, ns, q); err != nil || n != int64(len(ids)) {
+		t.Fatalf("size %d, %v; want the %d published", n, err, len(ids))
+	}
+
+	// refill fills the pool again with small jobs of another namespace
+	// (what got freed since), so that the next operation meets a full pool.
+	refill := func() {
+		t.Helper()
+		small := []byte(strings.Repeat("z", 256))
+		for i := 0; ; i++ {
+			_, err := e.Publish(bg, &engine.PublishRequest{Namespace: "filler", Queue: "q", Body: small, Tries: 1})
+			if errors.Is(err, engine.ErrPoolFull) {
+				return
+			}
+			if err != nil || i > 100000 {
+				t.Fatalf("refill: %v after %d jobs", err, i)
+			}
+		}
+	}
+
+	// Drain: release one (to be consumed again), dead-letter one and delete
+	// it there, delete one outright, then consume and ACK the rest.
+	consume := func(n int) []*engine.Job {
+		t.Helper()
+		jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, TTR: time.Minute, Count: n})
+		if err != nil {
+			t.Fatalf("consume from a full pool: %v", err)
+		}
+		return jobs
+	}
+	refill()
+	first := consume(3)
+	if len(first) != 3 {
+		t.Fatalf("consumed %d of 3", len(first))
+	}
+	refill()
+	if err := e.Release(bg, &engine.ReleaseRequest{Namespace: ns, Queue: q, ID: first[0].ID, Receipt: first[0].Receipt, KeepTry: true}); err != nil {
+		t.Fatalf("release in a full pool: %v", err)
+	}
+	refill()
+	if err := e.Release(bg, &engine.ReleaseRequest{Namespace: ns, Queue: q, ID: first[1].ID, Receipt: first[1].Receipt, Reason: engine.ReasonNacked}); err != nil {
+		t.Fatalf("nack in a full pool: %v", err)
+	}
+	// first[1] had 2 tries: one spent, one left, so it is ready again;
+	// consume it with the rest. Delete first[2].
+	refill()
+	if err := e.Delete(bg, ns, q, first[2].ID); err != nil {
+		t.Fatalf("delete in a full pool: %v", err)
+	}
+	left := len(ids) - 1
+	acked := 0
+	for left > 0 {
+		if acked%64 == 0 {
+			refill()
+		}
+		jobs := consume(16)
+		if len(jobs) == 0 {
+			t.Fatalf("nothing to consume with %d jobs left", left)
+		}
+		for _, j := range jobs {
+			if j.ID == first[1].ID && j.Tries == 0 {
+				// Its last try: nack it into the dead letter, then delete it there.
+				refill()
+				if err := e.Release(bg, &engine.ReleaseRequest{Namespace: ns, Queue: q, ID: j.ID, Receipt: j.Receipt, Reason: engine.ReasonNacked}); err != nil {
+					t.Fatalf("nack into the dead letter of a full pool: %v", err)
+				}
+				refill()
+				if n, err := e.DeleteDeadLetter(bg, ns, q, 10); err != nil || n != 1 {
+					t.Fatalf("delete dead letter in a full pool: %d, %v", n, err)
+				}
+				left--
+				continue
+			}
+			if acked%64 == 0 {
+				refill()
+			}
+			if err := e.Ack(bg, ns, q, j.ID, j.Receipt); err != nil {
+				t.Fatalf("ack in a full pool: %v", err)
+			}
+			acked++
+			left--
+		}
+	}
+	if acked != len(ids)-2 {
+		t.Fatalf("acked %d, want %d", acked, len(ids)-2)
+	}
+	if n, err := e.Size(bg, ns, q); err != nil || n != 0 {
+		t.Fatalf("size after the drain %d, %v", n, err)
+	}
+	refill()
+	if _, err := e.Destroy(bg, "filler", "q"); err != nil {
+		t.Fatalf("destroy in a full pool: %v", err)
+	}
+	if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Body: body, Tries: 1}); err != nil {
+		t.Fatalf("publish after the drain: %v", err)
+	}
+}
