@@ -319,8 +319,17 @@ func (s *Server) failAdmin(c *gin.Context, err error) {
 	s.render(c, err, mapAdminError(c.Request.Context(), err))
 }
 
+// serverFault reports whether an answer of status is the server's or its
+// store's failure, logged as an error with the request: a 5xx but the
+// 507 of a full pool, which is the tenants' doing (one line per refused
+// publish would flood the log while a pool fills; /readyz and the
+// status-code metrics say it).
+func serverFault(status int) bool {
+	return status >= http.StatusInternalServerError && status != http.StatusInsufficientStorage
+}
+
 func (s *Server) render(c *gin.Context, err error, ae *apiError) {
-	if ae.status >= http.StatusInternalServerError {
+	if serverFault(ae.status) {
 		s.reqLogger(c).WithError(err).Error("request failed")
 	} else if ae == errClientGone {
 		s.reqLogger(c).WithError(err).Debug("client went away")

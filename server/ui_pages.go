@@ -151,7 +151,7 @@ func (d *dashboard) notFound(c *gin.Context, msg string) {
 // fail renders a page for err: the admin API's status and message.
 func (d *dashboard) fail(c *gin.Context, err error) {
 	ae := mapAdminError(c.Request.Context(), err)
-	if ae.status >= http.StatusInternalServerError {
+	if serverFault(ae.status) {
 		d.s.reqLogger(c).WithError(err).Error("dashboard request failed")
 	}
 	if ae.retryAfter > 0 {
