@@ -72,6 +72,9 @@ func TestE2EFullPool(t *testing.T) {
 		}
 	}
 	waitReadyBody(t, e.API, `{"ready":true,"checks":{"admin redis":"full","pool default":"full"}}`)
+	if r := doHTTP(t, http.MethodGet, e.Admin+"/ui/", "", nil, nil); r.Status != http.StatusOK || !strings.Contains(string(r.Body), "data-pool-full") {
+		t.Fatalf("dashboard overview of a full pool: %v, want the pool marked full", r)
+	}
 
 	// Drain: every job stored is consumed and ACKed.
 	stored := make(map[string]bool, len(ids))
@@ -93,6 +96,9 @@ func TestE2EFullPool(t *testing.T) {
 	e.wantNoJob(t, "q", "")
 	e.publish(t, "q", "", string(body))
 	waitReadyBody(t, e.API, `{"ready":true,"checks":{"admin redis":"ok","pool default":"ok"}}`)
+	if r := doHTTP(t, http.MethodGet, e.Admin+"/ui/", "", nil, nil); r.Status != http.StatusOK || strings.Contains(string(r.Body), "data-pool-full") {
+		t.Fatalf("dashboard overview after the drain: %v, want the pool no longer marked full", r)
+	}
 }
 
 // waitReadyBody polls base+/readyz until it answers 200 with body want.
