@@ -2,6 +2,7 @@ package rdb
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -166,5 +167,40 @@ func TestFullPoolDrains(t *testing.T) {
 	}
 	if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Body: body, Tries: 1}); err != nil {
 		t.Fatalf("publish after the drain: %v", err)
+	}
+}
+
+// oomReply is Redis's refusal for memory as go-redis returns it.
+type oomReply string
+
+func (e oomReply) Error() string { return string(e) }
+func (oomReply) RedisError()     {}
+
+// TestFullOn: only Redis's OOM refusal becomes engine.ErrPoolFull, once,
+// naming the engine's pool; other errors pass unchanged.
+func TestFullOn(t *testing.T) {
+	e := &Engine{pool: "blue"}
+	oom := fmt.Errorf("publish: %w", oomReply("OOM command not allowed when used memory > 'maxmemory'. script: 1edd, on @user_script:44."))
+	err := oom
+	e.fullOn(&err)
+	e.fullOn(&err) // not wrapped twice
+	var pf *engine.PoolFullError
+	if !errors.As(err, &pf) || pf.Pool != "blue" || pf.Err != oom || !errors.Is(err, engine.ErrPoolFull) {
+		t.Fatalf("fullOn(OOM) = %v", err)
+	}
+	if want := "engine: pool blue is full: " + oom.Error(); err.Error() != want {
+		t.Errorf("message %q, want %q", err, want)
+	}
+	for _, other := range []error{nil, oomReply("ERR wrong number of arguments"), errors.New("OOM but not from Redis"), engine.ErrInvalid} {
+		err := other
+		e.fullOn(&err)
+		if err != other {
+			t.Errorf("fullOn(%v) = %v, want it unchanged", other, err)
+		}
+	}
+	errs := []error{nil, oom}
+	e.fullOnEach(errs)
+	if errs[0] != nil || !errors.Is(errs[1], engine.ErrPoolFull) {
+		t.Errorf("fullOnEach = %v", errs)
 	}
 }
