@@ -3,9 +3,12 @@ package rdb
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/kairos-dev/kairos/engine"
 	"github.com/kairos-dev/kairos/engine/rdb/redistest"
@@ -43,7 +46,55 @@ func TestFullPoolDrains(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	fullPoolDrains(t, e, client)
+}
+
+// TestFullPoolDrainsCluster: TestFullPoolDrains on the real Redis Cluster,
+// each master given 8 MB more than it holds: a full master refuses the
+// publishes of its slot groups and drains as a single Redis does.
+func TestFullPoolDrainsCluster(t *testing.T) {
+	c := redistest.SharedCluster(t)
+	c.Flush(t)
+	for _, addr := range c.Masters(t) {
+		n := redis.NewClient(&redis.Options{Addr: addr})
+		used := usedMemory(t, n)
+		if err := n.ConfigSet(bg, "maxmemory-policy", "noeviction").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.ConfigSet(bg, "maxmemory", strconv.FormatInt(used+8<<20, 10)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = n.ConfigSet(bg, "maxmemory", "0").Err()
+			_ = n.Close()
+		})
+	}
+	t.Cleanup(func() { c.Flush(t) })
+	client := c.Client(t)
+	e, err := New(bg, client, Options{Pool: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fullPoolDrains(t, e, client)
+}
+
+// sameGroup returns a queue of namespace ns in the slot group of noisy/q
+// (on a cluster: on the same master, which the test fills).
+func sameGroup(t *testing.T, ns, q string) string {
+	for i := 0; i < 100000; i++ {
+		if name := fmt.Sprintf("g%d", i); slotGroup(ns, name) == slotGroup("noisy", q) {
+			return name
+		}
+	}
+	t.Fatal("no queue in the slot group")
+	return ""
+}
+
+// fullPoolDrains is TestFullPoolDrains on engine e of pool "default" over
+// client.
+func fullPoolDrains(t *testing.T, e *Engine, client redis.UniversalClient) {
 	const ns, q = "noisy", "q"
+	quietQ, fillerQ := sameGroup(t, "quiet", q), sameGroup(t, "filler", q)
 	ids, err := fillPool(t, e, ns, q)
 	var pf *engine.PoolFullError
 	if !errors.Is(err, engine.ErrPoolFull) || !errors.As(err, &pf) || pf.Pool != "default" {
@@ -58,7 +109,7 @@ func TestFullPoolDrains(t *testing.T) {
 	body := []byte(strings.Repeat("y", 4096))
 	refused := []*engine.PublishRequest{
 		{Namespace: ns, Queue: q, Body: body, Tries: 1},
-		{Namespace: "quiet", Queue: "other", Body: body, Tries: 1, Delay: time.Minute},
+		{Namespace: "quiet", Queue: quietQ, Body: body, Tries: 1, Delay: time.Minute},
 		{Namespace: ns, Queue: q, Body: body, Tries: 1, Key: "idem"},
 	}
 	for _, r := range refused {
@@ -82,7 +133,7 @@ func TestFullPoolDrains(t *testing.T) {
 		t.Helper()
 		small := []byte(strings.Repeat("z", 256))
 		for i := 0; ; i++ {
-			_, err := e.Publish(bg, &engine.PublishRequest{Namespace: "filler", Queue: "q", Body: small, Tries: 1})
+			_, err := e.Publish(bg, &engine.PublishRequest{Namespace: "filler", Queue: fillerQ, Body: small, Tries: 1})
 			if errors.Is(err, engine.ErrPoolFull) {
 				return
 			}
@@ -162,7 +213,7 @@ func TestFullPoolDrains(t *testing.T) {
 		t.Fatalf("size after the drain %d, %v", n, err)
 	}
 	refill()
-	if _, err := e.Destroy(bg, "filler", "q"); err != nil {
+	if _, err := e.Destroy(bg, "filler", fillerQ); err != nil {
 		t.Fatalf("destroy in a full pool: %v", err)
 	}
 	if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Body: body, Tries: 1}); err != nil {
