@@ -182,7 +182,8 @@ func WithTimeout(d time.Duration) Option {
 // requests that cannot create duplicates are retried: any request whose
 // connection was refused before anything was sent; idempotent ones (peeks,
 // sizes, ACK, token and limit reads, publishes with a job key) also after a
-// network error or a 5xx; consumes also after a 503 (Redis unavailable: a
+// network error or a 5xx but 507 (a full pool: ErrPoolFull, which a retry
+// soon after meets again); consumes also after a 503 (Redis unavailable: a
 // job a failed consume took comes back after its TTR). Publishes without a
 // job key are never re-sent once sent, as a lost answer could publish a job
 // twice: see WithPublishKeys.
@@ -444,7 +445,7 @@ func (t *transport) once(parent context.Context, r request) (*response, bool, er
 		}
 	}
 	apiErr := newAPIError(r.method, r.path, res.StatusCode, res.Header, data)
-	retry := r.idempotent && res.StatusCode >= 500 ||
+	retry := r.idempotent && res.StatusCode >= 500 && res.StatusCode != http.StatusInsufficientStorage ||
 		r.unavailableRetry && res.StatusCode == http.StatusServiceUnavailable && !apiErr.mayExist()
 	return nil, retry, apiErr
 }

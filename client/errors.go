@@ -57,6 +57,11 @@ var (
 	// make a duplicate. APIError.JobID (JobIDs for a bulk publish) names
 	// it. It also matches ErrUnavailable and ErrServer.
 	ErrMayExist = errors.New("kairos: publish not replicated, the job may exist")
+	// ErrPoolFull: the pool's Redis is full (507: maxmemory reached under
+	// noeviction) and refused a publish, writing nothing. Not an outage:
+	// the same publish fails until consumers make room, so it is not
+	// retried; consumes and ACKs keep working. It also matches ErrServer.
+	ErrPoolFull = errors.New("kairos: pool is full")
 )
 
 // APIError is an error answered by a Kairos (or lmstfy) server: a status
@@ -123,6 +128,8 @@ func (e *APIError) Is(target error) bool {
 		return e.Status == http.StatusServiceUnavailable
 	case ErrMayExist:
 		return e.mayExist()
+	case ErrPoolFull:
+		return e.Status == http.StatusInsufficientStorage
 	}
 	return false
 }

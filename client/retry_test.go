@@ -269,6 +269,23 @@ func TestRetryUnavailable(t *testing.T) {
 		})
 	}
 
+	t.Run("pool full", func(t *testing.T) {
+		var calls atomic.Int64
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			calls.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInsufficientStorage)
+			_, _ = w.Write([]byte(`{"error":"pool default is full"}`))
+		}))
+		t.Cleanup(srv.Close)
+		_, err := newClient(t, srv.URL).Publish(ctx, "q", []byte("x"), client.JobKey("k"))
+		var apiErr *client.APIError
+		if !errors.Is(err, client.ErrPoolFull) || !errors.Is(err, client.ErrServer) || errors.Is(err, client.ErrUnavailable) ||
+			!errors.As(err, &apiErr) || apiErr.Message != "pool default is full" || calls.Load() != 1 {
+			t.Fatalf("keyed Publish into a full pool: %v after %d requests; want ErrPoolFull, not retried", err, calls.Load())
+		}
+	})
+
 	t.Run("Retry-After", func(t *testing.T) {
 		srv, calls, _ := unavailable503(t, 1, "1", false)
 		start := time.Now()

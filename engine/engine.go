@@ -54,7 +54,29 @@ var (
 	// engine/rdb returns go-redis's own errors, which the server classifies
 	// the same way; other implementations wrap this sentinel.
 	ErrUnavailable = errors.New("engine: store unavailable")
+	// ErrPoolFull means the pool's store refused a write for memory (a
+	// Redis at maxmemory under noeviction). It is not an outage: the same
+	// publish fails until consumers make room, while consume, ACK, delete
+	// and release keep working so that tenants can drain. The HTTP layer
+	// answers 507. Engines return it as a *PoolFullError naming the pool.
+	ErrPoolFull = errors.New("engine: pool is full")
 )
+
+// PoolFullError is ErrPoolFull for one pool, with the store's refusal.
+type PoolFullError struct {
+	Pool string
+	Err  error
+}
+
+func (e *PoolFullError) Error() string {
+	return "engine: pool " + e.Pool + " is full: " + e.Err.Error()
+}
+
+// Is makes errors.Is(err, ErrPoolFull) true.
+func (e *PoolFullError) Is(target error) bool { return target == ErrPoolFull }
+
+// Unwrap returns the store's refusal.
+func (e *PoolFullError) Unwrap() error { return e.Err }
 
 // MaxPriority is the highest per-job priority.
 const MaxPriority = 255

@@ -85,6 +85,7 @@ var (
 	errUnavailable      = retryLater(newAPIError(http.StatusServiceUnavailable, "error", "redis is unavailable, retry later"))
 	errNotReplicated    = retryLater(newAPIError(http.StatusServiceUnavailable, "error", msgNotReplicated))
 	errClientGone       = newAPIError(499, "error", "client closed request")
+	errRedisFull        = newAPIError(http.StatusInsufficientStorage, "error", "redis is full")
 	errInvalidDesc      = badRequest("invalid description")
 	errInvalidStatus    = badRequest("invalid status")
 	errInvalidInterval  = badRequest("interval should be > 0")
@@ -152,8 +153,7 @@ func publishFailure(err error, ids ...string) error {
 // serve the request for now: the engine's ErrUnavailable, a connection that
 // cannot be made or broke, a timeout that is not the client's own, an
 // exhausted or closed connection pool, or Redis refusing while it loads,
-// is read-only, fails over, cannot persist or is full (OOM: maxmemory
-// reached under noeviction, until consumers make room), or a Redis Cluster
+// is read-only, fails over or cannot persist, or a Redis Cluster
 // that moves slots or fails over (CLUSTERDOWN, TRYAGAIN, and a MOVED or ASK
 // that go-redis could not follow within its redirects: the client's slot
 // map is being rebuilt; a redirect's text, which names a node, never
@@ -171,7 +171,7 @@ func unavailable(ctx context.Context, err error) bool {
 		redis.IsMasterDownError(err), redis.IsTryAgainError(err), redirected(err):
 		return true
 	case redis.HasErrorPrefix(err, "MISCONF"), redis.HasErrorPrefix(err, "NOREPLICAS"), redis.HasErrorPrefix(err, "BUSY"),
-		redis.HasErrorPrefix(err, "OOM"), redis.HasErrorPrefix(err, "CLUSTERDOWN"), redis.HasErrorPrefix(err, "TRYAGAIN"):
+		redis.HasErrorPrefix(err, "CLUSTERDOWN"), redis.HasErrorPrefix(err, "TRYAGAIN"):
 		return true
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
@@ -181,6 +181,31 @@ func unavailable(ctx context.Context, err error) bool {
 	}
 	var ne net.Error
 	return errors.As(err, &ne)
+}
+
+// errPoolFull is the 507 of a write that the pool's Redis refused for
+// memory (engine.ErrPoolFull: maxmemory reached under noeviction). It is
+// not the 503 of an outage: a retry of the same publish fails until
+// consumers make room, and consume, ACK, delete and release keep working.
+// No Retry-After: when there is room again is the tenants' doing.
+func errPoolFull(pool string) *apiError {
+	return newAPIError(http.StatusInsufficientStorage, "error", "pool "+pool+" is full")
+}
+
+// full returns the 507 of err when a Redis refused it for memory: the
+// pool's, named by the engine, or another Redis's (the admin Redis, a
+// write the engine did not name its pool for: "redis is full"); else nil.
+func full(err error) *apiError {
+	var pf *engine.PoolFullError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &pf):
+		return errPoolFull(pf.Pool)
+	case redis.HasErrorPrefix(err, "OOM "):
+		return errRedisFull
+	}
+	return nil
 }
 
 // redirected reports whether err is a Redis Cluster redirection (MOVED or
@@ -209,6 +234,9 @@ func errLimitExists(token string) *apiError {
 
 // mapAPIError maps an error of the public API to its rendering.
 func mapAPIError(ctx context.Context, err error) *apiError {
+	if ae := full(err); ae != nil {
+		return ae
+	}
 	var ae *apiError
 	switch {
 	case errors.As(err, &ae):
@@ -241,6 +269,9 @@ func mapAPIError(ctx context.Context, err error) *apiError {
 
 // mapAdminError maps an error of the admin API to its rendering.
 func mapAdminError(ctx context.Context, err error) *apiError {
+	if ae := full(err); ae != nil {
+		return ae
+	}
 	var ae *apiError
 	switch {
 	case errors.As(err, &ae):
@@ -288,8 +319,17 @@ func (s *Server) failAdmin(c *gin.Context, err error) {
 	s.render(c, err, mapAdminError(c.Request.Context(), err))
 }
 
+// serverFault reports whether an answer of status is the server's or its
+// store's failure, logged as an error with the request: a 5xx but the
+// 507 of a full pool, which is the tenants' doing (one line per refused
+// publish would flood the log while a pool fills; /readyz and the
+// status-code metrics say it).
+func serverFault(status int) bool {
+	return status >= http.StatusInternalServerError && status != http.StatusInsufficientStorage
+}
+
 func (s *Server) render(c *gin.Context, err error, ae *apiError) {
-	if ae.status >= http.StatusInternalServerError {
+	if serverFault(ae.status) {
 		s.reqLogger(c).WithError(err).Error("request failed")
 	} else if ae == errClientGone {
 		s.reqLogger(c).WithError(err).Debug("client went away")

@@ -45,8 +45,8 @@ func TestUnavailableErrors(t *testing.T) {
 		{"invalid token", ctx, auth.ErrInvalidToken, errInvalidToken},
 		{"not replicated", ctx, fmt.Errorf("publish: %w", engine.ErrNotReplicated), errNotReplicated},
 		// maxmemory reached under noeviction (what doc/config.md asks
-		// for): writes are refused until consumers make room.
-		{"oom", ctx, fmt.Errorf("publish: %w", redisReply("OOM command not allowed when used memory > 'maxmemory'. script: 6644f33, on @user_script:38.")), errUnavailable},
+		// for): a full Redis is no outage (TestFullErrors), not a 503.
+		{"oom", ctx, fmt.Errorf("publish: %w", redisReply("OOM command not allowed when used memory > 'maxmemory'. script: 6644f33, on @user_script:38.")), errRedisFull},
 		{"redis bug", ctx, fmt.Errorf("publish: %w", redisReply("ERR wrong number of arguments")), errInternal},
 		// Redis Cluster: a cluster that lost a master, a slot being moved,
 		// and redirects go-redis gave up following (its slot map is being
@@ -72,6 +72,25 @@ func TestUnavailableErrors(t *testing.T) {
 	}
 	if errUnavailable.status != 503 || errUnavailable.retryAfter <= 0 || strings.Contains(string(errUnavailable.body), "LOADING") {
 		t.Errorf("errUnavailable = %+v", errUnavailable)
+	}
+}
+
+// TestFullErrors: a write that the pool's Redis refused for memory
+// (engine.ErrPoolFull) answers 507 naming the pool, without Retry-After,
+// on both APIs; an OOM that no engine named (the admin Redis) says
+// "redis is full". Neither is the 503 of an outage.
+func TestFullErrors(t *testing.T) {
+	ctx := context.Background()
+	oom := redisReply("OOM command not allowed when used memory > 'maxmemory'.")
+	pf := fmt.Errorf("publish: %w", &engine.PoolFullError{Pool: "blue", Err: oom})
+	for _, m := range []func(context.Context, error) *apiError{mapAPIError, mapAdminError} {
+		got := m(ctx, pf)
+		if got.status != 507 || string(got.body) != `{"error":"pool blue is full"}` || got.retryAfter != 0 {
+			t.Errorf("pool full: %d %s Retry-After %d", got.status, got.body, got.retryAfter)
+		}
+		if got := m(ctx, fmt.Errorf("token: %w", oom)); got != errRedisFull || got.status != 507 || string(got.body) != `{"error":"redis is full"}` {
+			t.Errorf("raw OOM: %d %s", got.status, got.body)
+		}
 	}
 }
 

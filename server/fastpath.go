@@ -266,7 +266,7 @@ func (h loopHost) Answer(it *evloop.Item, date, out []byte) []byte {
 	}
 	if ae != nil {
 		code, body, retryAfter = ae.status, ae.body, ae.retryAfter
-		if code >= http.StatusInternalServerError {
+		if serverFault(code) {
 			s.fastLogger(f, reqID[:]).WithError(it.Err).Error("request failed")
 		}
 		s.refund(ctx, f, reqID[:])

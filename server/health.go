@@ -16,14 +16,16 @@ import (
 //   - GET /healthz answers 200 while the process serves HTTP (liveness);
 //   - GET /readyz answers 200 only when every ReadyCheck passes within
 //     readyTimeout and the server is not shutting down, else 503 with the
-//     failed checks by name (readiness). It names no address and no Redis
+//     failed checks by name (readiness); a full Redis (ErrFull) passes,
+//     its check reading "full". It names no address and no Redis
 //     error text: the public port is unauthenticated. The full error goes
 //     to the server log.
 
 // ReadyCheck is one dependency /readyz checks: a pool's Redis, the admin
 // Redis. Check returns nil when the dependency can serve now; ErrNotMaster,
 // ErrLoading or ErrClusterDown say why not, other errors read
-// "unreachable".
+// "unreachable". ErrFull says that it serves all but the writes that
+// take memory: the check reads "full" and the server stays ready.
 type ReadyCheck struct {
 	// Name names the check in /readyz's body, e.g. "pool default".
 	Name  string
@@ -41,6 +43,11 @@ var (
 	// ErrClusterDown means a Redis Cluster does not serve every hash slot
 	// (CLUSTER INFO cluster_state:fail): some keys have no master.
 	ErrClusterDown = errors.New("server: redis cluster is down")
+	// ErrFull means the Redis is at maxmemory under noeviction: it refuses
+	// publishes (507) but serves consume, ACK, delete and release, which
+	// drain it. A server that sends traffic elsewhere would stop the drain
+	// too, so a full Redis leaves the server ready, its check "full".
+	ErrFull = errors.New("server: redis is full")
 )
 
 const (
@@ -105,7 +112,10 @@ func (s *Server) ready(ctx context.Context) (bool, map[string]string) {
 			defer wg.Done()
 			err := rc.Check(ctx)
 			states[i] = checkState(err)
-			if err != nil {
+			switch {
+			case errors.Is(err, ErrFull):
+				s.log.WithError(err).WithField("check", rc.Name).Warn("redis is full: publishes are refused (507) until consumers make room")
+			case err != nil:
 				s.log.WithError(err).WithField("check", rc.Name).Warn("not ready")
 			}
 		}()
@@ -114,7 +124,7 @@ func (s *Server) ready(ctx context.Context) (bool, map[string]string) {
 	ready, checks := true, make(map[string]string, len(states))
 	for i, rc := range s.readyChecks {
 		checks[rc.Name] = states[i]
-		ready = ready && states[i] == "ok"
+		ready = ready && (states[i] == "ok" || states[i] == "full")
 	}
 	r.at, r.ready, r.checks = time.Now(), ready, checks
 	return ready, checks
@@ -132,6 +142,8 @@ func checkState(err error) string {
 		return "loading"
 	case errors.Is(err, ErrClusterDown), redis.IsClusterDownError(err):
 		return "cluster down"
+	case errors.Is(err, ErrFull):
+		return "full"
 	}
 	// Refused, reset, timed out (go-redis retries its dials until the
 	// deadline): did not answer in time.

@@ -46,6 +46,8 @@ func TestHealthAndReadiness(t *testing.T) {
 		{fmt.Errorf("pool default: %w", ErrLoading), 503, `{"ready":false,"checks":{"admin redis":"ok","pool default":"loading"}}`},
 		{fmt.Errorf("pool default: role \"slave\": %w", ErrNotMaster), 503, `{"ready":false,"checks":{"admin redis":"ok","pool default":"not master"}}`},
 		{fmt.Errorf("pool default: node 10.1.2.3:7000: cluster_state:fail: %w", ErrClusterDown), 503, `{"ready":false,"checks":{"admin redis":"ok","pool default":"cluster down"}}`},
+		// A full Redis serves the drain: ready, and says it is full.
+		{fmt.Errorf("pool default: used_memory 9000000 > maxmemory 8388608 under noeviction: %w", ErrFull), 200, `{"ready":true,"checks":{"admin redis":"ok","pool default":"full"}}`},
 		{nil, 200, `{"ready":true,"checks":{"admin redis":"ok","pool default":"ok"}}`},
 	} {
 		mu.Lock()

@@ -151,7 +151,7 @@ func (d *dashboard) notFound(c *gin.Context, msg string) {
 // fail renders a page for err: the admin API's status and message.
 func (d *dashboard) fail(c *gin.Context, err error) {
 	ae := mapAdminError(c.Request.Context(), err)
-	if ae.status >= http.StatusInternalServerError {
+	if serverFault(ae.status) {
 		d.s.reqLogger(c).WithError(err).Error("dashboard request failed")
 	}
 	if ae.retryAfter > 0 {
@@ -185,10 +185,13 @@ func (d *dashboard) poolEngine(c *gin.Context) (string, engine.Engine, bool) {
 // ---- overview ----
 
 type poolView struct {
-	Name       string
-	Kind       string // standalone, sentinel, embedded
-	Reachable  bool
-	Error      string
+	Name      string
+	Kind      string // standalone, sentinel, embedded
+	Reachable bool
+	Error     string
+	// Full says that the pool's Redis is at maxmemory under noeviction
+	// (its /readyz check reads "full"): publishes are refused with 507.
+	Full       bool
 	Namespaces []nsView
 	Totals     uiQueueRow
 }
@@ -212,9 +215,10 @@ func (d *dashboard) overview(c *gin.Context) {
 	}
 	ctx := c.Request.Context()
 	var page overviewPage
+	_, checks := d.s.ready(ctx) // /readyz's result, reused for 250 ms
 	for _, pool := range d.s.pools {
 		db, derr := d.s.dashboardOf(pool)
-		pv := poolView{Name: pool, Kind: d.s.poolKind(pool, db), Reachable: true}
+		pv := poolView{Name: pool, Kind: d.s.poolKind(pool, db), Reachable: true, Full: checks["pool "+pool] == "full"}
 		rows, err := d.poolSizes(ctx, pool, db, derr)
 		if err != nil {
 			if ctx.Err() != nil {

@@ -298,7 +298,8 @@ func checkNames(ns, q string) error {
 // job it replaces, no idempotency key) is coalesced with concurrent ones of
 // its publish lane, whatever their queues, into one script call
 // (publishCoalesced).
-func (e *Engine) Publish(ctx context.Context, req *engine.PublishRequest) (string, error) {
+func (e *Engine) Publish(ctx context.Context, req *engine.PublishRequest) (_ string, err error) {
+	defer e.fullOn(&err)
 	plain := e.pubs != nil && req != nil && req.ID == "" && req.Replaces == "" && req.Key == ""
 	if req != nil {
 		if sp := e.shardsOf(req.Namespace, req.Queue); sp != nil {
@@ -341,6 +342,7 @@ func (e *Engine) Publish(ctx context.Context, req *engine.PublishRequest) (strin
 // joining the concurrent publishes of its group in the coalescer; within
 // a group they run in order, so the jobs of one queue keep theirs.
 func (e *Engine) PublishEach(ctx context.Context, reqs []*engine.PublishRequest, ids []string, errs []error) {
+	defer e.fullOnEach(errs)
 	reqs = e.routePublishes(ctx, reqs)
 	if e.cluster && e.pubs != nil && len(reqs) > 1 {
 		// One part per slot group, in the order the groups first appear;
@@ -695,7 +697,8 @@ func checkPublish(ns, q string, r *engine.PublishRequest) error {
 
 // PublishBatch implements engine.Engine: all jobs must name the same queue.
 // A Key (idempotency key) is honoured on a batch of one job only.
-func (e *Engine) PublishBatch(ctx context.Context, reqs []*engine.PublishRequest) ([]string, error) {
+func (e *Engine) PublishBatch(ctx context.Context, reqs []*engine.PublishRequest) (_ []string, err error) {
+	defer e.fullOn(&err)
 	if len(reqs) == 0 || reqs[0] == nil {
 		return nil, fmt.Errorf("publish: no jobs: %w", engine.ErrInvalid)
 	}

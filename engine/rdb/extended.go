@@ -435,7 +435,8 @@ func (e *Engine) DeleteDeadJob(ctx context.Context, ns, q, id string) error {
 
 // execAbortCause returns, for the EXECABORT of a MULTI/EXEC whose queued
 // command Redis refused (LOADING, READONLY, OOM, MASTERDOWN...), that
-// refusal, which says why (an outage the server answers 503), and any
+// refusal, which says why (an outage the server answers 503, or a full
+// Redis: 507), and any
 // other err unchanged.
 func execAbortCause(cmds []redis.Cmder, err error) error {
 	if err == nil || !redis.IsExecAbortError(err) {

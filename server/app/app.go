@@ -442,7 +442,8 @@ func eachMaster(ctx context.Context, client redis.UniversalClient, fn func(ctx c
 }
 
 // readyCheck is the /readyz check of one Redis: it answers INFO within the
-// deadline, is not loading its dataset, and is a master. Every pool and the
+// deadline, is not loading its dataset, and is a master; a master at
+// maxmemory under noeviction is full (server.ErrFull: still ready). Every pool and the
 // admin Redis take writes (publish, consume, tokens, rate limits), so a
 // replica is never ready. On a Redis Cluster every master of the slot map
 // is checked so, and each must say cluster_state:ok (else "cluster down":
@@ -459,7 +460,7 @@ func readyCheck(name string, client redis.UniversalClient, embedded bool) server
 		}
 		_, cluster := client.(*redis.ClusterClient)
 		err := eachMaster(ctx, client, func(ctx context.Context, addr string, c redis.UniversalClient) error {
-			info, err := infoSections(ctx, c, "persistence", "replication")
+			info, err := infoSections(ctx, c, "persistence", "replication", "memory")
 			if err == nil && cluster {
 				var ci string
 				if ci, err = c.ClusterInfo(ctx).Result(); err == nil {
@@ -496,7 +497,25 @@ func nodeReady(name, info string, err error, cluster bool) error {
 			return fmt.Errorf("%s: cluster_state:%s: %w", name, st, server.ErrClusterDown)
 		}
 	}
+	if used, max, ok := memoryFull(info); ok {
+		return fmt.Errorf("%s: used_memory %d > maxmemory %d under noeviction: %w", name, used, max, server.ErrFull)
+	}
 	return nil
+}
+
+// memoryFull reports whether a Redis (its INFO memory) refuses the writes
+// that take memory: maxmemory set, the noeviction policy, and the memory
+// Redis counts against maxmemory (used_memory less what it does not count
+// for eviction: replica and AOF buffers) above it, as Redis decides.
+func memoryFull(info string) (used, max int64, full bool) {
+	max, _ = strconv.ParseInt(infoField(info, "maxmemory"), 10, 64)
+	if max <= 0 || infoField(info, "maxmemory_policy") != "noeviction" {
+		return 0, max, false
+	}
+	used, _ = strconv.ParseInt(infoField(info, "used_memory"), 10, 64)
+	notCounted, _ := strconv.ParseInt(infoField(info, "mem_not_counted_for_evict"), 10, 64)
+	used -= notCounted
+	return used, max, used > max
 }
 
 // RedisLogger sends go-redis's own log lines (reconnections, pool
