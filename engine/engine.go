@@ -7,6 +7,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -203,6 +204,119 @@ type DeadLetter struct {
 	Head string
 }
 
+// MaxDeadScan is the most dead-letter entries one filtered listing
+// (DeadLetterQuery.Reason) examines: a filter that matches few entries
+// of a long dead letter costs a bounded amount of work per call, and the
+// caller goes on from DeadLetterPage.Next.
+const MaxDeadScan = 1000
+
+// DeadLetterQuery selects a page of the dead letter.
+type DeadLetterQuery struct {
+	// Offset counts entries from the oldest, or from the newest when
+	// Newest is set.
+	Offset int64
+	// Limit is the most jobs on the page (1..1000).
+	Limit int64
+	// Newest lists the newest death first instead of the oldest.
+	Newest bool
+	// Reason, when not empty, keeps only the jobs that died for it; the
+	// listing then examines at most Scan entries (0 or more than
+	// MaxDeadScan: MaxDeadScan).
+	Reason DeadReason
+	Scan   int64
+}
+
+// DeadLetterPage is a page of the dead letter.
+type DeadLetterPage struct {
+	// Jobs are the page's dead jobs, with their bodies. Entries whose job
+	// is gone (deleted, expired by the dead TTL) are skipped.
+	Jobs []*Job
+	// Next is the Offset of the next page (the entry after the last one
+	// examined), or -1 when the last entry was examined.
+	Next int64
+	// Size is the number of entries in the dead letter.
+	Size int64
+}
+
+// ValidDeadReason reports whether r is a reason the engine records.
+func ValidDeadReason(r DeadReason) bool {
+	return r == ReasonTTRExpired || r == ReasonNacked || r == ReasonWebhookFailed
+}
+
+// DeadLetterPart is one of several dead letters listed as one (the
+// shards of a queue, the pools of a migration), in their oldest-first
+// order.
+type DeadLetterPart struct {
+	// Size is the part's number of entries.
+	Size int64
+	// List lists a page of the part alone.
+	List func(ctx context.Context, q DeadLetterQuery) (DeadLetterPage, error)
+}
+
+// ListDeadLetterParts lists parts as one dead letter: the parts one after
+// the other, each oldest first, or, with q.Newest, the exact reverse of
+// that sequence. Offsets count entries over the sequence, and a filtered
+// listing examines at most q.Scan entries over all parts together.
+func ListDeadLetterParts(ctx context.Context, parts []DeadLetterPart, q DeadLetterQuery) (DeadLetterPage, error) {
+	if q.Offset < 0 || q.Limit < 1 || q.Limit > 1000 || (q.Reason != "" && !ValidDeadReason(q.Reason)) {
+		return DeadLetterPage{}, fmt.Errorf("list dead letter: %w", ErrInvalid)
+	}
+	out := DeadLetterPage{Next: -1}
+	for _, p := range parts {
+		out.Size += p.Size
+	}
+	budget, want := q.Limit, q.Limit // entries to examine, jobs to find
+	if q.Reason != "" {
+		budget = q.Scan
+		if budget <= 0 || budget > MaxDeadScan {
+			budget = MaxDeadScan
+		}
+	}
+	start, off := int64(0), q.Offset // start: the part's first position in the sequence
+	for i := range parts {
+		p := parts[i]
+		if q.Newest {
+			p = parts[len(parts)-1-i]
+		}
+		if off >= p.Size {
+			off -= p.Size
+			start += p.Size
+			continue
+		}
+		if budget <= 0 || want <= 0 {
+			out.Next = start + off
+			return out, nil
+		}
+		sub := q
+		sub.Offset, sub.Scan, sub.Limit = off, budget, want
+		if q.Reason == "" {
+			sub.Limit = min(want, p.Size-off)
+		}
+		page, err := p.List(ctx, sub)
+		if err != nil {
+			return out, err
+		}
+		out.Jobs = append(out.Jobs, page.Jobs...)
+		end := page.Next
+		if end < 0 {
+			end = p.Size
+		}
+		budget -= end - off
+		if q.Reason == "" {
+			want -= end - off
+		} else {
+			want -= int64(len(page.Jobs))
+		}
+		if page.Next >= 0 && page.Next < p.Size {
+			out.Next = start + page.Next
+			return out, nil
+		}
+		start += p.Size
+		off = 0
+	}
+	return out, nil
+}
+
 // Engine is the storage contract the server drives. One Engine serves one
 // pool. Every method is safe for concurrent use.
 //
@@ -369,6 +483,11 @@ type Extensions interface {
 	// ListDeadLetter returns up to limit dead jobs, oldest first, starting
 	// offset jobs from the oldest, with their bodies.
 	ListDeadLetter(ctx context.Context, namespace, queue string, offset, limit int64) ([]*Job, error)
+	// ListDeadLetterPage returns a page of the dead letter in either
+	// order, filtered by reason, with where the next page starts and the
+	// dead letter's size. ListDeadLetter is its default: oldest first,
+	// every reason.
+	ListDeadLetterPage(ctx context.Context, namespace, queue string, q DeadLetterQuery) (DeadLetterPage, error)
 	// RespawnDeadJob and DeleteDeadJob act on one dead job by ID.
 	RespawnDeadJob(ctx context.Context, namespace, queue, jobID string, ttl time.Duration) error
 	DeleteDeadJob(ctx context.Context, namespace, queue, jobID string) error

@@ -6,6 +6,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/sirupsen/logrus"
+
+	"github.com/kairos-dev/kairos/engine"
 )
 
 // deadLetterResponse is lmstfy's dead letter peek.
@@ -101,48 +103,72 @@ func deadLetterLimit(c *gin.Context) (int64, error) {
 type deadJobsResponse struct {
 	Jobs       []jobDetail `json:"jobs"`
 	NextOffset int64       `json:"next_offset"`
+	// Total is the dead letter's size, sent when the request names order
+	// or reason (the default answer stays as it was).
+	Total *int64 `json:"total,omitempty"`
 }
 
-// listDeadLetter serves GET /api/:namespace/:queue/deadletter/jobs?offset=&limit=:
-// dead jobs oldest first, with bodies, reasons and times. next_offset is
-// the offset of the next page, -1 after the last one.
+// deadLetterQuery reads the page a dead-letter listing asks for:
+// offset, limit, order (oldest or newest) and reason. named is true when
+// order or reason was given.
+func deadLetterQuery(c *gin.Context) (q engine.DeadLetterQuery, named bool, err error) {
+	if q.Offset, err = queryInt64(c, "offset", 0, 0, errInvalidOffset); err != nil {
+		return q, false, err
+	}
+	q.Limit, err = queryInt64(c, "limit", defaultDeadPage, 1, errInvalidLimit)
+	if err != nil || q.Limit > maxDeadPage {
+		return q, false, errInvalidLimit
+	}
+	if q.Offset > math.MaxInt64-engine.MaxDeadScan {
+		return q, false, errInvalidOffset
+	}
+	if v, ok := getQuery(c, "order"); ok {
+		named = true
+		switch v {
+		case "oldest":
+		case "newest":
+			q.Newest = true
+		default:
+			return q, false, errInvalidDeadOrder
+		}
+	}
+	if v, ok := getQuery(c, "reason"); ok {
+		named = true
+		if q.Reason = engine.DeadReason(v); !engine.ValidDeadReason(q.Reason) {
+			return q, false, errInvalidReason
+		}
+	}
+	return q, named, nil
+}
+
+// listDeadLetter serves GET /api/:namespace/:queue/deadletter/jobs?offset=&limit=&order=&reason=:
+// dead jobs oldest first (newest first with order=newest), with bodies,
+// reasons and times, only those of one reason with reason=. next_offset
+// is the offset of the next page, -1 after the last one; total, sent with
+// order or reason, is the dead letter's size.
 func (s *Server) listDeadLetter(c *gin.Context) {
-	x := state(c).eng
-	offset, err := queryInt64(c, "offset", 0, 0, errInvalidOffset)
+	q, named, err := deadLetterQuery(c)
 	if err != nil {
 		s.failAPI(c, err)
 		return
 	}
-	limit, err := queryInt64(c, "limit", defaultDeadPage, 1, errInvalidLimit)
-	if err != nil || limit > maxDeadPage {
-		s.failAPI(c, errInvalidLimit)
-		return
-	}
-	if offset > math.MaxInt64-maxDeadPage {
-		s.failAPI(c, errInvalidOffset)
-		return
-	}
-	ctx, ns, q := c.Request.Context(), c.Param("namespace"), c.Param("queue")
-	jobs, err := x.ListDeadLetter(ctx, ns, q, offset, limit)
-	if err != nil {
-		s.failAPI(c, err)
-		return
-	}
+	ns, qn := c.Param("namespace"), c.Param("queue")
 	// Offsets count dead-letter entries, and a page skips entries whose job
 	// is gone (deleted, or expired by the dead TTL): the next page starts
-	// limit entries later, whatever this page returned.
-	size, err := x.DeadLetterSize(ctx, ns, q)
+	// after the last entry examined, whatever this page returned. With a
+	// reason, one call examines at most engine.MaxDeadScan entries.
+	page, err := state(c).eng.ListDeadLetterPage(c.Request.Context(), ns, qn, q)
 	if err != nil {
 		s.failAPI(c, err)
 		return
 	}
-	out := deadJobsResponse{Jobs: make([]jobDetail, len(jobs)), NextOffset: -1}
-	if offset+limit < size {
-		out.NextOffset = offset + limit
+	out := deadJobsResponse{Jobs: make([]jobDetail, len(page.Jobs)), NextOffset: page.Next}
+	if named {
+		out.Total = &page.Size
 	}
 	now := s.now()
-	for i, j := range jobs {
-		out.Jobs[i] = newJobDetail(j, ns, q, now)
+	for i, j := range page.Jobs {
+		out.Jobs[i] = newJobDetail(j, ns, qn, now)
 	}
 	writeJSON(c, http.StatusOK, out)
 }

@@ -437,6 +437,25 @@ func TestExtJobRoutes(t *testing.T) {
 				x.listDead = func(context.Context, string, string, int64, int64) ([]*engine.Job, error) { return nil, nil }
 				x.deadLetterSize = func(context.Context, string, string) (int64, error) { return 0, nil }
 			}, status: 200, resp: `{"jobs":[],"next_offset":-1}`},
+		{name: "list dead letter newest first, with the total", req: request{method: "GET", target: "/api/ns/q/deadletter/jobs?order=newest&offset=3&limit=2", header: tok(goodToken)},
+			setup: func(x *fakeEngine, got *[]any) {
+				x.listDeadPage = func(_ context.Context, ns, q string, dq engine.DeadLetterQuery) (engine.DeadLetterPage, error) {
+					*got = append(*got, ns, q, dq)
+					return engine.DeadLetterPage{Jobs: []*engine.Job{deadJob}, Next: 5, Size: 254}, nil
+				}
+			}, status: 200, resp: `{"jobs":[` + deadJSON + `],"next_offset":5,"total":254}`,
+			args: []any{"ns", "q", engine.DeadLetterQuery{Offset: 3, Limit: 2, Newest: true}}},
+		{name: "list dead letter of one reason, oldest first", req: request{method: "GET", target: "/api/ns/q/deadletter/jobs?reason=ttr_expired&order=oldest", header: tok(goodToken)},
+			setup: func(x *fakeEngine, got *[]any) {
+				x.listDeadPage = func(_ context.Context, _, _ string, dq engine.DeadLetterQuery) (engine.DeadLetterPage, error) {
+					*got = append(*got, dq)
+					return engine.DeadLetterPage{Next: -1}, nil
+				}
+			}, status: 200, resp: `{"jobs":[],"next_offset":-1,"total":0}`,
+			args: []any{engine.DeadLetterQuery{Limit: 20, Reason: engine.ReasonTTRExpired}}},
+		{name: "list dead letter, unknown order", req: request{method: "GET", target: "/api/ns/q/deadletter/jobs?order=desc", header: tok(goodToken)}, status: 400, resp: `{"error":"invalid order: oldest or newest"}`},
+		{name: "list dead letter, unknown reason", req: request{method: "GET", target: "/api/ns/q/deadletter/jobs?reason=bored", header: tok(goodToken)}, status: 400, resp: `{"error":"invalid reason: nacked, ttr_expired or webhook_failed"}`},
+		{name: "list dead letter, empty reason", req: request{method: "GET", target: "/api/ns/q/deadletter/jobs?reason=", header: tok(goodToken)}, status: 400, resp: `{"error":"invalid reason: nacked, ttr_expired or webhook_failed"}`},
 		{name: "list limit 0", req: request{method: "GET", target: "/api/ns/q/deadletter/jobs?limit=0", header: tok(goodToken)}, status: 400, resp: `{"error":"invalid limit"}`},
 		{name: "list limit 101", req: request{method: "GET", target: "/api/ns/q/deadletter/jobs?limit=101", header: tok(goodToken)}, status: 400, resp: `{"error":"invalid limit"}`},
 		{name: "list bad offset", req: request{method: "GET", target: "/api/ns/q/deadletter/jobs?offset=-1", header: tok(goodToken)}, status: 400, resp: `{"error":"invalid offset"}`},

@@ -52,6 +52,7 @@ type fakeEngine struct {
 	queueConfig    func(ctx context.Context, ns, q string) (engine.QueueConfig, error)
 	setQueueConfig func(ctx context.Context, ns, q string, cfg engine.QueueConfig) error
 	listDead       func(ctx context.Context, ns, q string, offset, limit int64) ([]*engine.Job, error)
+	listDeadPage   func(ctx context.Context, ns, q string, dq engine.DeadLetterQuery) (engine.DeadLetterPage, error)
 	respawnOne     func(ctx context.Context, ns, q, id string, ttl time.Duration) error
 	deleteOne      func(ctx context.Context, ns, q, id string) error
 }
@@ -136,6 +137,31 @@ func (f *fakeEngine) ListDeadLetter(ctx context.Context, ns, q string, offset, l
 		return nil, errUnexpected
 	}
 	return f.listDead(ctx, ns, q, offset, limit)
+}
+
+// ListDeadLetterPage is listDeadPage, or, for the tests written before
+// it, the oldest-first page that listDead and deadLetterSize describe.
+func (f *fakeEngine) ListDeadLetterPage(ctx context.Context, ns, q string, dq engine.DeadLetterQuery) (engine.DeadLetterPage, error) {
+	f.record("ListDeadLetterPage")
+	if f.listDeadPage != nil {
+		return f.listDeadPage(ctx, ns, q, dq)
+	}
+	if f.listDead == nil || f.deadLetterSize == nil || dq.Newest || dq.Reason != "" {
+		return engine.DeadLetterPage{}, errUnexpected
+	}
+	jobs, err := f.listDead(ctx, ns, q, dq.Offset, dq.Limit)
+	if err != nil {
+		return engine.DeadLetterPage{}, err
+	}
+	size, err := f.deadLetterSize(ctx, ns, q)
+	if err != nil {
+		return engine.DeadLetterPage{}, err
+	}
+	p := engine.DeadLetterPage{Jobs: jobs, Next: -1, Size: size}
+	if dq.Offset+dq.Limit < size {
+		p.Next = dq.Offset + dq.Limit
+	}
+	return p, nil
 }
 
 func (f *fakeEngine) RespawnDeadJob(ctx context.Context, ns, q, id string, ttl time.Duration) error {

@@ -136,6 +136,8 @@ var (
 	errBulkJobKey       = badRequest("job_key is not allowed in bulk publish")
 	errInvalidKeepTry   = badRequest("invalid keep_try")
 	errInvalidOffset    = badRequest("invalid offset")
+	errInvalidDeadOrder = badRequest("invalid order: oldest or newest")
+	errInvalidReason    = badRequest("invalid reason: nacked, ttr_expired or webhook_failed")
 )
 
 // wantsExt reports whether the request asked for the Kairos fields

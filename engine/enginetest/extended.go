@@ -2,6 +2,7 @@ package enginetest
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ func RunExtended(t *testing.T, f Factory) {
 		{"IdempotencyKey", testIdempotencyKey},
 		{"PauseResume", testPause},
 		{"DeadLetterBrowsing", testDeadLetterBrowsing},
+		{"DeadLetterPages", testDeadLetterPages},
 		{"DeadTTL", testDeadTTL},
 		{"Inspection", testInspection},
 		{"TraceContext", testTraceContext},
@@ -265,6 +267,95 @@ func testPause(t *testing.T, h *Harness, x engine.Engine) {
 		}
 	case <-time.After(3 * time.Second):
 		t.Fatal("a waiting consumer was not served after resume")
+	}
+}
+
+// killMixed kills one job per reason in reasons, in that order, and
+// returns their IDs in order of death.
+func killMixed(t *testing.T, h *Harness, x engine.Engine, reasons ...engine.DeadReason) []string {
+	t.Helper()
+	var ids []string
+	for i, r := range reasons {
+		id := pub(t, h, "q", fmt.Sprint(i), nil)
+		switch r {
+		case engine.ReasonNacked:
+			d := one(t, h, time.Minute, "q")
+			if err := x.Release(bg, &engine.ReleaseRequest{Namespace: ns, Queue: "q", ID: id, Receipt: d.Receipt, Reason: r}); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			one(t, h, 0, "q")
+		}
+		h.Advance(time.Millisecond)
+		if n, err := x.DeadLetterSize(bg, ns, "q"); err != nil || n != int64(i+1) {
+			t.Fatalf("after %d deaths the dead letter holds %d (%v)", i+1, n, err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// pageIDs lists a page and returns its job IDs.
+func pageIDs(t *testing.T, x engine.Engine, q engine.DeadLetterQuery) ([]string, engine.DeadLetterPage) {
+	t.Helper()
+	p, err := x.ListDeadLetterPage(bg, ns, "q", q)
+	if err != nil {
+		t.Fatalf("list %+v: %v", q, err)
+	}
+	ids := []string{}
+	for _, j := range p.Jobs {
+		ids = append(ids, j.ID)
+	}
+	return ids, p
+}
+
+func testDeadLetterPages(t *testing.T, h *Harness, x engine.Engine) {
+	T, N := engine.ReasonTTRExpired, engine.ReasonNacked
+	ids := killMixed(t, h, x, T, N, T, N, N)
+	type want struct {
+		ids        []string
+		next, size int64
+	}
+	for _, tc := range []struct {
+		name string
+		q    engine.DeadLetterQuery
+		want want
+	}{
+		{"oldest first", engine.DeadLetterQuery{Limit: 2}, want{[]string{ids[0], ids[1]}, 2, 5}},
+		{"oldest, last page", engine.DeadLetterQuery{Offset: 4, Limit: 2}, want{[]string{ids[4]}, -1, 5}},
+		{"newest first", engine.DeadLetterQuery{Limit: 2, Newest: true}, want{[]string{ids[4], ids[3]}, 2, 5}},
+		{"newest, second page", engine.DeadLetterQuery{Offset: 2, Limit: 2, Newest: true}, want{[]string{ids[2], ids[1]}, 4, 5}},
+		{"newest, last page", engine.DeadLetterQuery{Offset: 4, Limit: 2, Newest: true}, want{[]string{ids[0]}, -1, 5}},
+		{"past the end", engine.DeadLetterQuery{Offset: 9, Limit: 2, Newest: true}, want{[]string{}, -1, 5}},
+		{"nacked, newest first", engine.DeadLetterQuery{Limit: 2, Newest: true, Reason: N}, want{[]string{ids[4], ids[3]}, 2, 5}},
+		{"nacked, newest, next page", engine.DeadLetterQuery{Offset: 2, Limit: 2, Newest: true, Reason: N}, want{[]string{ids[1]}, -1, 5}},
+		{"ttr expired, oldest first", engine.DeadLetterQuery{Limit: 5, Reason: T}, want{[]string{ids[0], ids[2]}, -1, 5}},
+		{"ttr expired, one", engine.DeadLetterQuery{Limit: 1, Reason: T}, want{[]string{ids[0]}, 1, 5}},
+		// The scan bound: two entries examined, one of them a match.
+		{"nacked, scan bound", engine.DeadLetterQuery{Limit: 5, Reason: N, Scan: 2}, want{[]string{ids[1]}, 2, 5}},
+		{"webhook failed, none", engine.DeadLetterQuery{Limit: 5, Reason: engine.ReasonWebhookFailed}, want{[]string{}, -1, 5}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, p := pageIDs(t, x, tc.q)
+			if fmt.Sprint(got) != fmt.Sprint(tc.want.ids) || p.Next != tc.want.next || p.Size != tc.want.size {
+				t.Fatalf("got %v next %d size %d, want %+v", got, p.Next, p.Size, tc.want)
+			}
+			for _, j := range p.Jobs {
+				if j.State != engine.StateDead || (tc.q.Reason != "" && j.DeadReason != tc.q.Reason) {
+					t.Fatalf("listed %+v", j)
+				}
+			}
+		})
+	}
+	// The default is ListDeadLetter's.
+	old, err := x.ListDeadLetter(bg, ns, "q", 1, 3)
+	if err != nil || len(old) != 3 || old[0].ID != ids[1] || old[2].ID != ids[3] {
+		t.Fatalf("ListDeadLetter = %v, %v", old, err)
+	}
+	for _, q := range []engine.DeadLetterQuery{{Limit: 0}, {Limit: 1, Offset: -1}, {Limit: 1, Reason: "bored"}} {
+		if _, err := x.ListDeadLetterPage(bg, ns, "q", q); !errors.Is(err, engine.ErrInvalid) {
+			t.Fatalf("list %+v: %v, want ErrInvalid", q, err)
+		}
 	}
 }
 

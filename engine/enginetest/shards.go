@@ -3,6 +3,7 @@ package enginetest
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -273,6 +274,33 @@ func testShardsDeadLetter(t *testing.T, h *Harness, x engine.Engine) {
 	}
 	if len(listed) != 12 {
 		t.Fatalf("pages listed %d of 12", len(listed))
+	}
+	// Newest first is the exact reverse, page by page, of oldest first;
+	// a reason filter and its scan bound count entries over all shards.
+	all := func(q engine.DeadLetterQuery) (ids []string) {
+		for q.Offset = 0; q.Offset >= 0; {
+			got, p := pageIDs(t, x, q)
+			if p.Size != 12 || len(got) > int(q.Limit) {
+				t.Fatalf("page %+v: %v of size %d", q, got, p.Size)
+			}
+			ids = append(ids, got...)
+			q.Offset = p.Next
+		}
+		return ids
+	}
+	oldest, newest := all(engine.DeadLetterQuery{Limit: 5}), all(engine.DeadLetterQuery{Limit: 5, Newest: true})
+	slices.Reverse(newest)
+	if len(oldest) != 12 || !slices.Equal(oldest, newest) {
+		t.Fatalf("oldest first %v, newest first reversed %v", oldest, newest)
+	}
+	if got := all(engine.DeadLetterQuery{Limit: 2, Newest: true, Reason: engine.ReasonTTRExpired, Scan: 3}); len(got) != 12 {
+		t.Fatalf("filtered pages listed %d of 12", len(got))
+	}
+	if got, p := pageIDs(t, x, engine.DeadLetterQuery{Limit: 100, Reason: engine.ReasonNacked, Scan: 7}); len(got) != 0 || p.Next != 7 {
+		t.Fatalf("nacked, 7 entries scanned: %v, next %d", got, p.Next)
+	}
+	if got, p := pageIDs(t, x, engine.DeadLetterQuery{Limit: 100, Reason: engine.ReasonNacked}); len(got) != 0 || p.Next != -1 {
+		t.Fatalf("nacked: %v, next %d", got, p.Next)
 	}
 	// One by ID, in every shard.
 	byShard := map[int]string{}

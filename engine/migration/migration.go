@@ -418,6 +418,22 @@ func (e *Engine) ListDeadLetter(ctx context.Context, ns, q string, offset, limit
 	return append(jobs, more...), err
 }
 
+// ListDeadLetterPage implements engine.Engine: the old pool's dead
+// letter, then the new pool's, as one (the reverse with Newest).
+func (e *Engine) ListDeadLetterPage(ctx context.Context, ns, q string, dq engine.DeadLetterQuery) (engine.DeadLetterPage, error) {
+	var parts []engine.DeadLetterPart
+	for _, x := range []engine.Engine{e.Old, e.New} {
+		n, err := x.DeadLetterSize(ctx, ns, q)
+		if err != nil {
+			return engine.DeadLetterPage{}, err
+		}
+		parts = append(parts, engine.DeadLetterPart{Size: n, List: func(ctx context.Context, dq engine.DeadLetterQuery) (engine.DeadLetterPage, error) {
+			return x.ListDeadLetterPage(ctx, ns, q, dq)
+		}})
+	}
+	return engine.ListDeadLetterParts(ctx, parts, dq)
+}
+
 // RespawnDeadJob implements engine.Engine.
 func (e *Engine) RespawnDeadJob(ctx context.Context, ns, q, id string, ttl time.Duration) error {
 	return firstFound(func() error { return e.Old.RespawnDeadJob(ctx, ns, q, id, ttl) }, func() error { return e.New.RespawnDeadJob(ctx, ns, q, id, ttl) })

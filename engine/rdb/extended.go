@@ -394,6 +394,50 @@ func (e *Engine) ListDeadLetter(ctx context.Context, ns, q string, offset, limit
 	return jobs, nil
 }
 
+// ListDeadLetterPage implements engine.Extensions.
+func (e *Engine) ListDeadLetterPage(ctx context.Context, ns, q string, dq engine.DeadLetterQuery) (engine.DeadLetterPage, error) {
+	if err := checkNames(ns, q); err != nil {
+		return engine.DeadLetterPage{}, fmt.Errorf("list dead letter: %w", err)
+	}
+	if dq.Offset < 0 || dq.Limit < 1 || dq.Limit > 1000 || (dq.Reason != "" && !engine.ValidDeadReason(dq.Reason)) {
+		return engine.DeadLetterPage{}, fmt.Errorf("list dead letter: %w", engine.ErrInvalid)
+	}
+	if dq.Scan <= 0 || dq.Scan > engine.MaxDeadScan {
+		dq.Scan = engine.MaxDeadScan
+	}
+	if sp := e.shardsOf(ns, q); sp != nil {
+		return e.listDeadLetterPageSharded(ctx, sp, ns, dq)
+	}
+	code, newest := 0, "0"
+	if dq.Reason != "" {
+		code = reasonCode(dq.Reason)
+	}
+	if dq.Newest {
+		newest = "1"
+	}
+	res, err := e.run(ctx, listDeadPageScript, []string{deadKey(ns, q), jobKeyPrefix(ns, q)}, dq.Offset, dq.Limit, newest, code, dq.Scan).Slice()
+	if err != nil || len(res) < 2 {
+		return engine.DeadLetterPage{}, fmt.Errorf("list dead letter %s/%s: %w", ns, q, err)
+	}
+	out := engine.DeadLetterPage{}
+	out.Size, _ = res[0].(int64)
+	out.Next, _ = res[1].(int64)
+	now := e.now()
+	out.Jobs = make([]*engine.Job, 0, (len(res)-2)/3)
+	for i := 2; i+2 < len(res); i += 3 {
+		id, _ := res[i].(string)
+		v, _ := res[i+1].(string)
+		pttl, _ := res[i+2].(int64)
+		j, err := makeStoredJob(ns, q, id, []byte(v), pttl, now)
+		if err != nil {
+			e.log.WithError(err).WithField("job_id", id).Warn("list dead letter: undecodable job")
+			continue
+		}
+		out.Jobs = append(out.Jobs, j)
+	}
+	return out, nil
+}
+
 // RespawnDeadJob implements engine.Extensions.
 func (e *Engine) RespawnDeadJob(ctx context.Context, ns, q, id string, ttl time.Duration) error {
 	if err := checkNames(ns, q); err != nil {

@@ -872,6 +872,49 @@ end
 return out
 `)
 
+// listDeadPageScript returns a page of the dead letter in either order,
+// filtered by reason.
+//
+//	KEYS[1] dead letter   KEYS[2] job key prefix
+//	ARGV[1] offset from the oldest (or newest)   ARGV[2] most jobs
+//	ARGV[3] "1" for newest first   ARGV[4] reason code, 0 for any
+//	ARGV[5] most entries examined with a reason
+//
+// Returns {size, next offset or -1, id, value with header, PTTL, …} for
+// the entries examined whose job exists (and died for the reason).
+var listDeadPageScript = script(`
+local off, lim, code = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[4])
+local size = redis.call('LLEN', KEYS[1])
+local n = lim
+if code ~= 0 then n = tonumber(ARGV[5]) end
+if off >= size then return {size, -1} end
+if off + n > size then n = size - off end
+local es, first, last, step
+if ARGV[3] == '1' then
+  es = redis.call('LRANGE', KEYS[1], off, off + n - 1)
+  first, last, step = 1, #es, 1
+else
+  es = redis.call('LRANGE', KEYS[1], -(off + n), -(off + 1))
+  first, last, step = #es, 1, -1
+end
+local out = {size, -1}
+local found, seen = 0, 0
+for j = first, last, step do
+  seen = seen + 1
+  local jk = KEYS[2] .. eid(es[j])
+  local v = redis.call('GET', jk)
+  if v and #v >= 22 and (code == 0 or string.byte(v, 8) == code) then
+    out[#out + 1] = eid(es[j])
+    out[#out + 1] = v
+    out[#out + 1] = redis.call('PTTL', jk)
+    found = found + 1
+    if code ~= 0 and found >= lim then break end
+  end
+end
+if off + seen < size then out[2] = off + seen end
+return out
+`)
+
 // destroyScript deletes a batch of a queue's ready, delayed and in-flight
 // jobs (values and entries); when all are gone it drops the queue from the
 // timer index. The dead letter is left alone.
@@ -1129,6 +1172,6 @@ return ln + zn - stale
 var allScripts = []*redis.Script{
 	publishScript, publishManyScript, consumeScript, pumpScript, pumpHeadsScript, peekQueueScript, peekJobScript, ackManyScript,
 	releaseScript, touchScript, respawnScript, respawnOneScript, deleteDeadScript,
-	deleteDeadOneScript, listDeadScript, destroyScript, cancelKeyScript, reclaimScript, sizeScript, upgradeQueueScript,
+	deleteDeadOneScript, listDeadScript, listDeadPageScript, destroyScript, cancelKeyScript, reclaimScript, sizeScript, upgradeQueueScript,
 	queueDetailScript, listJobsScript, importScript,
 }

@@ -624,6 +624,22 @@ func (e *Engine) listDeadLetterSharded(ctx context.Context, sp *shardSpec, ns st
 	return out, nil
 }
 
+// listDeadLetterPageSharded lists the shards' dead letters as one, shard
+// 0 first (engine.ListDeadLetterParts); with Newest, the reverse.
+func (e *Engine) listDeadLetterPageSharded(ctx context.Context, sp *shardSpec, ns string, dq engine.DeadLetterQuery) (engine.DeadLetterPage, error) {
+	parts := make([]engine.DeadLetterPart, len(sp.names))
+	for i, n := range sp.names {
+		size, err := e.DeadLetterSize(ctx, ns, n)
+		if err != nil {
+			return engine.DeadLetterPage{}, err
+		}
+		parts[i] = engine.DeadLetterPart{Size: size, List: func(ctx context.Context, q engine.DeadLetterQuery) (engine.DeadLetterPage, error) {
+			return e.ListDeadLetterPage(ctx, ns, n, q)
+		}}
+	}
+	return engine.ListDeadLetterParts(ctx, parts, dq)
+}
+
 func (e *Engine) cancelKeySharded(ctx context.Context, sp *shardSpec, ns, q, key string) (string, error) {
 	first := keyShard(key, sp.k)
 	id, err := e.CancelKey(ctx, ns, sp.names[first], key)
