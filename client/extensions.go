@@ -240,6 +240,81 @@ func (c *Client) ListDeadLetter(ctx context.Context, queue string, offset, limit
 	return out.Jobs, out.NextOffset, nil
 }
 
+// Dead letter reasons, as Job.DeadReason and DeadLetterQuery.Reason
+// spell them.
+const (
+	ReasonNacked        = "nacked"
+	ReasonTTRExpired    = "ttr_expired"
+	ReasonWebhookFailed = "webhook_failed"
+)
+
+// DeadLetterQuery selects a page of ListDeadLetterPage.
+type DeadLetterQuery struct {
+	// Offset counts dead-letter entries from the oldest, or from the
+	// newest with Newest.
+	Offset int64
+	// Limit is the most jobs on the page (1..MaxDeadLetterPage; 0 means
+	// the server's default, 20).
+	Limit int64
+	// Newest lists the newest death first.
+	Newest bool
+	// Reason, when not empty, keeps the jobs that died for it
+	// (ReasonNacked, ReasonTTRExpired, ReasonWebhookFailed). The server
+	// then examines at most 1,000 entries per call: a page may be short,
+	// even empty, while NextOffset says where to go on.
+	Reason string
+}
+
+// DeadLetterPage is a page of the dead letter.
+type DeadLetterPage struct {
+	Jobs []*Job
+	// NextOffset is the Offset of the next page, -1 after the last one.
+	NextOffset int64
+	// Total is the number of entries in the dead letter: the last page
+	// starts at Total-Limit.
+	Total int64
+}
+
+// ListDeadLetterPage returns a page of queue's dead letter in either
+// order, filtered by reason, with the dead letter's size. Kairos
+// extension.
+func (c *Client) ListDeadLetterPage(ctx context.Context, queue string, dq DeadLetterQuery) (*DeadLetterPage, error) {
+	seg, err := queueSegment(queue)
+	if err != nil {
+		return nil, err
+	}
+	if dq.Limit == 0 {
+		dq.Limit = 20
+	}
+	if dq.Offset < 0 || dq.Limit < 1 || dq.Limit > MaxDeadLetterPage {
+		return nil, argError("offset must be ≥ 0 and limit 1..%d (got %d, %d)", MaxDeadLetterPage, dq.Offset, dq.Limit)
+	}
+	order := "oldest"
+	if dq.Newest {
+		order = "newest"
+	}
+	q := url.Values{"offset": {strconv.FormatInt(dq.Offset, 10)}, "limit": {strconv.FormatInt(dq.Limit, 10)}, "order": {order}}
+	if dq.Reason != "" {
+		q.Set("reason", dq.Reason)
+	}
+	resp, err := c.t.do(ctx, request{
+		method: http.MethodGet, path: c.apiPath(seg, "deadletter", "jobs"), query: q, idempotent: true,
+		want: []int{http.StatusOK},
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out struct {
+		Jobs       []*Job `json:"jobs"`
+		NextOffset int64  `json:"next_offset"`
+		Total      int64  `json:"total"`
+	}
+	if err := decode(resp, &out); err != nil {
+		return nil, err
+	}
+	return &DeadLetterPage{Jobs: out.Jobs, NextOffset: out.NextOffset, Total: out.Total}, nil
+}
+
 // RespawnDeadJob moves one dead job of queue back to its ready queue with
 // one try and a TTL of ttl (0: never expires); ErrNotFound when it is not
 // dead. Kairos extension.

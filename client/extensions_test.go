@@ -248,6 +248,18 @@ func TestDeadLetterBrowsing(t *testing.T) {
 	}
 	_, _, err = e.C.ListDeadLetter(ctx, "q", 0, 101)
 	wantErr(t, "ListDeadLetter limit 101", err, client.ErrBadRequest, 0)
+	p, err := e.C.ListDeadLetterPage(ctx, "q", client.DeadLetterQuery{Limit: 3, Newest: true, Reason: client.ReasonNacked})
+	if err != nil || len(p.Jobs) != 3 || p.NextOffset != 3 || p.Total != 4 || p.Jobs[0].ID != ids[3] || p.Jobs[2].ID != ids[1] {
+		t.Fatalf("ListDeadLetterPage newest: %+v, %v", p, err)
+	}
+	if p, err = e.C.ListDeadLetterPage(ctx, "q", client.DeadLetterQuery{Offset: 3, Newest: true}); err != nil || len(p.Jobs) != 1 || p.NextOffset != -1 || p.Jobs[0].ID != ids[0] {
+		t.Fatalf("ListDeadLetterPage newest, last page: %+v, %v", p, err)
+	}
+	if p, err = e.C.ListDeadLetterPage(ctx, "q", client.DeadLetterQuery{Reason: client.ReasonTTRExpired}); err != nil || len(p.Jobs) != 0 || p.NextOffset != -1 || p.Total != 4 {
+		t.Fatalf("ListDeadLetterPage ttr_expired: %+v, %v", p, err)
+	}
+	_, err = e.C.ListDeadLetterPage(ctx, "q", client.DeadLetterQuery{Reason: "bored"})
+	wantErr(t, "ListDeadLetterPage reason bored", err, client.ErrBadRequest, http.StatusBadRequest)
 
 	if err := e.C.RespawnDeadJob(ctx, "q", ids[1], time.Hour); err != nil {
 		t.Fatalf("RespawnDeadJob: %v", err)

@@ -410,37 +410,63 @@ With --job, move that one dead job (Kairos).`,
 	del.Flags().StringVarP(&delLimit, "limit", "l", "1", `how many jobs (the oldest first), or "all"`)
 	del.Flags().StringVar(&delJob, "job", "", "delete this dead job only (Kairos)")
 	var offset, pageSize int64
+	var newest bool
+	var reason string
 	list := &cobra.Command{
 		Use:   "list QUEUE",
 		Short: "List dead jobs with their bodies and why they died (Kairos)",
-		Long: `List the dead jobs of QUEUE, oldest first, --limit (1..100) from --offset, with
-their bodies, death time and reason. With --json, one job per line; the next
-page's offset is printed last (text) or as {"next_offset":N} (JSON), -1 after
-the last page.`,
+		Long: `List the dead jobs of QUEUE, oldest first (newest first with --newest), --limit
+(1..100) from --offset, with their bodies, death time and reason; --reason keeps
+those that died for it (nacked, ttr_expired or webhook_failed; the server
+examines at most 1,000 entries per call, so a page may be short while more
+follow). With --json, one job per line; the next page's offset is printed last
+(text) or as {"next_offset":N} (JSON), -1 after the last page. With --newest
+or --reason the dead letter's size follows it (total=N, or "total" in JSON).`,
 		Args: queueArgs(cobra.ExactArgs(1), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
+			switch reason {
+			case "", client.ReasonNacked, client.ReasonTTRExpired, client.ReasonWebhookFailed:
+			default:
+				return usageError{fmt.Errorf("--reason %q: nacked, ttr_expired or webhook_failed", reason)}
+			}
 			cl, err := c.client("")
 			if err != nil {
 				return err
 			}
-			jobs, next, err := cl.ListDeadLetter(cmd.Context(), a[0], offset, pageSize)
+			named := newest || reason != ""
+			var p *client.DeadLetterPage
+			if named {
+				p, err = cl.ListDeadLetterPage(cmd.Context(), a[0], client.DeadLetterQuery{Offset: offset, Limit: pageSize, Newest: newest, Reason: reason})
+			} else {
+				p = &client.DeadLetterPage{}
+				p.Jobs, p.NextOffset, err = cl.ListDeadLetter(cmd.Context(), a[0], offset, pageSize)
+			}
 			if err != nil {
 				return err
 			}
-			for _, j := range jobs {
+			for _, j := range p.Jobs {
 				if err := c.printJob(j); err != nil {
 					return err
 				}
 			}
 			if c.jsonOut {
-				return c.printJSON(map[string]int64{"next_offset": next})
+				if named {
+					return c.printJSON(map[string]int64{"next_offset": p.NextOffset, "total": p.Total})
+				}
+				return c.printJSON(map[string]int64{"next_offset": p.NextOffset})
 			}
-			_, err = fmt.Fprintf(c.io.out, "next_offset=%d\n", next)
+			if named {
+				_, err = fmt.Fprintf(c.io.out, "next_offset=%d total=%d\n", p.NextOffset, p.Total)
+				return err
+			}
+			_, err = fmt.Fprintf(c.io.out, "next_offset=%d\n", p.NextOffset)
 			return err
 		},
 	}
-	list.Flags().Int64Var(&offset, "offset", 0, "first entry")
+	list.Flags().Int64Var(&offset, "offset", 0, "first entry (from the oldest, or the newest with --newest)")
 	list.Flags().Int64VarP(&pageSize, "limit", "l", 20, "page size (1..100)")
+	list.Flags().BoolVar(&newest, "newest", false, "newest death first")
+	list.Flags().StringVar(&reason, "reason", "", "only the jobs that died for this reason: nacked, ttr_expired or webhook_failed")
 	cmd.AddCommand(respawn, del, list, &cobra.Command{
 		Use:   "size QUEUE",
 		Short: "Print the size of the dead letter (needs no token)",

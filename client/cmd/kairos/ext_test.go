@@ -110,6 +110,18 @@ func TestExtensionCommands(t *testing.T) {
 	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); len(lines) != 2 || lines[1] != `{"next_offset":-1}` {
 		t.Fatalf("deadletter list --json: %q", r.stdout)
 	}
+	r = kairos(t, env, "", "deadletter", "list", "dl", "--newest", "--limit", "2").want(t, exitOK)
+	if !strings.HasPrefix(r.stdout, dead[2]) || !strings.Contains(r.stdout, dead[1]) || strings.Contains(r.stdout, dead[0]) || !strings.HasSuffix(r.stdout, "next_offset=2 total=3\n") {
+		t.Fatalf("deadletter list --newest: %q", r.stdout)
+	}
+	r = kairos(t, env, "", "--json", "deadletter", "list", "dl", "--newest", "--offset", "2", "--reason", "nacked").want(t, exitOK)
+	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); len(lines) != 2 || !strings.Contains(lines[0], dead[0]) || lines[1] != `{"next_offset":-1,"total":3}` {
+		t.Fatalf("deadletter list --newest --reason nacked --json: %q", r.stdout)
+	}
+	if r := kairos(t, env, "", "deadletter", "list", "dl", "--reason", "ttr_expired").want(t, exitOK); r.stdout != "next_offset=-1 total=3\n" {
+		t.Fatalf("deadletter list --reason ttr_expired: %q", r.stdout)
+	}
+	kairos(t, env, "", "deadletter", "list", "dl", "--reason", "bored").want(t, exitUsage)
 	kairos(t, env, "", "deadletter", "respawn", "dl", "--job", dead[0]).want(t, exitOK)
 	kairos(t, env, "", "deadletter", "delete", "dl", "--job", dead[1]).want(t, exitOK)
 	kairos(t, env, "", "deadletter", "delete", "dl", "--job", dead[1]).want(t, exitNotFound)
