@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"html/template"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -45,9 +46,12 @@ func newDashboard(s *Server) (*dashboard, error) {
 	}
 	funcs := template.FuncMap{
 		"pathEsc": url.PathEscape,
-		"ago":     ago,
-		"when":    when,
-		"add":     func(a, b int) int { return a + b },
+		"deadReasons": func() []engine.DeadReason {
+			return []engine.DeadReason{engine.ReasonNacked, engine.ReasonTTRExpired, engine.ReasonWebhookFailed}
+		},
+		"ago":  ago,
+		"when": when,
+		"add":  func(a, b int) int { return a + b },
 	}
 	for _, p := range dashPages {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(ui.Templates(), "layout.html", p+".html")
@@ -560,18 +564,79 @@ type queuePage struct {
 	Webhook                *webhookView
 	WebhooksOn             bool
 	// Latency is the publish→consume percentiles over the recent minutes.
-	Latency            []kv
-	Lists              []jobListView
-	ListError          string
-	DeadJobs           []*jobView
-	DeadOffset         int64
-	DeadPrev, DeadNext string
+	Latency   []kv
+	Lists     []jobListView
+	ListError string
+	// DeadJobs is a page of the dead letter, newest first whatever the
+	// direction it was read in (deadPager); DeadReason is the reason
+	// filter ("" for all).
+	DeadJobs   []*jobView
+	DeadReason string
+	DeadPager  deadPager
 	// Schedules are the queue's schedules (issue #24); SchedulesOn is
 	// false when the pool's engine runs none, SchedulesError set when
 	// they could not be read.
 	Schedules      []scheduleView
 	SchedulesOn    bool
 	SchedulesError string
+}
+
+// deadPager holds the links of the dead letter's pages on the queue page
+// ("" when there is no such page). The page shows the newest death first;
+// it is read newest first from dead_offset, or, with dead_order=oldest,
+// oldest first from dead_offset and shown reversed. Each direction's
+// offsets count from its own end, so the page just newer than one read
+// newest first from X is the one read oldest first from size-X (and
+// likewise the other way): both directions page exactly, with or
+// without a reason filter, and "oldest" is the oldest page itself.
+type deadPager struct {
+	Newest, Newer, Older, Oldest string
+}
+
+// newDeadPager builds the links around page, read with dq.
+func newDeadPager(base string, dq engine.DeadLetterQuery, page engine.DeadLetterPage) deadPager {
+	link := func(order string, off int64) string {
+		v := url.Values{}
+		if order == "oldest" {
+			v.Set("dead_order", order)
+		}
+		if off > 0 {
+			v.Set("dead_offset", strconv.FormatInt(off, 10))
+		}
+		if dq.Reason != "" {
+			v.Set("dead_reason", string(dq.Reason))
+		}
+		if len(v) == 0 {
+			return base + "#dead"
+		}
+		return base + "?" + v.Encode() + "#dead"
+	}
+	var p deadPager
+	onNewest, onOldest := dq.Newest && dq.Offset == 0, !dq.Newest && dq.Offset == 0
+	if dq.Newest {
+		if dq.Offset > 0 {
+			p.Newer = link("oldest", max(page.Size-dq.Offset, 0))
+		}
+		if page.Next >= 0 {
+			p.Older = link("newest", page.Next)
+		}
+		onOldest = page.Next < 0
+	} else {
+		if page.Next >= 0 {
+			p.Newer = link("oldest", page.Next)
+		}
+		if dq.Offset > 0 {
+			p.Older = link("newest", max(page.Size-dq.Offset, 0))
+		}
+		onNewest = page.Next < 0
+	}
+	if !onNewest {
+		p.Newest = link("newest", 0)
+	}
+	if !onOldest {
+		p.Oldest = link("oldest", 0)
+	}
+	return p
 }
 
 // scheduleView is one schedule's line on the queue page.
@@ -724,22 +789,28 @@ func (d *dashboard) queue(c *gin.Context) {
 	} else if !errors.Is(err, engine.ErrQueueEmpty) {
 		p.ListError = errMessage(ctx, err)
 	}
-	p.DeadOffset, _ = strconv.ParseInt(c.Query("dead_offset"), 10, 64)
-	p.DeadOffset = max(p.DeadOffset, 0)
-	dead, err := x.ListDeadLetter(ctx, ns, q, p.DeadOffset, deadPage)
+	dq := engine.DeadLetterQuery{Limit: deadPage, Newest: c.Query("dead_order") != "oldest"}
+	dq.Offset, _ = strconv.ParseInt(c.Query("dead_offset"), 10, 64)
+	dq.Offset = min(max(dq.Offset, 0), math.MaxInt64-engine.MaxDeadScan)
+	if r := c.Query("dead_reason"); r != "" {
+		if dq.Reason = engine.DeadReason(r); !engine.ValidDeadReason(dq.Reason) {
+			d.fail(c, errInvalidReason)
+			return
+		}
+	}
+	dead, err := x.ListDeadLetterPage(ctx, ns, q, dq)
 	if err != nil {
 		d.fail(c, err)
 		return
 	}
-	for _, j := range dead {
+	if !dq.Newest {
+		slices.Reverse(dead.Jobs)
+	}
+	for _, j := range dead.Jobs {
 		p.DeadJobs = append(p.DeadJobs, newJobView(j, ns, q, now))
 	}
-	if p.DeadOffset > 0 {
-		p.DeadPrev = p.Base + "?dead_offset=" + strconv.FormatInt(max(p.DeadOffset-deadPage, 0), 10) + "#dead"
-	}
-	if len(dead) == deadPage {
-		p.DeadNext = p.Base + "?dead_offset=" + strconv.FormatInt(p.DeadOffset+deadPage, 10) + "#dead"
-	}
+	p.DeadReason = string(dq.Reason)
+	p.DeadPager = newDeadPager(p.Base, dq, dead)
 	if sc, ok := x.(engine.Scheduler); ok {
 		p.SchedulesOn = true
 		list, err := sc.ListSchedules(ctx, ns, q)

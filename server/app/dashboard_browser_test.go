@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -212,16 +213,38 @@ func TestDashboardBrowser(t *testing.T) {
 		}
 	}
 
+	// 25 dead jobs in "dead-pages", nacked one after the other: the
+	// dead letter shows the newest first, 20 a page, with a last page.
+	var pagesDead []string
+	for i := range 25 {
+		e.publish(t, "dead-pages", "tries=1", "nacked "+strconv.Itoa(i), nil)
+	}
+	r := doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/dead-pages?count=25&ttr=600", e.Token, nil, map[string]string{"X-Kairos-Extensions": "1"})
+	r.wantStatus(t, http.StatusOK)
+	var consumed []struct {
+		JobID   string `json:"job_id"`
+		Receipt string `json:"receipt"`
+	}
+	r.decode(t, &consumed)
+	for _, j := range consumed {
+		doHTTP(t, http.MethodPut, e.API+"/api/"+e.NS+"/dead-pages/job/"+j.JobID+"/release?receipt="+j.Receipt, e.Token, nil, nil).wantStatus(t, http.StatusNoContent)
+		pagesDead = append(pagesDead, j.JobID)
+	}
+	if len(pagesDead) != 25 {
+		t.Fatalf("dead-pages: %d jobs consumed, want 25", len(pagesDead))
+	}
+
 	// A delayed job, and an in-flight one (consumed, not ACKed).
 	later := e.publish(t, "later", "delay=3600", "remind me", nil)
 	busy := e.publish(t, "busy", "", "working on it", nil)
-	r := doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/busy?ttr=600", e.Token, nil, nil)
+	r = doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/busy?ttr=600", e.Token, nil, nil)
 	r.wantStatus(t, http.StatusOK)
 
 	res := runBrowser(t, e.fixtures(map[string]any{
 		"later_job": later, "busy_job": busy,
 		"queue": queue, "ready": 3, "first_job": first, "delete_job": del,
 		"xss_job": xss, "xss_body": xssBody, "dead_queue": deadQueue,
+		"dead_pages_oldest": pagesDead[0], "dead_pages_newest": pagesDead[24], "dead_pages_21st": pagesDead[4],
 	}))
 
 	// The server-side effects of the UI's dead-letter actions.

@@ -206,6 +206,42 @@ await step('dead letter: jobs listed with reasons; respawn one, delete one', asy
   results.deleted = deleted;
 });
 
+await step('dead letter: newest first, paged both ways to the oldest, filtered by reason', async () => {
+  await page.goto(queueURL('dead-pages'));
+  const rows = page.locator('#dead-jobs tbody tr');
+  assert.equal(await rows.count(), 20);
+  assert.equal(await rows.first().getAttribute('data-job'), env.dead_pages_newest);
+  assert.match(await rows.first().textContent(), /nacked/);
+  assert.equal(await page.locator('#dead-newer').count(), 0);
+  await shot('dead-letter-newest');
+  await page.click('#dead-older');
+  await page.waitForURL(/dead_offset=20/);
+  assert.equal(await rows.count(), 5);
+  assert.equal(await rows.first().getAttribute('data-job'), env.dead_pages_21st);
+  assert.equal(await rows.last().getAttribute('data-job'), env.dead_pages_oldest);
+  assert.equal(await page.locator('#dead-older').count(), 0);
+  await page.click('#dead-newest');
+  await page.waitForURL((u) => !u.search.includes('dead_offset'));
+  assert.equal(await rows.first().getAttribute('data-job'), env.dead_pages_newest);
+  await page.click('#dead-oldest');
+  await page.waitForURL(/dead_order=oldest/);
+  assert.equal(await rows.count(), 20);
+  assert.equal(await rows.last().getAttribute('data-job'), env.dead_pages_oldest);
+  assert.equal(await page.locator('#dead-older').count(), 0);
+  assert.equal(await page.locator('#dead-oldest').count(), 0);
+  await shot('dead-letter-oldest');
+  await page.selectOption('#dead-reason', 'ttr_expired');
+  await page.click('#dead-filter button[type=submit]');
+  await page.waitForURL(/dead_reason=ttr_expired/);
+  assert.match(await page.locator('#no-dead').textContent(), /No dead job ttr_expired/);
+  await page.selectOption('#dead-reason', 'nacked');
+  await page.click('#dead-filter button[type=submit]');
+  await page.waitForURL(/dead_reason=nacked/);
+  assert.equal(await rows.count(), 20);
+  assert.equal(await rows.first().getAttribute('data-job'), env.dead_pages_newest);
+  assert.match(await page.locator('#dead-older').getAttribute('href'), /dead_reason=nacked/);
+});
+
 await step('dead letter: respawn all, delete all', async () => {
   await page.goto(queueURL('failing-all'));
   assert.equal(await page.locator('#dead-jobs tbody tr').count(), 3);
