@@ -59,18 +59,7 @@ for _, id in ipairs(ids) do
   seen = seen + 1
 end
 if exact == 0 and seen > 0 then inflight = math.floor(inflight * timer / seen + 0.5) end
-local oldest = ''
-local es = redis.call('LRANGE', KEYS[1], -16, -1)
-for j = #es, 1, -1 do
-  local id = eid(es[j])
-  if #id > 0 and redis.call('EXISTS', jp .. id) == 1 then oldest = id break end
-end
-local first = ''
-local ps = redis.call('ZRANGE', KEYS[2], 0, 15)
-for _, e in ipairs(ps) do
-  local id = eid(e)
-  if redis.call('EXISTS', jp .. id) == 1 then first = id break end
-end
+local oldest, first = ready_heads(KEYS[1], KEYS[2], jp)
 local sums = {0, 0, 0, 0, 0}
 for i = 4, #ARGV - 1, 2 do
   local d = ARGV[i + 1]
@@ -78,6 +67,22 @@ for i = 4, #ARGV - 1, 2 do
   for k = 1, 5 do sums[k] = sums[k] + (tonumber(v[k]) or 0) end
 end
 return {ready, timer, dead, paused, inflight, exact, oldest, first, sums[1], sums[2], sums[3], sums[4], sums[5]}
+`)
+
+// queueStatsScript reads the sizes of one queue and the IDs at its consume
+// ends, for Stats (the metrics' pass over every queue).
+//
+//	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] timer   KEYS[4] dead letter
+//	KEYS[5] job key prefix j/{T}ns/q/
+//
+// Returns {ready (list and priority set), timer, dead, oldest list ID,
+// first priority ID}; the IDs are those of live jobs (ready_heads), empty
+// when none.
+var queueStatsScript = script(`
+local ready = redis.call('LLEN', KEYS[1]) + redis.call('ZCARD', KEYS[2])
+local oldest, first = '', ''
+if ready > 0 then oldest, first = ready_heads(KEYS[1], KEYS[2], KEYS[5]) end
+return {ready, redis.call('ZCARD', KEYS[3]), redis.call('LLEN', KEYS[4]), oldest, first}
 `)
 
 // listJobsScript lists jobs of a queue from a cursor: the ready ones (the

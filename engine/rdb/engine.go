@@ -1747,8 +1747,10 @@ func (e *Engine) physicalQueues(ctx context.Context) (map[string][]string, error
 	return out, nil
 }
 
-// Stats returns the sizes of every queue this pool knows, for metrics: a
-// sharded queue's summed over its shards.
+// Stats returns the sizes of every queue this pool knows, and when its
+// ready head became ready, for metrics: one queueStatsScript per queue, a
+// pipeline per namespace; a sharded queue's sizes are summed over its
+// shards, its OldestReady the earliest of theirs.
 func (e *Engine) Stats(ctx context.Context) ([]engine.QueueStats, error) {
 	info, err := e.physicalQueues(ctx)
 	if err != nil {
@@ -1756,23 +1758,50 @@ func (e *Engine) Stats(ctx context.Context) ([]engine.QueueStats, error) {
 	}
 	var out []engine.QueueStats
 	for ns, qs := range info {
-		cmds := make([][4]*redis.IntCmd, len(qs))
-		_, err := e.pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, q := range qs {
-				cmds[i] = [4]*redis.IntCmd{p.LLen(ctx, readyKey(ns, q)), p.ZCard(ctx, timerKey(ns, q)), p.LLen(ctx, deadKey(ns, q)), p.ZCard(ctx, prioKey(ns, q))}
+		cmds := make([]*redis.Cmd, len(qs))
+		run := func() error {
+			_, err := e.pipelined(ctx, func(p redis.Pipeliner) error {
+				for i, q := range qs {
+					keys := []string{readyKey(ns, q), prioKey(ns, q), timerKey(ns, q), deadKey(ns, q), jobKeyPrefix(ns, q)}
+					cmds[i] = queueStatsScript.EvalSha(ctx, p, keys)
+				}
+				return nil
+			})
+			return err
+		}
+		err := run()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// The Redis lost its scripts (restarted, SCRIPT FLUSH): load
+			// and try once more.
+			if err = queueStatsScript.Load(ctx, e.rdb).Err(); err == nil {
+				err = run()
 			}
-			return nil
-		})
+		}
 		if err != nil {
 			return nil, fmt.Errorf("stats %s: %w", ns, err)
 		}
 		at := map[string]int{} // a sharded queue's place in out
 		for i, q := range qs {
-			st := engine.QueueStats{Namespace: ns, Queue: logicalQueue(q), Ready: cmds[i][0].Val() + cmds[i][3].Val(), Timer: cmds[i][1].Val(), DeadLetter: cmds[i][2].Val()}
+			res, err := cmds[i].Slice()
+			if err != nil || len(res) != 5 {
+				return nil, fmt.Errorf("stats %s/%s: unexpected reply %v: %v", ns, q, res, err)
+			}
+			n := func(k int) int64 { v, _ := res[k].(int64); return v }
+			st := engine.QueueStats{Namespace: ns, Queue: logicalQueue(q), Ready: n(0), Timer: n(1), DeadLetter: n(2)}
+			for _, k := range []int{3, 4} {
+				id, _ := res[k].(string)
+				if t, ok := readySince(id); ok && (st.OldestReady.IsZero() || t.Before(st.OldestReady)) {
+					st.OldestReady = t
+				}
+			}
 			if k, ok := at[st.Queue]; ok {
-				out[k].Ready += st.Ready
-				out[k].Timer += st.Timer
-				out[k].DeadLetter += st.DeadLetter
+				o := &out[k]
+				o.Ready += st.Ready
+				o.Timer += st.Timer
+				o.DeadLetter += st.DeadLetter
+				if !st.OldestReady.IsZero() && (o.OldestReady.IsZero() || st.OldestReady.Before(o.OldestReady)) {
+					o.OldestReady = st.OldestReady
+				}
 				continue
 			}
 			at[st.Queue] = len(out)
