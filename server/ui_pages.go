@@ -23,6 +23,7 @@ import (
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/engine/migration"
 	"github.com/kairos-dev/kairos/server/ui"
 	"github.com/kairos-dev/kairos/server/webhook"
 )
@@ -404,6 +405,18 @@ func (d *dashboard) namespace(c *gin.Context) {
 		d.fail(c, err)
 		return
 	}
+	if len(rows) == 0 {
+		// No queue: a namespace only if it has tokens, else a mistyped URL.
+		toks, err := d.s.tokens.List(ctx, pool, ns, false)
+		if err != nil {
+			d.fail(c, err)
+			return
+		}
+		if len(toks) == 0 {
+			d.notFound(c, "no namespace "+strconv.Quote(ns)+" in pool "+strconv.Quote(pool)+": it has no queue and no token")
+			return
+		}
+	}
 	p := namespacePage{Pool: pool, Namespace: ns, Filter: strings.TrimSpace(c.Query("filter")), Sort: c.DefaultQuery("sort", "name"),
 		Dir: c.DefaultQuery("order", "asc"), PerPage: 100, Total: len(rows)}
 	if p.Dir != "desc" {
@@ -618,6 +631,30 @@ func (d *dashboard) queueNames(c *gin.Context) (pool, ns, q string, x engine.Eng
 	return pool, ns, q, x, true
 }
 
+// registrar is what engines offer to tell a queue they know from a
+// mistyped name (engine/rdb: its group's registry).
+type registrar interface {
+	Registered(ctx context.Context, ns, q string) (bool, error)
+}
+
+// queueRegistered reports whether the pool's engine x knows queue ns/q:
+// a migrating pool knows it when either side does; an engine without a
+// registry knows every queue.
+func queueRegistered(ctx context.Context, x engine.Engine, ns, q string) (bool, error) {
+	if m, ok := x.(*migration.Engine); ok {
+		known, err := queueRegistered(ctx, m.Old, ns, q)
+		if err != nil || known {
+			return known, err
+		}
+		return queueRegistered(ctx, m.New, ns, q)
+	}
+	r, ok := x.(registrar)
+	if !ok {
+		return true, nil
+	}
+	return r.Registered(ctx, ns, q)
+}
+
 func queueBase(pool, ns, q string) string {
 	return "/ui/queue/" + url.PathEscape(pool) + "/" + url.PathEscape(ns) + "/" + url.PathEscape(q)
 }
@@ -752,6 +789,21 @@ func (d *dashboard) queue(c *gin.Context) {
 			p.SchedulesOn = false
 		default:
 			p.SchedulesError = errMessage(ctx, err)
+		}
+	}
+	// A queue with no jobs, settings, webhook or schedule is known only by
+	// its registry: a mistyped name is not (404, not an empty page).
+	if p.Row.Ready == 0 && p.Row.Timer == 0 && p.Row.Dead == 0 && !p.Config.Paused && p.Config.Backoff == nil && p.Config.DeadTTL == 0 && p.Config.Shards <= 1 &&
+		(p.Webhook == nil || !p.Webhook.Subscribed) && len(p.Schedules) == 0 {
+		known, err := queueRegistered(ctx, x, ns, q)
+		if err != nil {
+			d.fail(c, err)
+			return
+		}
+		if !known {
+			d.notFound(c, "no queue "+strconv.Quote(q)+" in namespace "+strconv.Quote(ns)+" of pool "+strconv.Quote(pool)+
+				": nothing was published to it and it has no settings, webhook or schedule")
+			return
 		}
 	}
 	d.render(c, http.StatusOK, "queue", ns+"/"+q, "overview", p)

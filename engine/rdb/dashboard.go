@@ -193,6 +193,21 @@ func (e *Engine) NamespaceQueues(ctx context.Context, ns string) ([]engine.Queue
 	return mergeShardStats(out), nil
 }
 
+// Registered reports whether queue ns/q is in its group's registry
+// (m/{T}): a server published to it, or imported it, at least once. The
+// dashboard answers 404 for a queue that is not, has no jobs and no
+// settings (a mistyped URL). One HEXISTS.
+func (e *Engine) Registered(ctx context.Context, ns, q string) (bool, error) {
+	if err := checkNames(ns, q); err != nil {
+		return false, fmt.Errorf("registered: %w", err)
+	}
+	ok, err := e.rdb.HExists(ctx, registryKey(slotGroup(ns, q)), ns+"/"+q).Result()
+	if err != nil {
+		return false, fmt.Errorf("registered %s/%s: %w", ns, q, err)
+	}
+	return ok, nil
+}
+
 // mergeShardStats sums the stats of a sharded queue's shards ("q~i",
 // sorted after "q") into the queue's own.
 func mergeShardStats(in []engine.QueueStats) []engine.QueueStats {
