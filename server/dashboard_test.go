@@ -433,6 +433,8 @@ func TestDashboardUnknownNames(t *testing.T) {
 				{"/ui/queue/default/shop/orders", http.StatusOK, "orders"},
 				{"/ui/queue/default/shop/later", http.StatusOK, "later"},
 				{"/ui/queue/default/shop/ordres", http.StatusNotFound, `no queue &#34;ordres&#34; in namespace &#34;shop&#34;`},
+				{"/ui/queue/default/shop/ordres", http.StatusNotFound, `href="/ui/queue/default/shop/ordres?new=1"`},
+				{"/ui/queue/default/shop/ordres?new=1", http.StatusOK, `id="no-schedules"`},
 				{"/ui/queue/default/shpo/orders", http.StatusNotFound, `no queue &#34;orders&#34; in namespace &#34;shpo&#34;`},
 			} {
 				r := liveDo(t, "GET", l.admin+tc.path, nil, nil)

@@ -143,7 +143,12 @@ func (d *dashboard) render(c *gin.Context, status int, page, title, nav string, 
 	c.Data(status, "text/html; charset=utf-8", buf.Bytes())
 }
 
-type errorPage struct{ Message string }
+// errorPage is the error page's data: a message and, when set, a link
+// that offers the way on (the new-queue page of an unknown queue).
+type errorPage struct {
+	Message        string
+	Link, LinkText string
+}
 
 func (d *dashboard) notFound(c *gin.Context, msg string) {
 	d.render(c, http.StatusNotFound, "error", "Not found", "", errorPage{Message: msg})
@@ -631,6 +636,17 @@ func (d *dashboard) queueNames(c *gin.Context) (pool, ns, q string, x engine.Eng
 	return pool, ns, q, x, true
 }
 
+// setUp reports whether a queue page request is for a queue being set up
+// rather than a typed URL: ?new=1 (the 404 page's link), a flash message
+// (back from one of the page's forms) or a live refresh of a shown page.
+func setUp(c *gin.Context) bool {
+	if c.Query("new") == "1" || c.GetHeader("X-Kairos-Live") != "" {
+		return true
+	}
+	v, err := c.Cookie(flashCookie)
+	return err == nil && v != ""
+}
+
 // registrar is what engines offer to tell a queue they know from a
 // mistyped name (engine/rdb: its group's registry).
 type registrar interface {
@@ -792,8 +808,11 @@ func (d *dashboard) queue(c *gin.Context) {
 		}
 	}
 	// A queue with no jobs, settings, webhook or schedule is known only by
-	// its registry: a mistyped name is not (404, not an empty page).
-	if p.Row.Ready == 0 && p.Row.Timer == 0 && p.Row.Dead == 0 && !p.Config.Paused && p.Config.Backoff == nil && p.Config.DeadTTL == 0 && p.Config.Shards <= 1 &&
+	// its registry: a mistyped name is not (404, not an empty page). The
+	// page stays for a queue being set up: opened through the 404 page's
+	// link (?new=1), back from one of its forms (a flash), or refreshed
+	// live while shown.
+	if !setUp(c) && p.Row.Ready == 0 && p.Row.Timer == 0 && p.Row.Dead == 0 && !p.Config.Paused && p.Config.Backoff == nil && p.Config.DeadTTL == 0 && p.Config.Shards <= 1 &&
 		(p.Webhook == nil || !p.Webhook.Subscribed) && len(p.Schedules) == 0 {
 		known, err := queueRegistered(ctx, x, ns, q)
 		if err != nil {
@@ -801,8 +820,10 @@ func (d *dashboard) queue(c *gin.Context) {
 			return
 		}
 		if !known {
-			d.notFound(c, "no queue "+strconv.Quote(q)+" in namespace "+strconv.Quote(ns)+" of pool "+strconv.Quote(pool)+
-				": nothing was published to it and it has no settings, webhook or schedule")
+			d.render(c, http.StatusNotFound, "error", "Not found", "", errorPage{
+				Message: "no queue " + strconv.Quote(q) + " in namespace " + strconv.Quote(ns) + " of pool " + strconv.Quote(pool) +
+					": nothing was published to it and it has no settings, webhook or schedule",
+				Link: p.Base + "?new=1", LinkText: "Set up a new queue " + q + " (schedules, webhook, settings)"})
 			return
 		}
 	}
