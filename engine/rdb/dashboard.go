@@ -69,20 +69,15 @@ end
 return {ready, timer, dead, paused, inflight, exact, oldest, first, sums[1], sums[2], sums[3], sums[4], sums[5]}
 `)
 
-// queueStatsScript reads the sizes of one queue and the IDs at its consume
-// ends, for Stats (the metrics' pass over every queue).
+// readyHeadsScript returns the IDs of the live jobs at a queue's consume
+// ends (ready_heads), for Stats.
 //
-//	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] timer   KEYS[4] dead letter
-//	KEYS[5] job key prefix j/{T}ns/q/
+//	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] job key prefix j/{T}ns/q/
 //
-// Returns {ready (list and priority set), timer, dead, oldest list ID,
-// first priority ID}; the IDs are those of live jobs (ready_heads), empty
-// when none.
-var queueStatsScript = script(`
-local ready = redis.call('LLEN', KEYS[1]) + redis.call('ZCARD', KEYS[2])
-local oldest, first = '', ''
-if ready > 0 then oldest, first = ready_heads(KEYS[1], KEYS[2], KEYS[5]) end
-return {ready, redis.call('ZCARD', KEYS[3]), redis.call('LLEN', KEYS[4]), oldest, first}
+// Returns {oldest list ID, first priority ID}, each empty when none.
+var readyHeadsScript = script(`
+local oldest, first = ready_heads(KEYS[1], KEYS[2], KEYS[3])
+return {oldest, first}
 `)
 
 // listJobsScript lists jobs of a queue from a cursor: the ready ones (the
