@@ -102,9 +102,6 @@ type QueueDetail struct {
 	Delayed, InFlight int64
 	InFlightExact     bool
 	Paused            bool
-	// OldestReady is when the oldest ready job became ready (zero when
-	// no job is ready).
-	OldestReady time.Time
 	// Recent sums the queue's history over the RecentMinutes complete
 	// minutes before now.
 	Recent Counts

@@ -500,4 +500,10 @@ type QueueStats struct {
 	Ready      int64
 	Timer      int64
 	DeadLetter int64
+	// OldestReady is when the job at the head of the ready queue (the
+	// next one a consumer gets, or the older of the heads of the ready
+	// list and the priority set) became ready: its publish plus its delay,
+	// as its ID tells. A job back from a retry or a TTR expiry counts from
+	// its first readiness. Zero when no live job is ready.
+	OldestReady time.Time
 }

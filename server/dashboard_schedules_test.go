@@ -20,6 +20,13 @@ func TestDashboardScheduleSection(t *testing.T) {
 			if r := liveDo(t, "PUT", l.api+"/api/ns/q/schedule/nightly?cron=0+3+*+*+*&tz=Europe/Paris", strings.NewReader("x"), tok); r.status != 200 {
 				t.Fatalf("put schedule: %d %s", r.status, r.body)
 			}
+			// A job makes ns/q a queue the pool knows, so that its page
+			// stays (with an empty section) once its one schedule is
+			// deleted: a queue with no job, settings or schedule that was
+			// never published to is a mistyped name (404).
+			if r := liveDo(t, "PUT", l.api+"/api/ns/q?delay=3600", strings.NewReader("j"), tok); r.status != http.StatusCreated {
+				t.Fatalf("publish: %d %s", r.status, r.body)
+			}
 			page := "/ui/queue/default/ns/q"
 			r := liveDo(t, "GET", l.admin+page, nil, nil)
 			if r.status != 200 || !strings.Contains(r.body, `data-schedule="nightly"`) || !strings.Contains(r.body, "Europe/Paris") ||

@@ -392,3 +392,56 @@ func TestDashboardBulkRoundTrips(t *testing.T) {
 		t.Errorf("overview: %d round trips, totals %v", n, ov.Totals)
 	}
 }
+
+// TestDashboardUnknownNames: a mistyped namespace or queue URL answers 404
+// with a page saying what is missing, not an empty page with 200; a real
+// namespace (queues, or only tokens) and a real queue (published to and
+// now empty, or only configured) keep their pages.
+func TestDashboardUnknownNames(t *testing.T) {
+	for name, backend := range liveBackends {
+		t.Run(name, func(t *testing.T) {
+			l := startLive(t, liveOptions{client: backend(t)})
+			tok := map[string]string{"X-Token": l.token(t, "shop", auth.Scope{})}
+			l.token(t, "tokens-only", auth.Scope{})
+			// shop/orders: published, consumed and ACKed, now empty.
+			if r := liveDo(t, "PUT", l.api+"/api/shop/orders", strings.NewReader("x"), tok); r.status != http.StatusCreated {
+				t.Fatalf("publish: %d %s", r.status, r.body)
+			}
+			var job struct {
+				JobID string `json:"job_id"`
+			}
+			r := liveDo(t, "GET", l.api+"/api/shop/orders?ttr=30", nil, tok)
+			if err := json.Unmarshal([]byte(r.body), &job); err != nil || job.JobID == "" {
+				t.Fatalf("consume: %d %s", r.status, r.body)
+			}
+			if r := liveDo(t, "DELETE", l.api+"/api/shop/orders/job/"+job.JobID, nil, tok); r.status != http.StatusNoContent {
+				t.Fatalf("ack: %d %s", r.status, r.body)
+			}
+			// shop/later: never published to, but paused through the admin API.
+			if r := liveDo(t, "PUT", l.admin+"/queue/shop/later/config", strings.NewReader(`{"paused":true}`),
+				map[string]string{"Content-Type": "application/json"}); r.status != http.StatusOK {
+				t.Fatalf("pause: %d %s", r.status, r.body)
+			}
+			for _, tc := range []struct {
+				path   string
+				status int
+				text   string
+			}{
+				{"/ui/ns/default/shop", http.StatusOK, "orders"},
+				{"/ui/ns/default/tokens-only", http.StatusOK, "tokens-only"},
+				{"/ui/ns/default/shpo", http.StatusNotFound, `no namespace &#34;shpo&#34; in pool &#34;default&#34;`},
+				{"/ui/queue/default/shop/orders", http.StatusOK, "orders"},
+				{"/ui/queue/default/shop/later", http.StatusOK, "later"},
+				{"/ui/queue/default/shop/ordres", http.StatusNotFound, `no queue &#34;ordres&#34; in namespace &#34;shop&#34;`},
+				{"/ui/queue/default/shop/ordres", http.StatusNotFound, `href="/ui/queue/default/shop/ordres?new=1"`},
+				{"/ui/queue/default/shop/ordres?new=1", http.StatusOK, `id="no-schedules"`},
+				{"/ui/queue/default/shpo/orders", http.StatusNotFound, `no queue &#34;orders&#34; in namespace &#34;shpo&#34;`},
+			} {
+				r := liveDo(t, "GET", l.admin+tc.path, nil, nil)
+				if r.status != tc.status || !strings.Contains(r.body, tc.text) {
+					t.Errorf("GET %s: %d, want %d with %q:\n%s", tc.path, r.status, tc.status, tc.text, r.body)
+				}
+			}
+		})
+	}
+}

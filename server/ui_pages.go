@@ -24,6 +24,7 @@ import (
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/config"
 	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/engine/migration"
 	"github.com/kairos-dev/kairos/server/ui"
 	"github.com/kairos-dev/kairos/server/webhook"
 )
@@ -146,7 +147,12 @@ func (d *dashboard) render(c *gin.Context, status int, page, title, nav string, 
 	c.Data(status, "text/html; charset=utf-8", buf.Bytes())
 }
 
-type errorPage struct{ Message string }
+// errorPage is the error page's data: a message and, when set, a link
+// that offers the way on (the new-queue page of an unknown queue).
+type errorPage struct {
+	Message        string
+	Link, LinkText string
+}
 
 func (d *dashboard) notFound(c *gin.Context, msg string) {
 	d.render(c, http.StatusNotFound, "error", "Not found", "", errorPage{Message: msg})
@@ -407,6 +413,18 @@ func (d *dashboard) namespace(c *gin.Context) {
 	if err != nil {
 		d.fail(c, err)
 		return
+	}
+	if len(rows) == 0 {
+		// No queue: a namespace only if it has tokens, else a mistyped URL.
+		toks, err := d.s.tokens.List(ctx, pool, ns, false)
+		if err != nil {
+			d.fail(c, err)
+			return
+		}
+		if len(toks) == 0 {
+			d.notFound(c, "no namespace "+strconv.Quote(ns)+" in pool "+strconv.Quote(pool)+": it has no queue and no token")
+			return
+		}
 	}
 	p := namespacePage{Pool: pool, Namespace: ns, Filter: strings.TrimSpace(c.Query("filter")), Sort: c.DefaultQuery("sort", "name"),
 		Dir: c.DefaultQuery("order", "asc"), PerPage: 100, Total: len(rows)}
@@ -683,6 +701,41 @@ func (d *dashboard) queueNames(c *gin.Context) (pool, ns, q string, x engine.Eng
 	return pool, ns, q, x, true
 }
 
+// setUp reports whether a queue page request is for a queue being set up
+// rather than a typed URL: ?new=1 (the 404 page's link), a flash message
+// (back from one of the page's forms) or a live refresh of a shown page.
+func setUp(c *gin.Context) bool {
+	if c.Query("new") == "1" || c.GetHeader("X-Kairos-Live") != "" {
+		return true
+	}
+	v, err := c.Cookie(flashCookie)
+	return err == nil && v != ""
+}
+
+// registrar is what engines offer to tell a queue they know from a
+// mistyped name (engine/rdb: its group's registry).
+type registrar interface {
+	Registered(ctx context.Context, ns, q string) (bool, error)
+}
+
+// queueRegistered reports whether the pool's engine x knows queue ns/q:
+// a migrating pool knows it when either side does; an engine without a
+// registry knows every queue.
+func queueRegistered(ctx context.Context, x engine.Engine, ns, q string) (bool, error) {
+	if m, ok := x.(*migration.Engine); ok {
+		known, err := queueRegistered(ctx, m.Old, ns, q)
+		if err != nil || known {
+			return known, err
+		}
+		return queueRegistered(ctx, m.New, ns, q)
+	}
+	r, ok := x.(registrar)
+	if !ok {
+		return true, nil
+	}
+	return r.Registered(ctx, ns, q)
+}
+
 func queueBase(pool, ns, q string) string {
 	return "/ui/queue/" + url.PathEscape(pool) + "/" + url.PathEscape(ns) + "/" + url.PathEscape(q)
 }
@@ -823,6 +876,26 @@ func (d *dashboard) queue(c *gin.Context) {
 			p.SchedulesOn = false
 		default:
 			p.SchedulesError = errMessage(ctx, err)
+		}
+	}
+	// A queue with no jobs, settings, webhook or schedule is known only by
+	// its registry: a mistyped name is not (404, not an empty page). The
+	// page stays for a queue being set up: opened through the 404 page's
+	// link (?new=1), back from one of its forms (a flash), or refreshed
+	// live while shown.
+	if !setUp(c) && p.Row.Ready == 0 && p.Row.Timer == 0 && p.Row.Dead == 0 && !p.Config.Paused && p.Config.Backoff == nil && p.Config.DeadTTL == 0 && p.Config.Shards <= 1 &&
+		(p.Webhook == nil || !p.Webhook.Subscribed) && len(p.Schedules) == 0 {
+		known, err := queueRegistered(ctx, x, ns, q)
+		if err != nil {
+			d.fail(c, err)
+			return
+		}
+		if !known {
+			d.render(c, http.StatusNotFound, "error", "Not found", "", errorPage{
+				Message: "no queue " + strconv.Quote(q) + " in namespace " + strconv.Quote(ns) + " of pool " + strconv.Quote(pool) +
+					": nothing was published to it and it has no settings, webhook or schedule",
+				Link: p.Base + "?new=1", LinkText: "Set up a new queue " + q + " (schedules, webhook, settings)"})
+			return
 		}
 	}
 	d.render(c, http.StatusOK, "queue", ns+"/"+q, "overview", p)

@@ -59,18 +59,7 @@ for _, id in ipairs(ids) do
   seen = seen + 1
 end
 if exact == 0 and seen > 0 then inflight = math.floor(inflight * timer / seen + 0.5) end
-local oldest = ''
-local es = redis.call('LRANGE', KEYS[1], -16, -1)
-for j = #es, 1, -1 do
-  local id = eid(es[j])
-  if #id > 0 and redis.call('EXISTS', jp .. id) == 1 then oldest = id break end
-end
-local first = ''
-local ps = redis.call('ZRANGE', KEYS[2], 0, 15)
-for _, e in ipairs(ps) do
-  local id = eid(e)
-  if redis.call('EXISTS', jp .. id) == 1 then first = id break end
-end
+local oldest, first = ready_heads(KEYS[1], KEYS[2], jp)
 local sums = {0, 0, 0, 0, 0}
 for i = 4, #ARGV - 1, 2 do
   local d = ARGV[i + 1]
@@ -78,6 +67,17 @@ for i = 4, #ARGV - 1, 2 do
   for k = 1, 5 do sums[k] = sums[k] + (tonumber(v[k]) or 0) end
 end
 return {ready, timer, dead, paused, inflight, exact, oldest, first, sums[1], sums[2], sums[3], sums[4], sums[5]}
+`)
+
+// readyHeadsScript returns the IDs of the live jobs at a queue's consume
+// ends (ready_heads), for Stats.
+//
+//	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] job key prefix j/{T}ns/q/
+//
+// Returns {oldest list ID, first priority ID}, each empty when none.
+var readyHeadsScript = script(`
+local oldest, first = ready_heads(KEYS[1], KEYS[2], KEYS[3])
+return {oldest, first}
 `)
 
 // listJobsScript lists jobs of a queue from a cursor: the ready ones (the
@@ -186,6 +186,21 @@ func (e *Engine) NamespaceQueues(ctx context.Context, ns string) ([]engine.Queue
 		}
 	}
 	return mergeShardStats(out), nil
+}
+
+// Registered reports whether queue ns/q is in its group's registry
+// (m/{T}): a server published to it, or imported it, at least once. The
+// dashboard answers 404 for a queue that is not, has no jobs and no
+// settings (a mistyped URL). One HEXISTS.
+func (e *Engine) Registered(ctx context.Context, ns, q string) (bool, error) {
+	if err := checkNames(ns, q); err != nil {
+		return false, fmt.Errorf("registered: %w", err)
+	}
+	ok, err := e.rdb.HExists(ctx, registryKey(slotGroup(ns, q)), ns+"/"+q).Result()
+	if err != nil {
+		return false, fmt.Errorf("registered %s/%s: %w", ns, q, err)
+	}
+	return ok, nil
 }
 
 // mergeShardStats sums the stats of a sharded queue's shards ("q~i",

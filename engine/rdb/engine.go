@@ -1747,8 +1747,13 @@ func (e *Engine) physicalQueues(ctx context.Context) (map[string][]string, error
 	return out, nil
 }
 
-// Stats returns the sizes of every queue this pool knows, for metrics: a
-// sharded queue's summed over its shards.
+// Stats returns the sizes of every queue this pool knows, and when its
+// ready head became ready, for metrics: per namespace, one pipeline of
+// plain commands for the sizes, then one of readyHeadsScript for the
+// queues that have ready jobs (about 8 µs of Redis time each, against
+// 0.25 µs per size command), so that idle queues cost what they did. A
+// sharded queue's sizes are summed over its shards, its OldestReady the
+// earliest of theirs.
 func (e *Engine) Stats(ctx context.Context) ([]engine.QueueStats, error) {
 	info, err := e.physicalQueues(ctx)
 	if err != nil {
@@ -1766,13 +1771,28 @@ func (e *Engine) Stats(ctx context.Context) ([]engine.QueueStats, error) {
 		if err != nil {
 			return nil, fmt.Errorf("stats %s: %w", ns, err)
 		}
-		at := map[string]int{} // a sharded queue's place in out
+		stats := make([]engine.QueueStats, len(qs))
+		var ready []int // indexes of the queues with ready jobs
 		for i, q := range qs {
-			st := engine.QueueStats{Namespace: ns, Queue: logicalQueue(q), Ready: cmds[i][0].Val() + cmds[i][3].Val(), Timer: cmds[i][1].Val(), DeadLetter: cmds[i][2].Val()}
+			stats[i] = engine.QueueStats{Namespace: ns, Queue: q, Ready: cmds[i][0].Val() + cmds[i][3].Val(), Timer: cmds[i][1].Val(), DeadLetter: cmds[i][2].Val()}
+			if stats[i].Ready > 0 {
+				ready = append(ready, i)
+			}
+		}
+		if err := e.readyHeads(ctx, ns, stats, ready); err != nil {
+			return nil, err
+		}
+		at := map[string]int{} // a sharded queue's place in out
+		for _, st := range stats {
+			st.Queue = logicalQueue(st.Queue)
 			if k, ok := at[st.Queue]; ok {
-				out[k].Ready += st.Ready
-				out[k].Timer += st.Timer
-				out[k].DeadLetter += st.DeadLetter
+				o := &out[k]
+				o.Ready += st.Ready
+				o.Timer += st.Timer
+				o.DeadLetter += st.DeadLetter
+				if !st.OldestReady.IsZero() && (o.OldestReady.IsZero() || st.OldestReady.Before(o.OldestReady)) {
+					o.OldestReady = st.OldestReady
+				}
 				continue
 			}
 			at[st.Queue] = len(out)
@@ -1780,6 +1800,49 @@ func (e *Engine) Stats(ctx context.Context) ([]engine.QueueStats, error) {
 		}
 	}
 	return out, nil
+}
+
+// readyHeads sets the OldestReady of stats[i] (physical queues of ns) for
+// each i of which: one readyHeadsScript each, in one pipeline.
+func (e *Engine) readyHeads(ctx context.Context, ns string, stats []engine.QueueStats, which []int) error {
+	if len(which) == 0 {
+		return nil
+	}
+	cmds := make([]*redis.Cmd, len(which))
+	run := func() error {
+		_, err := e.pipelined(ctx, func(p redis.Pipeliner) error {
+			for k, i := range which {
+				q := stats[i].Queue
+				cmds[k] = readyHeadsScript.EvalSha(ctx, p, []string{readyKey(ns, q), prioKey(ns, q), jobKeyPrefix(ns, q)})
+			}
+			return nil
+		})
+		return err
+	}
+	err := run()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// The Redis lost its scripts (restarted, SCRIPT FLUSH): load and
+		// try once more.
+		if err = readyHeadsScript.Load(ctx, e.rdb).Err(); err == nil {
+			err = run()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("stats %s: ready heads: %w", ns, err)
+	}
+	for k, i := range which {
+		res, err := cmds[k].Slice()
+		if err != nil || len(res) != 2 {
+			return fmt.Errorf("stats %s/%s: unexpected reply %v: %v", ns, stats[i].Queue, res, err)
+		}
+		for _, v := range res {
+			id, _ := v.(string)
+			if t, ok := readySince(id); ok && (stats[i].OldestReady.IsZero() || t.Before(stats[i].OldestReady)) {
+				stats[i].OldestReady = t
+			}
+		}
+	}
+	return nil
 }
 
 // Pool returns the pool's name.

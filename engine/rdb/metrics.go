@@ -315,13 +315,17 @@ func (pm *poolMetrics) reclaimed(n int64) {
 
 // StatsCollector exports, at scrape time, the sizes of every queue of the
 // given engines (lmstfy's queue_sizes and deadletter_sizes per queue, and
-// timer_sizes per pool, with Kairos's per-queue timer sizes beside them).
+// timer_sizes per pool, with Kairos's per-queue timer sizes beside them),
+// and per queue the age of its ready head (kairos_queue_oldest_ready_seconds),
+// so that a queue nobody consumes can be alerted on: all from one pass
+// over the queues (Stats).
 type StatsCollector struct {
 	engines    []*Engine
 	queue      *prometheus.Desc
 	dead       *prometheus.Desc
 	timer      *prometheus.Desc
 	queueTimer *prometheus.Desc
+	oldest     *prometheus.Desc
 }
 
 // NewStatsCollector returns a collector over engines.
@@ -334,6 +338,8 @@ func NewStatsCollector(engines ...*Engine) *StatsCollector {
 		timer: prometheus.NewDesc("infra_lmstfy_redis_timer_sizes",
 			"Delayed and in-flight jobs of the pool (entries of its queues' timers).", []string{"pool"}, nil),
 		queueTimer: prometheus.NewDesc("kairos_queue_timer_sizes", "Delayed and in-flight jobs per queue (entries of its timer).", labels, nil),
+		oldest: prometheus.NewDesc("kairos_queue_oldest_ready_seconds",
+			"Seconds since the job at the head of the queue's ready list or priority set became ready (its publish plus its delay); 0 when no job is ready.", labels, nil),
 	}
 }
 
@@ -343,6 +349,7 @@ func (c *StatsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.dead
 	ch <- c.timer
 	ch <- c.queueTimer
+	ch <- c.oldest
 }
 
 // Collect implements prometheus.Collector.
@@ -355,15 +362,26 @@ func (c *StatsCollector) Collect(ch chan<- prometheus.Metric) {
 			e.log.WithError(err).Warn("collect queue sizes")
 			continue
 		}
+		now := e.now()
 		var timers int64
 		for _, s := range stats {
 			ch <- prometheus.MustNewConstMetric(c.queue, prometheus.GaugeValue, float64(s.Ready), e.pool, s.Namespace, s.Queue)
 			ch <- prometheus.MustNewConstMetric(c.dead, prometheus.GaugeValue, float64(s.DeadLetter), e.pool, s.Namespace, s.Queue)
 			ch <- prometheus.MustNewConstMetric(c.queueTimer, prometheus.GaugeValue, float64(s.Timer), e.pool, s.Namespace, s.Queue)
+			ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, readyAge(s, now), e.pool, s.Namespace, s.Queue)
 			timers += s.Timer
 		}
 		ch <- prometheus.MustNewConstMetric(c.timer, prometheus.GaugeValue, float64(timers), e.pool)
 	}
+}
+
+// readyAge is the seconds since s's ready head became ready, 0 when none
+// is (or its time is ahead of now, a clock step).
+func readyAge(s engine.QueueStats, now time.Time) float64 {
+	if s.Ready == 0 || s.OldestReady.IsZero() {
+		return 0
+	}
+	return max(0, now.Sub(s.OldestReady).Seconds())
 }
 
 // RedisCollector exports, at scrape time, what INFO tells of each pool's

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 )
 
 // TestPublishMetrics: coalesced publishes over several queues count every
@@ -245,5 +246,96 @@ func TestMetricsHotPathAllocs(t *testing.T) {
 	count() // creates the series
 	if n := testing.AllocsPerRun(100, count); n != 0 {
 		t.Errorf("%v allocations per count, want 0", n)
+	}
+}
+
+// TestOldestReadySeconds: kairos_queue_oldest_ready_seconds is the age of
+// the live job at a queue's consume end — the ready list's or the priority
+// set's — not of a gone job's entry waiting for the reclaimer; 0 for a
+// queue with no ready job (delayed only, or drained). On miniredis, a
+// real Redis and a real cluster (the script's keys share a slot).
+func TestOldestReadySeconds(t *testing.T) {
+	tiers := map[string]func(t *testing.T) redis.UniversalClient{
+		"miniredis": func(t *testing.T) redis.UniversalClient {
+			m := miniredis.RunT(t)
+			client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+			t.Cleanup(func() { _ = client.Close() })
+			return client
+		},
+		"redis": func(t *testing.T) redis.UniversalClient { return redistest.Start(t).Client() },
+		"cluster": func(t *testing.T) redis.UniversalClient {
+			c := redistest.SharedCluster(t)
+			c.Flush(t)
+			return c.Client(t)
+		},
+	}
+	for _, name := range []string{"miniredis", "redis", "cluster"} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			clock := newTestClock()
+			e := startEngineOpts(t, tiers[name](t), Options{Now: clock.Now})
+			pub := func(q string, prio int, delay time.Duration) string {
+				t.Helper()
+				id, err := e.Publish(ctx, &engine.PublishRequest{Namespace: "old", Queue: q, Body: []byte("x"), Delay: delay, Tries: 1, Priority: prio})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return id
+			}
+			first := pub("stuck", 0, 0)
+			pub("prio", 7, 0)
+			pub("delayed", 0, time.Hour)
+			pub("drained", 0, 0)
+			jobs, err := e.Consume(ctx, &engine.ConsumeRequest{Namespace: "old", Queues: []string{"drained"}, TTR: time.Minute, Count: 1})
+			if err != nil || len(jobs) != 1 {
+				t.Fatalf("consume: %v %v", jobs, err)
+			}
+			if err := e.Ack(ctx, "old", "drained", jobs[0].ID, jobs[0].Receipt); err != nil {
+				t.Fatal(err)
+			}
+			clock.Add(5 * time.Minute)
+			pub("stuck", 0, 0)
+			clock.Add(5 * time.Minute)
+
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(NewStatsCollector(e))
+			ages := func() map[string]float64 {
+				t.Helper()
+				fams, err := reg.Gather()
+				if err != nil {
+					t.Fatal(err)
+				}
+				out := map[string]float64{}
+				for _, f := range fams {
+					if f.GetName() != "kairos_queue_oldest_ready_seconds" {
+						continue
+					}
+					for _, m := range f.GetMetric() {
+						var q string
+						for _, l := range m.GetLabel() {
+							if l.GetName() == "queue" {
+								q = l.GetValue()
+							}
+						}
+						out[q] = m.GetGauge().GetValue()
+					}
+				}
+				return out
+			}
+			// Wide margins: the test's own time passes too.
+			near := func(got, want float64) bool { return got >= want && got < want+60 }
+			got := ages()
+			if len(got) != 4 || !near(got["stuck"], 600) || !near(got["prio"], 600) || got["delayed"] != 0 || got["drained"] != 0 {
+				t.Fatalf("oldest ready seconds %v, want stuck and prio ≈ 600, delayed and drained 0", got)
+			}
+			// The head's job is deleted: its entry stays until the
+			// reclaimer, but the age is the next live job's.
+			if err := e.Delete(ctx, "old", "stuck", first); err != nil {
+				t.Fatal(err)
+			}
+			if got := ages(); !near(got["stuck"], 300) {
+				t.Errorf("after deleting the head: stuck %v s, want ≈ 300 (the second job's)", got["stuck"])
+			}
+		})
 	}
 }

@@ -62,6 +62,25 @@ end
 local function entry(tries, id) return u16(tries) .. u16(#id) .. id end
 local function eid(e) return string.sub(e, 5, 4 + r16(e, 3)) end
 local function num(n) return string.format('%.0f', n) end
+-- ready_heads returns the IDs of the live jobs at the consume ends of a
+-- queue: the first of the last 16 entries of the ready list qk (the RPOP
+-- end) and of the first 16 members of the priority set pk whose body
+-- under prefix jp exists ('' when none does). Entries of gone jobs and
+-- tombstones wait there for the reclaimer; looking at 16 bounds the cost.
+local function ready_heads(qk, pk, jp)
+  local oldest, first = '', ''
+  local es = redis.call('LRANGE', qk, -16, -1)
+  for j = #es, 1, -1 do
+    local id = eid(es[j])
+    if #id > 0 and redis.call('EXISTS', jp .. id) == 1 then oldest = id break end
+  end
+  local ps = redis.call('ZRANGE', pk, 0, 15)
+  for _, e in ipairs(ps) do
+    local id = eid(e)
+    if #id > 0 and redis.call('EXISTS', jp .. id) == 1 then first = id break end
+  end
+  return oldest, first
+end
 -- push_ready puts a job at the tail of its queue: the ready list, or the
 -- priority set when its priority is above 0 (FIFO among equals by a
 -- per-queue sequence).
@@ -130,7 +149,7 @@ end
 // "local function" statement makes a closure each time the script runs, so
 // the whole library would cost every call ~1.4 µs (redis-benchmark, an
 // EVALSHA of luaLib alone against one of "return 1"), and most scripts use
-// a few of its thirteen definitions.
+// a few of its fourteen definitions.
 func script(src string) *redis.Script { return redis.NewScript(libFor(src) + src) }
 
 // libPart is one top-level definition of luaLib: a local function or
@@ -1178,5 +1197,5 @@ var allScripts = []*redis.Script{
 	publishScript, publishManyScript, consumeScript, pumpScript, pumpHeadsScript, peekQueueScript, peekJobScript, ackManyScript,
 	releaseScript, touchScript, respawnScript, respawnOneScript, deleteDeadScript,
 	deleteDeadOneScript, listDeadScript, listDeadPageScript, destroyScript, cancelKeyScript, reclaimScript, sizeScript, upgradeQueueScript,
-	queueDetailScript, listJobsScript, importScript,
+	queueDetailScript, readyHeadsScript, listJobsScript, importScript,
 }

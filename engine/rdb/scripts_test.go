@@ -7,7 +7,7 @@ import (
 
 func TestLibParts(t *testing.T) {
 	want := []string{"u16", "r16", "u48", "r48", "NONCE0", "hdr", "entry", "eid", "num",
-		"push_ready", "backoff", "lower_index", "kill"}
+		"ready_heads", "push_ready", "backoff", "lower_index", "kill"}
 	var got []string
 	var joined strings.Builder
 	for _, p := range libParts {

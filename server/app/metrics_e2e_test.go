@@ -16,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"go.yaml.in/yaml/v3"
 )
 
 // These tests hold /metrics to what lmstfy exports, to what the Grafana
@@ -129,6 +130,70 @@ func TestE2EMetrics(t *testing.T) {
 			}
 		}
 		t.Logf("the dashboard queries %d metric names", len(seen))
+	})
+
+	// The "dead" queue holds one ready job, respawned from the dead
+	// letter at least 1 s after its publish (its TTR); "work" holds only a
+	// delayed one.
+	t.Run("oldest ready", func(t *testing.T) {
+		ages := map[string]float64{}
+		for _, m := range fams["kairos_queue_oldest_ready_seconds"].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "queue" {
+					ages[l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+		if a, ok := ages["dead"]; !ok || a < 1 || a > 120 {
+			t.Errorf("kairos_queue_oldest_ready_seconds of dead = %v (served: %v), want 1..120 s", a, ok)
+		}
+		if a, ok := ages["work"]; !ok || a != 0 {
+			t.Errorf("kairos_queue_oldest_ready_seconds of work = %v (served: %v), want 0: no job is ready", a, ok)
+		}
+	})
+
+	t.Run("alert rules", func(t *testing.T) {
+		b, err := os.ReadFile("../../docker/prometheus-alerts.yml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rules struct {
+			Groups []struct {
+				Rules []struct {
+					Alert string `yaml:"alert"`
+					Expr  string `yaml:"expr"`
+				} `yaml:"rules"`
+			} `yaml:"groups"`
+		}
+		if err := yaml.Unmarshal(b, &rules); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, g := range rules.Groups {
+			for _, r := range g.Rules {
+				n++
+				sels := promSelectors(r.Expr)
+				if len(sels) == 0 {
+					t.Errorf("%s: no metric in %q", r.Alert, r.Expr)
+				}
+				for _, s := range sels {
+					f := servedFamily(fams, s.name)
+					if f == nil {
+						t.Errorf("%s: %s not served", r.Alert, s.name)
+						continue
+					}
+					have := familyLabels(f)
+					for _, l := range s.labels {
+						if !slices.Contains(have, l) {
+							t.Errorf("%s: %s has no label %s (has %v)", r.Alert, s.name, l, have)
+						}
+					}
+				}
+			}
+		}
+		if n == 0 {
+			t.Error("no alert rule")
+		}
 	})
 
 	t.Run("doc/API.md", func(t *testing.T) {

@@ -166,6 +166,20 @@ await step('delayed and in-flight jobs are listed with their due time', async ()
   await shot('job-in-flight');
 });
 
+await step('a mistyped namespace or queue URL is a 404 page, an empty queue is not', async () => {
+  for (const [url, text] of [
+    [`${ADMIN}/ui/ns/default/${env.ns}-typo`, `no namespace "${env.ns}-typo" in pool "default"`],
+    [queueURL('no-such-queue'), `no queue "no-such-queue" in namespace "${env.ns}"`],
+  ]) {
+    const r = await page.goto(url);
+    assert.equal(r.status(), 404, url);
+    assert.match(await page.locator('main').textContent(), new RegExp(text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')));
+    const i = badResponses.indexOf(`404 ${new URL(url).pathname}`);
+    if (i >= 0) badResponses.splice(i, 1);
+  }
+  await shot('queue-not-found');
+});
+
 await step('a job is found by ID from the header of any page', async () => {
   await page.goto(`${ADMIN}/ui/`);
   await page.fill('#lookup-id', env.xss_job);
@@ -284,7 +298,12 @@ await step('pause and resume a queue', async () => {
 await step('schedules: one made through the API shows by itself; pause and delete it from the page; create one with the form', async () => {
   const q = 'cron-ui';
   const sched = `/api/${env.ns}/${q}/schedule/nightly`;
-  await page.goto(queueURL(q));
+  // Nothing was published to it: its page is a 404 whose link sets it up.
+  const nf = await page.goto(queueURL(q));
+  assert.equal(nf.status(), 404);
+  const bad = badResponses.indexOf(`404 ${new URL(queueURL(q)).pathname}`);
+  if (bad >= 0) badResponses.splice(bad, 1);
+  await page.click('#error-link');
   await page.locator('#no-schedules').waitFor();
   let r = await api('PUT', `${sched}?cron=${encodeURIComponent('30 2 * * *')}&tz=Europe/Paris&missed=last`, env.token, 'report');
   assert.equal(r.status, 200);
