@@ -280,10 +280,8 @@ func (s *Server) adminHostAllowed(r *http.Request) bool {
 		return true
 	}
 	name, port := splitHostPort(r.Host)
-	for _, e := range s.cfg.Kairos.AdminHosts {
-		if en, ep := splitHostPort(e); e == "*" || en == name && (ep == "" || ep == port) {
-			return true
-		}
+	if slices.Contains(s.cfg.Kairos.AdminHosts, "*") || s.adminHostListed(name, port) {
+		return true
 	}
 	local, _ := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr)
 	if port != "" && local != nil && port != strconv.Itoa(local.Port) {
@@ -294,6 +292,19 @@ func (s *Server) adminHostAllowed(r *http.Request) bool {
 	}
 	ip := net.ParseIP(name)
 	return ip != nil && (ip.IsLoopback() || local != nil && ip.Equal(local.IP))
+}
+
+// adminHostListed reports whether name (with port, "" for none) is an
+// [Kairos] AdminHosts entry: "name" for any port or "name:port". The
+// entry "*" names no host: it turns the Host check off (adminHostAllowed),
+// never the cross-site check.
+func (s *Server) adminHostListed(name, port string) bool {
+	for _, e := range s.cfg.Kairos.AdminHosts {
+		if en, ep := splitHostPort(e); e != "*" && en == name && (ep == "" || ep == port) {
+			return true
+		}
+	}
+	return false
 }
 
 // hostsWildcard reports whether a bind address is every interface: not
@@ -327,11 +338,8 @@ func (s *Server) crossSite(r *http.Request) string {
 		if strings.EqualFold(u.Host, r.Host) {
 			return ""
 		}
-		name, port := splitHostPort(u.Host)
-		for _, e := range s.cfg.Kairos.AdminHosts {
-			if en, ep := splitHostPort(e); en == name && (ep == "" || ep == port) {
-				return ""
-			}
+		if s.adminHostListed(splitHostPort(u.Host)) {
+			return ""
 		}
 		return "Origin: " + origin
 	}
