@@ -16,7 +16,8 @@ type Quota struct {
 	// MaxJobs bounds the namespace's stored jobs (ready, delayed, in
 	// flight and dead).
 	MaxJobs int64
-	// MaxBytes bounds the bytes of their bodies.
+	// MaxBytes bounds their bytes as stored: each body and a few dozen
+	// bytes of metadata.
 	MaxBytes int64
 }
 

@@ -68,7 +68,7 @@ type RedisConf struct {
 	LmstfyData string `toml:"LmstfyData"`
 	// DefaultMaxJobs and DefaultMaxBytes (Kairos, pools only) are the
 	// quota of the pool's namespaces that have none of their own (PUT
-	// /quota/:namespace): the jobs and body bytes a namespace may hold;
+	// /quota/:namespace): the jobs and stored bytes a namespace may hold;
 	// 0 (the default) is no limit. See quota.go.
 	DefaultMaxJobs  int64 `toml:"DefaultMaxJobs"`
 	DefaultMaxBytes int64 `toml:"DefaultMaxBytes"`

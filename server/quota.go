@@ -1,7 +1,7 @@
 package server
 
 // Namespace quotas on the admin listener (issue #31, doc/API.md#quotas):
-// what a namespace holds in a pool (its jobs and body bytes, counted by
+// what a namespace holds in a pool (its jobs and their stored bytes, counted by
 // the engine as jobs change) against what it may hold. The engine keeps
 // the counts and the quotas and refuses, in the publish's own script, a
 // publish that would exceed one (engine.Tenancy); this file is the HTTP

@@ -52,7 +52,7 @@ var (
 		"Jobs a namespace holds in a pool (ready, delayed, in flight and dead), as the engine counts them.",
 		[]string{"pool", "namespace"}, nil)
 	descNSBytes = prometheus.NewDesc("kairos_namespace_bytes",
-		"Body bytes of the jobs a namespace holds in a pool.",
+		"Bytes of the jobs a namespace holds in a pool, as stored (each body and its metadata).",
 		[]string{"pool", "namespace"}, nil)
 	descNSQuotaJobs = prometheus.NewDesc("kairos_namespace_quota_jobs",
 		"The namespace's max_jobs quota (its own, else the pool's default); absent when it has no such limit.",

@@ -46,7 +46,7 @@ func TestE2EQuota(t *testing.T) {
 		t.Fatalf("publish beyond the default quota: %v", err)
 	}
 	q, err := adm.Quota(ctx, "", "tenant")
-	if err != nil || !q.Default || q.Quota != (client.Quota{MaxJobs: 3}) || q.Jobs != 3 || q.Bytes != 30 {
+	if err != nil || !q.Default || q.Quota != (client.Quota{MaxJobs: 3}) || q.Jobs != 3 || q.Bytes < 30 { // bytes: the stored jobs (bodies and metadata)
 		t.Fatalf("Quota: %+v, %v", q, err)
 	}
 

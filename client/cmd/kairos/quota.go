@@ -17,7 +17,7 @@ func (c *cli) quotaCmd() *cobra.Command {
 		Aliases: []string{"quotas"},
 		Short:   "Show and set what namespaces may hold in a pool (Kairos, admin API)",
 		Long: `A namespace's quota bounds the jobs it holds in a pool (ready, delayed, in
-flight and dead) and the bytes of their bodies; 0 is no limit. A publish that would
+flight and dead) and their bytes as stored (body and metadata); 0 is no limit. A publish that would
 exceed it is refused with 429 "namespace quota exceeded: max_jobs N" (exit status 6),
 writing nothing; an ACK gives the room back at once. A namespace without a quota of
 its own has the pool's default ([Pool.NAME] DefaultMaxJobs and DefaultMaxBytes).`,
@@ -75,7 +75,7 @@ its own has the pool's default ([Pool.NAME] DefaultMaxJobs and DefaultMaxBytes).
 		},
 	}
 	set.Flags().Int64Var(&maxJobs, "max-jobs", 0, "jobs the namespace may hold (0: no limit)")
-	set.Flags().Int64Var(&maxBytes, "max-bytes", 0, "body bytes the namespace may hold (0: no limit)")
+	set.Flags().Int64Var(&maxBytes, "max-bytes", 0, "bytes the namespace may hold, as stored: bodies and metadata (0: no limit)")
 	del := &cobra.Command{
 		Use:   "delete [NAMESPACE]",
 		Short: "Delete the namespace's own quota: the pool's default applies",
