@@ -53,6 +53,12 @@ type tenancy struct {
 	def  engine.Quota
 	mu   sync.Mutex // one load at a time
 	view atomic.Pointer[quotaView]
+
+	// own is what this engine's publishes under a quota added since the
+	// last refresh began, per namespace and group: a publish to another
+	// group counts it at once, rather than after the next refresh.
+	ownMu sync.Mutex
+	own   map[string]*[slotGroups]engine.Usage
 }
 
 // quotaView is what one refresh read.
@@ -94,6 +100,16 @@ func (e *Engine) allowance(ns string, g int) (aj, ab interface{}) {
 		}
 		tot = v.total[ns]
 	}
+	e.ten.ownMu.Lock()
+	if o := e.ten.own[ns]; o != nil {
+		for h, u := range o {
+			if h != g {
+				tot.Jobs += u.Jobs
+				tot.Bytes += u.Bytes
+			}
+		}
+	}
+	e.ten.ownMu.Unlock()
 	aj, ab = "", ""
 	if q.MaxJobs > 0 {
 		aj = q.MaxJobs - (tot.Jobs - in.Jobs)
@@ -102,6 +118,40 @@ func (e *Engine) allowance(ns string, g int) (aj, ab interface{}) {
 		ab = q.MaxBytes - (tot.Bytes - in.Bytes)
 	}
 	return aj, ab
+}
+
+// notePublished notes jobs and bytes this engine published to ns in group
+// g, when ns is under a quota (see tenancy.own).
+func (e *Engine) notePublished(ns string, g int, jobs, bytes int) {
+	if e.ten.quotaOf(e.ten.view.Load(), ns).None() {
+		return
+	}
+	e.ten.ownMu.Lock()
+	o := e.ten.own[ns]
+	if o == nil {
+		if e.ten.own == nil {
+			e.ten.own = map[string]*[slotGroups]engine.Usage{}
+		}
+		o = new([slotGroups]engine.Usage)
+		e.ten.own[ns] = o
+	}
+	o[g].Jobs += int64(jobs)
+	o[g].Bytes += int64(bytes)
+	e.ten.ownMu.Unlock()
+}
+
+// publishedArgs is notePublished for the n jobs of publishScript's args.
+func (e *Engine) publishedArgs(ns string, g int, args []interface{}, n int) {
+	bytes := 0
+	for i := 0; i < n; i++ {
+		switch v := args[8+5*i].(type) {
+		case []byte:
+			bytes += len(v)
+		case string:
+			bytes += len(v)
+		}
+	}
+	e.notePublished(ns, g, n, bytes)
 }
 
 // quotaErr turns a script's refusal (its limit name) into the error,
@@ -136,6 +186,12 @@ func (e *Engine) loadQuotas(ctx context.Context) *quotaView {
 		}
 	}
 	if t.limited(v) {
+		// Forget this engine's own publishes before the read, which
+		// counts them: one that lands after the read is counted twice
+		// until the next refresh, on the safe side.
+		t.ownMu.Lock()
+		t.own = nil
+		t.ownMu.Unlock()
 		per, err := e.usageByGroup(ctx)
 		if err != nil {
 			e.log.WithError(err).Warn("quotas: cannot read the usage; keeping the last view")

@@ -211,3 +211,148 @@ func testQuotaStorage(t *testing.T, client redis.UniversalClient) {
 		t.Fatalf("bad namespace: %v", err)
 	}
 }
+
+// wantRefused checks that err is the quota's refusal naming limit.
+func wantRefused(t testing.TB, err error, msg string) {
+	t.Helper()
+	var qe *engine.QuotaError
+	if !errors.As(err, &qe) || !errors.Is(err, engine.ErrQuotaExceeded) || err.Error() != msg {
+		t.Fatalf("err = %v, want %q", err, msg)
+	}
+}
+
+// TestQuotaEnforced: a publish that would take a namespace beyond its
+// quota is refused in the script, nothing written, by every publish path;
+// an ACK gives the room back at once; other namespaces publish on.
+func TestQuotaEnforced(t *testing.T) { onTopologies(t, testQuotaEnforced) }
+
+func testQuotaEnforced(t *testing.T, client redis.UniversalClient) {
+	e := startEngineOpts(t, client, Options{})
+	ctx := bg
+	if err := e.SetQuota(ctx, "qa", engine.Quota{MaxJobs: 50}); err != nil {
+		t.Fatal(err)
+	}
+	// 48 coalesced publishes at once, then a batch of 2: 50.
+	var wg sync.WaitGroup
+	for i := 0; i < 48; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := e.Publish(ctx, pubReq("qa", "q", 10)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if _, err := e.PublishBatch(ctx, []*engine.PublishRequest{pubReq("qa", "q", 10), pubReq("qa", "q", 10)}); err != nil {
+		t.Fatal(err)
+	}
+	before := truth(t, client, "qa")
+	// Every path refuses the 51st: plain (coalesced), with a key, a batch,
+	// PublishEach beside another namespace's publish.
+	_, err := e.Publish(ctx, pubReq("qa", "q", 10))
+	wantRefused(t, err, "namespace quota exceeded: max_jobs 50")
+	k := pubReq("qa", "q", 10)
+	k.Key = "k"
+	_, err = e.Publish(ctx, k)
+	wantRefused(t, err, "namespace quota exceeded: max_jobs 50")
+	_, err = e.PublishBatch(ctx, []*engine.PublishRequest{pubReq("qa", "q", 1), pubReq("qa", "q", 1)})
+	wantRefused(t, err, "namespace quota exceeded: max_jobs 50")
+	each := []*engine.PublishRequest{pubReq("qb", "q", 1), pubReq("qa", "q", 1), pubReq("qb", "q2", 1)}
+	errs, ids := make([]error, 3), make([]string, 3)
+	e.Together(ctx, func(ctx context.Context) { e.PublishEach(ctx, each, ids, errs) })
+	if errs[0] != nil || errs[2] != nil || ids[0] == "" || ids[2] == "" {
+		t.Fatalf("PublishEach beside a namespace over its quota: %v %v", errs, ids)
+	}
+	wantRefused(t, errs[1], "namespace quota exceeded: max_jobs 50")
+	if got := truth(t, client, "qa"); got != before {
+		t.Fatalf("a refused publish wrote: %+v, before %+v", got, before)
+	}
+	wantUsage(t, e, client, "qa", 50)
+	// An ACK gives the room back at once.
+	jobs, err := e.Consume(ctx, &engine.ConsumeRequest{Namespace: "qa", Queues: []string{"q"}, TTR: time.Minute, Count: 1})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("consume: %v %v", jobs, err)
+	}
+	if err := e.Ack(ctx, "qa", "q", jobs[0].ID, jobs[0].Receipt); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Publish(ctx, pubReq("qa", "q", 10)); err != nil {
+		t.Fatalf("publish after an ACK: %v", err)
+	}
+	_, err = e.Publish(ctx, pubReq("qa", "q", 10))
+	wantRefused(t, err, "namespace quota exceeded: max_jobs 50")
+
+	// Bytes: a quota of 1,000 bytes holds what fits.
+	if err := e.SetQuota(ctx, "qc", engine.Quota{MaxBytes: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Publish(ctx, pubReq("qc", "q", 900)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.Publish(ctx, pubReq("qc", "q", 100))
+	wantRefused(t, err, "namespace quota exceeded: max_bytes 1000")
+	if _, err := e.Publish(ctx, pubReq("qc", "q", 10)); err != nil {
+		t.Fatal(err)
+	}
+	// A re-publish replaces: it needs the room of the difference only.
+	if err := e.SetQuota(ctx, "qd", engine.Quota{MaxJobs: 1}); err != nil {
+		t.Fatal(err)
+	}
+	id, err := e.Publish(ctx, pubReq("qd", "q", 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := pubReq("qd", "q", 10)
+	re.Replaces = id
+	if _, err := e.Publish(ctx, re); err != nil {
+		t.Fatalf("re-publish at the quota: %v", err)
+	}
+	wantUsage(t, e, client, "qd", 1)
+	// Without its quota the namespace publishes on.
+	if err := e.DeleteQuota(ctx, "qa"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Publish(ctx, pubReq("qa", "q", 10)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestQuotaAcrossGroups: a namespace's queues in several slot groups
+// share its quota: a publish in one group sees what the others hold, as of
+// the last refresh, and at once what this engine published there.
+func TestQuotaAcrossGroups(t *testing.T) { onTopologies(t, testQuotaAcrossGroups) }
+
+func testQuotaAcrossGroups(t *testing.T, client redis.UniversalClient) {
+	e := startEngineOpts(t, client, Options{DefaultQuota: engine.Quota{MaxJobs: 30}})
+	other := startEngineOpts(t, client, Options{DefaultQuota: engine.Quota{MaxJobs: 30}})
+	qa, qb := "a", ""
+	for i := 0; qb == ""; i++ {
+		if q := fmt.Sprintf("b%d", i); slotGroup("qx", q) != slotGroup("qx", qa) {
+			qb = q
+		}
+	}
+	jobs := func(q string, n int) []*engine.PublishRequest {
+		out := make([]*engine.PublishRequest, n)
+		for i := range out {
+			out[i] = pubReq("qx", q, 5)
+		}
+		return out
+	}
+	if _, err := e.PublishBatch(bg, jobs(qa, 20)); err != nil {
+		t.Fatal(err)
+	}
+	// The same engine counts its own 20 at once in the other group.
+	_, err := e.PublishBatch(bg, jobs(qb, 11))
+	wantRefused(t, err, "namespace quota exceeded: max_jobs 30")
+	if _, err := e.PublishBatch(bg, jobs(qb, 10)); err != nil {
+		t.Fatal(err)
+	}
+	// Another engine sees them after its refresh, in either group.
+	other.loadQuotas(bg)
+	for _, q := range []string{qa, qb} {
+		_, err = other.Publish(bg, pubReq("qx", q, 5))
+		wantRefused(t, err, "namespace quota exceeded: max_jobs 30")
+	}
+	wantUsage(t, e, client, "qx", 30)
+}
