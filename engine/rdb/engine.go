@@ -617,6 +617,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 			if qu.record {
 				qu.names.recorded.Store(true)
 			}
+			e.notePublished(qu.ns, qu.names.group, qu.jobs, args[qu.bytes].(int))
 			e.metrics.publishedQueue(qu.ns, qu.q, qu.names, qu.jobs)
 			e.histPublished(qu.ns, qu.q, qu.names, qu.jobs)
 		}
@@ -839,6 +840,7 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 			e.metrics.publishedPool(len(reqs), delayed)
 			e.metrics.publishedQueue(ns, q, qn, len(reqs))
 			e.histPublished(ns, q, qn, len(reqs))
+			e.publishedArgs(ns, qn.group, args, len(reqs))
 			return ids, nil
 		case code == -3 && len(res) == 2:
 			return nil, e.quotaErr(ns, res[1])

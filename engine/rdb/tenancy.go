@@ -19,9 +19,10 @@ import (
 //
 // Usage is counted by the scripts, per slot group: the group's usage hash
 // nu/{T} holds, for each namespace with jobs in the group's queues, its
-// jobs (field "j:NS") and the bytes of their values ("b:NS"), changed in
-// the same script as the jobs (tenancy_scripts.go). A namespace's usage is
-// the sum over the 64 groups.
+// jobs (field "j:NS") and the bytes of their values ("b:NS"), and the same
+// per queue ("j:NS/Q", "b:NS/Q"), changed in the same script as the jobs
+// (tenancy_scripts.go). A namespace's usage is the sum over the 64 groups.
+// The reconciler (reconcile.go) recounts queues and corrects the fields.
 //
 // Quotas are the pool's hash "quotas" (no slot group: no script reads it),
 // field NS → "max_jobs max_bytes", read whole by every engine every
@@ -53,6 +54,15 @@ type tenancy struct {
 	def  engine.Quota
 	mu   sync.Mutex // one load at a time
 	view atomic.Pointer[quotaView]
+
+	// own is what this engine's publishes under a quota added since the
+	// last refresh began, per namespace and group: a publish to another
+	// group counts it at once, rather than after the next refresh.
+	ownMu sync.Mutex
+	own   map[string]*[slotGroups]engine.Usage
+
+	reconMu sync.Mutex
+	recon   reconciler // reconcile.go
 }
 
 // quotaView is what one refresh read.
@@ -94,6 +104,16 @@ func (e *Engine) allowance(ns string, g int) (aj, ab interface{}) {
 		}
 		tot = v.total[ns]
 	}
+	e.ten.ownMu.Lock()
+	if o := e.ten.own[ns]; o != nil {
+		for h, u := range o {
+			if h != g {
+				tot.Jobs += u.Jobs
+				tot.Bytes += u.Bytes
+			}
+		}
+	}
+	e.ten.ownMu.Unlock()
 	aj, ab = "", ""
 	if q.MaxJobs > 0 {
 		aj = q.MaxJobs - (tot.Jobs - in.Jobs)
@@ -102,6 +122,40 @@ func (e *Engine) allowance(ns string, g int) (aj, ab interface{}) {
 		ab = q.MaxBytes - (tot.Bytes - in.Bytes)
 	}
 	return aj, ab
+}
+
+// notePublished notes jobs and bytes this engine published to ns in group
+// g, when ns is under a quota (see tenancy.own).
+func (e *Engine) notePublished(ns string, g int, jobs, bytes int) {
+	if e.ten.quotaOf(e.ten.view.Load(), ns).None() {
+		return
+	}
+	e.ten.ownMu.Lock()
+	o := e.ten.own[ns]
+	if o == nil {
+		if e.ten.own == nil {
+			e.ten.own = map[string]*[slotGroups]engine.Usage{}
+		}
+		o = new([slotGroups]engine.Usage)
+		e.ten.own[ns] = o
+	}
+	o[g].Jobs += int64(jobs)
+	o[g].Bytes += int64(bytes)
+	e.ten.ownMu.Unlock()
+}
+
+// publishedArgs is notePublished for the n jobs of publishScript's args.
+func (e *Engine) publishedArgs(ns string, g int, args []interface{}, n int) {
+	bytes := 0
+	for i := 0; i < n; i++ {
+		switch v := args[8+5*i].(type) {
+		case []byte:
+			bytes += len(v)
+		case string:
+			bytes += len(v)
+		}
+	}
+	e.notePublished(ns, g, n, bytes)
 }
 
 // quotaErr turns a script's refusal (its limit name) into the error,
@@ -136,6 +190,12 @@ func (e *Engine) loadQuotas(ctx context.Context) *quotaView {
 		}
 	}
 	if t.limited(v) {
+		// Forget this engine's own publishes before the read, which
+		// counts them: one that lands after the read is counted twice
+		// until the next refresh, on the safe side.
+		t.ownMu.Lock()
+		t.own = nil
+		t.ownMu.Unlock()
 		per, err := e.usageByGroup(ctx)
 		if err != nil {
 			e.log.WithError(err).Warn("quotas: cannot read the usage; keeping the last view")
@@ -168,17 +228,22 @@ func (e *Engine) loadQuotas(ctx context.Context) *quotaView {
 	return v
 }
 
-// runTenancy keeps the quota view fresh.
+// runTenancy keeps the quota view fresh and runs the reconciler.
 func (e *Engine) runTenancy(ctx context.Context) {
 	t := time.NewTicker(quotaRefresh)
 	defer t.Stop()
-	for {
+	for n := 1; ; n++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 		e.loadQuotas(ctx)
+		if n%int(reconcileEvery/quotaRefresh) == 0 {
+			if _, err := e.ReconcileOnce(ctx); err != nil && ctx.Err() == nil {
+				e.log.WithError(err).Warn("usage: reconcile failed; retrying at the next step")
+			}
+		}
 	}
 }
 
@@ -207,7 +272,8 @@ func formatQuota(q engine.Quota) string {
 }
 
 // usageByGroup reads the 64 usage hashes: per group, namespace → usage
-// (namespaces whose counts are both 0 left out).
+// (namespaces whose counts are both 0 left out; the queues' fields are
+// the reconciler's).
 func (e *Engine) usageByGroup(ctx context.Context) ([slotGroups]map[string]engine.Usage, error) {
 	var out [slotGroups]map[string]engine.Usage
 	cmds := make([]*redis.MapStringStringCmd, slotGroups)
@@ -225,7 +291,7 @@ func (e *Engine) usageByGroup(ctx context.Context) ([slotGroups]map[string]engin
 		for f, v := range c.Val() {
 			n, _ := strconv.ParseInt(v, 10, 64)
 			kind, ns, ok := strings.Cut(f, ":")
-			if !ok {
+			if !ok || strings.IndexByte(ns, '/') >= 0 { // a queue's field
 				continue
 			}
 			u := m[ns]
