@@ -262,12 +262,12 @@ if ARGV[5] == '1' then
   local prev = redis.call('GET', KEYS[7])
   if prev then return {-1, prev} end
 end
-local uk, uns, ubytes, rlen = KEYS[#KEYS], ns_of(KEYS[1]), 0, 0
+local uk, ubytes, rlen = KEYS[#KEYS], 0, 0
 for i = 1, n do ubytes = ubytes + #ARGV[8 + (i - 1) * 5 + 1] end
 if ARGV[4] ~= '' then rlen = redis.call('STRLEN', KEYS[6]) end
 local ujobs = n
 if rlen > 0 then ujobs = n - 1 end
-local over = over_quota(uk, uns, ujobs, ubytes - rlen, ARGV[#ARGV - 1], ARGV[#ARGV])
+local over = over_quota(uk, KEYS[1], ujobs, ubytes - rlen, ARGV[#ARGV - 1], ARGV[#ARGV])
 if over then return {-3, over} end
 -- SET NX every job first: if one ID is taken, undo the ones written and
 -- report it, so that a batch is all or nothing.
@@ -370,7 +370,7 @@ if ARGV[5] == '1' then
     a = a + 4
     local full = string.sub(kind, 1, 1) == 'f'
     local record = string.find(kind, 'r', 2, true)
-    local ns = ns_of(KEYS[k + 1])
+    local qk = KEYS[k + 1]
     k = k + 1
     if full or record then a = a + 1 end
     if full then a = a + 1 k = k + 4 end
@@ -378,10 +378,11 @@ if ARGV[5] == '1' then
     k = k + 1
     local uk = KEYS[k]
     if string.find(kind, 'q', 2, true) then
-      local s = added[uk .. ' ' .. ns] or {0, 0}
-      local over = over_quota(uk, ns, s[1] + count, s[2] + bytes, ARGV[a + 1], ARGV[a + 2])
+      local key = uk .. ' ' .. ns_of(qk)
+      local s = added[key] or {0, 0}
+      local over = over_quota(uk, qk, s[1] + count, s[2] + bytes, ARGV[a + 1], ARGV[a + 2])
       if over then return {-3, g, over} end
-      added[uk .. ' ' .. ns] = {s[1] + count, s[2] + bytes}
+      added[key] = {s[1] + count, s[2] + bytes}
       a = a + 2
     end
   end

@@ -146,6 +146,9 @@ func (e *Engine) notePublished(ns string, g int, jobs, bytes int) {
 
 // publishedArgs is notePublished for the n jobs of publishScript's args.
 func (e *Engine) publishedArgs(ns string, g int, args []interface{}, n int) {
+	if e.ten.quotaOf(e.ten.view.Load(), ns).None() {
+		return
+	}
 	bytes := 0
 	for i := 0; i < n; i++ {
 		switch v := args[8+5*i].(type) {

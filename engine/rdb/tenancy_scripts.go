@@ -48,11 +48,13 @@ local function del_job(jk)
   if l > 0 then redis.call('DEL', jk) end
   return l
 end
--- over_quota says which limit ns's usage in the group (uk) would exceed
--- with dj more jobs and db more bytes, under the allowances aj and ab
--- ('' = no limit): 'max_jobs', 'max_bytes', or false.
-local function over_quota(uk, ns, dj, db, aj, ab)
+-- over_quota says which limit the usage in the group (uk) of the
+-- namespace of queue key k would exceed with dj more jobs and db more
+-- bytes, under the allowances aj and ab ('' = no limit): 'max_jobs',
+-- 'max_bytes', or false.
+local function over_quota(uk, k, dj, db, aj, ab)
   if aj == '' and ab == '' then return false end
+  local ns = ns_of(k)
   local cur = redis.call('HMGET', uk, 'j:' .. ns, 'b:' .. ns)
   if aj ~= '' and (tonumber(cur[1]) or 0) + dj > tonumber(aj) then return 'max_jobs' end
   if ab ~= '' and (tonumber(cur[2]) or 0) + db > tonumber(ab) then return 'max_bytes' end
