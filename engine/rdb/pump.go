@@ -68,53 +68,52 @@ func (e *Engine) runWoken(ctx context.Context, wake <-chan struct{}, what string
 	}
 }
 
-// PumpOnce moves every entry due now, in batches of PumpBatch per group,
-// and returns the pool's next due time in Unix milliseconds, or -1 when
-// the timers are empty. Several servers may pump one pool at once: each
-// batch is atomic.
+// PumpOnce moves every entry due now and returns the pool's next due time
+// in Unix milliseconds, or -1 when the timers are empty. It runs passes
+// until no group has due entries left. Several servers may pump one pool
+// at once: each batch is atomic.
+//
+// Every pass reads the heads of all 64 timer indexes again, so a queue
+// whose jobs fall due while another queue's burst drains is served in the
+// next pass (a few milliseconds), not after the burst (issue #31).
 func (e *Engine) PumpOnce(ctx context.Context) (int64, error) {
-	groups := make([]int, slotGroups)
-	for g := range groups {
-		groups[g] = g
-	}
-	next := int64(-1)
-	for len(groups) > 0 {
-		more, nxt, err := e.pumpGroups(ctx, groups)
+	for {
+		more, next, err := e.pumpPass(ctx)
 		if err != nil {
 			return 0, fmt.Errorf("pump pool %s: %w", e.pool, err)
 		}
-		if nxt >= 0 && (next < 0 || nxt < next) {
-			next = nxt
+		if !more {
+			return next, nil
 		}
-		groups = more
 	}
-	return next, nil
 }
 
-// pumpGroups runs one pump pass over groups. It returns the groups whose
-// batch was full (more may be due) and the earliest next due time of the
-// others (-1 when none).
-func (e *Engine) pumpGroups(ctx context.Context, groups []int) (more []int, next int64, err error) {
+// pumpPass runs one fair pump pass: every slot group with due queues gets
+// a pumpScript call (one pipeline), and within a group every due queue
+// gets its share of the group's PumpBatch (pumpScript). It returns
+// whether some group still has due entries, and the pool's earliest due
+// time beyond now (-1 when none).
+func (e *Engine) pumpPass(ctx context.Context) (more bool, next int64, err error) {
 	now := ms(e.now())
 	next = -1
 	report := "0"
 	if e.tracer != nil {
 		report = "1"
 	}
-	heads, err := e.pumpHeads(ctx, groups)
+	heads, err := e.pumpHeads(ctx, now)
 	if err != nil {
-		return nil, 0, err
+		return false, 0, err
 	}
 	type call struct {
-		g   int
-		cmd *redis.Cmd
+		g    int
+		keys []string
+		args []interface{}
+		cmd  *redis.Cmd
 	}
 	var calls []call
-	var keys [][]string
-	var args [][]interface{}
-	for i, g := range groups {
+	for g := range heads {
 		var due []string
-		for _, z := range heads[i] {
+		for _, z := range heads[g] {
 			if z.score > now {
 				if next < 0 || z.score < next {
 					next = z.score
@@ -136,40 +135,38 @@ func (e *Engine) pumpGroups(ctx context.Context, groups []int) (more []int, next
 			k = append(k, qn.timer, qn.ready, qn.dead, qn.prio, qn.config, qn.jobPrefix)
 			a = append(a, qn.argMember, qn.argChannel)
 		}
-		calls = append(calls, call{g: g})
-		keys = append(keys, k)
-		args = append(args, a)
+		calls = append(calls, call{g: g, keys: k, args: a})
 	}
 	if len(calls) == 0 {
-		return nil, next, nil
+		return false, next, nil
 	}
 	start := time.Now()
 	_, _ = e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range calls {
-			calls[i].cmd = pumpScript.EvalSha(ctx, p, keys[i], args[i]...)
+			calls[i].cmd = pumpScript.EvalSha(ctx, p, calls[i].keys, calls[i].args...)
 		}
 		return nil
 	})
-	for i, c := range calls {
+	for _, c := range calls {
 		if err := c.cmd.Err(); err != nil && (isNoScript(err) || e.retryFor > 0 && clusterRetryable(err)) {
 			// The script cache was flushed (or a node restarted), or a
 			// cluster answered TRYAGAIN or CLUSTERDOWN (nothing ran): EVALSHA,
 			// then EVAL, retried (retry.go).
-			c.cmd = e.run(ctx, pumpScript, keys[i], args[i]...)
+			c.cmd = e.run(ctx, pumpScript, c.keys, c.args...)
 		}
 		res, err := c.cmd.Slice()
 		if err != nil {
-			return nil, 0, err
+			return false, 0, err
 		}
 		if len(res) != 4 {
-			return nil, 0, fmt.Errorf("unexpected reply %v", res)
+			return false, 0, fmt.Errorf("unexpected reply %v", res)
 		}
 		handled, ok1 := res[0].(int64)
 		nxt, ok2 := res[1].(int64)
 		expired, ok3 := res[2].([]interface{})
 		moved, ok4 := res[3].([]interface{})
 		if !ok1 || !ok2 || !ok3 || !ok4 {
-			return nil, 0, fmt.Errorf("unexpected reply %v", res)
+			return false, 0, fmt.Errorf("unexpected reply %v", res)
 		}
 		// Each group reports its own queues: the history and the spans
 		// add up over the groups of a pass.
@@ -177,9 +174,12 @@ func (e *Engine) pumpGroups(ctx context.Context, groups []int) (more []int, next
 		if e.tracer != nil {
 			e.tracePump(ctx, start, moved)
 		}
-		e.metrics.pumped(handled, handled >= int64(e.batch))
-		if handled >= int64(e.batch) {
-			more = append(more, c.g)
+		// The group's earliest entry is still due: a queue used its whole
+		// share, or the group had more due queues than one call takes.
+		still := nxt >= 0 && nxt <= now
+		e.metrics.pumped(handled, still)
+		if still {
+			more = true
 		} else if nxt >= 0 && (next < 0 || nxt < next) {
 			next = nxt
 		}
@@ -192,25 +192,36 @@ type head struct {
 	score  int64
 }
 
-// pumpHeads reads the first PumpBatch members of the groups' timer
-// indexes (pumpHeadsScript): one call over every group on one Redis, one
-// call per group, pipelined, on a cluster.
-func (e *Engine) pumpHeads(ctx context.Context, groups []int) ([][]head, error) {
-	keys := make([]string, len(groups))
-	for i, g := range groups {
-		keys[i] = timerIndexKey(g)
-	}
-	return e.indexHeads(ctx, keys, e.batch)
+// pumpHeads reads, for each of the 64 groups, the due members of its
+// timer index (at most PumpBatch) and the first member not due
+// (pumpHeadsScript): one call on one Redis, one call per group, pipelined,
+// on a cluster.
+func (e *Engine) pumpHeads(ctx context.Context, now int64) ([][]head, error) {
+	return e.indexHeads(ctx, timerIndexKeys[:], e.batch, now)
 }
+
+// timerIndexKeys are the 64 groups' timer indexes, in group order.
+var timerIndexKeys = func() (k [slotGroups]string) {
+	for g := range k {
+		k[g] = timerIndexKey(g)
+	}
+	return k
+}()
 
 // indexHeads reads the first limit members of the sorted sets keys, each
 // a group's index (pumpHeadsScript): one call over every key on one Redis,
-// one call per key, pipelined, on a cluster. The pump reads the timer
-// indexes with it, the scheduler the schedule indexes.
-func (e *Engine) indexHeads(ctx context.Context, keys []string, limit int) ([][]head, error) {
+// one call per key, pipelined, on a cluster. With upTo[0] given, it reads
+// only the members scored up to it (at most limit) and the first member
+// beyond. The pump reads the timer indexes with it, the scheduler the
+// schedule indexes.
+func (e *Engine) indexHeads(ctx context.Context, keys []string, limit int, upTo ...int64) ([][]head, error) {
+	args := []interface{}{limit}
+	if len(upTo) > 0 {
+		args = append(args, upTo[0])
+	}
 	var replies [][]interface{}
 	if !e.cluster {
-		res, err := e.run(ctx, pumpHeadsScript, keys, limit).Slice()
+		res, err := e.run(ctx, pumpHeadsScript, keys, args...).Slice()
 		if err != nil {
 			return nil, err
 		}
@@ -219,13 +230,13 @@ func (e *Engine) indexHeads(ctx context.Context, keys []string, limit int) ([][]
 		cmds := make([]*redis.Cmd, len(keys))
 		_, _ = e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, k := range keys {
-				cmds[i] = pumpHeadsScript.EvalSha(ctx, p, []string{k}, limit)
+				cmds[i] = pumpHeadsScript.EvalSha(ctx, p, []string{k}, args...)
 			}
 			return nil
 		})
 		for i, c := range cmds {
 			if err := c.Err(); err != nil && (isNoScript(err) || clusterRetryable(err)) {
-				c = e.run(ctx, pumpHeadsScript, []string{keys[i]}, limit)
+				c = e.run(ctx, pumpHeadsScript, []string{keys[i]}, args...)
 			}
 			res, err := c.Slice()
 			if err != nil {

@@ -518,6 +518,11 @@ return out
 // dropped. The pump (pump.go) reads the group's due queues from its timer
 // index and passes their keys; the index is kept up to date.
 //
+// The budget is shared: each queue takes at most the budget left divided
+// by the queues left (rounded up), so every due queue is served in every
+// call and one queue's burst takes at most its share (issue #31); a queue
+// alone takes the whole budget.
+//
 //	KEYS[1]  the group's timer index
 //	per queue i (1..n), KEYS[1+6(i-1)+1..6]: timer, ready list, dead
 //	         letter, priority set, config, job key prefix j/{T}ns/q/
@@ -545,12 +550,14 @@ local handled = 0
 local expired = {}
 local report = ARGV[5] == '1'
 local moved = {}
-for q = 1, (#KEYS - 1) / 6 do
+local nq = (#KEYS - 1) / 6
+for q = 1, nq do
   if budget <= 0 then break end
+  local share = math.ceil(budget / (nq - q + 1))
   local k = 1 + 6 * (q - 1)
   local m, chan = ARGV[4 + 2 * q], ARGV[5 + 2 * q]
   local tk, qk, dk, pk, ck, jp = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6]
-  local ids = redis.call('ZRANGEBYSCORE', tk, '-inf', now, 'LIMIT', 0, budget)
+  local ids = redis.call('ZRANGEBYSCORE', tk, '-inf', now, 'LIMIT', 0, share)
   if #ids > 0 then redis.call('ZREMRANGEBYRANK', tk, 0, #ids - 1) end
   local cfg = nil
   local ready = {}
@@ -622,16 +629,29 @@ if #nxt > 0 then out[2] = tonumber(nxt[2]) end
 return out
 `)
 
-// pumpHeadsScript reads the heads of timer indexes for the pump: for each
-// index in KEYS, its first ARGV[1] members with their scores. The pump
-// calls it once with the 64 groups' indexes on one Redis, and once per
-// group (pipelined) on a cluster, where one call touches one slot.
+// pumpHeadsScript reads the heads of timer (or schedule) indexes: for
+// each index in KEYS, its first ARGV[1] members with their scores; with
+// ARGV[2] (now, ms), only its members due by then (at most ARGV[1]) and
+// the first member beyond, so that the pump, which reads the 64 indexes
+// at every pass, reads no more than it will move. The pump calls it once
+// with the 64 groups' indexes on one Redis, and once per group
+// (pipelined) on a cluster, where one call touches one slot.
 //
 // Returns, per index, {n, member 1, score 1, …, member n, score n} flattened.
 var pumpHeadsScript = script(`
 local out = {}
+local limit, now = tonumber(ARGV[1]), ARGV[2]
 for _, k in ipairs(KEYS) do
-  local zs = redis.call('ZRANGE', k, 0, tonumber(ARGV[1]) - 1, 'WITHSCORES')
+  local zs
+  if now then
+    zs = redis.call('ZRANGEBYSCORE', k, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+    if #zs < 2 * limit then
+      local nxt = redis.call('ZRANGEBYSCORE', k, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      for i = 1, #nxt do zs[#zs + 1] = nxt[i] end
+    end
+  else
+    zs = redis.call('ZRANGE', k, 0, limit - 1, 'WITHSCORES')
+  end
   out[#out + 1] = #zs / 2
   for i = 1, #zs do out[#out + 1] = zs[i] end
 end
