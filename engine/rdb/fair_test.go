@@ -100,14 +100,15 @@ func TestPumpPassServesEveryQueue(t *testing.T) {
 
 			// Noisy alone is due: it takes the whole batch, and more is due.
 			clock.Add(time.Second + time.Millisecond)
-			more, _, err := e.pumpPass(bg)
+			var known [slotGroups]int64
+			more, err := e.pumpPass(bg, allGroups[:], &known)
 			if err != nil || !more || size("noisy", "q") != 100 {
 				t.Fatalf("first pass: more %v, noisy ready %d, %v; want true, 100", more, size("noisy", "q"), err)
 			}
 			// Quiet's jobs fall due while 900 noisy ones wait: the next
 			// pass serves them all, in noisy's group and in another.
 			clock.Add(100 * time.Millisecond)
-			more, _, err = e.pumpPass(bg)
+			more, err = e.pumpPass(bg, allGroups[:], &known)
 			if err != nil || !more {
 				t.Fatalf("second pass: more %v, %v", more, err)
 			}

@@ -73,36 +73,69 @@ func (e *Engine) runWoken(ctx context.Context, wake <-chan struct{}, what string
 // until no group has due entries left. Several servers may pump one pool
 // at once: each batch is atomic.
 //
-// Every pass reads the heads of all 64 timer indexes again, so a queue
+// Every pass serves every group with due entries (issue #31): a queue
 // whose jobs fall due while another queue's burst drains is served in the
-// next pass (a few milliseconds), not after the burst (issue #31).
+// next pass, a few milliseconds later, not after the burst. A pass reads
+// the index of a group that had due entries, or whose next due time has
+// come, and all 64 indexes when a publish or consume woke the pump (an
+// earlier entry than the pass knew of); the other groups' next due times
+// are known from the last read, so a burst's passes cost no more than
+// the burst's groups (one call per group on a cluster).
 func (e *Engine) PumpOnce(ctx context.Context) (int64, error) {
+	var known [slotGroups]int64 // each group's next due time (ms), -1 for none
+	groups := allGroups[:]
 	for {
-		more, next, err := e.pumpPass(ctx)
+		more, err := e.pumpPass(ctx, groups, &known)
 		if err != nil {
 			return 0, fmt.Errorf("pump pool %s: %w", e.pool, err)
+		}
+		next := int64(-1)
+		for _, t := range known {
+			if t >= 0 && (next < 0 || t < next) {
+				next = t
+			}
 		}
 		if !more {
 			return next, nil
 		}
+		select {
+		case <-e.pumpWake:
+			groups = allGroups[:]
+		default:
+			now := ms(e.now())
+			groups = groups[:0:0]
+			for g, t := range known {
+				if t >= 0 && t <= now {
+					groups = append(groups, g)
+				}
+			}
+		}
 	}
 }
 
-// pumpPass runs one fair pump pass: every slot group with due queues gets
-// a pumpScript call (one pipeline), and within a group every due queue
-// gets its share of the group's PumpBatch (pumpScript). It returns
-// whether some group still has due entries, and the pool's earliest due
-// time beyond now (-1 when none).
-func (e *Engine) pumpPass(ctx context.Context) (more bool, next int64, err error) {
+// allGroups are the slot groups 0..63.
+var allGroups = func() (a [slotGroups]int) {
+	for g := range a {
+		a[g] = g
+	}
+	return a
+}()
+
+// pumpPass runs one fair pump pass over groups: every group with due
+// queues gets a pumpScript call (one pipeline), and within a group every
+// due queue gets its share of the group's PumpBatch (pumpScript). It
+// records each group's next due time in known (-1 for none; a time not
+// after now when entries are still due) and says whether some group still
+// has due entries.
+func (e *Engine) pumpPass(ctx context.Context, groups []int, known *[slotGroups]int64) (more bool, err error) {
 	now := ms(e.now())
-	next = -1
 	report := "0"
 	if e.tracer != nil {
 		report = "1"
 	}
-	heads, err := e.pumpHeads(ctx, now)
+	heads, err := e.pumpHeads(ctx, groups, now)
 	if err != nil {
-		return false, 0, err
+		return false, err
 	}
 	type call struct {
 		g    int
@@ -111,13 +144,12 @@ func (e *Engine) pumpPass(ctx context.Context) (more bool, next int64, err error
 		cmd  *redis.Cmd
 	}
 	var calls []call
-	for g := range heads {
+	for i, g := range groups {
+		known[g] = -1
 		var due []string
-		for _, z := range heads[g] {
+		for _, z := range heads[i] {
 			if z.score > now {
-				if next < 0 || z.score < next {
-					next = z.score
-				}
+				known[g] = z.score
 				break
 			}
 			due = append(due, z.member)
@@ -138,7 +170,7 @@ func (e *Engine) pumpPass(ctx context.Context) (more bool, next int64, err error
 		calls = append(calls, call{g: g, keys: k, args: a})
 	}
 	if len(calls) == 0 {
-		return false, next, nil
+		return false, nil
 	}
 	start := time.Now()
 	_, _ = e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -156,17 +188,17 @@ func (e *Engine) pumpPass(ctx context.Context) (more bool, next int64, err error
 		}
 		res, err := c.cmd.Slice()
 		if err != nil {
-			return false, 0, err
+			return false, err
 		}
 		if len(res) != 4 {
-			return false, 0, fmt.Errorf("unexpected reply %v", res)
+			return false, fmt.Errorf("unexpected reply %v", res)
 		}
 		handled, ok1 := res[0].(int64)
 		nxt, ok2 := res[1].(int64)
 		expired, ok3 := res[2].([]interface{})
 		moved, ok4 := res[3].([]interface{})
 		if !ok1 || !ok2 || !ok3 || !ok4 {
-			return false, 0, fmt.Errorf("unexpected reply %v", res)
+			return false, fmt.Errorf("unexpected reply %v", res)
 		}
 		// Each group reports its own queues: the history and the spans
 		// add up over the groups of a pass.
@@ -178,13 +210,10 @@ func (e *Engine) pumpPass(ctx context.Context) (more bool, next int64, err error
 		// share, or the group had more due queues than one call takes.
 		still := nxt >= 0 && nxt <= now
 		e.metrics.pumped(handled, still)
-		if still {
-			more = true
-		} else if nxt >= 0 && (next < 0 || nxt < next) {
-			next = nxt
-		}
+		more = more || still
+		known[c.g] = nxt
 	}
-	return more, next, nil
+	return more, nil
 }
 
 type head struct {
@@ -192,21 +221,16 @@ type head struct {
 	score  int64
 }
 
-// pumpHeads reads, for each of the 64 groups, the due members of its
-// timer index (at most PumpBatch) and the first member not due
-// (pumpHeadsScript): one call on one Redis, one call per group, pipelined,
-// on a cluster.
-func (e *Engine) pumpHeads(ctx context.Context, now int64) ([][]head, error) {
-	return e.indexHeads(ctx, timerIndexKeys[:], e.batch, now)
-}
-
-// timerIndexKeys are the 64 groups' timer indexes, in group order.
-var timerIndexKeys = func() (k [slotGroups]string) {
-	for g := range k {
-		k[g] = timerIndexKey(g)
+// pumpHeads reads, for each of groups, the due members of its timer index
+// (at most PumpBatch) and the first member not due (pumpHeadsScript): one
+// call on one Redis, one call per group, pipelined, on a cluster.
+func (e *Engine) pumpHeads(ctx context.Context, groups []int, now int64) ([][]head, error) {
+	keys := make([]string, len(groups))
+	for i, g := range groups {
+		keys[i] = timerIndexKey(g)
 	}
-	return k
-}()
+	return e.indexHeads(ctx, keys, e.batch, now)
+}
 
 // indexHeads reads the first limit members of the sorted sets keys, each
 // a group's index (pumpHeadsScript): one call over every key on one Redis,
