@@ -81,7 +81,23 @@ func (e *Engine) runWoken(ctx context.Context, wake <-chan struct{}, what string
 // earlier entry than the pass knew of); the other groups' next due times
 // are known from the last read, so a burst's passes cost no more than
 // the burst's groups (one call per group on a cluster).
+//
+// On one Redis a pass is one call (pumpPoolScript), which reads the
+// indexes and moves the due entries of every group: one round trip per
+// pass instead of two, which is what kept delayed-job lateness low
+// before the slot groups (doc/performance.md).
 func (e *Engine) PumpOnce(ctx context.Context) (int64, error) {
+	if !e.cluster {
+		for {
+			next, more, err := e.pumpPoolPass(ctx)
+			if err != nil {
+				return 0, fmt.Errorf("pump pool %s: %w", e.pool, err)
+			}
+			if !more {
+				return next, nil
+			}
+		}
+	}
 	var known [slotGroups]int64 // each group's next due time (ms), -1 for none
 	groups := allGroups[:]
 	for {
@@ -186,34 +202,72 @@ func (e *Engine) pumpPass(ctx context.Context, groups []int, known *[slotGroups]
 			// then EVAL, retried (retry.go).
 			c.cmd = e.run(ctx, pumpScript, c.keys, c.args...)
 		}
-		res, err := c.cmd.Slice()
+		// Each group reports its own queues: the history and the spans
+		// add up over the groups of a pass.
+		nxt, err := e.pumped(ctx, c.cmd, start, now)
 		if err != nil {
 			return false, err
 		}
-		if len(res) != 4 {
-			return false, fmt.Errorf("unexpected reply %v", res)
-		}
-		handled, ok1 := res[0].(int64)
-		nxt, ok2 := res[1].(int64)
-		expired, ok3 := res[2].([]interface{})
-		moved, ok4 := res[3].([]interface{})
-		if !ok1 || !ok2 || !ok3 || !ok4 {
-			return false, fmt.Errorf("unexpected reply %v", res)
-		}
-		// Each group reports its own queues: the history and the spans
-		// add up over the groups of a pass.
-		e.histExpired(expired)
-		if e.tracer != nil {
-			e.tracePump(ctx, start, moved)
-		}
-		// The group's earliest entry is still due: a queue used its whole
-		// share, or the group had more due queues than one call takes.
-		still := nxt >= 0 && nxt <= now
-		e.metrics.pumped(handled, still)
-		more = more || still
+		more = more || nxt >= 0 && nxt <= now
 		known[c.g] = nxt
 	}
 	return more, nil
+}
+
+// pumpPoolPass is a pump pass on one Redis: one pumpPoolScript call over
+// the 64 timer indexes, starting at a random group (round robin across
+// the groups, on average, when more queues are due than one call takes).
+// It returns the pool's next due time (-1 when none) and whether entries
+// are still due.
+func (e *Engine) pumpPoolPass(ctx context.Context) (next int64, more bool, err error) {
+	now := ms(e.now())
+	report := "0"
+	if e.tracer != nil {
+		report = "1"
+	}
+	start := time.Now()
+	cmd := e.run(ctx, pumpPoolScript, timerIndexKeys[:], now, e.batch, rand.Uint32(), e.pub, report, rand.IntN(slotGroups))
+	next, err = e.pumped(ctx, cmd, start, now)
+	if err != nil {
+		return 0, false, err
+	}
+	return next, next >= 0 && next <= now, nil
+}
+
+// timerIndexKeys are the 64 groups' timer indexes, in group order.
+var timerIndexKeys = func() (k [slotGroups]string) {
+	for g := range k {
+		k[g] = timerIndexKey(g)
+	}
+	return k
+}()
+
+// pumped reads the reply of a pump script run at now (pumpLib): it counts
+// what moved (history, metrics, spans from start) and returns the next
+// due time the script reported, -1 for none.
+func (e *Engine) pumped(ctx context.Context, cmd *redis.Cmd, start time.Time, now int64) (int64, error) {
+	res, err := cmd.Slice()
+	if err != nil {
+		return 0, err
+	}
+	if len(res) != 4 {
+		return 0, fmt.Errorf("unexpected reply %v", res)
+	}
+	handled, ok1 := res[0].(int64)
+	nxt, ok2 := res[1].(int64)
+	expired, ok3 := res[2].([]interface{})
+	moved, ok4 := res[3].([]interface{})
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return 0, fmt.Errorf("unexpected reply %v", res)
+	}
+	e.histExpired(expired)
+	if e.tracer != nil {
+		e.tracePump(ctx, start, moved)
+	}
+	// The earliest entry is still due: a queue used its whole share, or
+	// more queues were due than one call takes.
+	e.metrics.pumped(handled, nxt >= 0 && nxt <= now)
+	return nxt, nil
 }
 
 type head struct {
