@@ -662,13 +662,28 @@ return out
 //
 // The next due time it returns is the pool's.
 var pumpPoolScript = script(pumpLib + `
+-- The next due time of the pool: of the indexes with nothing due, their
+-- head; of the others, their head once pumped.
+local nxt = -1
+local function seen(score)
+  score = tonumber(score)
+  if nxt < 0 or score < nxt then nxt = score end
+end
 local due = {}
+local pumped = {}
 local start = tonumber(ARGV[6])
 for i = 0, #KEYS - 1 do
-  if #due >= budget then break end
   local ix = KEYS[(start + i) % #KEYS + 1]
-  local ms = redis.call('ZRANGEBYSCORE', ix, '-inf', now, 'LIMIT', 0, budget - #due)
-  for _, m in ipairs(ms) do due[#due + 1] = {ix, m} end
+  local head = redis.call('ZRANGE', ix, 0, 0, 'WITHSCORES')
+  if #head > 0 then
+    if tonumber(head[2]) > nowN or #due >= budget then
+      seen(head[2])
+    else
+      pumped[#pumped + 1] = ix
+      local ms = redis.call('ZRANGEBYSCORE', ix, '-inf', now, 'LIMIT', 0, budget - #due)
+      for _, m in ipairs(ms) do due[#due + 1] = {ix, m} end
+    end
+  end
 end
 for i, d in ipairs(due) do
   if budget <= 0 then break end
@@ -677,10 +692,9 @@ for i, d in ipairs(due) do
     't/' .. b, 'q/' .. b, 'd/' .. b, 'p/' .. b, 'c/' .. b, 'j/' .. b .. '/',
     math.ceil(budget / (#due - i + 1)))
 end
-local nxt = -1
-for _, ix in ipairs(KEYS) do
-  local f = redis.call('ZRANGE', ix, 0, 0, 'WITHSCORES')
-  if #f > 0 and (nxt < 0 or tonumber(f[2]) < nxt) then nxt = tonumber(f[2]) end
+for _, ix in ipairs(pumped) do
+  local head = redis.call('ZRANGE', ix, 0, 0, 'WITHSCORES')
+  if #head > 0 then seen(head[2]) end
 end
 return {handled, nxt, expired, moved}
 `)
