@@ -136,7 +136,10 @@ func onePumpPass(e *Engine) (more bool, err error) {
 
 // fairLatenessLimit is what the burst test allows quiet's p99 lateness:
 // the target is 100 ms; the margin is for a loaded machine (before the
-// fair pump, p50 was the burst's whole drain, 0.5-2 s).
+// fair pump, p50 was the burst's whole drain, 0.5-2 s). On a machine so
+// loaded that a pass of the burst takes tens of ms, the limit is a fifth
+// of the burst's drain instead: unfair, quiet waited for nearly all of it
+// (0.85-0.9 of the drain measured), fair, for a pass or two.
 const fairLatenessLimit = 250 * time.Millisecond
 
 // TestFairTimersBurst is issue #31's scenario on a real Redis: namespace
@@ -226,6 +229,7 @@ func fairTimersBurst(t *testing.T, client redis.UniversalClient) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	drain := clock.Now().Sub(T)
+	limit := max(fairLatenessLimit, drain/5)
 	w := <-waiting
 	load := loadAverage()
 	for i, q := range queues {
@@ -238,8 +242,8 @@ func fairTimersBurst(t *testing.T, client redis.UniversalClient) {
 		t.Logf("quiet/%s (group %d, noisy's %d): lateness p50 %v p99 %v max %v; noisy drained %v after T, %d and %d of its jobs still in the timer at quiet's due time and %v later; load average %s",
 			q, slotGroup("quiet", q), slotGroup("noisy", "q"), p50.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), l[len(l)-1].Round(100*time.Microsecond),
 			drain.Round(time.Millisecond), w[0], w[1], fairLatenessLimit, load)
-		if p99 > fairLatenessLimit {
-			t.Errorf("quiet/%s: lateness p99 %v while the noisy burst drains, want at most %v (target 100 ms)", q, p99, fairLatenessLimit)
+		if p99 > limit {
+			t.Errorf("quiet/%s: lateness p99 %v while the noisy burst drains (in %v), want at most %v (target 100 ms)", q, p99, drain, limit)
 		}
 	}
 	if w[0] == 0 {

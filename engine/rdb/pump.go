@@ -173,7 +173,7 @@ func (e *Engine) pumpPass(ctx context.Context, groups []int, known *[slotGroups]
 		if len(due) == 0 {
 			continue
 		}
-		k := make([]string, 1, 1+6*len(due))
+		k := make([]string, 1, 2+6*len(due))
 		k[0] = timerIndexKey(g)
 		a := make([]interface{}, 5, 5+2*len(due))
 		a[0], a[1], a[2], a[3], a[4] = now, e.batch, rand.Uint32(), e.pub, report
@@ -183,6 +183,7 @@ func (e *Engine) pumpPass(ctx context.Context, groups []int, known *[slotGroups]
 			k = append(k, qn.timer, qn.ready, qn.dead, qn.prio, qn.config, qn.jobPrefix)
 			a = append(a, qn.argMember, qn.argChannel)
 		}
+		k = append(k, usageKey(g)) // usage_expired (tenancy_scripts.go)
 		calls = append(calls, call{g: g, keys: k, args: a})
 	}
 	if len(calls) == 0 {
