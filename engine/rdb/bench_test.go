@@ -1,10 +1,12 @@
 package rdb
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -77,8 +79,24 @@ func BenchmarkConsumeAck(b *testing.B) {
 	})
 }
 
+// BenchmarkPump moves b.N jobs due in one queue (a burst) to its ready
+// list with one PumpOnce; one op = one job. Issue #31 asks for at least
+// 200,000 due jobs/s (at most 5,000 ns/op). redis-µs/op is the Redis CPU
+// per job, which the machine's load does not inflate as it does ns/op.
 func BenchmarkPump(b *testing.B) {
-	client := realClient(b)
+	benchPump(b, realClient(b))
+}
+
+// BenchmarkPumpCluster is BenchmarkPump on the real 6-node cluster
+// (redis-µs/op summed over the masters).
+func BenchmarkPumpCluster(b *testing.B) {
+	c := redistest.SharedCluster(b)
+	c.Flush(b)
+	b.Cleanup(func() { c.Flush(b) })
+	benchPump(b, c.Client(b))
+}
+
+func benchPump(b *testing.B, client redis.UniversalClient) {
 	clock := &frozenClock{t: time.Now()}
 	e, err := New(bg, client, Options{Now: clock.Now})
 	if err != nil {
@@ -94,11 +112,54 @@ func BenchmarkPump(b *testing.B) {
 		}
 	}
 	clock.Add(time.Second + time.Millisecond) // due times round up to the next ms
+	cpu := mastersCPU(b, client)
 	b.ReportAllocs()
 	b.ResetTimer()
 	if _, err := e.PumpOnce(bg); err != nil {
 		b.Fatal(err)
 	}
+	b.StopTimer()
+	b.ReportMetric((mastersCPU(b, client)-cpu)*1e6/float64(b.N), "redis-µs/op")
+}
+
+// mastersCPU is the CPU (user + sys, seconds) used by the Redis of client,
+// summed over the masters of a cluster.
+func mastersCPU(b *testing.B, client redis.UniversalClient) float64 {
+	b.Helper()
+	var mu sync.Mutex
+	var total float64
+	add := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "cpu").Result()
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(info, "\r\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				total += f
+				mu.Unlock()
+			}
+		}
+		return nil
+	}
+	var err error
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(bg, add)
+	case *redis.Client:
+		err = add(bg, c)
+	default:
+		b.Fatalf("client %T", client)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	return total
 }
 
 func BenchmarkPackEntry(b *testing.B) {

@@ -68,57 +68,104 @@ func (e *Engine) runWoken(ctx context.Context, wake <-chan struct{}, what string
 	}
 }
 
-// PumpOnce moves every entry due now, in batches of PumpBatch per group,
-// and returns the pool's next due time in Unix milliseconds, or -1 when
-// the timers are empty. Several servers may pump one pool at once: each
-// batch is atomic.
+// PumpOnce moves every entry due now and returns the pool's next due time
+// in Unix milliseconds, or -1 when the timers are empty. It runs passes
+// until no group has due entries left. Several servers may pump one pool
+// at once: each batch is atomic.
+//
+// Every pass serves every group with due entries (issue #31): a queue
+// whose jobs fall due while another queue's burst drains is served in the
+// next pass, a few milliseconds later, not after the burst. A pass reads
+// the index of a group that had due entries, or whose next due time has
+// come, and all 64 indexes when a publish or consume woke the pump (an
+// earlier entry than the pass knew of); the other groups' next due times
+// are known from the last read, so a burst's passes cost no more than
+// the burst's groups (one call per group on a cluster).
+//
+// On one Redis a pass is one call (pumpPoolScript), which reads the
+// indexes and moves the due entries of every group: one round trip per
+// pass instead of two, which is what kept delayed-job lateness low
+// before the slot groups (doc/performance.md).
 func (e *Engine) PumpOnce(ctx context.Context) (int64, error) {
-	groups := make([]int, slotGroups)
-	for g := range groups {
-		groups[g] = g
+	if !e.cluster {
+		for {
+			next, more, err := e.pumpPoolPass(ctx)
+			if err != nil {
+				return 0, fmt.Errorf("pump pool %s: %w", e.pool, err)
+			}
+			if !more {
+				return next, nil
+			}
+		}
 	}
-	next := int64(-1)
-	for len(groups) > 0 {
-		more, nxt, err := e.pumpGroups(ctx, groups)
+	var known [slotGroups]int64 // each group's next due time (ms), -1 for none
+	groups := allGroups[:]
+	for {
+		more, err := e.pumpPass(ctx, groups, &known)
 		if err != nil {
 			return 0, fmt.Errorf("pump pool %s: %w", e.pool, err)
 		}
-		if nxt >= 0 && (next < 0 || nxt < next) {
-			next = nxt
+		next := int64(-1)
+		for _, t := range known {
+			if t >= 0 && (next < 0 || t < next) {
+				next = t
+			}
 		}
-		groups = more
+		if !more {
+			return next, nil
+		}
+		select {
+		case <-e.pumpWake:
+			groups = allGroups[:]
+		default:
+			now := ms(e.now())
+			groups = groups[:0:0]
+			for g, t := range known {
+				if t >= 0 && t <= now {
+					groups = append(groups, g)
+				}
+			}
+		}
 	}
-	return next, nil
 }
 
-// pumpGroups runs one pump pass over groups. It returns the groups whose
-// batch was full (more may be due) and the earliest next due time of the
-// others (-1 when none).
-func (e *Engine) pumpGroups(ctx context.Context, groups []int) (more []int, next int64, err error) {
+// allGroups are the slot groups 0..63.
+var allGroups = func() (a [slotGroups]int) {
+	for g := range a {
+		a[g] = g
+	}
+	return a
+}()
+
+// pumpPass runs one fair pump pass over groups: every group with due
+// queues gets a pumpScript call (one pipeline), and within a group every
+// due queue gets its share of the group's PumpBatch (pumpScript). It
+// records each group's next due time in known (-1 for none; a time not
+// after now when entries are still due) and says whether some group still
+// has due entries.
+func (e *Engine) pumpPass(ctx context.Context, groups []int, known *[slotGroups]int64) (more bool, err error) {
 	now := ms(e.now())
-	next = -1
 	report := "0"
 	if e.tracer != nil {
 		report = "1"
 	}
-	heads, err := e.pumpHeads(ctx, groups)
+	heads, err := e.pumpHeads(ctx, groups, now)
 	if err != nil {
-		return nil, 0, err
+		return false, err
 	}
 	type call struct {
-		g   int
-		cmd *redis.Cmd
+		g    int
+		keys []string
+		args []interface{}
+		cmd  *redis.Cmd
 	}
 	var calls []call
-	var keys [][]string
-	var args [][]interface{}
 	for i, g := range groups {
+		known[g] = -1
 		var due []string
 		for _, z := range heads[i] {
 			if z.score > now {
-				if next < 0 || z.score < next {
-					next = z.score
-				}
+				known[g] = z.score
 				break
 			}
 			due = append(due, z.member)
@@ -126,7 +173,7 @@ func (e *Engine) pumpGroups(ctx context.Context, groups []int) (more []int, next
 		if len(due) == 0 {
 			continue
 		}
-		k := make([]string, 1, 1+6*len(due))
+		k := make([]string, 1, 2+6*len(due))
 		k[0] = timerIndexKey(g)
 		a := make([]interface{}, 5, 5+2*len(due))
 		a[0], a[1], a[2], a[3], a[4] = now, e.batch, rand.Uint32(), e.pub, report
@@ -137,55 +184,91 @@ func (e *Engine) pumpGroups(ctx context.Context, groups []int) (more []int, next
 			a = append(a, qn.argMember, qn.argChannel)
 		}
 		k = append(k, usageKey(g)) // usage_expired (tenancy_scripts.go)
-		calls = append(calls, call{g: g})
-		keys = append(keys, k)
-		args = append(args, a)
+		calls = append(calls, call{g: g, keys: k, args: a})
 	}
 	if len(calls) == 0 {
-		return nil, next, nil
+		return false, nil
 	}
 	start := time.Now()
 	_, _ = e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range calls {
-			calls[i].cmd = pumpScript.EvalSha(ctx, p, keys[i], args[i]...)
+			calls[i].cmd = pumpScript.EvalSha(ctx, p, calls[i].keys, calls[i].args...)
 		}
 		return nil
 	})
-	for i, c := range calls {
+	for _, c := range calls {
 		if err := c.cmd.Err(); err != nil && (isNoScript(err) || e.retryFor > 0 && clusterRetryable(err)) {
 			// The script cache was flushed (or a node restarted), or a
 			// cluster answered TRYAGAIN or CLUSTERDOWN (nothing ran): EVALSHA,
 			// then EVAL, retried (retry.go).
-			c.cmd = e.run(ctx, pumpScript, keys[i], args[i]...)
-		}
-		res, err := c.cmd.Slice()
-		if err != nil {
-			return nil, 0, err
-		}
-		if len(res) != 4 {
-			return nil, 0, fmt.Errorf("unexpected reply %v", res)
-		}
-		handled, ok1 := res[0].(int64)
-		nxt, ok2 := res[1].(int64)
-		expired, ok3 := res[2].([]interface{})
-		moved, ok4 := res[3].([]interface{})
-		if !ok1 || !ok2 || !ok3 || !ok4 {
-			return nil, 0, fmt.Errorf("unexpected reply %v", res)
+			c.cmd = e.run(ctx, pumpScript, c.keys, c.args...)
 		}
 		// Each group reports its own queues: the history and the spans
 		// add up over the groups of a pass.
-		e.histExpired(expired)
-		if e.tracer != nil {
-			e.tracePump(ctx, start, moved)
+		nxt, err := e.pumped(ctx, c.cmd, start, now)
+		if err != nil {
+			return false, err
 		}
-		e.metrics.pumped(handled, handled >= int64(e.batch))
-		if handled >= int64(e.batch) {
-			more = append(more, c.g)
-		} else if nxt >= 0 && (next < 0 || nxt < next) {
-			next = nxt
-		}
+		more = more || nxt >= 0 && nxt <= now
+		known[c.g] = nxt
 	}
-	return more, next, nil
+	return more, nil
+}
+
+// pumpPoolPass is a pump pass on one Redis: one pumpPoolScript call over
+// the 64 timer indexes, starting at a random group (round robin across
+// the groups, on average, when more queues are due than one call takes).
+// It returns the pool's next due time (-1 when none) and whether entries
+// are still due.
+func (e *Engine) pumpPoolPass(ctx context.Context) (next int64, more bool, err error) {
+	now := ms(e.now())
+	report := "0"
+	if e.tracer != nil {
+		report = "1"
+	}
+	start := time.Now()
+	cmd := e.run(ctx, pumpPoolScript, timerIndexKeys[:], now, e.batch, rand.Uint32(), e.pub, report, rand.IntN(slotGroups))
+	next, err = e.pumped(ctx, cmd, start, now)
+	if err != nil {
+		return 0, false, err
+	}
+	return next, next >= 0 && next <= now, nil
+}
+
+// timerIndexKeys are the 64 groups' timer indexes, in group order.
+var timerIndexKeys = func() (k [slotGroups]string) {
+	for g := range k {
+		k[g] = timerIndexKey(g)
+	}
+	return k
+}()
+
+// pumped reads the reply of a pump script run at now (pumpLib): it counts
+// what moved (history, metrics, spans from start) and returns the next
+// due time the script reported, -1 for none.
+func (e *Engine) pumped(ctx context.Context, cmd *redis.Cmd, start time.Time, now int64) (int64, error) {
+	res, err := cmd.Slice()
+	if err != nil {
+		return 0, err
+	}
+	if len(res) != 4 {
+		return 0, fmt.Errorf("unexpected reply %v", res)
+	}
+	handled, ok1 := res[0].(int64)
+	nxt, ok2 := res[1].(int64)
+	expired, ok3 := res[2].([]interface{})
+	moved, ok4 := res[3].([]interface{})
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return 0, fmt.Errorf("unexpected reply %v", res)
+	}
+	e.histExpired(expired)
+	if e.tracer != nil {
+		e.tracePump(ctx, start, moved)
+	}
+	// The earliest entry is still due: a queue used its whole share, or
+	// more queues were due than one call takes.
+	e.metrics.pumped(handled, nxt >= 0 && nxt <= now)
+	return nxt, nil
 }
 
 type head struct {
@@ -193,25 +276,31 @@ type head struct {
 	score  int64
 }
 
-// pumpHeads reads the first PumpBatch members of the groups' timer
-// indexes (pumpHeadsScript): one call over every group on one Redis, one
-// call per group, pipelined, on a cluster.
-func (e *Engine) pumpHeads(ctx context.Context, groups []int) ([][]head, error) {
+// pumpHeads reads, for each of groups, the due members of its timer index
+// (at most PumpBatch) and the first member not due (pumpHeadsScript): one
+// call on one Redis, one call per group, pipelined, on a cluster.
+func (e *Engine) pumpHeads(ctx context.Context, groups []int, now int64) ([][]head, error) {
 	keys := make([]string, len(groups))
 	for i, g := range groups {
 		keys[i] = timerIndexKey(g)
 	}
-	return e.indexHeads(ctx, keys, e.batch)
+	return e.indexHeads(ctx, keys, e.batch, now)
 }
 
 // indexHeads reads the first limit members of the sorted sets keys, each
 // a group's index (pumpHeadsScript): one call over every key on one Redis,
-// one call per key, pipelined, on a cluster. The pump reads the timer
-// indexes with it, the scheduler the schedule indexes.
-func (e *Engine) indexHeads(ctx context.Context, keys []string, limit int) ([][]head, error) {
+// one call per key, pipelined, on a cluster. With upTo[0] given, it reads
+// only the members scored up to it (at most limit) and the first member
+// beyond. The pump reads the timer indexes with it, the scheduler the
+// schedule indexes.
+func (e *Engine) indexHeads(ctx context.Context, keys []string, limit int, upTo ...int64) ([][]head, error) {
+	args := []interface{}{limit}
+	if len(upTo) > 0 {
+		args = append(args, upTo[0])
+	}
 	var replies [][]interface{}
 	if !e.cluster {
-		res, err := e.run(ctx, pumpHeadsScript, keys, limit).Slice()
+		res, err := e.run(ctx, pumpHeadsScript, keys, args...).Slice()
 		if err != nil {
 			return nil, err
 		}
@@ -220,13 +309,13 @@ func (e *Engine) indexHeads(ctx context.Context, keys []string, limit int) ([][]
 		cmds := make([]*redis.Cmd, len(keys))
 		_, _ = e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, k := range keys {
-				cmds[i] = pumpHeadsScript.EvalSha(ctx, p, []string{k}, limit)
+				cmds[i] = pumpHeadsScript.EvalSha(ctx, p, []string{k}, args...)
 			}
 			return nil
 		})
 		for i, c := range cmds {
 			if err := c.Err(); err != nil && (isNoScript(err) || clusterRetryable(err)) {
-				c = e.run(ctx, pumpHeadsScript, []string{keys[i]}, limit)
+				c = e.run(ctx, pumpHeadsScript, []string{keys[i]}, args...)
 			}
 			res, err := c.Slice()
 			if err != nil {

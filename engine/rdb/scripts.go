@@ -559,48 +559,49 @@ out[3] = tonumber(ARGV[3]) - budget
 return out
 `)
 
-// pumpScript handles due timer entries of queues of one slot group, at
-// most ARGV[2] of them: delayed jobs become ready; in-flight jobs whose
-// TTR passed come back (at once, or after the queue's backoff) while tries
+// pumpLib is the part of the pump scripts that moves one queue's due
+// timer entries: delayed jobs become ready; in-flight jobs whose TTR
+// passed come back (at once, or after the queue's backoff) while tries
 // remain, else go to the dead letter; entries whose job is gone are
-// dropped. The pump (pump.go) reads the group's due queues from its timer
-// index and passes their keys; the index is kept up to date.
+// dropped; the queue's member in its group's timer index is moved to its
+// new earliest due time (or removed). Both pump scripts take
 //
-//	KEYS[1]  the group's timer index
-//	per queue i (1..n), KEYS[1+6(i-1)+1..6]: timer, ready list, dead
-//	         letter, priority set, config, job key prefix j/{T}ns/q/
-//	KEYS[#KEYS] the group's usage hash: an entry whose job expired is one
-//	         job less (usage_expired)
 //	ARGV[1]  now (ms)   ARGV[2] most entries to handle   ARGV[3] random seed (jitter)
 //	ARGV[4]  the publish command (PUBLISH or SPUBLISH)
 //	ARGV[5]  '1' to report what moved (tracing on), else '0'
-//	per queue i, ARGV[4+2i..5+2i]: index member ns/q, ready channel
 //
-// Returns {entries handled, the group's next due time (ms) or -1, expired,
-// moved}: expired lists, for each queue where TTRs expired, its member, the
-// jobs retried (tries left) and the jobs that went to the dead letter (for
-// the history); moved, with ARGV[5] = '1', each queue's member (ns/q) and
-// the job IDs of its entries handled (for tracing), else it is empty.
-var pumpScript = script(`
+// and return {entries handled, next due time (ms) or -1, expired, moved}:
+// expired lists, for each queue where TTRs expired, its member, the jobs
+// retried (tries left) and the jobs that went to the dead letter (for the
+// history); moved, with ARGV[5] = '1', each queue's member (ns/q) and the
+// job IDs of its entries handled (for tracing), else it is empty.
+//
+// Fairness (issue #31): the budget is shared, each due queue taking at
+// most the budget left divided by the queues left (rounded up), so every
+// due queue is served in every call and one queue's burst takes at most
+// its share; a queue alone takes the whole budget.
+const pumpLib = `
 local now = ARGV[1]
 local nowN = tonumber(now)
 local budget = tonumber(ARGV[2])
 local rnd = tonumber(ARGV[3])
 local pub = ARGV[4]
+local report = ARGV[5] == '1'
 local function rand()
   rnd = (rnd * 69069 + 1) % 4294967296
   return rnd / 4294967296
 end
 local handled = 0
 local expired = {}
-local report = ARGV[5] == '1'
 local moved = {}
-for q = 1, (#KEYS - 2) / 6 do
-  if budget <= 0 then break end
-  local k = 1 + 6 * (q - 1)
-  local m, chan = ARGV[4 + 2 * q], ARGV[5 + 2 * q]
-  local tk, qk, dk, pk, ck, jp = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6]
-  local ids = redis.call('ZRANGEBYSCORE', tk, '-inf', now, 'LIMIT', 0, budget)
+-- pump_queue handles at most share due entries of the queue of member m
+-- (index, uk: its group's timer index and usage hash, where an entry
+-- whose job expired is one job less (usage_expired); chan: its ready
+-- channel; tk, qk, dk, pk, ck: its timer, ready list, dead letter,
+-- priority set and config; jp: its job key prefix) and returns how many
+-- it handled.
+local function pump_queue(index, uk, m, chan, tk, qk, dk, pk, ck, jp, share)
+  local ids = redis.call('ZRANGEBYSCORE', tk, '-inf', now, 'LIMIT', 0, share)
   if #ids > 0 then redis.call('ZREMRANGEBYRANK', tk, 0, #ids - 1) end
   local cfg = nil
   local ready = {}
@@ -650,24 +651,48 @@ for q = 1, (#KEYS - 2) / 6 do
   end
   if #ready > 0 then redis.call('LPUSH', qk, unpack(ready)) end
   if nready > 0 then redis.call(pub, chan, nready) end
-  usage_expired(KEYS[#KEYS], jp, gone)
+  usage_expired(uk, jp, gone)
   if retried + died > 0 then
     expired[#expired + 1] = m
     expired[#expired + 1] = retried
     expired[#expired + 1] = died
   end
   handled = handled + #ids
-  budget = budget - #ids
   if report and #ids > 0 then
     moved[#moved + 1] = m
     moved[#moved + 1] = ids
   end
   local first = redis.call('ZRANGE', tk, 0, 0, 'WITHSCORES')
   if #first == 0 then
-    redis.call('ZREM', KEYS[1], m)
+    redis.call('ZREM', index, m)
   else
-    redis.call('ZADD', KEYS[1], first[2], m)
+    redis.call('ZADD', index, first[2], m)
   end
+  return #ids
+end
+`
+
+// pumpScript handles due timer entries of queues of one slot group, at
+// most ARGV[2] of them (pumpLib). The pump reads the group's due queues
+// from its timer index and passes their keys: every key is in KEYS, so
+// the call touches one slot of a cluster.
+//
+//	KEYS[1]  the group's timer index
+//	per queue i (1..n), KEYS[1+6(i-1)+1..6]: timer, ready list, dead
+//	         letter, priority set, config, job key prefix j/{T}ns/q/
+//	KEYS[#KEYS] the group's usage hash nu/{T} (usage_expired)
+//	ARGV[1..5] as pumpLib
+//	per queue i, ARGV[4+2i..5+2i]: index member ns/q, ready channel
+//
+// The next due time it returns is the group's.
+var pumpScript = script(pumpLib + `
+local nq = (#KEYS - 2) / 6
+for q = 1, nq do
+  if budget <= 0 then break end
+  local k = 1 + 6 * (q - 1)
+  budget = budget - pump_queue(KEYS[1], KEYS[#KEYS], ARGV[4 + 2 * q], ARGV[5 + 2 * q],
+    KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6],
+    math.ceil(budget / (nq - q + 1)))
 end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local out = {handled, -1, expired, moved}
@@ -675,16 +700,83 @@ if #nxt > 0 then out[2] = tonumber(nxt[2]) end
 return out
 `)
 
-// pumpHeadsScript reads the heads of timer indexes for the pump: for each
-// index in KEYS, its first ARGV[1] members with their scores. The pump
-// calls it once with the 64 groups' indexes on one Redis, and once per
-// group (pipelined) on a cluster, where one call touches one slot.
+// pumpPoolScript is a whole pump pass of a pool on one Redis (standalone
+// or Sentinel), in one call: it reads the due members of the 64 groups'
+// timer indexes, starting at group ARGV[6] (the pump moves the start at
+// every pass: round robin across the groups when more queues are due
+// than the budget), and handles at most ARGV[2] entries over all of them
+// (pumpLib), a share each. The queues' key names are built here from the
+// index's tag and the member ("ti/{T}", "ns/q": t/{T}ns/q, ..., and the
+// group's usage hash nu/{T}), as keys.go and tenancy.go build them, so a pass is one round trip rather than two (read
+// the indexes, then pump): a cluster cannot do this (its scripts name
+// their keys in KEYS, and touch one slot), a single Redis can.
+//
+//	KEYS     the 64 groups' timer indexes, in group order
+//	ARGV[1..5] as pumpLib   ARGV[6] the first group to read (0-based)
+//
+// The next due time it returns is the pool's.
+var pumpPoolScript = script(pumpLib + `
+-- The next due time of the pool: of the indexes with nothing due, their
+-- head; of the others, their head once pumped.
+local nxt = -1
+local function seen(score)
+  score = tonumber(score)
+  if nxt < 0 or score < nxt then nxt = score end
+end
+local due = {}
+local pumped = {}
+local start = tonumber(ARGV[6])
+for i = 0, #KEYS - 1 do
+  local ix = KEYS[(start + i) % #KEYS + 1]
+  local head = redis.call('ZRANGE', ix, 0, 0, 'WITHSCORES')
+  if #head > 0 then
+    if tonumber(head[2]) > nowN or #due >= budget then
+      seen(head[2])
+    else
+      pumped[#pumped + 1] = ix
+      local ms = redis.call('ZRANGEBYSCORE', ix, '-inf', now, 'LIMIT', 0, budget - #due)
+      for _, m in ipairs(ms) do due[#due + 1] = {ix, m} end
+    end
+  end
+end
+for i, d in ipairs(due) do
+  if budget <= 0 then break end
+  local tag = string.sub(d[1], 4)
+  local b = tag .. d[2]
+  budget = budget - pump_queue(d[1], 'nu/' .. tag, d[2], 'n/' .. b,
+    't/' .. b, 'q/' .. b, 'd/' .. b, 'p/' .. b, 'c/' .. b, 'j/' .. b .. '/',
+    math.ceil(budget / (#due - i + 1)))
+end
+for _, ix in ipairs(pumped) do
+  local head = redis.call('ZRANGE', ix, 0, 0, 'WITHSCORES')
+  if #head > 0 then seen(head[2]) end
+end
+return {handled, nxt, expired, moved}
+`)
+
+// pumpHeadsScript reads the heads of timer (or schedule) indexes: for
+// each index in KEYS, its first ARGV[1] members with their scores; with
+// ARGV[2] (now, ms), only its members due by then (at most ARGV[1]) and
+// the first member beyond, so that the pump, which reads the 64 indexes
+// at every pass, reads no more than it will move. The pump calls it once
+// with the 64 groups' indexes on one Redis, and once per group
+// (pipelined) on a cluster, where one call touches one slot.
 //
 // Returns, per index, {n, member 1, score 1, …, member n, score n} flattened.
 var pumpHeadsScript = script(`
 local out = {}
+local limit, now = tonumber(ARGV[1]), ARGV[2]
 for _, k in ipairs(KEYS) do
-  local zs = redis.call('ZRANGE', k, 0, tonumber(ARGV[1]) - 1, 'WITHSCORES')
+  local zs
+  if now then
+    zs = redis.call('ZRANGEBYSCORE', k, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+    if #zs < 2 * limit then
+      local nxt = redis.call('ZRANGEBYSCORE', k, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      for i = 1, #nxt do zs[#zs + 1] = nxt[i] end
+    end
+  else
+    zs = redis.call('ZRANGE', k, 0, limit - 1, 'WITHSCORES')
+  end
   out[#out + 1] = #zs / 2
   for i = 1, #zs do out[#out + 1] = zs[i] end
 end
@@ -1273,7 +1365,7 @@ return ln + zn - stale
 // allScripts are loaded by New so that a broken script fails at start and
 // pipelined calls never meet NOSCRIPT.
 var allScripts = []*redis.Script{
-	publishScript, publishManyScript, consumeScript, pumpScript, pumpHeadsScript, peekQueueScript, peekJobScript, ackManyScript,
+	publishScript, publishManyScript, consumeScript, pumpScript, pumpPoolScript, pumpHeadsScript, peekQueueScript, peekJobScript, ackManyScript,
 	releaseScript, touchScript, respawnScript, respawnOneScript, deleteDeadScript,
 	deleteDeadOneScript, listDeadScript, listDeadPageScript, destroyScript, cancelKeyScript, reclaimScript, sizeScript, upgradeQueueScript,
 	queueDetailScript, readyHeadsScript, listJobsScript, importScript, recountScript, resumScript,
