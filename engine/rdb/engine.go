@@ -69,6 +69,11 @@ type Options struct {
 	// counters in memory, written to Redis this often (a divisor of a
 	// minute, e.g. 5s). 0 keeps no history.
 	HistoryFlush time.Duration
+	// MemoryReserve is the fraction of each Redis node's maxmemory (0 to
+	// 0.5) kept for the namespaces holding less than their share: once a
+	// node is that close to maxmemory, the others' publishes to it are
+	// refused with engine.ErrPoolFull (reserve.go). 0 keeps no reserve.
+	MemoryReserve float64
 	// Tracer makes a span of each batch the pump moves, per queue
 	// (tracing.Provider's Tracer); nil means tracing is off, and the pump
 	// script then reports nothing more than before.
@@ -125,6 +130,8 @@ type Engine struct {
 	reclaim   reclaimer // reclaim.go
 
 	hist *history // nil without Options.HistoryFlush
+
+	reserve *reserve // nil without Options.MemoryReserve (reserve.go)
 }
 
 // Limits on the work of one script call.
@@ -215,6 +222,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 	if opts.HistoryFlush > 0 {
 		e.hist = newHistory(opts.HistoryFlush)
 	}
+	e.reserve = newReserve(e, opts.MemoryReserve)
 	e.waitReplicas = opts.WaitReplicas
 	e.waitTimeout = opts.WaitTimeout
 	if e.waitTimeout <= 0 {
@@ -234,7 +242,8 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.pipe.Store(newAutoPipeline(e.rdb, autoPipelineSenders, autoPipelineBatch, e.retryFor))
 	}
 	var wg sync.WaitGroup
-	wg.Add(5)
+	wg.Add(6)
+	go func() { defer wg.Done(); e.runReserve(ctx) }()
 	go func() { defer wg.Done(); e.runShards(ctx) }()
 	go func() { defer wg.Done(); e.runSchedules(ctx) }()
 	go func() { defer wg.Done(); e.runPump(ctx) }()
@@ -496,6 +505,9 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 			c.in.req, c.in.sp = &r, nil
 		}
 	}
+	if batch = e.admitMemoryBatch(batch); len(batch) == 0 {
+		return
+	}
 	now := e.now()
 	nowMS := ceilMS(now)
 	type queue struct {
@@ -719,6 +731,9 @@ func (e *Engine) PublishBatch(ctx context.Context, reqs []*engine.PublishRequest
 // publishValid publishes jobs checked by checkPublish, all or none.
 func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest) ([]string, error) {
 	ns, q := reqs[0].Namespace, reqs[0].Queue
+	if err := e.admitMemory(ns, q, publishBytes(reqs)); err != nil {
+		return nil, err
+	}
 	now := e.now()
 	nowMS := ceilMS(now)
 	ids := make([]string, len(reqs))
