@@ -289,6 +289,7 @@ func testAckManyScript(t *testing.T, e *Engine, client redis.UniversalClient) {
 			keys = append(keys, jobKey(ns, q, pairs[i]))
 			args = append(args, pairs[i], pairs[i+1])
 		}
+		keys = append(keys, usageKey(slotGroup(ns, q)))
 		codes, err := ackManyScript.Run(ctx, client, keys, args...).Int64Slice()
 		if err != nil {
 			t.Fatalf("ackManyScript %q: %v", pairs, err)
@@ -459,9 +460,9 @@ func TestCoalescePublishAcrossQueues(t *testing.T) {
 			fresh := engine.NewJobID(clock.Now(), 0, false)
 			now := clock.Now().UnixMilli()
 			qa, qb := newQueueNames(ns, "a"), newQueueNames(ns, mates[1])
-			keys := []string{qa.ready, qa.registry, qb.ready, qb.registry,
+			keys := []string{qa.ready, qa.registry, qa.usage, qb.ready, qb.registry, qb.usage,
 				jobKey(ns, "a", fresh), jobKey(ns, mates[1], taken)}
-			args := []interface{}{"PUBLISH", 2, 4, 12, "pr", 1, qa.channel, qa.member, "pr", 1, qb.channel, qb.member,
+			args := []interface{}{"PUBLISH", 2, 6, 15, "0", "pr", 1, qa.channel, 0, qa.member, "pr", 1, qb.channel, 0, qb.member,
 				packEntry(1, fresh), packEntry(1, taken),
 				newValue(true, 1, 0, now, "", "", []byte("a")), 0, 0, 0,
 				newValue(true, 1, 0, now, "", "", []byte("b")), 0, 0, 0}

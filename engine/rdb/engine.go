@@ -78,6 +78,9 @@ type Options struct {
 	// (tracing.Provider's Tracer); nil means tracing is off, and the pump
 	// script then reports nothing more than before.
 	Tracer trace.Tracer
+	// DefaultQuota limits every namespace that has no quota of its own
+	// (tenancy.go); the zero value limits nothing.
+	DefaultQuota engine.Quota
 }
 
 // Engine is the Redis engine of one pool.
@@ -130,6 +133,8 @@ type Engine struct {
 	reclaim   reclaimer // reclaim.go
 
 	hist *history // nil without Options.HistoryFlush
+
+	ten tenancy // usage and quotas (tenancy.go)
 
 	reserve *reserve // nil without Options.MemoryReserve (reserve.go)
 }
@@ -212,6 +217,8 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 		e.log.WithField("queues", n).Warn("moved queues holding data of the layout before slot groups to the slot-group layout (doc/keys.md)")
 	}
 	e.loadShards(ctx, nil)
+	e.ten.def = opts.DefaultQuota
+	e.loadQuotas(ctx)
 	e.waiters = newWaiters(e)
 	e.autoPipe = !opts.NoAutoPipeline
 	if e.autoPipe {
@@ -242,8 +249,9 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.pipe.Store(newAutoPipeline(e.rdb, autoPipelineSenders, autoPipelineBatch, e.retryFor))
 	}
 	var wg sync.WaitGroup
-	wg.Add(6)
+	wg.Add(7)
 	go func() { defer wg.Done(); e.runReserve(ctx) }()
+	go func() { defer wg.Done(); e.runTenancy(ctx) }()
 	go func() { defer wg.Done(); e.runShards(ctx) }()
 	go func() { defer wg.Done(); e.runSchedules(ctx) }()
 	go func() { defer wg.Done(); e.runPump(ctx) }()
@@ -516,6 +524,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		record bool
 		jobs   int
 		full   bool // a job is delayed or has a priority (publishManyScript's kind "f")
+		bytes  int  // the argument that carries the bytes of its jobs' values
 	}
 	// Group the jobs by queue. A linear search is enough: a batch holds at
 	// most coalesceMax jobs, and a map (with its growth) cost more than the
@@ -550,12 +559,17 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		pos[i], at[next[g]] = next[g], i
 		next[g]++
 	}
-	keys := make([]string, 0, 6*m+n)
-	args := make([]interface{}, 4, 4+5*m+5*n)
-	for _, qu := range queues {
+	keys := make([]string, 0, 7*m+n)
+	args := make([]interface{}, 5, 5+8*m+5*n)
+	anyQuota := "0"
+	for g := range queues {
+		qu := &queues[g]
 		qn := qu.names
-		kind := pubKinds[b2i(qu.full)][b2i(qu.record)]
-		args = append(args, kind, qu.jobs, qn.argChannel)
+		aj, ab := e.allowance(qu.ns, qn.group)
+		quota := aj != "" || ab != ""
+		kind := pubKinds[b2i(qu.full)][b2i(qu.record)][b2i(quota)]
+		qu.bytes = len(args) + 3
+		args = append(args, kind, qu.jobs, qn.argChannel, 0)
 		keys = append(keys, qn.ready)
 		if qu.full || qu.record {
 			args = append(args, qn.argMember)
@@ -564,12 +578,17 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 			args = append(args, qn.argWake)
 			keys = append(keys, qn.timer, qn.prio, qn.config, qn.index)
 		}
+		if quota {
+			args = append(args, aj, ab)
+			anyQuota = "1"
+		}
 		if qu.record {
 			keys = append(keys, qn.registry)
 		}
+		keys = append(keys, qn.usage)
 	}
 	k0, e0, v0 := len(keys), len(args), len(args)+n // a job's key, ready entry, other arguments
-	args[0], args[1], args[2], args[3] = e.pub, m, k0, e0
+	args[0], args[1], args[2], args[3], args[4] = e.pub, m, k0, e0, anyQuota
 	keys = keys[:k0+n]
 	args = args[:v0+4*n]
 	fail := func(err error) {
@@ -593,6 +612,8 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		args[e0+p] = packEntry(r.Tries, c.in.id)
 		b := v0 + 4*p
 		args[b], args[b+1], args[b+2], args[b+3] = value, durMS(r.TTL), scriptDue(due, nowMS), r.Priority
+		qb := queues[group[i]].bytes
+		args[qb] = args[qb].(int) + len(value)
 		if due > nowMS {
 			delayed++
 		}
@@ -608,6 +629,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 			if qu.record {
 				qu.names.recorded.Store(true)
 			}
+			e.notePublished(qu.ns, qu.names.group, qu.jobs, args[qu.bytes].(int))
 			e.metrics.publishedQueue(qu.ns, qu.q, qu.names, qu.jobs)
 			e.histPublished(qu.ns, qu.q, qu.names, qu.jobs)
 		}
@@ -628,6 +650,29 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		if code == 0 && len(res) == 3 {
 			earliest, _ := res[2].(int64)
 			published(earliest > 0, replicas)
+			return
+		}
+		if g := int64(0); code == -3 && len(res) == 3 {
+			g, _ = res[1].(int64)
+			if g < 1 || int(g) > m {
+				fail(fmt.Errorf("publish: unexpected reply %v", res))
+				return
+			}
+			// Queue g's namespace is over its quota: its publishes are
+			// refused, the others' go in a call of their own.
+			qu := queues[g-1]
+			err := e.quotaErr(qu.ns, res[2])
+			var rest []*batchCall[pubOp]
+			for i, c := range batch {
+				if group[i] == int(g)-1 {
+					c.err = err
+				} else {
+					rest = append(rest, c)
+				}
+			}
+			if len(rest) > 0 {
+				e.publishCoalesced(ctx, rest)
+			}
 			return
 		}
 		p := int(code) - 1
@@ -654,8 +699,8 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 	}
 }
 
-// pubKinds are publishManyScript's queue kinds: [full][record].
-var pubKinds = [2][2]interface{}{{"p", "pr"}, {"f", "fr"}}
+// pubKinds are publishManyScript's queue kinds: [full][record][quota].
+var pubKinds = [2][2][2]interface{}{{{"p", "pq"}, {"pr", "prq"}}, {{"f", "fq"}, {"fr", "frq"}}}
 
 func b2i(b bool) int {
 	if b {
@@ -742,10 +787,11 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 	// The first publish to the queue through this engine also records it
 	// in its group's registry, in the same round trip.
 	record := !qn.recorded.Load()
-	keys := make([]string, 8+len(reqs))
+	keys := make([]string, 9+len(reqs))
 	keys[0], keys[1], keys[2], keys[3], keys[4] = qn.ready, qn.timer, qn.index, qn.prio, qn.config
-	keys[7] = qn.registry
-	args := make([]interface{}, 7+5*len(reqs))
+	keys[7], keys[8+len(reqs)] = qn.registry, qn.usage
+	args := make([]interface{}, 9+5*len(reqs))
+	args[7+5*len(reqs)], args[8+5*len(reqs)] = e.allowance(ns, qn.group)
 	args[0] = qn.argMember
 	args[1] = qn.argChannel
 	args[2] = qn.argWake
@@ -809,7 +855,10 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 			e.metrics.publishedPool(len(reqs), delayed)
 			e.metrics.publishedQueue(ns, q, qn, len(reqs))
 			e.histPublished(ns, q, qn, len(reqs))
+			e.publishedArgs(ns, qn.group, args, len(reqs))
 			return ids, nil
+		case code == -3 && len(res) == 2:
+			return nil, e.quotaErr(ns, res[1])
 		case code == -1 && len(res) == 2:
 			first, _ := res[1].(string)
 			if e.waitReplicas > 0 {
@@ -1602,7 +1651,7 @@ func (e *Engine) Destroy(ctx context.Context, ns, q string) (int64, error) {
 		return e.destroySharded(ctx, sp, ns, q)
 	}
 	qn := e.names.get([3]string{ns, q})
-	keys := []string{qn.ready, qn.timer, qn.index, qn.prio, qn.jobPrefix}
+	keys := []string{qn.ready, qn.timer, qn.index, qn.prio, qn.jobPrefix, qn.usage}
 	var total int64
 	for {
 		n, err := e.run(ctx, destroyScript, keys, destroyBatch, qn.member).Int64()
@@ -1707,7 +1756,7 @@ func (e *Engine) DeleteDeadLetter(ctx context.Context, ns, q string, limit int64
 		if want > deadBatch {
 			want = deadBatch
 		}
-		n, err := e.run(ctx, deleteDeadScript, []string{deadKey(ns, q), jobKeyPrefix(ns, q)}, want).Int64()
+		n, err := e.run(ctx, deleteDeadScript, []string{deadKey(ns, q), jobKeyPrefix(ns, q), usageKey(slotGroup(ns, q))}, want).Int64()
 		if err != nil {
 			return total, fmt.Errorf("delete dead letter %s/%s: %w", ns, q, err)
 		}

@@ -93,10 +93,10 @@ type ackOp struct {
 // ackManyScript call.
 func (e *Engine) ackCoalesced(ctx context.Context, batch []*batchCall[ackOp]) {
 	ns, q := batch[0].in.ns, batch[0].in.q
-	keys := make([]string, 1+len(batch))
+	keys := make([]string, 2+len(batch))
 	args := make([]interface{}, 2*len(batch))
 	qn := e.names.get([3]string{ns, q})
-	keys[0] = qn.timer
+	keys[0], keys[1+len(batch)] = qn.timer, qn.usage
 	for i, c := range batch {
 		keys[1+i] = qn.jobPrefix + c.in.id
 		args[2*i], args[2*i+1] = c.in.id, c.in.nonce
@@ -215,7 +215,7 @@ func (e *Engine) CancelKey(ctx context.Context, ns, q, key string) (string, erro
 	if sp := e.shardsOf(ns, q); sp != nil {
 		return e.cancelKeySharded(ctx, sp, ns, q, key)
 	}
-	id, err := e.run(ctx, cancelKeyScript, []string{uniqueKey(ns, q, key), timerKey(ns, q), jobKeyPrefix(ns, q)}).Text()
+	id, err := e.run(ctx, cancelKeyScript, []string{uniqueKey(ns, q, key), timerKey(ns, q), jobKeyPrefix(ns, q), usageKey(slotGroup(ns, q))}).Text()
 	if errors.Is(err, redis.Nil) {
 		return "", fmt.Errorf("cancel %s/%s key %q: %w", ns, q, key, engine.ErrJobNotFound)
 	}
@@ -470,7 +470,7 @@ func (e *Engine) DeleteDeadJob(ctx context.Context, ns, q, id string) error {
 		_, err := byID(sp, id, func(n string) (struct{}, error) { return struct{}{}, e.DeleteDeadJob(ctx, ns, n, id) })
 		return err
 	}
-	code, err := e.run(ctx, deleteDeadOneScript, []string{jobKey(ns, q, id), deadKey(ns, q)}, id).Int64()
+	code, err := e.run(ctx, deleteDeadOneScript, []string{jobKey(ns, q, id), deadKey(ns, q), usageKey(slotGroup(ns, q))}, id).Int64()
 	if err != nil {
 		return fmt.Errorf("delete dead job %s/%s/%s: %w", ns, q, id, err)
 	}

@@ -47,6 +47,7 @@ type ImportJob struct {
 //
 //	KEYS[1] ready list   KEYS[2] timer   KEYS[3] the group's timer index
 //	KEYS[4] the group's registry   KEYS[5] dead letter   KEYS[5+i] job i's key
+//	KEYS[#KEYS] the group's usage hash (the jobs written count as published)
 //	ARGV[1] index member ns/q   ARGV[2] ready channel   ARGV[3] the group's wake-up channel
 //	ARGV[4] the publish command (PUBLISH or SPUBLISH)
 //	ARGV[5+5(i-1)..] per job i: kind (r ready, t timer, x dead), value
@@ -57,8 +58,8 @@ type ImportJob struct {
 // that the oldest ends nearest the consume end. Returns the number of
 // jobs written.
 var importScript = script(`
-local n = #KEYS - 5
-local ready, dead, written, mindue = {}, {}, 0, nil
+local n = #KEYS - 6
+local ready, dead, written, mindue, bytes = {}, {}, 0, nil, 0
 for i = 1, n do
   local b = 5 + 5 * (i - 1)
   local ok
@@ -69,6 +70,7 @@ for i = 1, n do
   end
   if ok then
     written = written + 1
+    bytes = bytes + #ARGV[b + 1]
     local kind = ARGV[b]
     if kind == 'r' then
       ready[#ready + 1] = ARGV[b + 4]
@@ -84,6 +86,7 @@ end
 for i = 1, #ready, 1000 do redis.call('RPUSH', KEYS[1], unpack(ready, i, math.min(i + 999, #ready))) end
 for i = 1, #dead, 1000 do redis.call('RPUSH', KEYS[5], unpack(dead, i, math.min(i + 999, #dead))) end
 redis.call('HSET', KEYS[4], ARGV[1], 1)
+usage_add(KEYS[#KEYS], ns_of(KEYS[1]), written, bytes)
 if mindue then lower_index(KEYS[3], ARGV[1], mindue, ARGV[3], ARGV[4]) end
 if #ready > 0 then redis.call(ARGV[4], ARGV[2], #ready) end
 return written
@@ -116,6 +119,7 @@ func (e *Engine) Import(ctx context.Context, ns, q string, jobs []ImportJob) (in
 			}
 			args = append(args, kind, v, ttl, due, packEntry(j.Tries, j.ID))
 		}
+		keys = append(keys, qn.usage)
 		n, err := e.run(ctx, importScript, keys, args...).Int()
 		if err != nil {
 			return written, fmt.Errorf("import %s/%s: %w", ns, q, err)

@@ -118,8 +118,8 @@ type queueNames struct {
 	shard                                                        int
 	member, ready, timer, prio, config, dead, channel, jobPrefix string
 	// index, registry and wake are the group's timer index, queue
-	// registry and wake-up channel.
-	index, registry, wake string
+	// registry and wake-up channel; usage its usage hash (tenancy.go).
+	index, registry, wake, usage string
 	// argMember, argChannel and argWake are member, channel and wake as
 	// script arguments, boxed once rather than at every call.
 	argMember, argChannel, argWake interface{}
@@ -163,6 +163,7 @@ func newQueueNames(ns, q string) *queueNames {
 		index:     timerIndexKey(g),
 		registry:  registryKey(g),
 		wake:      wakeChannel(g),
+		usage:     usageKey(g),
 	}
 	qn.argMember, qn.argChannel, qn.argWake = qn.member, qn.channel, qn.wake
 	return qn

@@ -64,55 +64,8 @@ func TestHeavyNamespaces(t *testing.T) {
 	}
 }
 
-// scanUsage is every namespace's usage as a SCAN of the pool's job keys
-// (j/{T}ns/q/ID) finds it: the figures engine.Tenancy keeps, re-derived
-// the slow way. The reserve tests use it while the engine keeps no usage
-// counters of its own.
-func scanUsage(client redis.UniversalClient) func(ctx context.Context) (map[string]engine.Usage, error) {
-	scanOne := func(ctx context.Context, c redis.UniversalClient, out map[string]engine.Usage, mu *sync.Mutex) error {
-		iter := c.Scan(ctx, 0, "j/*", 1000).Iterator()
-		var keys []string
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		if err := iter.Err(); err != nil {
-			return err
-		}
-		cmds := make([]*redis.IntCmd, len(keys))
-		if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, k := range keys {
-				cmds[i] = p.StrLen(ctx, k)
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		for i, k := range keys {
-			_, rest, _ := strings.Cut(k, "}")
-			ns, _, _ := strings.Cut(rest, "/")
-			u := out[ns]
-			u.Jobs++
-			u.Bytes += cmds[i].Val()
-			out[ns] = u
-		}
-		return nil
-	}
-	return func(ctx context.Context) (map[string]engine.Usage, error) {
-		out := make(map[string]engine.Usage)
-		var mu sync.Mutex
-		if cc, ok := client.(*redis.ClusterClient); ok {
-			err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scanOne(ctx, c, out, &mu) })
-			return out, err
-		}
-		return out, scanOne(ctx, client, out, &mu)
-	}
-}
-
 // startReserve runs an engine of pool "default" over client with a
-// reserve of 10 %, its usage read by scanUsage unless the engine counts
-// its own.
+// reserve of 10 %.
 func startReserve(t *testing.T, client redis.UniversalClient) *Engine {
 	t.Helper()
 	e, err := New(bg, client, Options{Pool: "default", MemoryReserve: 0.10})
@@ -120,7 +73,7 @@ func startReserve(t *testing.T, client redis.UniversalClient) *Engine {
 		t.Fatal(err)
 	}
 	if e.reserve.usage == nil {
-		e.reserve.usage = scanUsage(client)
+		t.Fatal("the engine's reserve reads no usage (engine.Tenancy)")
 	}
 	ctx, cancel := context.WithCancel(bg)
 	done := make(chan struct{})

@@ -80,7 +80,8 @@ end
 // Returns {-9} when the schedule changed (another server fired the tick,
 // or it was replaced, paused or deleted): nothing written; otherwise
 // publishScript's reply, and the schedule and its index entry moved on
-// when that is {0, …}.
+// when that is {0, …}, or {-3, limit} (the namespace's quota refused the
+// job: the tick is missed rather than tried again and again).
 var fireScheduleScript = script(schedIndexSrc + `
 local function publish(KEYS, ARGV)
 ` + publishSrc + `
@@ -94,6 +95,9 @@ local r = publish(pk, pa)
 if r[1] == 0 then
   redis.call('HSET', KEYS[1], 'next', ARGV[3], 'last_tick', ARGV[4], 'last_job', ARGV[5])
   redis.call('HINCRBY', KEYS[1], 'fired', 1)
+  sched_index(KEYS[1], KEYS[2], ARGV[6])
+elseif r[1] == -3 then
+  redis.call('HSET', KEYS[1], 'next', ARGV[3])
   sched_index(KEYS[1], KEYS[2], ARGV[6])
 end
 return r
@@ -527,6 +531,8 @@ func (e *Engine) fireDue(ctx context.Context, g int, member string) error {
 		switch {
 		case code == -9:
 			return nil // another server fired it, or the schedule changed
+		case code == -3 && len(res) == 2:
+			return fmt.Errorf("schedule %s: tick missed: %w", member, e.quotaErr(ns, res[1]))
 		case code == 0 && len(res) == 3:
 			if earliest, _ := res[2].(int64); earliest > 0 {
 				e.wakePump()
@@ -564,9 +570,10 @@ func (e *Engine) publishCall(r *engine.PublishRequest, now time.Time) (*queueNam
 	if err != nil {
 		return nil, nil, nil, "", err
 	}
-	keys := []string{qn.ready, qn.timer, qn.index, qn.prio, qn.config, qn.ready, qn.ready, qn.registry, qn.jobPrefix + id}
+	keys := []string{qn.ready, qn.timer, qn.index, qn.prio, qn.config, qn.ready, qn.ready, qn.registry, qn.jobPrefix + id, qn.usage}
+	aj, ab := e.allowance(r.Namespace, qn.group)
 	args := []interface{}{qn.argMember, qn.argChannel, qn.argWake, "", "0", flag(!qn.recorded.Load()), e.pub,
-		packEntry(r.Tries, id), value, durMS(r.TTL), scriptDue(due, nowMS), r.Priority}
+		packEntry(r.Tries, id), value, durMS(r.TTL), scriptDue(due, nowMS), r.Priority, aj, ab}
 	return qn, keys, args, id, nil
 }
 

@@ -156,7 +156,7 @@ func script(src string) *redis.Script { return redis.NewScript(libFor(src) + src
 // constant, with the comment above it.
 type libPart struct{ name, src string }
 
-var libParts = splitLib(luaLib)
+var libParts = splitLib(luaLib + tenancyLua)
 
 var libDef = regexp.MustCompile(`^local (?:function )?([A-Za-z_][A-Za-z0-9_]*)`)
 
@@ -233,6 +233,7 @@ func isIdent(c byte) bool {
 //	KEYS[7]  idempotency key u/{T}ns/q/KEY (used when ARGV[5] = "1")
 //	KEYS[8]  the group's queue registry m/{T} (used when ARGV[6] = "1")
 //	KEYS[9…] body keys j/{T}ns/q/ID, one per job
+//	KEYS[#KEYS] the group's usage hash nu/{T} (tenancy_scripts.go)
 //	ARGV[1]  index member ns/q    ARGV[2] ready channel n/{T}ns/q
 //	ARGV[3]  the group's wake-up channel w/{T}   ARGV[4] ID of the replaced job, or ""
 //	ARGV[5]  "1" when KEYS[7] is used
@@ -243,20 +244,31 @@ func isIdent(c byte) bool {
 //	         ready list holds it), value (header + payload, built by the
 //	         caller), ttl (ms, 0 = forever), due (ms; 0 when ready now),
 //	         priority; so a plain job made ready costs no Lua decoding
+//	ARGV[#ARGV-1], ARGV[#ARGV]: the namespace's allowances of jobs and
+//	         bytes in this group ('' = no limit; tenancy.go)
 //
 // Returns {0, made ready, new earliest due of the group or 0};
 // {k} when job k's body key exists (nothing written);
-// {-1, id} when the idempotency key is taken (nothing written).
+// {-1, id} when the idempotency key is taken (nothing written);
+// {-3, limit} when the jobs would exceed the namespace's allowance
+// (nothing written).
 var publishScript = script(publishSrc)
 
 // publishSrc is publishScript's source; fireScheduleScript runs it too.
 const publishSrc = `
-local n = #KEYS - 8
+local n = #KEYS - 9
 local pub = ARGV[7]
 if ARGV[5] == '1' then
   local prev = redis.call('GET', KEYS[7])
   if prev then return {-1, prev} end
 end
+local uk, uns, ubytes, rlen = KEYS[#KEYS], ns_of(KEYS[1]), 0, 0
+for i = 1, n do ubytes = ubytes + #ARGV[8 + (i - 1) * 5 + 1] end
+if ARGV[4] ~= '' then rlen = redis.call('STRLEN', KEYS[6]) end
+local ujobs = n
+if rlen > 0 then ujobs = n - 1 end
+local over = over_quota(uk, uns, ujobs, ubytes - rlen, ARGV[#ARGV - 1], ARGV[#ARGV])
+if over then return {-3, over} end
 -- SET NX every job first: if one ID is taken, undo the ones written and
 -- report it, so that a batch is all or nothing.
 for i = 1, n do
@@ -273,9 +285,10 @@ for i = 1, n do
   end
 end
 if ARGV[4] ~= '' then
-  redis.call('DEL', KEYS[6])
+  if rlen > 0 then redis.call('DEL', KEYS[6]) end
   redis.call('ZREM', KEYS[2], ARGV[4])
 end
+usage_add(uk, uns, ujobs, ubytes - rlen)
 if ARGV[5] == '1' then
   local id = eid(ARGV[8])
   if tonumber(ARGV[10]) > 0 then redis.call('SET', KEYS[7], id, 'PX', ARGV[10]) else redis.call('SET', KEYS[7], id) end
@@ -315,26 +328,33 @@ return {0, made, earliest}
 // LPUSH of an argument range and one PUBLISH of its job count as given: no
 // Lua table, no number formatting, two arguments and one key. The others
 // (kind "f") pass their timer, priority set, config and group index too.
-// A kind ending in "r" records the queue in its group's registry (its
-// first publish through this server): one more key and the member.
+// A kind with an "r" records the queue in its group's registry (its
+// first publish through this server): one more key and the member. A kind
+// with a "q" carries its namespace's allowances in its group: the jobs
+// and bytes it may hold there (tenancy.go); every queue passes its group's
+// usage hash and the bytes of its jobs, which its namespace's usage gains.
 //
 //	ARGV[1]  the publish command (PUBLISH or SPUBLISH)   ARGV[2]  m, the number of queues
 //	ARGV[3]  the number of queue keys (the job keys follow them)
 //	ARGV[4]  the number of arguments before the jobs' ready entries
-//	per queue g (1..m), from ARGV[5]: kind ("p", "pr", "f" or "fr"), its
-//	         number of jobs, its ready channel; then, for "f" or "…r",
-//	         its index member ns/q; then, for "f…", its group's wake-up channel
+//	ARGV[5]  "1" when a queue's kind has a "q"
+//	per queue g (1..m), from ARGV[6]: kind ("p" or "f", then "r" and "q"
+//	         when they apply), its number of jobs, its ready channel, the
+//	         bytes of its jobs' values; then, for "f…" or "…r…", its index
+//	         member ns/q; then, for "f…", its group's wake-up channel; then,
+//	         for "…q", its allowances of jobs and bytes ('' = no limit)
 //	per queue g, its keys: the ready list; then, for "f…", its timer,
 //	         priority set, config and group's timer index; then, for
-//	         "…r", its group's registry
+//	         "…r…", its group's registry; then its group's usage hash
 //	KEYS[k0+i] body keys j/{T}ns/q/ID, one per job: the jobs of queue 1
 //	         first, then those of queue 2, …
 //	per job i (1..n), ARGV[e0+i]: its ready entry (packed tries and id)
 //	per job i, ARGV[e0+n+4(i-1)+1..4]: value (header + payload), ttl (ms,
 //	         0 = forever), due (ms; 0 when ready now), priority
 //
-// Returns {0, made ready, a new earliest due of a group or 0}, or {i} when
-// job i's body key exists (nothing written).
+// Returns {0, made ready, a new earliest due of a group or 0}, {i} when
+// job i's body key exists, or {-3, g, limit} when queue g's jobs would
+// exceed its namespace's allowance (nothing written).
 var publishManyScript = script(`
 local pub = ARGV[1]
 local m = tonumber(ARGV[2])
@@ -342,6 +362,30 @@ local k0 = tonumber(ARGV[3])
 local e0 = tonumber(ARGV[4])
 local n = #KEYS - k0
 local v0 = e0 + n
+if ARGV[5] == '1' then
+  -- The quotas first: the queues of one namespace in one group add up.
+  local a, k, added = 5, 0, {}
+  for g = 1, m do
+    local kind, count, bytes = ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 4])
+    a = a + 4
+    local full = string.sub(kind, 1, 1) == 'f'
+    local record = string.find(kind, 'r', 2, true)
+    local ns = ns_of(KEYS[k + 1])
+    k = k + 1
+    if full or record then a = a + 1 end
+    if full then a = a + 1 k = k + 4 end
+    if record then k = k + 1 end
+    k = k + 1
+    local uk = KEYS[k]
+    if string.find(kind, 'q', 2, true) then
+      local s = added[uk .. ' ' .. ns] or {0, 0}
+      local over = over_quota(uk, ns, s[1] + count, s[2] + bytes, ARGV[a + 1], ARGV[a + 2])
+      if over then return {-3, g, over} end
+      added[uk .. ' ' .. ns] = {s[1] + count, s[2] + bytes}
+      a = a + 2
+    end
+  end
+end
 for i = 1, n do
   local b = v0 + (i - 1) * 4
   local ok
@@ -356,15 +400,16 @@ for i = 1, n do
   end
 end
 local total, earliest, last = 0, 0, 0
-local a, k = 4, 0
+local a, k = 5, 0
 for g = 1, m do
-  local kind, count, chan = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-  a = a + 3
+  local kind, count, chan, bytes = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
+  a = a + 4
   local full = string.sub(kind, 1, 1) == 'f'
-  local record = string.sub(kind, -1) == 'r'
+  local record = string.find(kind, 'r', 2, true)
   local member, wake
   if full or record then a = a + 1 member = ARGV[a] end
   if full then a = a + 1 wake = ARGV[a] end
+  if string.find(kind, 'q', 2, true) then a = a + 2 end
   local qk = KEYS[k + 1]
   local first = last + 1
   last = last + tonumber(count)
@@ -407,6 +452,8 @@ for g = 1, m do
     k = k + 1
     redis.call('HSET', KEYS[k], member, 1)
   end
+  k = k + 1
+  usage_add(KEYS[k], ns_of(qk), tonumber(count), tonumber(bytes))
 end
 return {0, total, earliest}
 `)
@@ -695,15 +742,16 @@ return {v, redis.call('PTTL', KEYS[1])}
 // and the jobs that pass are deleted with one ZREM and one DEL.
 //
 //	KEYS[1] timer   KEYS[1+i] body key of job i
+//	KEYS[#KEYS] the group's usage hash nu/{T}
 //	ARGV[2i-1] id of job i   ARGV[2i] its receipt (8 bytes), "" or "?"
 //
 // Returns one code per job: 1 deleted (or nothing to delete, without a
 // receipt), -1 no such job, -2 stale receipt; "?" is an ACK without
 // receipt that answers 0 when there is no such job (a sharded queue's ACK
 // then tries shard 0, shards.go).
-var ackManyScript = redis.NewScript(`
+var ackManyScript = script(`
 local out, ids, jks, gone = {}, {}, {}, {}
-for i = 1, #KEYS - 1 do
+for i = 1, #KEYS - 2 do
   local jk, nonce = KEYS[i + 1], ARGV[2 * i]
   local code = 1
   if nonce == '?' then
@@ -727,7 +775,15 @@ for i = 1, #KEYS - 1 do
 end
 if #ids > 0 then
   redis.call('ZREM', KEYS[1], unpack(ids))
-  redis.call('DEL', unpack(jks))
+  local dj, db = 0, 0
+  for _, jk in ipairs(jks) do
+    local l = redis.call('STRLEN', jk)
+    if l > 0 then dj, db = dj + 1, db + l end
+  end
+  if dj > 0 then
+    redis.call('DEL', unpack(jks))
+    usage_add(KEYS[#KEYS], ns_of(KEYS[1]), -dj, -db)
+  end
 end
 return out
 `)
@@ -842,30 +898,36 @@ return 1
 
 // deleteDeadScript deletes the oldest dead jobs.
 //
-//	KEYS[1] dead letter   KEYS[2] job key prefix   ARGV[1] most entries
+//	KEYS[1] dead letter   KEYS[2] job key prefix   KEYS[3] the group's usage hash
+//	ARGV[1] most entries
 //
 // Returns the number of entries removed.
 var deleteDeadScript = script(`
-local n = 0
+local n, dj, db = 0, 0, 0
 for i = 1, tonumber(ARGV[1]) do
   local e = redis.call('RPOP', KEYS[1])
   if not e then break end
   local jk = KEYS[2] .. eid(e)
-  if redis.call('GETRANGE', jk, 1, 1) == 'x' then redis.call('DEL', jk) end
+  if redis.call('GETRANGE', jk, 1, 1) == 'x' then
+    local l = del_job(jk)
+    if l > 0 then dj, db = dj + 1, db + l end
+  end
   n = n + 1
 end
+usage_add(KEYS[3], ns_of(KEYS[2]), -dj, -db)
 return n
 `)
 
 // deleteDeadOneScript deletes one dead job by ID.
 //
-//	KEYS[1] body   KEYS[2] dead letter   ARGV[1] id
+//	KEYS[1] body   KEYS[2] dead letter   KEYS[3] the group's usage hash
+//	ARGV[1] id
 //
 // Returns 1, or -1 when the job is not dead.
 var deleteDeadOneScript = script(`
 if redis.call('GETRANGE', KEYS[1], 1, 1) ~= 'x' then return -1 end
 redis.call('LREM', KEYS[2], 1, entry(1, ARGV[1]))
-redis.call('DEL', KEYS[1])
+usage_add(KEYS[3], ns_of(KEYS[2]), -1, -del_job(KEYS[1]))
 return 1
 `)
 
@@ -944,17 +1006,21 @@ return out
 // timer index. The dead letter is left alone.
 //
 //	KEYS[1] ready list   KEYS[2] timer   KEYS[3] the group's timer index   KEYS[4] priority set
-//	KEYS[5] job key prefix
+//	KEYS[5] job key prefix   KEYS[6] the group's usage hash
 //	ARGV[1] most entries   ARGV[2] index member
 //
 // Returns the number of entries deleted (less than ARGV[1] when done).
 var destroyScript = script(`
 local batch = tonumber(ARGV[1])
 local n = 0
+local dj, db = 0, 0
 local function drop(id)
   local jk = KEYS[5] .. id
   local st = redis.call('GETRANGE', jk, 1, 1)
-  if st ~= 'x' then redis.call('DEL', jk) end
+  if st ~= 'x' then
+    local l = del_job(jk)
+    if l > 0 then dj, db = dj + 1, db + l end
+  end
 end
 while n < batch do
   local e = redis.call('RPOP', KEYS[1])
@@ -975,18 +1041,21 @@ if n < batch then
   n = n + #ids
 end
 if n < batch then redis.call('ZREM', KEYS[3], ARGV[2]) end
+usage_add(KEYS[6], ns_of(KEYS[5]), -dj, -db)
 return n
 `)
 
 // cancelKeyScript deletes the job published with an idempotency key.
 //
 //	KEYS[1] idempotency key   KEYS[2] timer   KEYS[3] job key prefix
+//	KEYS[4] the group's usage hash
 //
 // Returns the job's ID, or nil when the key is unknown.
 var cancelKeyScript = script(`
 local id = redis.call('GET', KEYS[1])
 if not id then return false end
-redis.call('DEL', KEYS[3] .. id)
+local l = del_job(KEYS[3] .. id)
+if l > 0 then usage_add(KEYS[4], ns_of(KEYS[3]), -1, -l) end
 redis.call('ZREM', KEYS[2], id)
 redis.call('DEL', KEYS[1])
 return id

@@ -7,7 +7,8 @@ import (
 
 func TestLibParts(t *testing.T) {
 	want := []string{"u16", "r16", "u48", "r48", "NONCE0", "hdr", "entry", "eid", "num",
-		"ready_heads", "push_ready", "backoff", "lower_index", "kill"}
+		"ready_heads", "push_ready", "backoff", "lower_index", "kill",
+		"ns_of", "usage_add", "del_job", "over_quota"} // tenancyLua
 	var got []string
 	var joined strings.Builder
 	for _, p := range libParts {
@@ -18,8 +19,8 @@ func TestLibParts(t *testing.T) {
 		t.Fatalf("libParts = %v, want %v", got, want)
 	}
 	// Nothing of luaLib is lost but the blank lines between parts.
-	if strings.TrimSpace(joined.String()) != strings.TrimSpace(luaLib) {
-		t.Fatal("the parts of luaLib do not add up to luaLib")
+	if strings.TrimSpace(joined.String()) != strings.TrimSpace(luaLib+tenancyLua) {
+		t.Fatal("the parts of luaLib and tenancyLua do not add up to them")
 	}
 }
 

@@ -57,15 +57,17 @@ func legacyUniqueKey(ns, q, key string) string { return "u/" + legacyBase(ns, q)
 //	KEYS[19] old schedule key prefix sc/{ns/q}/   KEYS[20] new schedule key prefix
 //	KEYS[21] old schedule_index   KEYS[22] the group's schedule index
 //	KEYS[23…] pairs: an old idempotency key, its new name
+//	KEYS[#KEYS] the group's usage hash (the jobs moved count as published)
 //	ARGV[1] index member ns/q   ARGV[2] queue name
 //	ARGV[3] the queue's schedule member prefix ns/q/
 //
 // Returns the number of job bodies moved.
 var upgradeQueueScript = script(schedIndexSrc + `
 local ojp, njp = KEYS[6], KEYS[12]
-local moved = 0
+local moved, bytes = 0, 0
 local function mv(id)
   if id ~= '' and redis.call('EXISTS', ojp .. id) == 1 then
+    bytes = bytes + redis.call('STRLEN', ojp .. id)
     redis.call('RENAME', ojp .. id, njp .. id)
     moved = moved + 1
   end
@@ -101,7 +103,7 @@ for _, name in ipairs(redis.call('SMEMBERS', KEYS[17])) do
   sched_index(KEYS[20] .. name, KEYS[22], ARGV[3] .. name)
 end
 redis.call('DEL', KEYS[17])
-for i = 23, #KEYS, 2 do
+for i = 23, #KEYS - 1, 2 do
   if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('RENAME', KEYS[i], KEYS[i + 1]) end
 end
 redis.call('ZREM', KEYS[13], ARGV[1])
@@ -112,6 +114,7 @@ if #first > 0 then
 end
 redis.call('HSET', KEYS[15], ARGV[1], 1)
 redis.call('HDEL', KEYS[16], ARGV[2])
+usage_add(KEYS[#KEYS], ns_of(KEYS[7]), moved, bytes)
 return moved
 `)
 
@@ -223,6 +226,7 @@ func (e *Engine) upgrade(ctx context.Context) (int, error) {
 		for _, key := range unique[nq] {
 			keys = append(keys, legacyUniqueKey(ns, q, key), uniqueKey(ns, q, key))
 		}
+		keys = append(keys, qn.usage)
 		jobs, err := upgradeQueueScript.Run(ctx, e.rdb, keys, qn.member, q, qn.member+"/").Int64()
 		if err != nil {
 			return moved, fmt.Errorf("queue %s/%s: %w", ns, q, err)

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kairos-dev/kairos/engine"
 	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 )
 
@@ -32,10 +31,6 @@ func TestE2EReserve(t *testing.T) {
 			cfg := redisConfig(rs.Addr)
 			cfg.Kairos.EventLoops = tc.loops
 			k := startKairos(t, cfg)
-			if _, ok := any(k.App.Engines["default"]).(engine.Tenancy); !ok {
-				// Who holds its share is read from the engine's usage.
-				t.Skip("the engine counts no usage per namespace (engine.Tenancy): no namespace can be told heavy")
-			}
 			noisy := &e2e{kairos: k, Redis: rs, NS: "noisy", Token: k.newToken(t, "noisy")}
 			quiet := &e2e{kairos: k, Redis: rs, NS: "quiet", Token: k.newToken(t, "quiet")}
 			body := []byte(strings.Repeat("x", 4096))
