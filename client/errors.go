@@ -35,8 +35,14 @@ var (
 	ErrUnauthorized = errors.New("kairos: unauthorized")
 	// ErrForbidden: a scoped token used outside its queues or roles (403).
 	ErrForbidden = errors.New("kairos: forbidden")
-	// ErrRateLimited: the token's rate limit refused the request (429).
+	// ErrRateLimited: the token's rate limit refused the request (429
+	// other than ErrQuotaExceeded).
 	ErrRateLimited = errors.New("kairos: rate limited")
+	// ErrQuotaExceeded: the publish would take the namespace beyond its
+	// quota (429 "namespace quota exceeded: max_jobs 50", Kairos): nothing
+	// was written. Not retried: room comes back when the namespace's
+	// consumers ACK (or an admin raises the quota, Admin.SetQuota).
+	ErrQuotaExceeded = errors.New("kairos: namespace quota exceeded")
 	// ErrBadRequest: the server refused a parameter, name or body (400,
 	// 413), or the client refused an argument before sending anything.
 	ErrBadRequest = errors.New("kairos: bad request")
@@ -115,7 +121,9 @@ func (e *APIError) Is(target error) bool {
 	case ErrForbidden:
 		return e.Status == http.StatusForbidden
 	case ErrRateLimited:
-		return e.Status == http.StatusTooManyRequests
+		return e.Status == http.StatusTooManyRequests && !e.quotaExceeded()
+	case ErrQuotaExceeded:
+		return e.quotaExceeded()
 	case ErrBadRequest:
 		return e.Status == http.StatusBadRequest || e.Status == http.StatusRequestEntityTooLarge
 	case ErrConflict:
@@ -138,6 +146,13 @@ func (e *APIError) Is(target error) bool {
 // not confirmed by the replicas.
 func (e *APIError) mayExist() bool {
 	return e.Status == http.StatusServiceUnavailable && (e.JobID != "" || len(e.JobIDs) > 0)
+}
+
+// quotaExceeded reports whether a 429 is a namespace quota's refusal
+// rather than a rate limit's (whose text is lmstfy's "... reach the limit
+// rate ...").
+func (e *APIError) quotaExceeded() bool {
+	return e.Status == http.StatusTooManyRequests && strings.HasPrefix(e.Message, "namespace quota exceeded")
 }
 
 // noJob reports whether a 404 means "no job" rather than "no such thing".

@@ -72,6 +72,12 @@ type RedisConf struct {
 	// moves every lmstfy job into Kairos's layout before serving
 	// (doc/upgrade.md), into the MigrateTo pool when the pool has one.
 	LmstfyData string `toml:"LmstfyData"`
+	// DefaultMaxJobs and DefaultMaxBytes (Kairos, pools only) are the
+	// quota of the pool's namespaces that have none of their own (PUT
+	// /quota/:namespace): the jobs and stored bytes a namespace may hold;
+	// 0 (the default) is no limit. See quota.go.
+	DefaultMaxJobs  int64 `toml:"DefaultMaxJobs"`
+	DefaultMaxBytes int64 `toml:"DefaultMaxBytes"`
 	// Version is lmstfy's legacy engine selector; a pool with a non-empty
 	// Version is ignored, as lmstfy does.
 	Version string `toml:"Version"`

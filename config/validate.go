@@ -117,6 +117,7 @@ func (c *Config) validateStores(p *problems) {
 	if c.AdminRedis.LmstfyData != "" {
 		p.add("AdminRedis.LmstfyData", "is a pool setting: lmstfy's tokens and limits in the admin Redis are read as they are")
 	}
+	validateAdminQuota(p, c.AdminRedis)
 	c.validatePools(p)
 	if c.Kairos.Embedded && c.Kairos.RequireDurableRedis {
 		p.add("Kairos.Embedded", "cannot be combined with RequireDurableRedis = true: the embedded store is in memory and loses everything on stop")
@@ -180,6 +181,7 @@ func (c *Config) validatePools(p *problems) {
 			p.add(key, "invalid pool name: want 1..%d characters of [-_A-Za-z0-9]", engine.MaxNameLength)
 		}
 		c.validateRedis(p, key, pool)
+		validateDefaultQuota(p, key, pool)
 		switch pool.LmstfyData {
 		case "", LmstfyRefuse:
 		case LmstfyImport:

@@ -131,6 +131,14 @@ var adminRules = map[string]adminRule{
 	"GET /webhook/:namespace/:queue":      viewNS,
 	"PUT /webhook/:namespace/:queue":      operateNS,
 	"DELETE /webhook/:namespace/:queue":   operateNS,
+	// A namespace may read its own quota and usage; only an admin over
+	// every namespace may set one, since a quota protects the other
+	// namespaces from this one (an admin limited to a namespace is its
+	// tenant, not the pool's operator).
+	"GET /quota":               viewAll,
+	"GET /quota/:namespace":    viewNS,
+	"PUT /quota/:namespace":    {role: config.RoleAdmin},
+	"DELETE /quota/:namespace": {role: config.RoleAdmin},
 
 	"GET /overview":                                viewAll,
 	"GET /history":                                 viewAll,

@@ -87,6 +87,10 @@ var expectedAccess = map[string]string{
 	"GET /webhook/:namespace/:queue":      "viewer ns",
 	"PUT /webhook/:namespace/:queue":      "operator ns",
 	"DELETE /webhook/:namespace/:queue":   "operator ns",
+	"GET /quota":                          "viewer all",
+	"GET /quota/:namespace":               "viewer ns",
+	"PUT /quota/:namespace":               "admin all",
+	"DELETE /quota/:namespace":            "admin all",
 
 	"GET /overview":                                "viewer all",
 	"GET /history":                                 "viewer all",

@@ -237,6 +237,9 @@ func mapAPIError(ctx context.Context, err error) *apiError {
 	if ae := full(err); ae != nil {
 		return ae
 	}
+	if ae := quotaRefusal(err); ae != nil {
+		return ae
+	}
 	var ae *apiError
 	switch {
 	case errors.As(err, &ae):
@@ -270,6 +273,9 @@ func mapAPIError(ctx context.Context, err error) *apiError {
 // mapAdminError maps an error of the admin API to its rendering.
 func mapAdminError(ctx context.Context, err error) *apiError {
 	if ae := full(err); ae != nil {
+		return ae
+	}
+	if ae := quotaRefusal(err); ae != nil {
 		return ae
 	}
 	var ae *apiError
@@ -311,6 +317,8 @@ func mapAdminError(ctx context.Context, err error) *apiError {
 // failAPI renders err for the public API and aborts the handler chain.
 // Server-side failures are logged with the request's fields.
 func (s *Server) failAPI(c *gin.Context, err error) {
+	st := state(c)
+	s.countRefused(st.pool, st.nsLabel, err)
 	s.render(c, err, mapAPIError(c.Request.Context(), err))
 }
 

@@ -223,6 +223,7 @@ func (h loopHost) Answer(it *evloop.Item, date, out []byte) []byte {
 			it.Err = errInternal // an engine that set neither
 		}
 		if it.Err != nil {
+			s.countRefused(f.adm.pool, it.NS, it.Err) // admitted: the namespace is authenticated
 			ae = mapAPIError(ctx, publishFailure(it.Err, it.ID))
 			break
 		}

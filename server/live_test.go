@@ -110,7 +110,8 @@ func startLive(t testing.TB, opts liveOptions) *live {
 	logger.SetLevel(logrus.DebugLevel)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	eng, err := rdb.New(ctx, client, rdb.Options{Logger: logger, Now: opts.now, HistoryFlush: opts.historyFlush, Tracer: opts.tracer})
+	eng, err := rdb.New(ctx, client, rdb.Options{Logger: logger, Now: opts.now, HistoryFlush: opts.historyFlush, Tracer: opts.tracer,
+		DefaultQuota: cfg.Pool[auth.DefaultPool].DefaultQuota()})
 	if err != nil {
 		cancel()
 		t.Fatalf("rdb.New: %v", err)

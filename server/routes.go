@@ -149,6 +149,10 @@ func (s *Server) adminRoutes() *gin.Engine {
 	r.GET("/webhook/:namespace/:queue", s.getWebhook)
 	r.PUT("/webhook/:namespace/:queue", s.putWebhook)
 	r.DELETE("/webhook/:namespace/:queue", s.deleteWebhook)
+	r.GET("/quota", s.listQuotas) // quota.go
+	r.GET("/quota/:namespace", s.getQuota)
+	r.PUT("/quota/:namespace", s.putQuota)
+	r.DELETE("/quota/:namespace", s.deleteQuota)
 
 	// The dashboard's data (dashboard.go, doc/dashboard.md).
 	r.GET("/overview", s.overview)

@@ -153,6 +153,8 @@ type Server struct {
 	// log only.
 	audit        AuditLog
 	auditMetrics *auditMetrics
+	// quotaMetrics count the publishes refused for room (quota_metrics.go).
+	quotaMetrics *quotaMetrics
 	// passwords checks the admin accounts' passwords (admin_door.go).
 	passwords passwordChecker
 	// sizes caches the queue sizes of namespaces for the dashboard
@@ -306,6 +308,9 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	if s.auditMetrics, err = newAuditMetrics(reg); err != nil {
+		return nil, err
+	}
+	if s.quotaMetrics, err = s.newQuotaMetrics(reg); err != nil {
 		return nil, err
 	}
 	s.accessLog.Store(cfg.EnableAccessLog)

@@ -50,9 +50,10 @@ func newDashboard(s *Server) (*dashboard, error) {
 		"deadReasons": func() []engine.DeadReason {
 			return []engine.DeadReason{engine.ReasonNacked, engine.ReasonTTRExpired, engine.ReasonWebhookFailed}
 		},
-		"ago":  ago,
-		"when": when,
-		"add":  func(a, b int) int { return a + b },
+		"ago":   ago,
+		"when":  when,
+		"add":   func(a, b int) int { return a + b },
+		"bytes": humanBytes,
 	}
 	for _, p := range dashPages {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(ui.Templates(), "layout.html", p+".html")
@@ -205,7 +206,10 @@ type poolView struct {
 	// Reserve says that the pool is in its memory reserve (its /readyz
 	// check reads "reserve"): the heaviest namespaces' publishes are
 	// refused with 507, the others' go on.
-	Reserve    bool
+	Reserve bool
+	// Quotas says that the pool's engine keeps usage and quotas: the
+	// namespaces' table has their columns.
+	Quotas     bool
 	Namespaces []nsView
 	Totals     uiQueueRow
 }
@@ -214,6 +218,9 @@ type nsView struct {
 	Name   string
 	Queues int
 	Totals uiQueueRow
+	// Usage is the namespace's usage against its quota (ui_quota.go);
+	// nil when the pool's engine keeps none.
+	Usage *uiUsage
 }
 
 type overviewPage struct {
@@ -251,7 +258,15 @@ func (d *dashboard) overview(c *gin.Context) {
 			v.Totals.addSizes(r)
 			pv.Totals.addSizes(r)
 		}
+		usage := d.poolUsage(ctx, pool)
+		pv.Quotas = usage != nil
+		for ns := range usage {
+			if byNS[ns] == nil && engine.ValidName(ns) {
+				byNS[ns] = &nsView{Name: ns} // a quota, or jobs, without a queue listed yet
+			}
+		}
 		for _, v := range byNS {
+			v.Usage = usage[v.Name]
 			pv.Namespaces = append(pv.Namespaces, *v)
 		}
 		slices.SortFunc(pv.Namespaces, func(a, b nsView) int { return strings.Compare(a.Name, b.Name) })
@@ -367,16 +382,19 @@ func (d *dashboard) poolStats(ctx context.Context, pool, ns string) ([]uiQueueRo
 
 type namespacePage struct {
 	Pool, Namespace string
-	Rows            []uiQueueRow
-	Filter          string
-	Sort, Dir       string
-	PageNo, Pages   int
-	PerPage, Total  int
-	Matching        int
-	Totals          uiQueueRow
-	Sorts           []sortLink
-	PrevURL         string
-	NextURL         string
+	// Usage is the namespace's usage against its quota; nil when the
+	// pool's engine keeps none.
+	Usage          *uiUsage
+	Rows           []uiQueueRow
+	Filter         string
+	Sort, Dir      string
+	PageNo, Pages  int
+	PerPage, Total int
+	Matching       int
+	Totals         uiQueueRow
+	Sorts          []sortLink
+	PrevURL        string
+	NextURL        string
 }
 
 type sortLink struct {
@@ -435,6 +453,7 @@ func (d *dashboard) namespace(c *gin.Context) {
 	if p.Dir != "desc" {
 		p.Dir = "asc"
 	}
+	p.Usage = d.namespaceUsage(ctx, pool, ns)
 	if n, err := strconv.Atoi(c.Query("per")); err == nil && n >= 10 && n <= 1000 {
 		p.PerPage = n
 	}

@@ -132,6 +132,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 			WaitReplicas: cfg.Pool[name].WaitReplicas, WaitTimeout: time.Duration(cfg.Pool[name].WaitTimeoutMs) * time.Millisecond,
 			HistoryFlush: server.HistoryFlushInterval,
 			Tracer:       tracer,
+			DefaultQuota: cfg.Pool[name].DefaultQuota(), // [Pool.NAME] DefaultMaxJobs, DefaultMaxBytes
 			// The embedded store has no maxmemory: no reserve to poll.
 			MemoryReserve: memoryReserve(cfg, name),
 		})

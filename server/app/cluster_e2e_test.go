@@ -63,6 +63,7 @@ func TestE2ECluster(t *testing.T) {
 		{"Tracing", TestE2ETracing},
 		{"DashboardHTTP", TestDashboardHTTP},
 		{"Shards", TestE2EShards},
+		{"Quota", TestE2EQuota},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !onCluster(t) {

@@ -13,7 +13,8 @@ import (
 // (maxmemory 32mb, noeviction) and the default reserve (the last 10 %), with
 // the event loops on and off: namespace noisy publishes 4 KB delayed jobs
 // from 8 clients until refused, each refusal the 507 of a full pool,
-// answered by the event loops or net/http as configured; /readyz stays 200
+// answered by the event loops or net/http as configured and counted in
+// kairos_publish_refused_total{reason="pool_full"}; /readyz stays 200
 // and reads "reserve", and the dashboard marks the pool; then namespace
 // quiet publishes 200 jobs of 4 KB, consumes and ACKs them all, while
 // noisy's publishes (single and bulk) are still refused.
@@ -76,6 +77,9 @@ func TestE2EReserve(t *testing.T) {
 			if n := noisy.metricValue(t, "kairos_http_responses", `code="507"`, `method="PUT"`, `served_by="`+tc.servedBy+`"`); n < 8 {
 				t.Errorf("kairos_http_responses{code=507,served_by=%s} = %v, want the 8 refusals", tc.servedBy, n)
 			}
+			if n := noisy.metricValue(t, "kairos_publish_refused_total", `namespace="noisy"`, `reason="pool_full"`); n < 8 {
+				t.Errorf("kairos_publish_refused_total{namespace=noisy,reason=pool_full} = %v, want the 8 refusals", n)
+			}
 			waitReadyBody(t, noisy.API, `{"ready":true,"checks":{"admin redis":"ok","pool default":"reserve"}}`)
 			if r := doHTTP(t, http.MethodGet, noisy.Admin+"/ui/", "", nil, nil); r.Status != http.StatusOK || !strings.Contains(string(r.Body), "data-pool-reserve") {
 				t.Fatalf("dashboard overview of a pool in its reserve: %v, want the pool marked", r)
@@ -99,6 +103,9 @@ func TestE2EReserve(t *testing.T) {
 				quiet.ack(t, "q", j.JobID)
 			}
 			quiet.wantNoJob(t, "q", "")
+			if n := quiet.metricValue(t, "kairos_publish_refused_total", `namespace="quiet"`); n != 0 {
+				t.Errorf("kairos_publish_refused_total{namespace=quiet} = %v, want 0", n)
+			}
 		})
 	}
 }

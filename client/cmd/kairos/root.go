@@ -27,6 +27,7 @@ const (
 	exitNotFound    = 3   // no job within the timeout, empty queue, unknown job
 	exitAuth        = 4   // missing, unknown or out-of-scope token; refused admin account (401, 403)
 	exitRateLimited = 5   // the token's rate limit (429)
+	exitQuota       = 6   // the namespace's quota refused a publish (429, Kairos)
 	exitInterrupted = 130 // interrupted (Ctrl-C) before finishing
 )
 
@@ -109,6 +110,8 @@ func exitCode(ctx context.Context, err error) int {
 		return exitAuth
 	case errors.Is(err, client.ErrRateLimited):
 		return exitRateLimited
+	case errors.Is(err, client.ErrQuotaExceeded):
+		return exitQuota
 	case errors.Is(err, client.ErrBadRequest):
 		return exitUsage
 	}
@@ -195,7 +198,7 @@ func (c *cli) rootCmd() *cobra.Command {
 	root.AddCommand(
 		c.publishCmd(), c.consumeCmd(), c.ackCmd(), c.peekCmd(), c.sizeCmd(), c.destroyCmd(),
 		c.deadletterCmd(), c.tokenCmd(), c.limitsCmd(), c.poolsCmd(), c.statsCmd(), c.versionCmd(),
-		c.releaseCmd(), c.touchCmd(), c.cancelCmd(), c.queueConfigCmd(), c.webhookCmd(), c.benchCmd(),
+		c.releaseCmd(), c.touchCmd(), c.cancelCmd(), c.queueConfigCmd(), c.webhookCmd(), c.quotaCmd(), c.benchCmd(),
 		c.scheduleCmd(),
 	)
 	root.AddCommand(c.pauseCmds()...)
