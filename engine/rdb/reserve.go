@@ -21,7 +21,8 @@ import (
 // reserve").
 //
 // Every engine polls each master of its pool for INFO memory every
-// memoryPollEvery (one small command per node). A node whose used memory
+// memoryPollEvery (one small command per node; every memoryPollIdle while
+// no master has a maxmemory). A node whose used memory
 // (as Redis counts it against maxmemory) is at least (1 − reserve) ×
 // maxmemory is in its reserve: a publish to a queue of that node's slot
 // groups from a namespace holding at least its share is refused before
@@ -50,6 +51,10 @@ const (
 	// memoryPollEvery is how often an engine reads INFO memory from each
 	// master of its pool.
 	memoryPollEvery = 250 * time.Millisecond
+	// memoryPollIdle is how often it reads it while no master has a
+	// maxmemory under noeviction (no reserve): a limit set later
+	// (CONFIG SET) applies within it.
+	memoryPollIdle = 2 * time.Second
 	// jobOverhead estimates what a stored job costs Redis beyond its body
 	// (its key, its queue or timer entry, allocator rounding), in bytes.
 	jobOverhead = 256
@@ -123,16 +128,22 @@ func (e *Engine) runReserve(ctx context.Context) {
 	if e.reserve == nil {
 		return
 	}
-	t := time.NewTicker(memoryPollEvery)
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
-		e.pollMemory(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-e.reserve.wake:
+			t.Stop()
 		}
+		e.pollMemory(ctx)
+		every := memoryPollEvery
+		if e.reserve.state.Load() == nil {
+			every = memoryPollIdle // no node has a maxmemory to keep a reserve of
+		}
+		t.Reset(every)
 	}
 }
 
