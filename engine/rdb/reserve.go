@@ -55,6 +55,8 @@ const (
 	// maxmemory under noeviction (no reserve): a limit set later
 	// (CONFIG SET) applies within it.
 	memoryPollIdle = 2 * time.Second
+	// memoryPollMin is the least time between two polls.
+	memoryPollMin = 25 * time.Millisecond
 	// jobOverhead estimates what a stored job costs Redis beyond its body
 	// (its key, its queue or timer entry, allocator rounding), in bytes.
 	jobOverhead = 256
@@ -130,6 +132,7 @@ func (e *Engine) runReserve(ctx context.Context) {
 	}
 	t := time.NewTimer(0)
 	defer t.Stop()
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -137,7 +140,17 @@ func (e *Engine) runReserve(ctx context.Context) {
 		case <-t.C:
 		case <-e.reserve.wake:
 			t.Stop()
+			// Publishes wake it while the usage is unknown: at most one
+			// poll per memoryPollMin however many.
+			if d := memoryPollMin - time.Since(last); d > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(d):
+				}
+			}
 		}
+		last = time.Now()
 		e.pollMemory(ctx)
 		every := memoryPollEvery
 		if e.reserve.state.Load() == nil {

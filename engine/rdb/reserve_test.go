@@ -233,3 +233,62 @@ func reserveScenario(t *testing.T, e *Engine, q, quietQ, smallQ string, mem func
 		break
 	}
 }
+
+// TestAdmitMemory: the decision alone, on a node whose figures are set:
+// below the threshold everyone publishes; at it, the heavy namespace is
+// refused (its bytes not counted) and the others are admitted, their
+// bytes counted; while the usage is unknown nobody is refused.
+func TestAdmitMemory(t *testing.T) {
+	e := &Engine{pool: "p"}
+	e.reserve = &reserve{frac: 0.1, nodes: map[string]*memNode{}, wake: make(chan struct{}, 1)}
+	n := e.reserve.node("")
+	n.max.Store(1000)
+	n.threshold.Store(900)
+	n.used.Store(900 - 2*jobOverhead)
+	st := &memState{nodes: []*memNode{n}, heavy: map[string]bool{"noisy": true}}
+	for g := range st.group {
+		st.group[g] = n
+	}
+	e.reserve.state.Store(st)
+
+	admit := func(ns string) error { return e.admitMemory(ns, "q", jobOverhead) }
+	if err := admit("noisy"); err != nil {
+		t.Fatalf("noisy below the threshold: %v", err)
+	}
+	if e.InReserve() {
+		t.Fatal("InReserve below the threshold")
+	}
+	var pf *engine.PoolFullError
+	if err := admit("noisy"); !errors.As(err, &pf) || !pf.Reserve || pf.Pool != "p" || !errors.Is(err, engine.ErrPoolFull) {
+		t.Fatalf("noisy at the threshold: %v, want the reserve's PoolFullError", err)
+	}
+	if got := n.pending.Load(); got != jobOverhead {
+		t.Fatalf("pending %d after a refusal, want %d (the admitted job only)", got, jobOverhead)
+	}
+	if !e.InReserve() {
+		t.Fatal("InReserve false after a refusal")
+	}
+	for i := 0; i < 3; i++ {
+		if err := admit("quiet"); err != nil {
+			t.Fatalf("quiet in the reserve: %v", err)
+		}
+	}
+	if got := n.pending.Load(); got != 4*jobOverhead {
+		t.Fatalf("pending %d, want %d", got, 4*jobOverhead)
+	}
+	// Unknown usage: admitted, and a poll is asked for.
+	e.reserve.state.Store(&memState{group: st.group, nodes: st.nodes})
+	if err := admit("noisy"); err != nil {
+		t.Fatalf("noisy with the usage unknown: %v", err)
+	}
+	select {
+	case <-e.reserve.wake:
+	default:
+		t.Fatal("no poll asked for with the usage unknown")
+	}
+	// No reserve: nothing is looked at.
+	e.reserve.state.Store(nil)
+	if err := admit("noisy"); err != nil || e.InReserve() {
+		t.Fatalf("no reserve: %v, InReserve %v", err, e.InReserve())
+	}
+}
