@@ -86,7 +86,7 @@ end
 for i = 1, #ready, 1000 do redis.call('RPUSH', KEYS[1], unpack(ready, i, math.min(i + 999, #ready))) end
 for i = 1, #dead, 1000 do redis.call('RPUSH', KEYS[5], unpack(dead, i, math.min(i + 999, #dead))) end
 redis.call('HSET', KEYS[4], ARGV[1], 1)
-usage_add(KEYS[#KEYS], ns_of(KEYS[1]), written, bytes)
+usage_add(KEYS[#KEYS], KEYS[1], written, bytes)
 if mindue then lower_index(KEYS[3], ARGV[1], mindue, ARGV[3], ARGV[4]) end
 if #ready > 0 then redis.call(ARGV[4], ARGV[2], #ready) end
 return written

@@ -45,6 +45,7 @@ func TestImport(t *testing.T) {
 			if n, err := e.Import(ctx, "ns", "q", jobs); err != nil || n != 0 {
 				t.Fatalf("second Import = %d, %v; want 0 (every job exists)", n, err)
 			}
+			wantUsage(t, e, client, "ns", int64(len(jobs))+1) // the jobs imported once
 			if _, err := e.Import(ctx, "ns", "q/x", jobs[:1]); !errors.Is(err, engine.ErrInvalid) {
 				t.Errorf("Import into an invalid queue name: %v", err)
 			}

@@ -136,6 +136,7 @@ func (e *Engine) pumpGroups(ctx context.Context, groups []int) (more []int, next
 			k = append(k, qn.timer, qn.ready, qn.dead, qn.prio, qn.config, qn.jobPrefix)
 			a = append(a, qn.argMember, qn.argChannel)
 		}
+		k = append(k, usageKey(g)) // usage_expired (tenancy_scripts.go)
 		calls = append(calls, call{g: g})
 		keys = append(keys, k)
 		args = append(args, a)

@@ -209,7 +209,7 @@ func (e *Engine) reclaimCalls(ctx context.Context, queues [][2]string, window in
 		for i, nq := range queues {
 			ns, q := nq[0], nq[1]
 			c := e.reclaim.cursors[nq]
-			keys := []string{readyKey(ns, q), prioKey(ns, q), timerKey(ns, q), deadKey(ns, q), jobKeyPrefix(ns, q)}
+			keys := []string{readyKey(ns, q), prioKey(ns, q), timerKey(ns, q), deadKey(ns, q), jobKeyPrefix(ns, q), usageKey(slotGroup(ns, q))}
 			cmds[i] = reclaimScript.EvalSha(ctx, p, keys, reclaimEndBudget, window, c[0], c[1], c[2], c[3], reclaimWalk)
 		}
 		return nil

@@ -262,12 +262,12 @@ if ARGV[5] == '1' then
   local prev = redis.call('GET', KEYS[7])
   if prev then return {-1, prev} end
 end
-local uk, uns, ubytes, rlen = KEYS[#KEYS], ns_of(KEYS[1]), 0, 0
+local uk, ubytes, rlen = KEYS[#KEYS], 0, 0
 for i = 1, n do ubytes = ubytes + #ARGV[8 + (i - 1) * 5 + 1] end
 if ARGV[4] ~= '' then rlen = redis.call('STRLEN', KEYS[6]) end
 local ujobs = n
 if rlen > 0 then ujobs = n - 1 end
-local over = over_quota(uk, uns, ujobs, ubytes - rlen, ARGV[#ARGV - 1], ARGV[#ARGV])
+local over = over_quota(uk, KEYS[1], ujobs, ubytes - rlen, ARGV[#ARGV - 1], ARGV[#ARGV])
 if over then return {-3, over} end
 -- SET NX every job first: if one ID is taken, undo the ones written and
 -- report it, so that a batch is all or nothing.
@@ -288,7 +288,7 @@ if ARGV[4] ~= '' then
   if rlen > 0 then redis.call('DEL', KEYS[6]) end
   redis.call('ZREM', KEYS[2], ARGV[4])
 end
-usage_add(uk, uns, ujobs, ubytes - rlen)
+usage_add(uk, KEYS[1], ujobs, ubytes - rlen)
 if ARGV[5] == '1' then
   local id = eid(ARGV[8])
   if tonumber(ARGV[10]) > 0 then redis.call('SET', KEYS[7], id, 'PX', ARGV[10]) else redis.call('SET', KEYS[7], id) end
@@ -370,7 +370,7 @@ if ARGV[5] == '1' then
     a = a + 4
     local full = string.sub(kind, 1, 1) == 'f'
     local record = string.find(kind, 'r', 2, true)
-    local ns = ns_of(KEYS[k + 1])
+    local qk = KEYS[k + 1]
     k = k + 1
     if full or record then a = a + 1 end
     if full then a = a + 1 k = k + 4 end
@@ -378,10 +378,11 @@ if ARGV[5] == '1' then
     k = k + 1
     local uk = KEYS[k]
     if string.find(kind, 'q', 2, true) then
-      local s = added[uk .. ' ' .. ns] or {0, 0}
-      local over = over_quota(uk, ns, s[1] + count, s[2] + bytes, ARGV[a + 1], ARGV[a + 2])
+      local key = uk .. ' ' .. ns_of(qk)
+      local s = added[key] or {0, 0}
+      local over = over_quota(uk, qk, s[1] + count, s[2] + bytes, ARGV[a + 1], ARGV[a + 2])
       if over then return {-3, g, over} end
-      added[uk .. ' ' .. ns] = {s[1] + count, s[2] + bytes}
+      added[key] = {s[1] + count, s[2] + bytes}
       a = a + 2
     end
   end
@@ -453,7 +454,7 @@ for g = 1, m do
     redis.call('HSET', KEYS[k], member, 1)
   end
   k = k + 1
-  usage_add(KEYS[k], ns_of(qk), tonumber(count), tonumber(bytes))
+  usage_add(KEYS[k], qk, tonumber(count), tonumber(bytes))
 end
 return {0, total, earliest}
 `)
@@ -568,6 +569,8 @@ return out
 //	KEYS[1]  the group's timer index
 //	per queue i (1..n), KEYS[1+6(i-1)+1..6]: timer, ready list, dead
 //	         letter, priority set, config, job key prefix j/{T}ns/q/
+//	KEYS[#KEYS] the group's usage hash: an entry whose job expired is one
+//	         job less (usage_expired)
 //	ARGV[1]  now (ms)   ARGV[2] most entries to handle   ARGV[3] random seed (jitter)
 //	ARGV[4]  the publish command (PUBLISH or SPUBLISH)
 //	ARGV[5]  '1' to report what moved (tracing on), else '0'
@@ -592,7 +595,7 @@ local handled = 0
 local expired = {}
 local report = ARGV[5] == '1'
 local moved = {}
-for q = 1, (#KEYS - 1) / 6 do
+for q = 1, (#KEYS - 2) / 6 do
   if budget <= 0 then break end
   local k = 1 + 6 * (q - 1)
   local m, chan = ARGV[4 + 2 * q], ARGV[5 + 2 * q]
@@ -603,9 +606,11 @@ for q = 1, (#KEYS - 1) / 6 do
   local ready = {}
   local nready = 0
   local retried, died = 0, 0
+  local gone = 0
   for _, id in ipairs(ids) do
     local jk = jp .. id
     local h = redis.call('GETRANGE', jk, 0, 21)
+    if #h < 22 then gone = gone + 1 end
     if #h == 22 then
       local st = string.sub(h, 2, 2)
       local tries, deliv, prio = r16(h, 3), r16(h, 5), string.byte(h, 7)
@@ -645,6 +650,7 @@ for q = 1, (#KEYS - 1) / 6 do
   end
   if #ready > 0 then redis.call('LPUSH', qk, unpack(ready)) end
   if nready > 0 then redis.call(pub, chan, nready) end
+  usage_expired(KEYS[#KEYS], jp, gone)
   if retried + died > 0 then
     expired[#expired + 1] = m
     expired[#expired + 1] = retried
@@ -782,7 +788,7 @@ if #ids > 0 then
   end
   if dj > 0 then
     redis.call('DEL', unpack(jks))
-    usage_add(KEYS[#KEYS], ns_of(KEYS[1]), -dj, -db)
+    usage_add(KEYS[#KEYS], KEYS[1], -dj, -db)
   end
 end
 return out
@@ -914,7 +920,7 @@ for i = 1, tonumber(ARGV[1]) do
   end
   n = n + 1
 end
-usage_add(KEYS[3], ns_of(KEYS[2]), -dj, -db)
+usage_add(KEYS[3], KEYS[2], -dj, -db)
 return n
 `)
 
@@ -927,7 +933,7 @@ return n
 var deleteDeadOneScript = script(`
 if redis.call('GETRANGE', KEYS[1], 1, 1) ~= 'x' then return -1 end
 redis.call('LREM', KEYS[2], 1, entry(1, ARGV[1]))
-usage_add(KEYS[3], ns_of(KEYS[2]), -1, -del_job(KEYS[1]))
+usage_add(KEYS[3], KEYS[2], -1, -del_job(KEYS[1]))
 return 1
 `)
 
@@ -1041,7 +1047,7 @@ if n < batch then
   n = n + #ids
 end
 if n < batch then redis.call('ZREM', KEYS[3], ARGV[2]) end
-usage_add(KEYS[6], ns_of(KEYS[5]), -dj, -db)
+usage_add(KEYS[6], KEYS[5], -dj, -db)
 return n
 `)
 
@@ -1055,7 +1061,7 @@ var cancelKeyScript = script(`
 local id = redis.call('GET', KEYS[1])
 if not id then return false end
 local l = del_job(KEYS[3] .. id)
-if l > 0 then usage_add(KEYS[4], ns_of(KEYS[3]), -1, -l) end
+if l > 0 then usage_add(KEYS[4], KEYS[3], -1, -l) end
 redis.call('ZREM', KEYS[2], id)
 redis.call('DEL', KEYS[1])
 return id
@@ -1090,7 +1096,7 @@ return id
 // their job key never exists).
 //
 //	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] timer   KEYS[4] dead letter
-//	KEYS[5] job key prefix j/{T}ns/q/
+//	KEYS[5] job key prefix j/{T}ns/q/   KEYS[6] the group's usage hash
 //	ARGV[1] most entries to look at
 //	ARGV[2] window (entries; 0 = the consume ends)
 //	ARGV[3..6] cursors of the ready list, priority set, timer, dead letter
@@ -1208,7 +1214,11 @@ else
   again = 0
   if budget > 0 then cur[1] = lwindow(KEYS[1], cur[1], ready_live) end
   if budget > 0 then cur[2] = zwindow(KEYS[2], cur[2], ready_live) end
-  if budget > 0 then cur[3] = zwindow(KEYS[3], cur[3], timer_live) end
+  if budget > 0 then
+    local before = removed
+    cur[3] = zwindow(KEYS[3], cur[3], timer_live)
+    usage_expired(KEYS[6], jp, removed - before)
+  end
   if budget > 0 then cur[4] = lwindow(KEYS[4], cur[4], dead_live) end
 end
 return {removed, looked, left, cur[1], cur[2], cur[3], cur[4], again}
@@ -1266,5 +1276,5 @@ var allScripts = []*redis.Script{
 	publishScript, publishManyScript, consumeScript, pumpScript, pumpHeadsScript, peekQueueScript, peekJobScript, ackManyScript,
 	releaseScript, touchScript, respawnScript, respawnOneScript, deleteDeadScript,
 	deleteDeadOneScript, listDeadScript, listDeadPageScript, destroyScript, cancelKeyScript, reclaimScript, sizeScript, upgradeQueueScript,
-	queueDetailScript, readyHeadsScript, listJobsScript, importScript,
+	queueDetailScript, readyHeadsScript, listJobsScript, importScript, recountScript, resumScript,
 }

@@ -8,7 +8,7 @@ import (
 func TestLibParts(t *testing.T) {
 	want := []string{"u16", "r16", "u48", "r48", "NONCE0", "hdr", "entry", "eid", "num",
 		"ready_heads", "push_ready", "backoff", "lower_index", "kill",
-		"ns_of", "usage_add", "del_job", "over_quota"} // tenancyLua
+		"ns_of", "usage_add", "usage_expired", "del_job", "over_quota"} // tenancyLua
 	var got []string
 	var joined strings.Builder
 	for _, p := range libParts {

@@ -19,9 +19,10 @@ import (
 //
 // Usage is counted by the scripts, per slot group: the group's usage hash
 // nu/{T} holds, for each namespace with jobs in the group's queues, its
-// jobs (field "j:NS") and the bytes of their values ("b:NS"), changed in
-// the same script as the jobs (tenancy_scripts.go). A namespace's usage is
-// the sum over the 64 groups.
+// jobs (field "j:NS") and the bytes of their values ("b:NS"), and the same
+// per queue ("j:NS/Q", "b:NS/Q"), changed in the same script as the jobs
+// (tenancy_scripts.go). A namespace's usage is the sum over the 64 groups.
+// The reconciler (reconcile.go) recounts queues and corrects the fields.
 //
 // Quotas are the pool's hash "quotas" (no slot group: no script reads it),
 // field NS → "max_jobs max_bytes", read whole by every engine every
@@ -59,6 +60,9 @@ type tenancy struct {
 	// group counts it at once, rather than after the next refresh.
 	ownMu sync.Mutex
 	own   map[string]*[slotGroups]engine.Usage
+
+	reconMu sync.Mutex
+	recon   reconciler // reconcile.go
 }
 
 // quotaView is what one refresh read.
@@ -142,6 +146,9 @@ func (e *Engine) notePublished(ns string, g int, jobs, bytes int) {
 
 // publishedArgs is notePublished for the n jobs of publishScript's args.
 func (e *Engine) publishedArgs(ns string, g int, args []interface{}, n int) {
+	if e.ten.quotaOf(e.ten.view.Load(), ns).None() {
+		return
+	}
 	bytes := 0
 	for i := 0; i < n; i++ {
 		switch v := args[8+5*i].(type) {
@@ -224,17 +231,22 @@ func (e *Engine) loadQuotas(ctx context.Context) *quotaView {
 	return v
 }
 
-// runTenancy keeps the quota view fresh.
+// runTenancy keeps the quota view fresh and runs the reconciler.
 func (e *Engine) runTenancy(ctx context.Context) {
 	t := time.NewTicker(quotaRefresh)
 	defer t.Stop()
-	for {
+	for n := 1; ; n++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 		e.loadQuotas(ctx)
+		if n%int(reconcileEvery/quotaRefresh) == 0 {
+			if _, err := e.ReconcileOnce(ctx); err != nil && ctx.Err() == nil {
+				e.log.WithError(err).Warn("usage: reconcile failed; retrying at the next step")
+			}
+		}
 	}
 }
 
@@ -263,7 +275,8 @@ func formatQuota(q engine.Quota) string {
 }
 
 // usageByGroup reads the 64 usage hashes: per group, namespace → usage
-// (namespaces whose counts are both 0 left out).
+// (namespaces whose counts are both 0 left out; the queues' fields are
+// the reconciler's).
 func (e *Engine) usageByGroup(ctx context.Context) ([slotGroups]map[string]engine.Usage, error) {
 	var out [slotGroups]map[string]engine.Usage
 	cmds := make([]*redis.MapStringStringCmd, slotGroups)
@@ -281,7 +294,7 @@ func (e *Engine) usageByGroup(ctx context.Context) ([slotGroups]map[string]engin
 		for f, v := range c.Val() {
 			n, _ := strconv.ParseInt(v, 10, 64)
 			kind, ns, ok := strings.Cut(f, ":")
-			if !ok {
+			if !ok || strings.IndexByte(ns, '/') >= 0 { // a queue's field
 				continue
 			}
 			u := m[ns]

@@ -9,8 +9,10 @@ package rdb
 // nu/{T}: field "j:NS" the jobs NS holds in the group's queues (ready,
 // delayed, in flight and dead), field "b:NS" the bytes of their values
 // (header, trace context and payload: what STRLEN of the job key says, so
-// that a recount finds exactly what the scripts added). The hash carries
-// the group's tag, so every script keeps touching one slot.
+// that a recount finds exactly what the scripts added); "j:NS/Q" and
+// "b:NS/Q" the same for each queue, so that the reconciler recounts one
+// queue at a time and knows every queue that holds counted jobs. The hash
+// carries the group's tag, so every script keeps touching one slot.
 
 // tenancyLua is appended to luaLib (scripts.go): script() prepends the
 // definitions a script uses.
@@ -18,11 +20,26 @@ const tenancyLua = `
 -- ns_of returns the namespace of a queue key or job key prefix
 -- (x/{T}ns/q…).
 local function ns_of(k) return string.match(k, '}([^/]*)/') end
--- usage_add adds dj jobs and db bytes to namespace ns's usage in the
--- group's usage hash uk.
-local function usage_add(uk, ns, dj, db)
-  if dj ~= 0 then redis.call('HINCRBY', uk, 'j:' .. ns, dj) end
-  if db ~= 0 then redis.call('HINCRBY', uk, 'b:' .. ns, db) end
+-- usage_add adds dj jobs and db bytes to the usage, in the group's usage
+-- hash uk, of the queue of key k (a queue key or job key prefix) and of
+-- its namespace.
+local function usage_add(uk, k, dj, db)
+  local m, ns = string.match(k, '}(([^/]*)/[^/]*)')
+  if dj ~= 0 then
+    redis.call('HINCRBY', uk, 'j:' .. ns, dj)
+    redis.call('HINCRBY', uk, 'j:' .. m, dj)
+  end
+  if db ~= 0 then
+    redis.call('HINCRBY', uk, 'b:' .. ns, db)
+    redis.call('HINCRBY', uk, 'b:' .. m, db)
+  end
+end
+-- usage_expired counts n jobs of the queue of job key prefix jp gone by
+-- expiry, found by their timer entry (no script deletes a job and leaves
+-- its timer entry): their bytes are unknown once the key is gone, and
+-- left to the reconciler.
+local function usage_expired(uk, jp, n)
+  if n > 0 then usage_add(uk, jp, -n, 0) end
 end
 -- del_job deletes job key jk and returns its length, 0 when it did not
 -- exist (a job value is at least 22 bytes).
@@ -31,14 +48,93 @@ local function del_job(jk)
   if l > 0 then redis.call('DEL', jk) end
   return l
 end
--- over_quota says which limit ns's usage in the group (uk) would exceed
--- with dj more jobs and db more bytes, under the allowances aj and ab
--- ('' = no limit): 'max_jobs', 'max_bytes', or false.
-local function over_quota(uk, ns, dj, db, aj, ab)
+-- over_quota says which limit the usage in the group (uk) of the
+-- namespace of queue key k would exceed with dj more jobs and db more
+-- bytes, under the allowances aj and ab ('' = no limit): 'max_jobs',
+-- 'max_bytes', or false.
+local function over_quota(uk, k, dj, db, aj, ab)
   if aj == '' and ab == '' then return false end
+  local ns = ns_of(k)
   local cur = redis.call('HMGET', uk, 'j:' .. ns, 'b:' .. ns)
   if aj ~= '' and (tonumber(cur[1]) or 0) + dj > tonumber(aj) then return 'max_jobs' end
   if ab ~= '' and (tonumber(cur[2]) or 0) + db > tonumber(ab) then return 'max_bytes' end
   return false
 end
 `
+
+// recountScript recounts one queue's usage and corrects its fields and
+// its namespace's in the group's usage hash by the difference: the jobs
+// are the distinct IDs of its ready list, priority set, timer and dead
+// letter whose key exists, the bytes their lengths. It runs as one step,
+// so no script changes the queue between the count and the correction;
+// a queue holding more than ARGV[1] entries is left alone (it would hold
+// Redis too long; doc/design.md says what then).
+//
+//	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] timer   KEYS[4] dead letter
+//	KEYS[5] job key prefix j/{T}ns/q/   KEYS[6] the group's usage hash
+//	ARGV[1] most entries
+//
+// Returns {1 recounted or 0 too big, entries, jobs corrected, bytes
+// corrected}.
+var recountScript = script(`
+local size = redis.call('LLEN', KEYS[1]) + redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3]) + redis.call('LLEN', KEYS[4])
+if size > tonumber(ARGV[1]) then return {0, size, 0, 0} end
+local jp, uk, seen, jobs, bytes = KEYS[5], KEYS[6], {}, 0, 0
+local function count(id)
+  if id ~= '' and not seen[id] then
+    seen[id] = true
+    local l = redis.call('STRLEN', jp .. id)
+    if l > 0 then jobs, bytes = jobs + 1, bytes + l end
+  end
+end
+for _, e in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do count(eid(e)) end
+for _, e in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do count(eid(e)) end
+for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do count(id) end
+for _, e in ipairs(redis.call('LRANGE', KEYS[4], 0, -1)) do count(eid(e)) end
+local m, ns = string.match(jp, '}(([^/]*)/[^/]*)')
+local cur = redis.call('HMGET', uk, 'j:' .. m, 'b:' .. m)
+local dj, db = jobs - (tonumber(cur[1]) or 0), bytes - (tonumber(cur[2]) or 0)
+usage_add(uk, jp, dj, db)
+-- Fields at 0 go: a namespace's usage lists the namespaces holding jobs.
+for _, f in ipairs({m, ns}) do
+  local v = redis.call('HMGET', uk, 'j:' .. f, 'b:' .. f)
+  if (tonumber(v[1]) or 0) == 0 and (tonumber(v[2]) or 0) == 0 then redis.call('HDEL', uk, 'j:' .. f, 'b:' .. f) end
+end
+return {1, size, dj, db}
+`)
+
+// resumScript sets every namespace's fields of a usage hash to the sum of
+// its queues' fields there (which every script changes together with
+// them: they differ only when someone wrote the hash by hand, or after
+// recountScript corrected a queue), and drops the fields at 0.
+//
+//	KEYS[1] a group's usage hash
+//
+// Returns the number of fields corrected.
+var resumScript = script(`
+local kv = redis.call('HGETALL', KEYS[1])
+local own, sum = {}, {}
+for i = 1, #kv, 2 do
+  local f, v = kv[i], tonumber(kv[i + 1]) or 0
+  local kind, ns = string.match(f, '^(%a):([^/]*)/')
+  if kind then
+    local k = kind .. ':' .. ns
+    sum[k] = (sum[k] or 0) + v
+  else
+    own[f] = v
+  end
+end
+local fixed = 0
+for f, v in pairs(own) do
+  local s = sum[f] or 0
+  if s ~= v then fixed = fixed + 1 end
+  if s == 0 then redis.call('HDEL', KEYS[1], f) elseif s ~= v then redis.call('HSET', KEYS[1], f, s) end
+end
+for f, s in pairs(sum) do
+  if own[f] == nil and s ~= 0 then
+    redis.call('HSET', KEYS[1], f, s)
+    fixed = fixed + 1
+  end
+end
+return fixed
+`)

@@ -356,3 +356,125 @@ func testQuotaAcrossGroups(t *testing.T, client redis.UniversalClient) {
 	}
 	wantUsage(t, e, client, "qx", 30)
 }
+
+// vanish removes job keys as their TTL running out does: without a
+// script, so that only the pump, the reclaimer and the reconciler can
+// find them gone.
+func vanish(t testing.TB, client redis.UniversalClient, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
+		if err := client.Del(bg, k).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestReconcile: jobs gone without a script (expired) in every structure,
+// and counts set wrong by hand, are exact after one pass of the
+// reconciler; the pump counts an expired in-flight job at once.
+func TestReconcile(t *testing.T) { onTopologies(t, testReconcile) }
+
+func testReconcile(t *testing.T, client redis.UniversalClient) {
+	e, err := New(bg, client, Options{NoAutoPipeline: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := bg
+	var ready, delayed, dead []string
+	for i := 0; i < 6; i++ {
+		id, err := e.Publish(ctx, pubReq("ra", "q", 20+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ready = append(ready, id)
+		d := pubReq("ra", "q2", 5)
+		d.Delay = time.Hour
+		if id, err = e.Publish(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		delayed = append(delayed, id)
+	}
+	// Two dead jobs: consumed with one try, released.
+	for i := 0; i < 2; i++ {
+		r := pubReq("ra", "q3", 50)
+		r.Tries = 1
+		if _, err := e.Publish(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		jobs, err := e.Consume(ctx, &engine.ConsumeRequest{Namespace: "ra", Queues: []string{"q3"}, TTR: time.Minute, Count: 1})
+		if err != nil || len(jobs) != 1 {
+			t.Fatal(jobs, err)
+		}
+		if err := e.Release(ctx, &engine.ReleaseRequest{Namespace: "ra", Queue: "q3", ID: jobs[0].ID, Receipt: jobs[0].Receipt}); err != nil {
+			t.Fatal(err)
+		}
+		dead = append(dead, jobs[0].ID)
+	}
+	wantUsage(t, e, client, "ra", 14)
+	// An in-flight job whose key goes: the pump finds its timer entry at
+	// its TTR and counts one job less at once.
+	jobs, err := e.Consume(ctx, &engine.ConsumeRequest{Namespace: "ra", Queues: []string{"q"}, TTR: time.Millisecond, Count: 1})
+	if err != nil || len(jobs) != 1 {
+		t.Fatal(jobs, err)
+	}
+	vanish(t, client, jobKey("ra", "q", jobs[0].ID))
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, err := e.PumpOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := client.ZCard(ctx, timerKey("ra", "q")).Result(); n == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if got, want := mustUsage(t, e, "ra"), truth(t, client, "ra"); got.Jobs != want.Jobs || got.Jobs != 13 {
+		t.Fatalf("after the pump found an expired job: %+v, Redis holds %+v", got, want)
+	}
+	// Jobs gone from the ready list, the timer and the dead letter, and
+	// counts set wrong by hand (a queue's and a namespace's, a queue that
+	// holds nothing).
+	vanish(t, client, jobKey("ra", "q", ready[1]), jobKey("ra", "q2", delayed[0]), jobKey("ra", "q3", dead[0]))
+	g := slotGroup("ra", "q")
+	client.HIncrBy(ctx, usageKey(g), "j:ra", 7)
+	client.HIncrBy(ctx, usageKey(g), "b:ra/q", -100)
+	client.HSet(ctx, usageKey(slotGroup("ra", "nothing")), "j:ra/nothing", 3, "j:ra", 3)
+	st, err := e.Reconcile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Corrected == 0 || st.Skipped != 0 {
+		t.Fatalf("reconcile: %+v", st)
+	}
+	wantUsage(t, e, client, "ra", 10)
+	all, err := e.UsageAll(ctx)
+	if err != nil || len(all) != 1 {
+		t.Fatalf("UsageAll = %v, %v", all, err)
+	}
+	if n := client.HLen(ctx, usageKey(slotGroup("ra", "nothing"))).Val(); slotGroup("ra", "nothing") != g && n != 0 {
+		t.Fatalf("fields of a queue holding nothing stay: %d", n)
+	}
+	// Nothing more to correct.
+	if st, err := e.Reconcile(ctx); err != nil || st.Corrected != 0 {
+		t.Fatalf("second reconcile: %+v %v", st, err)
+	}
+	// Destroy counts the jobs it deletes; the dead job stays counted.
+	if _, err := e.Destroy(ctx, "ra", "q"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Destroy(ctx, "ra", "q2"); err != nil {
+		t.Fatal(err)
+	}
+	wantUsage(t, e, client, "ra", 1)
+	if n, err := e.DeleteDeadLetter(ctx, "ra", "q3", 10); err != nil || n != 2 {
+		t.Fatalf("delete dead letter: %d %v", n, err)
+	}
+	wantUsage(t, e, client, "ra", 0)
+}
+
+func mustUsage(t testing.TB, e *Engine, ns string) engine.Usage {
+	t.Helper()
+	u, err := e.Usage(bg, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}

@@ -114,7 +114,7 @@ if #first > 0 then
 end
 redis.call('HSET', KEYS[15], ARGV[1], 1)
 redis.call('HDEL', KEYS[16], ARGV[2])
-usage_add(KEYS[#KEYS], ns_of(KEYS[7]), moved, bytes)
+usage_add(KEYS[#KEYS], KEYS[7], moved, bytes)
 return moved
 `)
 

@@ -97,6 +97,13 @@ func TestUpgradeFromLegacyLayout(t *testing.T) {
 			if ttl := client.PTTL(ctx, jobKey(ns, q, a)).Val(); ttl <= 0 || ttl > time.Hour {
 				t.Errorf("moved job a has TTL %v, want its hour", ttl)
 			}
+			// The jobs moved are counted as the namespaces' usage.
+			for _, n := range []string{ns, ns2} {
+				if u := mustUsage(t, e, n); u.Jobs == 0 {
+					t.Errorf("usage of %s after the upgrade: %+v", n, u)
+				}
+				wantUsageOf(t, e, client, n)
+			}
 			info, err := e.Info(ctx)
 			if err != nil || !slices.Equal(info[ns], []string{q}) || !slices.Equal(info[ns2], []string{q2}) {
 				t.Errorf("Info = %v, %v", info, err)
