@@ -282,3 +282,22 @@ func TestQuotaBadInput(t *testing.T) {
 		t.Fatalf("after bad requests: %+v", q)
 	}
 }
+
+// TestQuotaWithoutTenancy: a pool whose engine keeps no usage (the fakes
+// here) answers the quota routes 501, as doc/openapi.yaml describes; GET
+// /quota over every pool leaves such pools out, and answers 501 when the
+// one asked for is one.
+func TestQuotaWithoutTenancy(t *testing.T) {
+	env := newEnv(t)
+	const body = `{"error":"this pool's engine keeps no usage or quotas"}`
+	for _, r := range []request{
+		{method: "GET", target: "/quota/ns"},
+		{method: "PUT", target: "/quota/ns", body: `{"max_jobs":1}`},
+		{method: "DELETE", target: "/quota/ns?pool=b"},
+		{method: "GET", target: "/quota?pool=default"},
+	} {
+		expect(t, env.admin(t, r), http.StatusNotImplemented, body)
+	}
+	expect(t, env.admin(t, request{method: "GET", target: "/quota"}), http.StatusOK, `{"defaults":{},"namespaces":[]}`)
+	expect(t, env.admin(t, request{method: "GET", target: "/quota?pool=nope"}), http.StatusBadRequest, `{"error":"the pool was not exists"}`) // lmstfy's admin wording
+}

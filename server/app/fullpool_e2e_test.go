@@ -72,6 +72,11 @@ func TestE2EFullPool(t *testing.T) {
 		}
 	}
 	waitReadyBody(t, e.API, `{"ready":true,"checks":{"admin redis":"full","pool default":"full"}}`)
+	// Each refusal is counted by reason (the single publishes on the
+	// event loops, the bulk one on net/http).
+	if n := e.metricValue(t, "kairos_publish_refused_total", `reason="pool_full"`); n < 4 {
+		t.Errorf("kairos_publish_refused_total{reason=\"pool_full\"} = %v after 4 refusals", n)
+	}
 	if r := doHTTP(t, http.MethodGet, e.Admin+"/ui/", "", nil, nil); r.Status != http.StatusOK || !strings.Contains(string(r.Body), "data-pool-full") {
 		t.Fatalf("dashboard overview of a full pool: %v, want the pool marked full", r)
 	}

@@ -237,6 +237,13 @@ func TestE2EMetrics(t *testing.T) {
 // metricsTraffic makes every labelled series of /metrics exist.
 func metricsTraffic(t *testing.T, e *e2e) {
 	t.Helper()
+	// A namespace with a quota of one job (and a bytes quota): its second
+	// publish is refused. First, before any scrape reads the usage.
+	capped := e.newToken(t, "capped")
+	e.admin(t, http.MethodPut, "/quota/capped", `{"max_jobs":1,"max_bytes":1000000}`).wantStatus(t, http.StatusOK)
+	doHTTP(t, http.MethodPut, e.API+"/api/capped/q", capped, []byte("1"), nil).wantStatus(t, http.StatusCreated)
+	doHTTP(t, http.MethodPut, e.API+"/api/capped/q", capped, []byte("2"), nil).wantStatus(t, http.StatusTooManyRequests)
+
 	e.publish(t, "work", "", "a")
 	delayed := e.publish(t, "work", "delay=60", "later")
 	j := e.consume(t, "work", "ttr=30")
