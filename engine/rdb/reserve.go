@@ -222,10 +222,11 @@ func (e *Engine) pollMemory(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
-	if p := problem.Load(); p != nil && ctx.Err() == nil {
-		r.logOnce(e, *p)
+	msg := "" // this poll's problem: "" lets the next one be logged, even the same again
+	if p := problem.Load(); p != nil {
+		msg = *p
 	}
-	near, any := false, false
+	near, reserved := false, false
 	for g := range st.group {
 		var n *memNode
 		if cluster {
@@ -240,7 +241,7 @@ func (e *Engine) pollMemory(ctx context.Context) {
 		if n == nil || n.max.Load() <= 0 {
 			continue
 		}
-		st.group[g], any = n, true
+		st.group[g], reserved = n, true
 		// Usage is read from twice the reserve below maxmemory on, and
 		// earlier when two intervals at the last growth would get there.
 		if max := n.max.Load(); n.estimate()+2*n.growth.Load() >= max-2*(max-n.threshold.Load()) {
@@ -250,13 +251,18 @@ func (e *Engine) pollMemory(ctx context.Context) {
 	if near && r.usage != nil {
 		if all, err := r.usage(ctx); err == nil {
 			st.heavy = heavyNamespaces(all)
-		} else if prev := r.state.Load(); prev != nil {
-			// Keep the last figures rather than let everyone in.
-			st.heavy = prev.heavy
-			r.logOnce(e, "read the namespaces' usage: "+err.Error())
+		} else {
+			msg = "read the namespaces' usage: " + err.Error()
+			if prev := r.state.Load(); prev != nil {
+				// Keep the last figures rather than let everyone in.
+				st.heavy = prev.heavy
+			}
 		}
 	}
-	if !any {
+	if ctx.Err() == nil {
+		r.logOnce(e, msg)
+	}
+	if !reserved {
 		st = nil // no node has a reserve: publishes skip the check
 	}
 	r.state.Store(st)
@@ -297,6 +303,9 @@ func (r *reserve) logOnce(e *Engine, msg string) {
 	defer r.mu.Unlock()
 	if msg != r.warn {
 		r.warn = msg
+		if msg == "" {
+			return
+		}
 		e.log.Warn("memory reserve: " + msg + " (the last figures stand)")
 	}
 }
