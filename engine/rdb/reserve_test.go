@@ -292,3 +292,49 @@ func TestAdmitMemory(t *testing.T) {
 		t.Fatalf("no reserve: %v, InReserve %v", err, e.InReserve())
 	}
 }
+
+// TestReserveTwoServers: noisy publishes through two engines (two
+// servers) on one redis-server (maxmemory 32mb) from 4 clients each: each
+// engine sees the other's publishes only at its polls, yet both refuse
+// noisy for the reserve before Redis is full (the growth each sees per
+// byte it published scales its estimate), and quiet then publishes 200
+// jobs of 4 KB through either.
+func TestReserveTwoServers(t *testing.T) {
+	srv := redistest.StartWith(t, redistest.Options{Extra: []string{"maxmemory 32mb", "maxmemory-policy noeviction"}})
+	engines := []*Engine{startReserve(t, srv.Client()), startReserve(t, srv.Client())}
+	body := []byte(strings.Repeat("x", 4096))
+	for _, e := range engines {
+		for e.reserve.state.Load() == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	var wg sync.WaitGroup
+	refusals := make([]error, 8)
+	for i := range refusals {
+		e := engines[i%2]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; n < 100000; n++ {
+				if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: "noisy", Queue: "q", Body: body, Tries: 1, Delay: time.Hour, TTL: 2 * time.Hour}); err != nil {
+					refusals[i] = err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	used, max := memoryFigures(srv.Client().Info(bg, "memory").Val())
+	t.Logf("noisy refused at %d of %d bytes (%.1f%%)", used, max, 100*float64(used)/float64(max))
+	for i, err := range refusals {
+		var pf *engine.PoolFullError
+		if !errors.As(err, &pf) || !pf.Reserve {
+			t.Fatalf("noisy client %d (engine %d): %v, want the reserve's refusal", i, i%2, err)
+		}
+	}
+	for i := 0; i < 200; i++ {
+		if _, err := engines[i%2].Publish(bg, &engine.PublishRequest{Namespace: "quiet", Queue: "quiet-q", Body: body, Tries: 1, TTL: time.Hour}); err != nil {
+			t.Fatalf("quiet's publish %d: %v", i+1, err)
+		}
+	}
+}
