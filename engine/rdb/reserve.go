@@ -36,16 +36,20 @@ import (
 // meets the threshold within a few jobs of it rather than a poll late;
 // what other servers publish meanwhile is seen at the next poll.
 //
-// A namespace's share: the pool's namespaces weigh their stored body bytes
-// plus jobOverhead per job (engine.Tenancy's UsageAll), and a namespace
-// holding jobs holds at least its share when it weighs at least the
-// average of those holding jobs (the pool's weight divided by their
-// number). The heaviest namespace always does, so a node in its reserve
-// always refuses someone; a namespace with no job never does. Usage is
-// read at each poll while a node is within twice its reserve of
-// maxmemory, and not otherwise. The share is the pool's, not the node's:
-// on a cluster a namespace heavy across the pool is refused on any node
-// in its reserve.
+// A namespace's share, on a node: the namespaces weigh their stored bytes
+// in the node's slot groups (the engine's usage counts, tenancy.go) plus
+// jobOverhead per job, and a namespace holding jobs there holds at least
+// its share when it weighs at least the average of those holding jobs
+// there (their weight divided by their number). The heaviest namespace
+// always does, so a node in its reserve always refuses someone; a
+// namespace with no job never does. On one Redis the node's groups are
+// all 64 (the pool's usage); on a cluster each master's share is among
+// the namespaces holding jobs on it, so that the namespace that filled a
+// master is refused there even when others hold more on other masters.
+// The usage is read at each poll while a node is within twice its
+// reserve of maxmemory (or two poll intervals of its last growth), not
+// otherwise; a publish that finds a node in its reserve before any usage
+// was read asks for a poll at once.
 
 const (
 	// memoryPollEvery is how often an engine reads INFO memory from each
@@ -91,18 +95,19 @@ func (n *memNode) estimate() int64 { return n.used.Load() + n.pending.Load()*n.s
 type memState struct {
 	group [slotGroups]*memNode // each slot group's node; nil: no reserve
 	nodes []*memNode
-	// heavy are the namespaces holding at least their share (usage read
-	// at this poll; nil when no node was near its reserve).
-	heavy map[string]bool
+	// heavy are, for each slot group, the namespaces holding at least
+	// their share on the group's node (usage read at this poll; nil when
+	// no node was near its reserve, or the group has none).
+	heavy [slotGroups]map[string]bool
 }
 
 // reserve is an engine's view of its pool's memory.
 type reserve struct {
 	frac  float64
 	state atomic.Pointer[memState]
-	// usage returns every namespace's usage (engine.Tenancy's UsageAll);
-	// nil while the engine counts none: then no namespace is refused.
-	usage func(ctx context.Context) (map[string]engine.Usage, error)
+	// usage returns every namespace's usage in each slot group (the
+	// engine's counts, tenancy.go).
+	usage func(ctx context.Context) ([slotGroups]map[string]engine.Usage, error)
 
 	// wake asks for a poll before the next tick.
 	wake chan struct{}
@@ -118,11 +123,7 @@ func newReserve(e *Engine, frac float64) *reserve {
 	if frac <= 0 {
 		return nil
 	}
-	r := &reserve{frac: frac, nodes: make(map[string]*memNode), wake: make(chan struct{}, 1)}
-	if t, ok := any(e).(engine.Tenancy); ok {
-		r.usage = t.UsageAll
-	}
-	return r
+	return &reserve{frac: frac, nodes: make(map[string]*memNode), wake: make(chan struct{}, 1), usage: e.usageByGroup}
 }
 
 // runReserve polls the pool's memory until ctx is done.
@@ -248,9 +249,9 @@ func (e *Engine) pollMemory(ctx context.Context) {
 			near = true
 		}
 	}
-	if near && r.usage != nil {
-		if all, err := r.usage(ctx); err == nil {
-			st.heavy = heavyNamespaces(all)
+	if near {
+		if per, err := r.usage(ctx); err == nil {
+			st.heavy = heavyByNode(&st.group, &per)
 		} else {
 			msg = "read the namespaces' usage: " + err.Error()
 			if prev := r.state.Load(); prev != nil {
@@ -341,6 +342,39 @@ func memoryFigures(info string) (used, max int64) {
 // weight is what a namespace's usage weighs against the others'.
 func weight(u engine.Usage) int64 { return u.Bytes + u.Jobs*jobOverhead }
 
+// heavyByNode returns, for each slot group with a node in group, the
+// namespaces holding at least their share on that node: heavyNamespaces
+// of their usage summed over the node's groups (per).
+func heavyByNode(group *[slotGroups]*memNode, per *[slotGroups]map[string]engine.Usage) (heavy [slotGroups]map[string]bool) {
+	byNode := make(map[*memNode]map[string]engine.Usage)
+	for g, n := range group {
+		if n == nil {
+			continue
+		}
+		sum := byNode[n]
+		if sum == nil {
+			sum = make(map[string]engine.Usage)
+			byNode[n] = sum
+		}
+		for ns, u := range per[g] {
+			t := sum[ns]
+			t.Jobs += u.Jobs
+			t.Bytes += u.Bytes
+			sum[ns] = t
+		}
+	}
+	of := make(map[*memNode]map[string]bool, len(byNode))
+	for n, sum := range byNode {
+		of[n] = heavyNamespaces(sum)
+	}
+	for g, n := range group {
+		if n != nil {
+			heavy[g] = of[n]
+		}
+	}
+	return heavy
+}
+
 // heavyNamespaces returns the namespaces holding at least their share:
 // those holding jobs whose weight is at least the average weight of the
 // namespaces holding jobs.
@@ -373,19 +407,21 @@ func (e *Engine) admitMemory(ns, q string, bytes int64) error {
 	if st == nil {
 		return nil
 	}
-	n := st.group[slotGroup(ns, q)]
+	g := slotGroup(ns, q)
+	n := st.group[g]
 	if n == nil {
 		return nil
 	}
 	if n.used.Load()+n.pending.Add(bytes)*n.scale.Load()>>10 < n.threshold.Load() {
 		return nil
 	}
-	if st.heavy == nil {
+	heavy := st.heavy[g]
+	if heavy == nil {
 		// In the reserve before a poll read the usage: poll now.
 		e.reserve.wakeUp()
 		return nil
 	}
-	if !st.heavy[ns] {
+	if !heavy[ns] {
 		return nil
 	}
 	n.pending.Add(-bytes)

@@ -72,9 +72,6 @@ func startReserve(t *testing.T, client redis.UniversalClient) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.reserve.usage == nil {
-		t.Fatal("the engine's reserve reads no usage (engine.Tenancy)")
-	}
 	ctx, cancel := context.WithCancel(bg)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = e.Run(ctx) }()
@@ -245,9 +242,10 @@ func TestAdmitMemory(t *testing.T) {
 	n.max.Store(1000)
 	n.threshold.Store(900)
 	n.used.Store(900 - 2*jobOverhead)
-	st := &memState{nodes: []*memNode{n}, heavy: map[string]bool{"noisy": true}}
+	st := &memState{nodes: []*memNode{n}}
 	for g := range st.group {
 		st.group[g] = n
+		st.heavy[g] = map[string]bool{"noisy": true}
 	}
 	e.reserve.state.Store(st)
 
@@ -336,5 +334,47 @@ func TestReserveTwoServers(t *testing.T) {
 		if _, err := engines[i%2].Publish(bg, &engine.PublishRequest{Namespace: "quiet", Queue: "quiet-q", Body: body, Tries: 1, TTL: time.Hour}); err != nil {
 			t.Fatalf("quiet's publish %d: %v", i+1, err)
 		}
+	}
+}
+
+// TestHeavyByNode: on a cluster, a namespace's share is counted among the
+// namespaces on the node: noisy, which filled master A, is heavy there
+// although big holds more across the pool (on master B), and quiet is
+// heavy nowhere.
+func TestHeavyByNode(t *testing.T) {
+	a, b := &memNode{addr: "a"}, &memNode{addr: "b"}
+	var group [slotGroups]*memNode
+	var per [slotGroups]map[string]engine.Usage
+	for g := range group {
+		group[g], per[g] = a, map[string]engine.Usage{}
+		if g >= slotGroups/2 {
+			group[g] = b
+		}
+	}
+	group[5] = nil // a group without a reserve has no heavy namespaces
+	per[3]["noisy"] = engine.Usage{Jobs: 7000, Bytes: 30 << 20}
+	per[4]["quiet"] = engine.Usage{Jobs: 200, Bytes: 1 << 20}
+	per[40]["big"] = engine.Usage{Jobs: 7000, Bytes: 30 << 20}
+	per[41]["big"] = engine.Usage{Jobs: 7000, Bytes: 30 << 20}
+	per[42]["quiet"] = engine.Usage{Jobs: 1, Bytes: 100}
+	if pool := heavyNamespaces(map[string]engine.Usage{"noisy": {Jobs: 7000, Bytes: 30 << 20}, "quiet": {Jobs: 201, Bytes: 1<<20 + 100}, "big": {Jobs: 14000, Bytes: 60 << 20}}); pool["noisy"] {
+		t.Fatal("noisy heavy across the pool: the case shows nothing")
+	}
+	heavy := heavyByNode(&group, &per)
+	for _, tc := range []struct {
+		g    int
+		want string
+	}{{0, "noisy"}, {3, "noisy"}, {31, "noisy"}, {32, "big"}, {63, "big"}, {5, ""}} {
+		var got []string
+		for ns := range heavy[tc.g] {
+			got = append(got, ns)
+		}
+		sort.Strings(got)
+		if s := strings.Join(got, ","); s != tc.want {
+			t.Errorf("group %d: heavy %q, want %q", tc.g, s, tc.want)
+		}
+	}
+	if heavy[5] != nil {
+		t.Error("group 5 (no reserve) has a heavy map")
 	}
 }
