@@ -512,7 +512,8 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		record bool
 		jobs   int
 		full   bool // a job is delayed or has a priority (publishManyScript's kind "f")
-		bytes  int  // the argument that carries the bytes of its jobs' values
+		bytes  int  // the argument that carries size
+		size   int  // the bytes of its jobs' values
 	}
 	// Group the jobs by queue. A linear search is enough: a batch holds at
 	// most coalesceMax jobs, and a map (with its growth) cost more than the
@@ -600,11 +601,13 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		args[e0+p] = packEntry(r.Tries, c.in.id)
 		b := v0 + 4*p
 		args[b], args[b+1], args[b+2], args[b+3] = value, durMS(r.TTL), scriptDue(due, nowMS), r.Priority
-		qb := queues[group[i]].bytes
-		args[qb] = args[qb].(int) + len(value)
+		queues[group[i]].size += len(value)
 		if due > nowMS {
 			delayed++
 		}
+	}
+	for _, qu := range queues {
+		args[qu.bytes] = qu.size
 	}
 	// published does what follows a batch stored: wake the pump when a
 	// job went to a timer, record the queues, count, and report the
@@ -617,7 +620,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 			if qu.record {
 				qu.names.recorded.Store(true)
 			}
-			e.notePublished(qu.ns, qu.names.group, qu.jobs, args[qu.bytes].(int))
+			e.notePublished(qu.ns, qu.names.group, qu.jobs, qu.size)
 			e.metrics.publishedQueue(qu.ns, qu.q, qu.names, qu.jobs)
 			e.histPublished(qu.ns, qu.q, qu.names, qu.jobs)
 		}
