@@ -211,6 +211,9 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 	}
 	e.loadShards(ctx, nil)
 	e.ten.def = opts.DefaultQuota
+	if err := e.countOnce(ctx); err != nil {
+		return nil, fmt.Errorf("rdb: count the jobs of pool %s: %w", opts.Pool, err)
+	}
 	e.loadQuotas(ctx)
 	e.waiters = newWaiters(e)
 	e.autoPipe = !opts.NoAutoPipeline
