@@ -652,20 +652,33 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 				fail(fmt.Errorf("publish: unexpected reply %v", res))
 				return
 			}
-			// Queue g's namespace is over its quota: its publishes are
-			// refused, the others' go in a call of their own.
+			// Queue g's jobs would take its namespace over its quota:
+			// the others go in a call of their own, and g's (separate
+			// publishes) one by one, so that those that fit go in.
 			qu := queues[g-1]
-			err := e.quotaErr(qu.ns, res[2])
-			var rest []*batchCall[pubOp]
+			var rest, over []*batchCall[pubOp]
 			for i, c := range batch {
 				if group[i] == int(g)-1 {
-					c.err = err
+					over = append(over, c)
 				} else {
 					rest = append(rest, c)
 				}
 			}
 			if len(rest) > 0 {
 				e.publishCoalesced(ctx, rest)
+			}
+			if len(over) == 1 {
+				over[0].err = e.quotaErr(qu.ns, res[2])
+				return
+			}
+			for k, c := range over {
+				e.publishCoalesced(ctx, over[k:k+1])
+				if qe := (*engine.QuotaError)(nil); errors.As(c.err, &qe) && qe.Limit == "max_jobs" {
+					for _, later := range over[k+1:] { // as many jobs each: none fits
+						later.err = c.err
+					}
+					return
+				}
 			}
 			return
 		}
