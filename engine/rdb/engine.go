@@ -218,6 +218,9 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 	}
 	e.loadShards(ctx, nil)
 	e.ten.def = opts.DefaultQuota
+	if err := e.countOnce(ctx); err != nil {
+		return nil, fmt.Errorf("rdb: count the jobs of pool %s: %w", opts.Pool, err)
+	}
 	e.loadQuotas(ctx)
 	e.waiters = newWaiters(e)
 	e.autoPipe = !opts.NoAutoPipeline
@@ -524,7 +527,8 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		record bool
 		jobs   int
 		full   bool // a job is delayed or has a priority (publishManyScript's kind "f")
-		bytes  int  // the argument that carries the bytes of its jobs' values
+		bytes  int  // the argument that carries size
+		size   int  // the bytes of its jobs' values
 	}
 	// Group the jobs by queue. A linear search is enough: a batch holds at
 	// most coalesceMax jobs, and a map (with its growth) cost more than the
@@ -612,11 +616,13 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		args[e0+p] = packEntry(r.Tries, c.in.id)
 		b := v0 + 4*p
 		args[b], args[b+1], args[b+2], args[b+3] = value, durMS(r.TTL), scriptDue(due, nowMS), r.Priority
-		qb := queues[group[i]].bytes
-		args[qb] = args[qb].(int) + len(value)
+		queues[group[i]].size += len(value)
 		if due > nowMS {
 			delayed++
 		}
+	}
+	for _, qu := range queues {
+		args[qu.bytes] = qu.size
 	}
 	// published does what follows a batch stored: wake the pump when a
 	// job went to a timer, record the queues, count, and report the
@@ -629,7 +635,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 			if qu.record {
 				qu.names.recorded.Store(true)
 			}
-			e.notePublished(qu.ns, qu.names.group, qu.jobs, args[qu.bytes].(int))
+			e.notePublished(qu.ns, qu.names.group, qu.jobs, qu.size)
 			e.metrics.publishedQueue(qu.ns, qu.q, qu.names, qu.jobs)
 			e.histPublished(qu.ns, qu.q, qu.names, qu.jobs)
 		}
@@ -658,20 +664,33 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 				fail(fmt.Errorf("publish: unexpected reply %v", res))
 				return
 			}
-			// Queue g's namespace is over its quota: its publishes are
-			// refused, the others' go in a call of their own.
+			// Queue g's jobs would take its namespace over its quota:
+			// the others go in a call of their own, and g's (separate
+			// publishes) one by one, so that those that fit go in.
 			qu := queues[g-1]
-			err := e.quotaErr(qu.ns, res[2])
-			var rest []*batchCall[pubOp]
+			var rest, over []*batchCall[pubOp]
 			for i, c := range batch {
 				if group[i] == int(g)-1 {
-					c.err = err
+					over = append(over, c)
 				} else {
 					rest = append(rest, c)
 				}
 			}
 			if len(rest) > 0 {
 				e.publishCoalesced(ctx, rest)
+			}
+			if len(over) == 1 {
+				over[0].err = e.quotaErr(qu.ns, res[2])
+				return
+			}
+			for k, c := range over {
+				e.publishCoalesced(ctx, over[k:k+1])
+				if qe := (*engine.QuotaError)(nil); errors.As(c.err, &qe) && qe.Limit == "max_jobs" {
+					for _, later := range over[k+1:] { // as many jobs each: none fits
+						later.err = c.err
+					}
+					return
+				}
 			}
 			return
 		}
