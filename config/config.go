@@ -59,6 +59,12 @@ type RedisConf struct {
 	// replicated". 0 (the default) does not wait.
 	WaitReplicas  int `toml:"WaitReplicas"`
 	WaitTimeoutMs int `toml:"WaitTimeoutMs"`
+	// MemoryReserve (Kairos, pools only) is the fraction of each Redis
+	// node's maxmemory, 0 to 0.5, kept for the namespaces holding less
+	// than their share: the others' publishes to a node that close to
+	// maxmemory answer 507. nil means DefaultMemoryReserve; 0 keeps no
+	// reserve. Use Reserve to read it; see reserve.go.
+	MemoryReserve *float64 `toml:"MemoryReserve"`
 	// LmstfyData (Kairos, pools only) says what a server does at start
 	// when the pool's Redis holds lmstfy's jobs (its timer_set, ready
 	// lists or dead letters, engine/lmstfy): "" or "refuse" (the default)

@@ -112,6 +112,7 @@ func (c *Config) ValidateStores() error {
 }
 
 func (c *Config) validateStores(p *problems) {
+	validateAdminReserve(p, c.AdminRedis)
 	c.validateRedis(p, "AdminRedis", c.AdminRedis)
 	if c.AdminRedis.LmstfyData != "" {
 		p.add("AdminRedis.LmstfyData", "is a pool setting: lmstfy's tokens and limits in the admin Redis are read as they are")
@@ -174,6 +175,7 @@ func (c *Config) validatePools(p *problems) {
 	for _, name := range names {
 		pool := active[name]
 		key := "Pool." + name
+		validateReserve(p, key, pool)
 		if !engine.ValidName(name) {
 			key = "Pool." + strconv.Quote(name)
 			p.add(key, "invalid pool name: want 1..%d characters of [-_A-Za-z0-9]", engine.MaxNameLength)

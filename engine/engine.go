@@ -66,7 +66,12 @@ var (
 // PoolFullError is ErrPoolFull for one pool, with the store's refusal.
 type PoolFullError struct {
 	Pool string
-	Err  error
+	// Reserve says that the store had room left, but only in the pool's
+	// memory reserve, kept for the namespaces holding less than their
+	// share (engine/rdb's Options.MemoryReserve): the engine refused the
+	// publish before writing, not the store.
+	Reserve bool
+	Err     error
 }
 
 func (e *PoolFullError) Error() string {

@@ -17,7 +17,8 @@ import (
 //   - GET /readyz answers 200 only when every ReadyCheck passes within
 //     readyTimeout and the server is not shutting down, else 503 with the
 //     failed checks by name (readiness); a full Redis (ErrFull) passes,
-//     its check reading "full". It names no address and no Redis
+//     its check reading "full", and so does a pool in its memory reserve
+//     (ErrReserve), its check reading "reserve". It names no address and no Redis
 //     error text: the public port is unauthenticated. The full error goes
 //     to the server log.
 
@@ -48,6 +49,11 @@ var (
 	// drain it. A server that sends traffic elsewhere would stop the drain
 	// too, so a full Redis leaves the server ready, its check "full".
 	ErrFull = errors.New("server: redis is full")
+	// ErrReserve means a node of the pool is in its memory reserve
+	// ([Pool.NAME] MemoryReserve): the publishes of the namespaces holding
+	// at least their share are refused (507), the others' go on until
+	// Redis is full. The server stays ready, its check "reserve".
+	ErrReserve = errors.New("server: pool is in its memory reserve")
 )
 
 const (
@@ -115,6 +121,8 @@ func (s *Server) ready(ctx context.Context) (bool, map[string]string) {
 			switch {
 			case errors.Is(err, ErrFull):
 				s.log.WithError(err).WithField("check", rc.Name).Warn("redis is full: publishes are refused (507) until consumers make room")
+			case errors.Is(err, ErrReserve):
+				s.log.WithError(err).WithField("check", rc.Name).Warn("pool in its memory reserve: the publishes of the namespaces holding at least their share are refused (507)")
 			case err != nil:
 				s.log.WithError(err).WithField("check", rc.Name).Warn("not ready")
 			}
@@ -124,7 +132,7 @@ func (s *Server) ready(ctx context.Context) (bool, map[string]string) {
 	ready, checks := true, make(map[string]string, len(states))
 	for i, rc := range s.readyChecks {
 		checks[rc.Name] = states[i]
-		ready = ready && (states[i] == "ok" || states[i] == "full")
+		ready = ready && (states[i] == "ok" || states[i] == "full" || states[i] == "reserve")
 	}
 	r.at, r.ready, r.checks = time.Now(), ready, checks
 	return ready, checks
@@ -144,6 +152,8 @@ func checkState(err error) string {
 		return "cluster down"
 	case errors.Is(err, ErrFull):
 		return "full"
+	case errors.Is(err, ErrReserve):
+		return "reserve"
 	}
 	// Refused, reset, timed out (go-redis retries its dials until the
 	// deadline): did not answer in time.

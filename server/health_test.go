@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -48,6 +49,9 @@ func TestHealthAndReadiness(t *testing.T) {
 		{fmt.Errorf("pool default: node 10.1.2.3:7000: cluster_state:fail: %w", ErrClusterDown), 503, `{"ready":false,"checks":{"admin redis":"ok","pool default":"cluster down"}}`},
 		// A full Redis serves the drain: ready, and says it is full.
 		{fmt.Errorf("pool default: used_memory 9000000 > maxmemory 8388608 under noeviction: %w", ErrFull), 200, `{"ready":true,"checks":{"admin redis":"ok","pool default":"full"}}`},
+		// A pool in its memory reserve serves all but the heaviest
+		// namespaces' publishes: ready, and says so.
+		{fmt.Errorf("pool default: a node is in its memory reserve: %w", ErrReserve), 200, `{"ready":true,"checks":{"admin redis":"ok","pool default":"reserve"}}`},
 		{nil, 200, `{"ready":true,"checks":{"admin redis":"ok","pool default":"ok"}}`},
 	} {
 		mu.Lock()
@@ -63,6 +67,14 @@ func TestHealthAndReadiness(t *testing.T) {
 				t.Errorf("%v: 503 without Retry-After", tc.err)
 			}
 			expect(t, h(t, request{method: "GET", target: "/healthz"}), 200, `{"status":"ok"}`)
+		}
+		// The dashboard's overview marks a full pool and a pool in its
+		// reserve, from the same checks.
+		ui := env.admin(t, request{method: "GET", target: "/ui/"}).Body.String()
+		for _, mark := range []string{"full", "reserve"} {
+			if want := strings.Contains(tc.body, `"pool default":"`+mark+`"`); strings.Contains(ui, "data-pool-"+mark) != want {
+				t.Errorf("%v: dashboard marks the pool %s: %v, want %v", tc.err, mark, !want, want)
+			}
 		}
 	}
 	// Within readyCacheFor, probes share one result: a flood of probes on

@@ -32,7 +32,7 @@ func (s *Server) newQuotaMetrics(reg prometheus.Registerer) (*quotaMetrics, erro
 	var err error
 	if m.refused, err = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kairos_publish_refused_total",
-		Help: "Publishes (single, bulk, re-publish) refused for room, by reason: quota_jobs or quota_bytes (the namespace's quota, 429), pool_full (the pool's Redis is full, 507).",
+		Help: "Publishes (single, bulk, re-publish) refused for room, by reason: quota_jobs or quota_bytes (the namespace's quota, 429), pool_full (507: the pool's Redis is full, or its memory reserve refused a namespace holding at least its share).",
 	}, []string{"pool", "namespace", "reason"})); err != nil {
 		return nil, err
 	}

@@ -203,6 +203,10 @@ type poolView struct {
 	// Full says that the pool's Redis is at maxmemory under noeviction
 	// (its /readyz check reads "full"): publishes are refused with 507.
 	Full bool
+	// Reserve says that the pool is in its memory reserve (its /readyz
+	// check reads "reserve"): the heaviest namespaces' publishes are
+	// refused with 507, the others' go on.
+	Reserve bool
 	// Quotas says that the pool's engine keeps usage and quotas: the
 	// namespaces' table has their columns.
 	Quotas     bool
@@ -235,7 +239,7 @@ func (d *dashboard) overview(c *gin.Context) {
 	_, checks := d.s.ready(ctx) // /readyz's result, reused for 250 ms
 	for _, pool := range d.s.pools {
 		db, derr := d.s.dashboardOf(pool)
-		pv := poolView{Name: pool, Kind: d.s.poolKind(pool, db), Reachable: true, Full: checks["pool "+pool] == "full"}
+		pv := poolView{Name: pool, Kind: d.s.poolKind(pool, db), Reachable: true, Full: checks["pool "+pool] == "full", Reserve: checks["pool "+pool] == "reserve"}
 		rows, err := d.poolSizes(ctx, pool, db, derr)
 		if err != nil {
 			if ctx.Err() != nil {

@@ -69,6 +69,11 @@ type Options struct {
 	// counters in memory, written to Redis this often (a divisor of a
 	// minute, e.g. 5s). 0 keeps no history.
 	HistoryFlush time.Duration
+	// MemoryReserve is the fraction of each Redis node's maxmemory (0 to
+	// 0.5) kept for the namespaces holding less than their share: once a
+	// node is that close to maxmemory, the others' publishes to it are
+	// refused with engine.ErrPoolFull (reserve.go). 0 keeps no reserve.
+	MemoryReserve float64
 	// Tracer makes a span of each batch the pump moves, per queue
 	// (tracing.Provider's Tracer); nil means tracing is off, and the pump
 	// script then reports nothing more than before.
@@ -130,6 +135,8 @@ type Engine struct {
 	hist *history // nil without Options.HistoryFlush
 
 	ten tenancy // usage and quotas (tenancy.go)
+
+	reserve *reserve // nil without Options.MemoryReserve (reserve.go)
 }
 
 // Limits on the work of one script call.
@@ -211,6 +218,9 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 	}
 	e.loadShards(ctx, nil)
 	e.ten.def = opts.DefaultQuota
+	if err := e.countOnce(ctx); err != nil {
+		return nil, fmt.Errorf("rdb: count the jobs of pool %s: %w", opts.Pool, err)
+	}
 	e.loadQuotas(ctx)
 	e.waiters = newWaiters(e)
 	e.autoPipe = !opts.NoAutoPipeline
@@ -222,6 +232,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 	if opts.HistoryFlush > 0 {
 		e.hist = newHistory(opts.HistoryFlush)
 	}
+	e.reserve = newReserve(e, opts.MemoryReserve)
 	e.waitReplicas = opts.WaitReplicas
 	e.waitTimeout = opts.WaitTimeout
 	if e.waitTimeout <= 0 {
@@ -241,7 +252,8 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.pipe.Store(newAutoPipeline(e.rdb, autoPipelineSenders, autoPipelineBatch, e.retryFor))
 	}
 	var wg sync.WaitGroup
-	wg.Add(6)
+	wg.Add(7)
+	go func() { defer wg.Done(); e.runReserve(ctx) }()
 	go func() { defer wg.Done(); e.runTenancy(ctx) }()
 	go func() { defer wg.Done(); e.runShards(ctx) }()
 	go func() { defer wg.Done(); e.runSchedules(ctx) }()
@@ -504,6 +516,9 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 			c.in.req, c.in.sp = &r, nil
 		}
 	}
+	if batch = e.admitMemoryBatch(batch); len(batch) == 0 {
+		return
+	}
 	now := e.now()
 	nowMS := ceilMS(now)
 	type queue struct {
@@ -512,7 +527,8 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		record bool
 		jobs   int
 		full   bool // a job is delayed or has a priority (publishManyScript's kind "f")
-		bytes  int  // the argument that carries the bytes of its jobs' values
+		bytes  int  // the argument that carries size
+		size   int  // the bytes of its jobs' values
 	}
 	// Group the jobs by queue. A linear search is enough: a batch holds at
 	// most coalesceMax jobs, and a map (with its growth) cost more than the
@@ -600,11 +616,13 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		args[e0+p] = packEntry(r.Tries, c.in.id)
 		b := v0 + 4*p
 		args[b], args[b+1], args[b+2], args[b+3] = value, durMS(r.TTL), scriptDue(due, nowMS), r.Priority
-		qb := queues[group[i]].bytes
-		args[qb] = args[qb].(int) + len(value)
+		queues[group[i]].size += len(value)
 		if due > nowMS {
 			delayed++
 		}
+	}
+	for _, qu := range queues {
+		args[qu.bytes] = qu.size
 	}
 	// published does what follows a batch stored: wake the pump when a
 	// job went to a timer, record the queues, count, and report the
@@ -617,7 +635,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 			if qu.record {
 				qu.names.recorded.Store(true)
 			}
-			e.notePublished(qu.ns, qu.names.group, qu.jobs, args[qu.bytes].(int))
+			e.notePublished(qu.ns, qu.names.group, qu.jobs, qu.size)
 			e.metrics.publishedQueue(qu.ns, qu.q, qu.names, qu.jobs)
 			e.histPublished(qu.ns, qu.q, qu.names, qu.jobs)
 		}
@@ -646,20 +664,33 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 				fail(fmt.Errorf("publish: unexpected reply %v", res))
 				return
 			}
-			// Queue g's namespace is over its quota: its publishes are
-			// refused, the others' go in a call of their own.
+			// Queue g's jobs would take its namespace over its quota:
+			// the others go in a call of their own, and g's (separate
+			// publishes) one by one, so that those that fit go in.
 			qu := queues[g-1]
-			err := e.quotaErr(qu.ns, res[2])
-			var rest []*batchCall[pubOp]
+			var rest, over []*batchCall[pubOp]
 			for i, c := range batch {
 				if group[i] == int(g)-1 {
-					c.err = err
+					over = append(over, c)
 				} else {
 					rest = append(rest, c)
 				}
 			}
 			if len(rest) > 0 {
 				e.publishCoalesced(ctx, rest)
+			}
+			if len(over) == 1 {
+				over[0].err = e.quotaErr(qu.ns, res[2])
+				return
+			}
+			for k, c := range over {
+				e.publishCoalesced(ctx, over[k:k+1])
+				if qe := (*engine.QuotaError)(nil); errors.As(c.err, &qe) && qe.Limit == "max_jobs" {
+					for _, later := range over[k+1:] { // as many jobs each: none fits
+						later.err = c.err
+					}
+					return
+				}
 			}
 			return
 		}
@@ -764,6 +795,9 @@ func (e *Engine) PublishBatch(ctx context.Context, reqs []*engine.PublishRequest
 // publishValid publishes jobs checked by checkPublish, all or none.
 func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest) ([]string, error) {
 	ns, q := reqs[0].Namespace, reqs[0].Queue
+	if err := e.admitMemory(ns, q, publishBytes(reqs)); err != nil {
+		return nil, err
+	}
 	now := e.now()
 	nowMS := ceilMS(now)
 	ids := make([]string, len(reqs))

@@ -3,6 +3,7 @@ package rdb
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -43,6 +44,45 @@ const (
 	// reconcileChunk is the most recounts in one pipeline.
 	reconcileChunk = 50
 )
+
+// usageMarker is set once every queue of the pool was counted: a pool
+// written by a version without usage counts holds jobs no script counted.
+const usageMarker = "kairos/usage"
+
+// countOnce counts every queue of a pool that has no usage marker, each
+// in one recountScript call whatever its size (blocking its Redis for
+// about a microsecond an entry, once, as the layout upgrade does), then
+// sets the marker. New runs it before the engine serves.
+func (e *Engine) countOnce(ctx context.Context) error {
+	n, err := retried(ctx, e, func() *redis.IntCmd { return e.rdb.Exists(ctx, usageMarker) }).Result()
+	if err != nil || n == 1 {
+		return err
+	}
+	qs, err := e.countedQueues(ctx)
+	if err != nil {
+		return err
+	}
+	var jobs int64
+	groups := map[int]bool{}
+	for i := 0; i < len(qs); i += reconcileChunk {
+		chunk := qs[i:min(i+reconcileChunk, len(qs))]
+		res, err := e.recountAll(ctx, chunk, math.MaxInt32)
+		if err != nil {
+			return err
+		}
+		for k, x := range res {
+			jobs += x[2]
+			groups[slotGroup(chunk[k][0], chunk[k][1])] = true
+		}
+	}
+	if _, err := e.resum(ctx, groups); err != nil {
+		return err
+	}
+	if len(qs) > 0 {
+		e.log.WithField("queues", len(qs)).WithField("jobs", jobs).Info("usage: counted the jobs of a pool written before usage counts")
+	}
+	return retried(ctx, e, func() *redis.StatusCmd { return e.rdb.Set(ctx, usageMarker, "1", 0) }).Err()
+}
 
 // reconciler is the state of an engine's walk over the pool's queues.
 type reconciler struct {
@@ -153,12 +193,17 @@ func (e *Engine) Reconcile(ctx context.Context) (ReconcileStats, error) {
 
 // recount runs recountScript on queues, pipelined.
 func (e *Engine) recount(ctx context.Context, queues [][2]string) ([][4]int64, error) {
+	return e.recountAll(ctx, queues, reconcileMax)
+}
+
+// recountAll is recount of queues of at most most entries.
+func (e *Engine) recountAll(ctx context.Context, queues [][2]string, most int) ([][4]int64, error) {
 	cmds := make([]*redis.Cmd, len(queues))
 	_, err := e.pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, nq := range queues {
 			qn := e.names.get([3]string{nq[0], nq[1]})
 			keys := []string{qn.ready, qn.prio, qn.timer, qn.dead, qn.jobPrefix, qn.usage}
-			cmds[i] = recountScript.EvalSha(ctx, p, keys, reconcileMax)
+			cmds[i] = recountScript.EvalSha(ctx, p, keys, most)
 		}
 		return nil
 	})

@@ -187,3 +187,51 @@ func wantUsageOf(t testing.TB, e *Engine, client redis.UniversalClient, ns strin
 	}
 	t.Logf("usage of %s = %+v, as Redis holds", ns, got)
 }
+
+// TestUsageCountedOnce: a pool written before usage counts (no usage
+// hashes, no marker) is counted whole, big queues included, when the first
+// engine of this version starts.
+func TestUsageCountedOnce(t *testing.T) { onTopologies(t, testUsageCountedOnce) }
+
+func testUsageCountedOnce(t *testing.T, client redis.UniversalClient) {
+	e, err := New(bg, client, Options{NoAutoPipeline: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var batch []*engine.PublishRequest
+	for i := 0; i < 500; i++ {
+		batch = append(batch, pubReq("old", "big", i%50))
+	}
+	for i := 0; i < reconcileMax/500+1; i++ { // more than a reconcile pass recounts
+		if _, err := e.PublishBatch(bg, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := pubReq("old", "small", 5)
+	d.Delay = time.Hour
+	if _, err := e.Publish(bg, d); err != nil {
+		t.Fatal(err)
+	}
+	want := truth(t, client, "old")
+	for g := 0; g < slotGroups; g++ {
+		if err := client.Del(bg, usageKey(g)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := client.Del(bg, usageMarker).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if u := mustUsage(t, e, "old"); u != (engine.Usage{}) {
+		t.Fatalf("usage after the hashes went: %+v", u)
+	}
+	e2, err := New(bg, client, Options{NoAutoPipeline: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mustUsage(t, e2, "old"); got != want || got.Jobs != int64(len(batch)*(reconcileMax/500+1)+1) {
+		t.Fatalf("usage after the first start = %+v, Redis holds %+v", got, want)
+	}
+	if n := client.Exists(bg, usageMarker).Val(); n != 1 {
+		t.Fatal("no usage marker")
+	}
+}

@@ -478,3 +478,49 @@ func mustUsage(t testing.TB, e *Engine, ns string) engine.Usage {
 	}
 	return u
 }
+
+// TestQuotaCoalesced: concurrent plain publishes of one namespace to two
+// queues of one slot group, coalesced into shared calls with another
+// namespace's: exactly the quota is accepted, the rest refused, and the
+// other namespace's publishes all go in.
+func TestQuotaCoalesced(t *testing.T) { onTopologies(t, testQuotaCoalesced) }
+
+func testQuotaCoalesced(t *testing.T, client redis.UniversalClient) {
+	e := startEngineOpts(t, client, Options{})
+	if err := e.SetQuota(bg, "qz", engine.Quota{MaxJobs: 10}); err != nil {
+		t.Fatal(err)
+	}
+	mates := groupMates("qz", 2)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	accepted, refused, others := 0, 0, 0
+	for i := 0; i < 60; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			ns := "qz"
+			if i%3 == 0 {
+				ns = "free"
+			}
+			_, err := e.Publish(bg, pubReq(ns, mates[i%2], 8))
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil && ns == "free":
+				others++
+			case err == nil:
+				accepted++
+			case errors.Is(err, engine.ErrQuotaExceeded) && ns == "qz":
+				refused++
+			default:
+				t.Errorf("publish %s: %v", ns, err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	if accepted != 10 || refused != 30 || others != 20 {
+		t.Fatalf("accepted %d, refused %d, other namespace %d; want 10, 30, 20", accepted, refused, others)
+	}
+	wantUsage(t, e, client, "qz", 10)
+	wantUsage(t, e, client, "free", 20)
+}

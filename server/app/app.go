@@ -121,7 +121,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 		if err != nil {
 			return nil, err
 		}
-		ready = append(ready, readyCheck("pool "+name, client, cfg.UsesEmbedded(cfg.Pool[name])))
+		check := readyCheck("pool "+name, client, cfg.UsesEmbedded(cfg.Pool[name]))
 		if found, err := a.checkLmstfy(ctx, name, client); err != nil {
 			return nil, err
 		} else if found {
@@ -133,10 +133,13 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 			HistoryFlush: server.HistoryFlushInterval,
 			Tracer:       tracer,
 			DefaultQuota: cfg.Pool[name].DefaultQuota(), // [Pool.NAME] DefaultMaxJobs, DefaultMaxBytes
+			// The embedded store has no maxmemory: no reserve to poll.
+			MemoryReserve: memoryReserve(cfg, name),
 		})
 		if err != nil {
 			return nil, err
 		}
+		ready = append(ready, reserveCheck(check, e))
 		a.Engines[name] = e
 		engines[name] = e
 		all = append(all, e)
