@@ -28,7 +28,8 @@ import (
 // chaos workload's consumers and ledger. Then one namespace, "noisy", goes
 // through four phases, each measured apart:
 //
-//   - flood: single publishes as fast as its publishers can, while it
+//   - flood: single publishes as fast as six publishers can (at most
+//     noisyFloodCap), while it
 //     bulk-publishes -noisy-burst jobs (64 a request) all due at the same
 //     instant T, the end of the phase;
 //   - burst: from T until the pump has made the whole burst ready;
@@ -76,6 +77,10 @@ type Noisy struct {
 	// QuietRate is each quiet namespace's publishes per second.
 	QuietRate int          `json:"quiet_rate"`
 	Phases    []NoisyPhase `json:"phases"`
+	// BaselineHalves are the baseline's two halves measured apart: with
+	// nothing flooding, how far the machine alone moves a p99 (the
+	// reason for the bound's floor).
+	BaselineHalves []NoisyPhase `json:"baseline_halves"`
 	// The noisy namespace: the burst's jobs acknowledged, how long their
 	// publishing took, and how long after their due instant the last of
 	// them was ready (BurstReadyMs, -1: not within a minute); the 4 KB
@@ -425,6 +430,10 @@ func runNoisy(ctx context.Context, rc runConfig, nc noisyConfig) (Noisy, error) 
 		res.Residual += residual[i]
 	}
 	res.Phases = noisyFigures(quiet, phases, nc)
+	b := phases[0]
+	mid := b.from.Add(b.to.Sub(b.from) / 2)
+	res.BaselineHalves = noisyFigures(quiet, []noisyPhaseWindow{{name: "baseline 1st half", from: b.from, to: mid},
+		{name: "baseline 2nd half", from: mid, to: b.to}}, nc)
 	res.judge(nc)
 	return res, ctx.Err()
 }
@@ -635,6 +644,10 @@ func writeNoisy(out io.Writer, r Noisy) {
 			float64(p.UsedMemory)/(1<<20), result)
 	}
 	_ = tw.Flush()
+	if h := r.BaselineHalves; len(h) == 2 {
+		fmt.Fprintf(out, "the baseline's halves apart (nothing floods): pub p99 %.1f and %.1f ms, late p99 %d and %d ms\n",
+			h[0].PubP99Ms, h[1].PubP99Ms, h[0].LateP99Ms, h[1].LateP99Ms)
+	}
 	verdict := "PASS"
 	if !r.Pass {
 		verdict = "FAIL: " + strings.Join(r.Failures, "; ")
