@@ -96,7 +96,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.noisy.MaxMemory, "noisy-maxmemory", o.noisy.MaxMemory, "maxmemory of the noisy scenario's pool (it must hold the burst)")
 	fs.Float64Var(&o.noisy.Factor, "noisy-factor", o.noisy.Factor, "a noisy phase's quiet p99s may be this many times the baseline's …")
 	fs.DurationVar(&o.noisy.Floor, "noisy-floor", o.noisy.Floor, "… or the baseline's plus this, whichever is more")
-	fs.IntVar(&o.noisy.NoisyWriteLimit, "noisy-write-limit", 0, "rate limit of the noisy token, publish requests per second (0: none)")
+	fs.IntVar(&o.noisy.NoisyWriteLimit, "noisy-write-limit", o.noisy.NoisyWriteLimit, "rate limit of the noisy token, publish requests per second (0: none, an unbounded flood)")
 	fs.StringVar(&o.serverBin, "server-bin", "", "kairos-server binary (default: go build it into the temporary directory)")
 	fs.StringVar(&o.redisBin, "redis-bin", "", "redis-server binary (default: from PATH)")
 	fs.BoolVar(&o.jsonOnly, "json", false, "print only the JSON lines (no table)")
