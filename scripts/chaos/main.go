@@ -117,8 +117,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.soak.Duration <= 0 || o.soak.Rate <= 0 || o.soak.Unconsumed <= 0 || o.soak.Queues <= o.soak.Unconsumed {
 		return o, errors.New("-soak-duration, -soak-rate and -soak-unconsumed must be positive, and -soak-queues larger than -soak-unconsumed")
 	}
-	if o.noisy.Phase < 2*time.Second || o.noisy.Quiet <= 0 || o.noisy.QuietRate <= 0 || o.noisy.Burst < burstPer || o.noisy.Factor < 1 || o.noisy.Floor < 0 {
-		return o, errors.New("-noisy-phase must be at least 2s, -noisy-quiet and -noisy-quiet-rate positive, -noisy-burst at least 64, -noisy-factor at least 1, -noisy-floor not negative")
+	if o.noisy.Phase < 2*time.Second || o.noisy.Quiet <= 0 || o.noisy.QuietRate <= 0 || o.noisy.Burst < burstPer || o.noisy.Factor < 1 || o.noisy.Floor < 0 || o.noisy.NoisyWriteLimit < 0 {
+		return o, errors.New("-noisy-phase must be at least 2s, -noisy-quiet and -noisy-quiet-rate positive, -noisy-burst at least 64, -noisy-factor at least 1, -noisy-floor and -noisy-write-limit not negative")
 	}
 	o.soak.TTLs = []int{10, 30}
 	o.soak.Every = min(10*time.Second, max(2*time.Second, o.soak.Duration/24))
