@@ -103,6 +103,15 @@ func TestNoisyJudge(t *testing.T) {
 		{"burst short", func(r *Noisy) { r.BurstJobs = 64 }, false, "burst"},
 		{"burst never ready", func(r *Noisy) { r.BurstReadyMs = -1 }, false, "ready"},
 		{"empty baseline", func(r *Noisy) { r.Phases[0].Publishes = 10 }, false, "baseline"},
+		// The second baseline's larger p99 is the one the bound starts
+		// from: 1.5 × 30 = 45 ms for the publishes.
+		{"after raises the bound", func(r *Noisy) {
+			r.Phases[1].PubP99Ms = 44
+			r.Phases = append(r.Phases, NoisyPhase{Name: "after", Publishes: 4000, PubP99Ms: 30, Delayed: 2000, LateP99Ms: 40})
+		}, true, ""},
+		{"after with refusals", func(r *Noisy) {
+			r.Phases = append(r.Phases, NoisyPhase{Name: "after", Publishes: 4000, Refused: 3, Delayed: 2000})
+		}, false, "after"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
