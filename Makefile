@@ -57,10 +57,10 @@ cover:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./engine/...
 
-## chaos: the full chaos suite (doc/reliability.md): kills, flushes, pauses, failovers, Redis Cluster slot moves and master kills, consumer drops; about 11 minutes
+## chaos: the full chaos suite (doc/reliability.md): kills, flushes, pauses, failovers, Redis Cluster slot moves and master kills, consumer drops, a noisy neighbour; about 13 minutes. ARGS= passes more flags (ARGS='-scenario noisy' runs one)
 chaos:
 	scripts/install-redis.sh
-	$(GO) run ./scripts/chaos -scenario all -duration 40s
+	$(GO) run ./scripts/chaos -scenario all -duration 40s $(ARGS)
 
 ## soak: 4 minutes of steady load with queues nobody consumes; fails if Redis memory or keys grow (doc/reliability.md)
 soak:

@@ -58,6 +58,7 @@ type options struct {
 	consumers   int
 	waitCostN   int
 	soak        soakConfig
+	noisy       noisyConfig
 	serverBin   string
 	redisBin    string
 	jsonOnly    bool
@@ -71,7 +72,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.scenarios, "scenario", "all", "comma-separated scenarios, or all: "+strings.Join(scenarioNames(), ", "))
 	fs.DurationVar(&o.duration, "duration", 45*time.Second, "chaos time of each scenario (deadletter runs half of it; failover at least 10 s per failover)")
-	fs.DurationVar(&o.timeout, "timeout", 14*time.Minute, "abort everything after this long")
+	fs.DurationVar(&o.timeout, "timeout", 18*time.Minute, "abort everything after this long (make chaos takes about 13 minutes)")
 	fs.IntVar(&o.serverKills, "server-kills", 32, "kairos-server SIGKILLs in the server-kill scenario")
 	fs.IntVar(&o.redisKills, "redis-kills", 6, "redis-server SIGKILLs in each redis-kill scenario")
 	fs.IntVar(&o.flushes, "flushes", 8, "SCRIPT FLUSHes in the flush-pause scenario")
@@ -87,6 +88,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.soak.Rate, "soak-rate", 1000, "publishes per second in the soak")
 	fs.IntVar(&o.soak.Queues, "soak-queues", 50, "queues of the soak")
 	fs.IntVar(&o.soak.Unconsumed, "soak-unconsumed", 5, "queues of the soak that nobody consumes (their jobs have a TTL of 10 s or 30 s)")
+	o.noisy = defaultNoisyConfig()
+	fs.DurationVar(&o.noisy.Phase, "noisy-phase", o.noisy.Phase, "length of the noisy scenario's baseline, flood and full phases")
+	fs.IntVar(&o.noisy.Quiet, "noisy-quiet", o.noisy.Quiet, "quiet namespaces of the noisy scenario")
+	fs.IntVar(&o.noisy.QuietRate, "noisy-quiet-rate", o.noisy.QuietRate, "publishes per second of each quiet namespace")
+	fs.IntVar(&o.noisy.Burst, "noisy-burst", o.noisy.Burst, "jobs of the noisy namespace's burst, all due at one instant (a multiple of 64)")
+	fs.StringVar(&o.noisy.MaxMemory, "noisy-maxmemory", o.noisy.MaxMemory, "maxmemory of the noisy scenario's pool (it must hold the burst)")
+	fs.Float64Var(&o.noisy.Factor, "noisy-factor", o.noisy.Factor, "a noisy phase's quiet p99s may be this many times the baseline's …")
+	fs.DurationVar(&o.noisy.Floor, "noisy-floor", o.noisy.Floor, "… or the baseline's plus this, whichever is more")
+	fs.IntVar(&o.noisy.NoisyWriteLimit, "noisy-write-limit", o.noisy.NoisyWriteLimit, "rate limit of the noisy token, publish requests per second (0: none, an unbounded flood)")
 	fs.StringVar(&o.serverBin, "server-bin", "", "kairos-server binary (default: go build it into the temporary directory)")
 	fs.StringVar(&o.redisBin, "redis-bin", "", "redis-server binary (default: from PATH)")
 	fs.BoolVar(&o.jsonOnly, "json", false, "print only the JSON lines (no table)")
@@ -107,6 +117,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.soak.Duration <= 0 || o.soak.Rate <= 0 || o.soak.Unconsumed <= 0 || o.soak.Queues <= o.soak.Unconsumed {
 		return o, errors.New("-soak-duration, -soak-rate and -soak-unconsumed must be positive, and -soak-queues larger than -soak-unconsumed")
 	}
+	if o.noisy.Phase < 2*time.Second || o.noisy.Quiet <= 0 || o.noisy.QuietRate <= 0 || o.noisy.Burst < burstPer || o.noisy.Factor < 1 || o.noisy.Floor < 0 || o.noisy.NoisyWriteLimit < 0 {
+		return o, errors.New("-noisy-phase must be at least 2s, -noisy-quiet and -noisy-quiet-rate positive, -noisy-burst at least 64, -noisy-factor at least 1, -noisy-floor and -noisy-write-limit not negative")
+	}
 	o.soak.TTLs = []int{10, 30}
 	o.soak.Every = min(10*time.Second, max(2*time.Second, o.soak.Duration/24))
 	return o, nil
@@ -118,7 +131,7 @@ func scenarioNames() []string {
 	for _, sc := range catalog(options{duration: time.Second}) {
 		names = append(names, sc.Name)
 	}
-	return append(names, "wait-cost", "soak", "ci", "ci-cluster")
+	return append(names, "noisy", "wait-cost", "soak", "ci", "ci-cluster")
 }
 
 // catalog is every scenario, in the order "all" runs them (all but the
@@ -136,7 +149,7 @@ func catalog(o options) []scenario {
 			Duration: max(d, time.Duration(o.failovers)*10*time.Second), Failovers: o.failovers, LossExpected: true},
 		// The same failovers with the durability option: a publish is
 		// acknowledged only once the replica has it, so nothing is lost.
-		// Opt-in (by name): it would push "all" (about 11 minutes) further.
+		// Opt-in (by name): it would push "all" (about 13 minutes) further.
 		{Name: "failover-wait", Sentinel: true, Fsync: "always", Tries: 10, TTR: 1, WaitReplicas: 1,
 			Duration: max(d, time.Duration(o.failovers)*10*time.Second), Failovers: o.failovers, OptIn: true},
 		// Redis Cluster (cluster.go): slot moves of the busy queues' slots
@@ -193,7 +206,7 @@ func (o options) selected() ([]scenario, error) {
 		case "ci-cluster":
 			out = append(out, ciClusterScenario(min(o.duration, 15*time.Second)))
 			continue
-		case "wait-cost", "soak":
+		case "wait-cost", "soak", "noisy":
 			continue
 		}
 		i := slices.IndexFunc(all, func(sc scenario) bool { return sc.Name == name })
@@ -209,6 +222,17 @@ func (o options) wantWaitCost() bool {
 	for _, name := range strings.Split(o.scenarios, ",") {
 		if n := strings.TrimSpace(name); n == "all" || n == "wait-cost" {
 			return o.waitCostN > 0
+		}
+	}
+	return false
+}
+
+// wantNoisy reports whether the noisy-neighbour scenario (noisy.go) is
+// asked for: by name, or with all.
+func (o options) wantNoisy() bool {
+	for _, name := range strings.Split(o.scenarios, ",") {
+		if n := strings.TrimSpace(name); n == "all" || n == "noisy" {
+			return true
 		}
 	}
 	return false
@@ -248,11 +272,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	startInfo := machineInfo(ctx, o.redisBin)
 	start := time.Now()
-	results, wc, soak, werr := runAll(ctx, o, log, stdout)
+	results, wc, soak, noisy, werr := runAll(ctx, o, log, stdout)
 	if !o.jsonOnly && len(results) > 0 {
 		fmt.Fprintf(stdout, "\n%s; %s; ran %v; load average at the end %s\n\n",
 			start.UTC().Format("2006-01-02 15:04 UTC"), startInfo, time.Since(start).Round(time.Second), loadAverage())
 		writeTable(stdout, results)
+	}
+	if !o.jsonOnly && noisy != nil {
+		writeNoisy(stdout, *noisy)
 	}
 	if !o.jsonOnly && wc != nil {
 		writeWaitCost(stdout, *wc)
@@ -272,16 +299,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if soak != nil && !soak.Pass {
 		return 1
 	}
+	if noisy != nil && !noisy.Pass {
+		return 1
+	}
 	return 0
 }
 
 // runAll runs the selected scenarios in a temporary directory, printing
 // each JSON line as it comes; the directory is removed unless -keep (or a
 // failure) asks to keep it.
-func runAll(ctx context.Context, o options, log logrus.FieldLogger, stdout io.Writer) (results []Result, wc *WaitCost, soak *Soak, err error) {
+func runAll(ctx context.Context, o options, log logrus.FieldLogger, stdout io.Writer) (results []Result, wc *WaitCost, soak *Soak, noisy *Noisy, err error) {
 	dir, err := os.MkdirTemp("", "kairos-chaos-")
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	keep := o.keep
 	defer func() {
@@ -297,17 +327,17 @@ func runAll(ctx context.Context, o options, log logrus.FieldLogger, stdout io.Wr
 	}
 	if rc.RedisBin == "" {
 		if rc.RedisBin, err = exec.LookPath("redis-server"); err != nil {
-			return nil, nil, nil, fmt.Errorf("redis-server not found (scripts/install-redis.sh installs it): %w", err)
+			return nil, nil, nil, nil, fmt.Errorf("redis-server not found (scripts/install-redis.sh installs it): %w", err)
 		}
 	}
 	scs, err := o.selected()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	if rc.ServerBin == "" && (len(scs) > 0 || o.wantSoak()) {
+	if rc.ServerBin == "" && (len(scs) > 0 || o.wantSoak() || o.wantNoisy()) {
 		log.Info("building kairos-server")
 		if rc.ServerBin, err = buildServer(ctx, dir); err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 	}
 	enc := json.NewEncoder(stdout)
@@ -315,26 +345,41 @@ func runAll(ctx context.Context, o options, log logrus.FieldLogger, stdout io.Wr
 		res, err := sc.run(ctx, rc)
 		if err != nil {
 			keep = true
-			return results, nil, nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
+			return results, nil, nil, nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
 		}
 		if !res.Pass {
 			keep = true
 		}
 		results = append(results, res)
 		if err := enc.Encode(res); err != nil {
-			return results, nil, nil, err
+			return results, nil, nil, nil, err
 		}
 		log.WithField("scenario", sc.Name).Infof("acknowledged %d, delivered %d, dead %d, lost %d, duplicates %d, pass %v",
 			res.Acknowledged, res.Delivered, res.DeadLettered, res.Lost, res.Duplicates, res.Pass)
+	}
+	if o.wantNoisy() {
+		r, err := runNoisy(ctx, rc, o.noisy)
+		if err != nil {
+			keep = true
+			return results, nil, nil, nil, fmt.Errorf("noisy: %w", err)
+		}
+		if !r.Pass {
+			keep = true
+		}
+		if err := enc.Encode(r); err != nil {
+			return results, nil, nil, nil, err
+		}
+		log.WithField("scenario", "noisy").Infof("quiet namespaces: acknowledged %d, lost %d, pass %v", r.Acknowledged, r.Lost, r.Pass)
+		noisy = &r
 	}
 	if o.wantWaitCost() {
 		m, err := measureWaitCost(ctx, rc, o.waitCostN)
 		if err != nil {
 			keep = true
-			return results, nil, nil, fmt.Errorf("wait-cost: %w", err)
+			return results, nil, nil, noisy, fmt.Errorf("wait-cost: %w", err)
 		}
 		if err := enc.Encode(m); err != nil {
-			return results, nil, nil, err
+			return results, nil, nil, noisy, err
 		}
 		wc = &m
 	}
@@ -342,17 +387,17 @@ func runAll(ctx context.Context, o options, log logrus.FieldLogger, stdout io.Wr
 		r, err := runSoak(ctx, rc, o.soak)
 		if err != nil {
 			keep = true
-			return results, wc, nil, fmt.Errorf("soak: %w", err)
+			return results, wc, nil, noisy, fmt.Errorf("soak: %w", err)
 		}
 		if !r.Pass {
 			keep = true
 		}
 		if err := enc.Encode(r); err != nil {
-			return results, wc, nil, err
+			return results, wc, nil, noisy, err
 		}
 		soak = &r
 	}
-	return results, wc, soak, nil
+	return results, wc, soak, noisy, nil
 }
 
 // buildServer builds ./server/cmd/kairos-server of the enclosing module into

@@ -40,6 +40,10 @@ type redisConf struct {
 	// cluster makes the node a Redis Cluster node with this
 	// cluster-node-timeout (0: not a cluster node).
 	clusterTimeout time.Duration
+	// maxmemory, when set ("128mb"), caps the node's memory; with the
+	// noeviction policy every node has, writes are then refused with OOM
+	// (the noisy-neighbour scenario's full pool).
+	maxmemory string
 }
 
 func (s *supervisor) newRedis(name, bin string, port int, rc redisConf) (*redisNode, error) {
@@ -61,6 +65,9 @@ func (s *supervisor) newRedis(name, bin string, port int, rc redisConf) (*redisN
 		lines = append(lines, "appendonly no")
 	} else {
 		lines = append(lines, "appendonly yes", "appendfsync "+rc.fsync)
+	}
+	if rc.maxmemory != "" {
+		lines = append(lines, "maxmemory "+rc.maxmemory)
 	}
 	if rc.replicaOf != 0 {
 		lines = append(lines, fmt.Sprintf("replicaof 127.0.0.1 %d", rc.replicaOf))
