@@ -17,8 +17,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"go.opentelemetry.io/otel/propagation"
 )
 
 // Defaults of a Client.
@@ -56,6 +54,8 @@ type settings struct {
 	caFile    string
 	// publishKeys: every publish without a JobKey gets a generated one.
 	publishKeys bool
+	// headerHook is WithRequestHeaders's.
+	headerHook func(ctx context.Context, h http.Header)
 }
 
 // Option configures a Client or an Admin client.
@@ -212,6 +212,22 @@ func WithPublishKeys() Option {
 	return func(s *settings) error { s.publishKeys = true; return nil }
 }
 
+// WithRequestHeaders makes the client call f with the caller's context and
+// the headers of every request it sends, just before it sends it: where
+// headers that depend on the context go. Package client/otelclient uses it
+// to send the caller's W3C trace context (otelclient.Propagate), so that
+// this package needs nothing beyond the standard library. f must be safe
+// for concurrent use and must not keep h.
+func WithRequestHeaders(f func(ctx context.Context, h http.Header)) Option {
+	return func(s *settings) error {
+		if f == nil {
+			return argError("nil request header function")
+		}
+		s.headerHook = f
+		return nil
+	}
+}
+
 // WithUserAgent sets the User-Agent header.
 func WithUserAgent(ua string) Option {
 	return func(s *settings) error { s.userAgent = ua; return nil }
@@ -228,6 +244,7 @@ type transport struct {
 	header     http.Header // added to every request
 	user, pass string
 	basicAuth  bool
+	headerHook func(ctx context.Context, h http.Header)
 }
 
 // newTransport parses addr ("host:port", "http://host:port",
@@ -246,6 +263,7 @@ func newTransport(addr string, opts []Option) (*transport, *settings, error) {
 	t := &transport{
 		base: base, retries: s.retries, backoff: s.backoff, maxBackoff: s.maxBackoff,
 		header: make(http.Header), user: s.user, pass: s.pass, basicAuth: s.basicAuth,
+		headerHook: s.headerHook,
 	}
 	tlsCfg, err := s.clientTLS()
 	if err != nil {
@@ -412,10 +430,12 @@ func (t *transport) once(parent context.Context, r request) (*response, bool, er
 	for k, vs := range r.header {
 		req.Header[k] = slices.Clone(vs)
 	}
-	// The caller's trace context (W3C traceparent, tracestate), when its
-	// ctx has one: a publish stores it with the job, and the server's
-	// spans of the other requests join the caller's trace.
-	traceContext.Inject(parent, propagation.HeaderCarrier(req.Header))
+	if t.headerHook != nil {
+		// E.g. the caller's trace context (otelclient.Propagate): a
+		// publish stores it with the job, and the server's spans of the
+		// other requests join the caller's trace.
+		t.headerHook(parent, req.Header)
+	}
 	if r.form {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
