@@ -213,7 +213,10 @@ func (t *transport) exchange(parent, ctx context.Context, cn *fastConn, r reques
 		case ctx.Err() != nil:
 			err = ctx.Err() // as net/http reports it
 		case errors.As(err, &ne) && ne.Timeout() && !deadline.IsZero() && !time.Now().Before(deadline):
-			err = context.DeadlineExceeded
+			// The connection's deadline passed a moment before ctx's
+			// timer fires: answer as net/http does, once ctx is done.
+			<-ctx.Done()
+			err = ctx.Err()
 		}
 	}()
 	b, err := t.appendRequest(cn.wbuf[:0], parent, r)
