@@ -22,7 +22,8 @@
 # (npm ci). Needs Go, curl and python3 (free ports).
 #
 # Environment (defaults in brackets):
-#   PEERS      peers in order ["kairos asynq bullmq river"]
+#   PEERS      peers in order ["kairos asynq bullmq river"]; river-defaults is River with its
+#              default FetchCooldown (100 ms) and FetchPollInterval (1 s)
 #   ROUNDS     rounds [3]
 #   SCENARIOS  ["memory enqueue bulk process latency delayed"]
 #   JOBS       jobs of enqueue, bulk and process [100000]
@@ -43,7 +44,7 @@ args=(-jobs "${JOBS:-100000}" -c "${CONC:-64}" -bulk-c "${BULK_CONC:-16}" -batch
 	-body "${BODY:-100}" -rates "${RATES:-1000,4000}" -latency-duration "${LAT_DUR:-5s}"
 	-delayed-jobs "${DELAYED:-20000}" -mem-jobs "${MEM_JOBS:-20000}")
 
-has() { case " $PEERS " in *" $1 "*) return 0 ;; esac; return 1; }
+has() { case " $PEERS " in *" $1 "* | *" $1-"*) return 0 ;; esac; return 1; }
 
 scripts/install-redis.sh
 pgbin=
@@ -134,8 +135,9 @@ CONF
 			"${args[@]}" $SCENARIOS >>"$out" || status=1
 		stop "$rpid"
 		;;
-	river)
-		local pport ppid
+	river | river-defaults)
+		local pport ppid rflags=()
+		[ "$peer" = river-defaults ] && rflags=(-river-defaults)
 		pport=$(port)
 		pgdata="$dir/pg"
 		mkdir -p "$pgdata"
@@ -150,13 +152,13 @@ CONF
 		for _ in $(seq 100); do "$pgbin/pg_isready" -q -h 127.0.0.1 -p "$pport" && break; sleep 0.1; done
 		ppid=$(head -n 1 "$pgdata/postmaster.pid")
 		"$pgbin/createdb" -h 127.0.0.1 -p "$pport" -U postgres river
-		"$work/peers" run -peer river -round "$round" -pg "postgres://postgres@127.0.0.1:$pport/river" \
+		"$work/peers" run -peer river "${rflags[@]}" -round "$round" -pg "postgres://postgres@127.0.0.1:$pport/river" \
 			-store-pid "$ppid" "${args[@]}" $SCENARIOS >>"$out" || status=1
 		kill -INT "$ppid" 2>/dev/null || true
 		for _ in $(seq 100); do kill -0 "$ppid" 2>/dev/null || break; sleep 0.1; done
 		pgdata=
 		;;
-	*) echo "bench-peers: unknown peer $peer (PEERS: kairos asynq bullmq river)" >&2; exit 2 ;;
+	*) echo "bench-peers: unknown peer $peer (PEERS: kairos asynq bullmq river river-defaults)" >&2; exit 2 ;;
 	esac
 	rm -rf "$dir"
 	[ "$status" -eq 0 ] || { echo "bench-peers: $peer failed in round $round" >&2; exit 1; }

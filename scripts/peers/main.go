@@ -81,6 +81,7 @@ type config struct {
 	jobs, conc, bulkConc, batchSize    int
 	bodySize, delayedJobs, memJobs     int
 	latDur                             time.Duration
+	riverDefaults                      bool
 	rates                              []float64
 }
 
@@ -129,6 +130,7 @@ func run(args []string) {
 	fs.IntVar(&cfg.delayedJobs, "delayed-jobs", 20000, "jobs of delayed, due 1-5 s after they are published")
 	fs.IntVar(&cfg.memJobs, "mem-jobs", 20000, "delayed jobs (due in 1 h) of memory")
 	fs.DurationVar(&cfg.latDur, "latency-duration", 5*time.Second, "how long latency publishes at each rate")
+	fs.BoolVar(&cfg.riverDefaults, "river-defaults", false, "River with its default FetchCooldown and FetchPollInterval (reported as river-defaults)")
 	ratesFlag := fs.String("rates", "1000,4000", "publish rates of latency, jobs/s")
 	_ = fs.Parse(args)
 	for _, s := range strings.Split(*ratesFlag, ",") {

@@ -52,7 +52,7 @@ func table(w io.Writer, files []string) error {
 			return err
 		}
 	}
-	order := []string{"kairos", "asynq", "bullmq", "river"}
+	order := []string{"kairos", "asynq", "bullmq", "river", "river-defaults"}
 	sort.SliceStable(peers, func(i, j int) bool { return idx(order, peers[i]) < idx(order, peers[j]) })
 	rows := []string{"enqueue", "bulk", "process", "latency at 1000 jobs/s", "latency at 4000 jobs/s", "delayed", "memory"}
 	for k := range runs {

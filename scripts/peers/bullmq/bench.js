@@ -281,6 +281,11 @@ const scenarios = {
 };
 
 async function main() {
+  if (process.argv[2] === '--version') {
+    // make test's check that the locked packages load: prints the versions.
+    console.log(`bullmq ${VERSION}, ioredis ${require('ioredis/package.json').version}, node ${process.versions.node}`);
+    return;
+  }
   const cfg = parseArgs(process.argv.slice(2));
   const b = new Bench(cfg);
   for (const sc of cfg.scenarios) {
