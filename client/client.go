@@ -17,8 +17,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"go.opentelemetry.io/otel/propagation"
 )
 
 // Defaults of a Client.
@@ -56,6 +54,8 @@ type settings struct {
 	caFile    string
 	// publishKeys: every publish without a JobKey gets a generated one.
 	publishKeys bool
+	// headerHook is WithRequestHeaders's.
+	headerHook func(ctx context.Context, h http.Header)
 }
 
 // Option configures a Client or an Admin client.
@@ -212,6 +212,22 @@ func WithPublishKeys() Option {
 	return func(s *settings) error { s.publishKeys = true; return nil }
 }
 
+// WithRequestHeaders makes the client call f with the caller's context and
+// the headers of every request it sends, just before it sends it: where
+// headers that depend on the context go. Package client/otelclient uses it
+// to send the caller's W3C trace context (otelclient.Propagate), so that
+// this package needs nothing beyond the standard library. f must be safe
+// for concurrent use and must not keep h.
+func WithRequestHeaders(f func(ctx context.Context, h http.Header)) Option {
+	return func(s *settings) error {
+		if f == nil {
+			return argError("nil request header function")
+		}
+		s.headerHook = f
+		return nil
+	}
+}
+
 // WithUserAgent sets the User-Agent header.
 func WithUserAgent(ua string) Option {
 	return func(s *settings) error { s.userAgent = ua; return nil }
@@ -228,6 +244,9 @@ type transport struct {
 	header     http.Header // added to every request
 	user, pass string
 	basicAuth  bool
+	headerHook func(ctx context.Context, h http.Header)
+	// fast, when set, sends the requests instead of hc (conn.go).
+	fast *fastTransport
 }
 
 // newTransport parses addr ("host:port", "http://host:port",
@@ -246,6 +265,7 @@ func newTransport(addr string, opts []Option) (*transport, *settings, error) {
 	t := &transport{
 		base: base, retries: s.retries, backoff: s.backoff, maxBackoff: s.maxBackoff,
 		header: make(http.Header), user: s.user, pass: s.pass, basicAuth: s.basicAuth,
+		headerHook: s.headerHook,
 	}
 	tlsCfg, err := s.clientTLS()
 	if err != nil {
@@ -276,6 +296,7 @@ func newTransport(addr string, opts []Option) (*transport, *settings, error) {
 		tr := newHTTPTransport()
 		tr.TLSClientConfig = tlsCfg
 		t.hc = &http.Client{Transport: tr}
+		t.fast = newFastTransport(base, tlsCfg)
 	}
 	t.timeout = s.timeout
 	if t.timeout == 0 {
@@ -394,6 +415,16 @@ func (t *transport) do(ctx context.Context, r request) (*response, error) {
 func (t *transport) once(parent context.Context, r request) (*response, bool, error) {
 	ctx, cancel := context.WithTimeout(parent, r.wait+t.timeout)
 	defer cancel()
+	if t.fast != nil {
+		res, err := t.fastRoundTrip(parent, ctx, r)
+		if err != nil {
+			if errors.Is(err, ErrBadRequest) {
+				return nil, false, err // a header net/http would refuse too
+			}
+			return t.failed(parent, r, err)
+		}
+		return t.answer(r, res.status, res.header, res.body)
+	}
 	u := t.base.String() + r.path
 	if len(r.query) > 0 {
 		u += "?" + r.query.Encode()
@@ -412,10 +443,12 @@ func (t *transport) once(parent context.Context, r request) (*response, bool, er
 	for k, vs := range r.header {
 		req.Header[k] = slices.Clone(vs)
 	}
-	// The caller's trace context (W3C traceparent, tracestate), when its
-	// ctx has one: a publish stores it with the job, and the server's
-	// spans of the other requests join the caller's trace.
-	traceContext.Inject(parent, propagation.HeaderCarrier(req.Header))
+	if t.headerHook != nil {
+		// E.g. the caller's trace context (otelclient.Propagate): a
+		// publish stores it with the job, and the server's spans of the
+		// other requests join the caller's trace.
+		t.headerHook(parent, req.Header)
+	}
 	if r.form {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
@@ -424,14 +457,7 @@ func (t *transport) once(parent context.Context, r request) (*response, bool, er
 	}
 	res, err := t.hc.Do(req)
 	if err != nil {
-		err = fmt.Errorf("kairos: %s %s: %w", r.method, r.path, err)
-		// A server certificate that does not verify will not verify on
-		// the next attempt either.
-		var certErr *tls.CertificateVerificationError
-		if errors.As(err, &certErr) {
-			return nil, false, err
-		}
-		return nil, neverSent(err) || (r.idempotent && !isCtxErr(parent, err)), err
+		return t.failed(parent, r, err)
 	}
 	defer res.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(res.Body, maxBodyRead))
@@ -439,14 +465,32 @@ func (t *transport) once(parent context.Context, r request) (*response, bool, er
 		err = fmt.Errorf("kairos: %s %s: read response: %w", r.method, r.path, err)
 		return nil, r.idempotent && !isCtxErr(parent, err), err
 	}
+	return t.answer(r, res.StatusCode, res.Header, data)
+}
+
+// failed is once's outcome when the exchange failed (no answer).
+func (t *transport) failed(parent context.Context, r request, err error) (*response, bool, error) {
+	err = fmt.Errorf("kairos: %s %s: %w", r.method, r.path, err)
+	// A server certificate that does not verify will not verify on
+	// the next attempt either.
+	var certErr *tls.CertificateVerificationError
+	if errors.As(err, &certErr) {
+		return nil, false, err
+	}
+	return nil, neverSent(err) || (r.idempotent && !isCtxErr(parent, err)), err
+}
+
+// answer is once's outcome for an answer: a response when its status is
+// one of r.want, else an *APIError.
+func (t *transport) answer(r request, status int, header http.Header, data []byte) (*response, bool, error) {
 	for _, s := range r.want {
-		if res.StatusCode == s {
-			return &response{status: res.StatusCode, header: res.Header, body: data, requestID: res.Header.Get("X-Request-ID")}, false, nil
+		if status == s {
+			return &response{status: status, header: header, body: data, requestID: header.Get("X-Request-ID")}, false, nil
 		}
 	}
-	apiErr := newAPIError(r.method, r.path, res.StatusCode, res.Header, data)
-	retry := r.idempotent && res.StatusCode >= 500 && res.StatusCode != http.StatusInsufficientStorage ||
-		r.unavailableRetry && res.StatusCode == http.StatusServiceUnavailable && !apiErr.mayExist()
+	apiErr := newAPIError(r.method, r.path, status, header, data)
+	retry := r.idempotent && status >= 500 && status != http.StatusInsufficientStorage ||
+		r.unavailableRetry && status == http.StatusServiceUnavailable && !apiErr.mayExist()
 	return nil, retry, apiErr
 }
 

@@ -10,10 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // Handler processes one job. Returning nil ACKs the job. Returning an
@@ -68,12 +64,15 @@ type WorkerConfig struct {
 	// NoRelease leaves failed jobs to come back after their TTR instead
 	// of releasing them (Kairos's release/nack) at once.
 	NoRelease bool
-	// TracerProvider makes each handler's span, a child of the trace
-	// context the job was published with ("process <queue>", kind
-	// consumer), which also covers the job's ACK or release; nil means
-	// otel.GetTracerProvider(). With a no-op provider the handler's
-	// context still carries the job's trace context.
-	TracerProvider trace.TracerProvider
+	// Observe, when set, is called as each job's processing begins, with
+	// the worker's context and the job; the handler runs with the context
+	// it returns, and done is called with the handler's error (nil on
+	// success) once the job's ACK or release is over. It is where a span
+	// per job starts and ends: otelclient.WorkerSpans makes one, a child
+	// of the trace context the job was published with, with
+	// OpenTelemetry (kept out of this package so that importing it costs
+	// the standard library only). It must be safe for concurrent use.
+	Observe func(ctx context.Context, job *Job) (_ context.Context, done func(err error))
 }
 
 // Worker runs a Handler over queues with N concurrent slots: each slot
@@ -86,7 +85,6 @@ type Worker struct {
 	h       Handler
 	cfg     WorkerConfig
 	log     *slog.Logger
-	tracer  trace.Tracer
 	mu      sync.Mutex
 	started bool
 	// pollCancel stops fetching (Stop); hardCancel also cancels running
@@ -165,7 +163,7 @@ func NewWorker(c *Client, cfg WorkerConfig, h Handler) (*Worker, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Worker{c: c, h: h, cfg: cfg, log: log, tracer: workerTracer(cfg.TracerProvider), done: make(chan struct{})}, nil
+	return &Worker{c: c, h: h, cfg: cfg, log: log, done: make(chan struct{})}, nil
 }
 
 // Start starts the handler slots and returns at once. Cancelling ctx stops
@@ -289,22 +287,17 @@ func (w *Worker) nextPause(p time.Duration) time.Duration {
 	return min(2*p, w.cfg.MaxBackoff)
 }
 
-// process runs the handler on job and ACKs it on success, in a span that
-// continues the job's trace.
+// process runs the handler on job and ACKs it on success, within
+// WorkerConfig.Observe when set.
 func (w *Worker) process(hardCtx context.Context, job *Job) {
-	hardCtx, span := w.tracer.Start(job.Context(hardCtx), "process "+job.Queue,
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
-			attribute.String("messaging.system", "kairos"),
-			attribute.String("messaging.operation.name", "process"),
-			attribute.String("messaging.destination.name", job.Queue),
-			attribute.String("messaging.message.id", job.ID),
-			attribute.String("kairos.namespace", job.Namespace),
-			attribute.String("kairos.queue", job.Queue),
-			attribute.String("kairos.job_id", job.ID),
-			attribute.Int("kairos.remain_tries", job.RemainTries),
-		))
-	defer span.End()
+	var failure error
+	if w.cfg.Observe != nil {
+		var done func(error)
+		hardCtx, done = w.cfg.Observe(hardCtx, job)
+		if done != nil {
+			defer func() { done(failure) }()
+		}
+	}
 	ctx := hardCtx
 	if w.cfg.TTR > 0 {
 		var cancel context.CancelFunc
@@ -316,8 +309,7 @@ func (w *Worker) process(hardCtx context.Context, job *Job) {
 	// instead of the slot's ctx.
 	after := context.WithoutCancel(hardCtx)
 	if err := w.call(ctx, job); err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
+		failure = err
 		w.stats.failed.Add(1)
 		if w.cfg.NoRelease || job.Receipt == "" {
 			w.report(job, err, "handler failed; the job comes back after its TTR")

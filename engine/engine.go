@@ -423,8 +423,8 @@ type Batcher interface {
 	// answered nothing without a look when the engine knows its queues to
 	// be empty and a Consume would be woken by any job made ready since.
 	ConsumeEach(ctx context.Context, reqs []*ConsumeRequest, jobs [][]*Job, errs []error)
-	// DeleteEach acknowledges (deletes) refs[i] as Delete does and sets
-	// errs[i].
+	// DeleteEach acknowledges (deletes) refs[i] as Delete does, or as
+	// Extensions.Ack does when it has a Receipt, and sets errs[i].
 	DeleteEach(ctx context.Context, refs []JobRef, errs []error)
 }
 
@@ -458,9 +458,12 @@ type Watcher interface {
 	Watch(ns string, queues []string, fn func()) (stop func(), look, ok bool)
 }
 
-// JobRef names one job.
+// JobRef names one job, and with a Receipt one delivery of it.
 type JobRef struct {
 	Namespace, Queue, ID string
+	// Receipt, when not empty, makes DeleteEach's ACK Extensions.Ack's:
+	// of that delivery only (ErrStaleReceipt, ErrJobNotFound).
+	Receipt string
 }
 
 // Extensions is what Kairos offers beyond lmstfy's operations: receipts,

@@ -1,6 +1,10 @@
 package engine
 
-import "context"
+import (
+	"context"
+	"errors"
+	"fmt"
+)
 
 // Serial is the generic form of Batcher, Pipeliner and Watcher over an
 // engine's Core operations: each request on its own, the steps of a pass
@@ -39,9 +43,21 @@ func (s Serial) ConsumeEach(ctx context.Context, reqs []*ConsumeRequest, jobs []
 	}
 }
 
-// DeleteEach implements Batcher with one Delete per job.
+// DeleteEach implements Batcher with one Delete (or Ack, with a receipt)
+// per job.
 func (s Serial) DeleteEach(ctx context.Context, refs []JobRef, errs []error) {
 	for i, r := range refs {
+		if r.Receipt != "" {
+			a, ok := s.E.(interface {
+				Ack(ctx context.Context, namespace, queue, jobID, receipt string) error
+			})
+			if !ok {
+				errs[i] = fmt.Errorf("ack %s/%s/%s: receipts: %w", r.Namespace, r.Queue, r.ID, errors.ErrUnsupported)
+				continue
+			}
+			errs[i] = a.Ack(ctx, r.Namespace, r.Queue, r.ID, r.Receipt)
+			continue
+		}
 		errs[i] = s.E.Delete(ctx, r.Namespace, r.Queue, r.ID)
 	}
 }

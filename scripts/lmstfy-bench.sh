@@ -25,6 +25,8 @@
 #                   rebuilt when its -v does not report LMSTFY_VERSION
 #   SERVERS         servers to measure, in order (default "lmstfy kairos")
 #   JSON_DIR        when set, run the bench with --json into JSON_DIR/<server>.json
+#   KAIROS_SERVER_BIN  a kairos-server binary to measure instead of this
+#                   checkout's (e.g. an older commit's, for before/after)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -49,7 +51,11 @@ case " $SERVERS " in *" lmstfy "*)
 	LMSTFY_BIN=$(LMSTFY_VERSION=$LMSTFY_VERSION LMSTFY_BIN=$LMSTFY_BIN scripts/build-lmstfy.sh) ;;
 esac
 
-go build -o "$work/kairos-server" ./server/cmd/kairos-server
+if [ -n "${KAIROS_SERVER_BIN:-}" ]; then
+	cp "$KAIROS_SERVER_BIN" "$work/kairos-server"
+else
+	go build -o "$work/kairos-server" ./server/cmd/kairos-server
+fi
 go build -o "$work/kairos" ./client/cmd/kairos
 bench_help=$("$work/kairos" bench --help)
 has_flag() { grep -q -- "--$1 " <<<"$bench_help"; }

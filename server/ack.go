@@ -3,7 +3,6 @@ package server
 import (
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/gin-gonic/gin"
 	"github.com/sirupsen/logrus"
@@ -32,7 +31,7 @@ func parseReceipt(c *gin.Context) (string, error) {
 	if r == "" {
 		return "", errMissingReceipt
 	}
-	if len(r) != 16 || strings.Trim(r, "0123456789abcdefABCDEF") != "" {
+	if !validReceipt(r) {
 		return "", errInvalidReceipt
 	}
 	return r, nil

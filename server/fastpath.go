@@ -85,6 +85,8 @@ type loopHost struct{ s *Server }
 type fastItem struct {
 	evloop.Item
 	adm admission
+	// ext: a consume that asked for the Kairos fields (extHeader).
+	ext bool
 }
 
 // fastPool recycles fastItems.
@@ -159,9 +161,18 @@ func (h loopHost) Take(r *evloop.Request, ip string, now time.Time) (*evloop.Ite
 		if wait > 0 {
 			it.Deadline = now.Add(wait)
 		}
+		f.ext = r.Ext != nil && extOn(string(r.Ext))
 	case evloop.Ack:
 		opts = optsAck
 		it.JobID = string(r.JobID)
+		if v, ok := r.Param("receipt"); ok {
+			// A receipt ACK (ackReceipt); a missing or malformed receipt
+			// is net/http's 400.
+			if !validReceipt(string(v)) {
+				return fail()
+			}
+			it.Receipt = string(v)
+		}
 	}
 	if s.accessLog.Load() {
 		it.Query = string(r.Query)
@@ -247,7 +258,7 @@ func (h loopHost) Answer(it *evloop.Item, date, out []byte) []byte {
 			s.fastLogger(f, reqID[:]).WithError(it.Err).Warn("consume returned jobs and an error")
 		}
 		var err error
-		if body, err = json.Marshal(consumedBody(it.Jobs, it.NS, it.Con.Queues, it.Con.Count, false, s.now())); err != nil {
+		if body, err = json.Marshal(consumedBody(it.Jobs, it.NS, it.Con.Queues, it.Con.Count, f.ext, s.now())); err != nil {
 			ae, it.Err = errInternal, err
 			break
 		}

@@ -81,11 +81,13 @@ func TestParseFast(t *testing.T) {
 		{"consume of queues", "GET /api/ns/q1,q2 HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Other},
 		{"consume, ms timeout", "GET /api/ns/q?timeout_ms=5 HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Other},
 		{"consume, publish parameter", "GET /api/ns/q?delay=5 HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Other},
-		{"consume with receipts", "GET /api/ns/q HTTP/1.1\r\nHost: h\r\nX-Kairos-Extensions: 1\r\n\r\n", evloop.Other},
+		{"consume with receipts", "GET /api/ns/q HTTP/1.1\r\nHost: h\r\nX-Kairos-Extensions: 1\r\n\r\n", evloop.Done},
+		{"consume, two extension headers", "GET /api/ns/q HTTP/1.1\r\nHost: h\r\nX-Kairos-Extensions: 1\r\nx-kairos-extensions: 1\r\n\r\n", evloop.Other},
 		{"peek", "GET /api/ns/q/peek HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Other},
 		{"size", "GET /api/ns/q/size HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Other},
 		{"ack", "DELETE /api/ns/q/job/01ARZ3NDEKTSV4RRFFQ69G5FAV HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Done},
-		{"ack with receipt", "DELETE /api/ns/q/job/abc?receipt=r HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Other},
+		{"ack with receipt", "DELETE /api/ns/q/job/abc?receipt=0123456789abcdef HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Done},
+		{"ack, ms parameter", "DELETE /api/ns/q/job/abc?delay_ms=1 HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Other},
 		{"ack, odd job ID", "DELETE /api/ns/q/job/a-b HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Other},
 		{"ack, no job ID", "DELETE /api/ns/q/job/ HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Other},
 		{"destroy", "DELETE /api/ns/q HTTP/1.1\r\nHost: h\r\n\r\n", evloop.Other},
@@ -207,8 +209,11 @@ func FuzzParseFast(f *testing.F) {
 		if got := req.Method + " " + req.URL.Path; got != route {
 			t.Errorf("net/http reads %s, the fast path %s", got, route)
 		}
-		if req.Header.Get("Enable-Job-Version") != "" || req.Header.Get("Idempotency-Key") != "" || req.Header.Get(extHeader) != "" {
+		if req.Header.Get("Enable-Job-Version") != "" || req.Header.Get("Idempotency-Key") != "" {
 			t.Errorf("extension headers taken: %v", req.Header)
+		}
+		if got := req.Header.Get(extHeader); got != string(r.Ext) {
+			t.Errorf("%s %q, fast path %q", extHeader, got, r.Ext)
 		}
 	})
 }

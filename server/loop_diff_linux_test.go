@@ -54,8 +54,8 @@ func diffN() uint64 {
 // diffReq is one request of a sequence.
 type diffReq struct {
 	// raw renders the request; ids are the job IDs the server returned so
-	// far, in the order they first appeared.
-	raw func(ids []string) string
+	// far, in the order they first appeared, and rcpts the receipts.
+	raw func(ids, rcpts []string) string
 	// feed, for a consume that waits on a queue of its own, is that queue:
 	// a job is published to it once the answers before it are read.
 	feed string
@@ -123,6 +123,40 @@ func genSeq(seed uint64) *diffSeq {
 			return ids[n%len(ids)]
 		}
 	}
+	// ext asks, or not, for the receipts (X-Kairos-Extensions), as the
+	// Go client's Worker does; a repeated header is net/http's.
+	ext := func(r *rand.Rand) string {
+		switch r.IntN(8) {
+		case 0, 1, 2:
+			return "X-Kairos-Extensions: 1\r\n"
+		case 3:
+			return "x-kairos-extensions: YES\r\n"
+		case 4:
+			return "X-Kairos-Extensions: 0\r\n"
+		case 5:
+			return "X-Kairos-Extensions: 1\r\nX-Kairos-Extensions: 1\r\n"
+		}
+		return ""
+	}
+	// receipt is an ACK's receipt parameter: none (lmstfy's ACK), one the
+	// server gave (maybe of an older delivery), one it never gave, or a
+	// malformed one (net/http's 400).
+	receipt := func(r *rand.Rand) func(rcpts []string) string {
+		n, k := r.IntN(1<<20), r.IntN(12)
+		return func(rcpts []string) string {
+			switch {
+			case k < 4:
+				return ""
+			case k < 9 && len(rcpts) > 0:
+				return "receipt=" + rcpts[n%len(rcpts)]
+			case k == 9:
+				return "receipt=00000000000000ff"
+			case k == 10:
+				return "receipt=xyz"
+			}
+			return "receipt="
+		}
+	}
 	body := func(r *rand.Rand) string {
 		n := 1 + r.IntN(40)
 		if r.IntN(40) == 0 {
@@ -170,7 +204,7 @@ func genSeq(seed uint64) *diffSeq {
 			case 1: // net/http: chunked
 				raw := head("PUT", join("/api/ns/"+q, append(ps, tq)...), "Transfer-Encoding: chunked\r\n\r\n") +
 					fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(b), b)
-				d = diffReq{raw: func([]string) string { return raw }, what: "PUT chunked " + q}
+				d = diffReq{raw: func([]string, []string) string { return raw }, what: "PUT chunked " + q}
 			case 2: // net/http: an encoded parameter
 				ps = append(ps, "ttl=%36%30")
 			case 3: // a trace context, stored and handed back by both
@@ -189,11 +223,11 @@ func genSeq(seed uint64) *diffSeq {
 				th, tq = "X-Token: not-a-token\r\n", ""
 				n := 256<<10 + rng.IntN(1<<19)
 				raw := head("PUT", join("/api/ns/"+q, ps...), extra+"Content-Length: "+strconv.Itoa(n)+"\r\n\r\n") + b[:min(len(b), n-1)]
-				d = diffReq{raw: func([]string) string { return raw }, closes: true, what: fmt.Sprintf("PUT %s bad token, %d of %d bytes", q, min(len(b), n-1), n)}
+				d = diffReq{raw: func([]string, []string) string { return raw }, closes: true, what: fmt.Sprintf("PUT %s bad token, %d of %d bytes", q, min(len(b), n-1), n)}
 			}
 			if d.raw == nil {
 				raw := head("PUT", join("/api/ns/"+q, append(ps, tq)...), extra+"Content-Length: "+strconv.Itoa(len(b))+"\r\n\r\n") + b
-				d = diffReq{raw: func([]string) string { return raw }, what: "PUT " + q + " " + strings.Join(ps, "&")}
+				d = diffReq{raw: func([]string, []string) string { return raw }, what: "PUT " + q + " " + strings.Join(ps, "&")}
 			}
 		case k < 55: // consume, answered at once
 			var ps []string
@@ -209,8 +243,9 @@ func genSeq(seed uint64) *diffSeq {
 				target = "/api/ns/" + qs[0] + "," + qs[1] // net/http: two queues
 			}
 			rng.Shuffle(len(ps), func(i, j int) { ps[i], ps[j] = ps[j], ps[i] })
-			raw := head("GET", join(target, append(ps, tq)...), "\r\n")
-			d = diffReq{raw: func([]string) string { return raw }, what: "GET " + target + " " + strings.Join(ps, "&")}
+			x := ext(rng)
+			raw := head("GET", join(target, append(ps, tq)...), x+"\r\n")
+			d = diffReq{raw: func([]string, []string) string { return raw }, what: "GET " + target + " " + strings.Join(ps, "&") + " " + strings.TrimSpace(x)}
 		case k < 65: // consume that waits, on a queue of its own
 			w := fmt.Sprintf("d%dw%d", seed, waits)
 			waits++
@@ -226,13 +261,14 @@ func genSeq(seed uint64) *diffSeq {
 			if feed == "" {
 				timeout = "timeout=1"
 			}
-			raw := head("GET", join("/api/ns/"+w, timeout, tq), "\r\n")
-			d = diffReq{raw: func([]string) string { return raw }, feed: feed, what: "GET " + w + " " + timeout + " feed=" + strconv.FormatBool(feed != "")}
+			x := ext(rng)
+			raw := head("GET", join("/api/ns/"+w, timeout, tq), x+"\r\n")
+			d = diffReq{raw: func([]string, []string) string { return raw }, feed: feed, what: "GET " + w + " " + timeout + " feed=" + strconv.FormatBool(feed != "") + " " + strings.TrimSpace(x)}
 		case k < 80: // ACK
-			id := pickID(rng)
-			d = diffReq{raw: func(ids []string) string {
-				return head("DELETE", join("/api/ns/"+q+"/job/"+id(ids), tq), "\r\n")
-			}, what: "DELETE " + q}
+			id, rc := pickID(rng), receipt(rng)
+			d = diffReq{raw: func(ids, rcpts []string) string {
+				return head("DELETE", join("/api/ns/"+q+"/job/"+id(ids), rc(rcpts), tq), "\r\n")
+			}, what: "DELETE " + q + " " + rc([]string{"R"})}
 		default: // net/http routes
 			var target, method = "", "GET"
 			switch rng.IntN(6) {
@@ -242,7 +278,7 @@ func genSeq(seed uint64) *diffSeq {
 				target = "/api/ns/" + q + "/peek"
 			case 2:
 				id := pickID(rng)
-				d = diffReq{raw: func(ids []string) string {
+				d = diffReq{raw: func(ids, rcpts []string) string {
 					return head("GET", join("/api/ns/"+q+"/job/"+id(ids), tq), "\r\n")
 				}, what: "GET job " + q}
 			case 3:
@@ -255,7 +291,7 @@ func genSeq(seed uint64) *diffSeq {
 			}
 			if d.raw == nil {
 				raw := head(method, join(target, tq), "\r\n")
-				d = diffReq{raw: func([]string) string { return raw }, what: method + " " + target}
+				d = diffReq{raw: func([]string, []string) string { return raw }, what: method + " " + target}
 			}
 		}
 		closes = closes || d.closes
@@ -296,7 +332,7 @@ func genSeq(seed uint64) *diffSeq {
 		if d.closes {
 			break
 		}
-		raw := d.raw(nil)
+		raw := d.raw(nil, nil)
 		s.rounds = append(s.rounds, diffRound{trunc: d, truncate: 1 + rng.IntN(len(raw)-1)})
 	}
 	return s
@@ -336,8 +372,9 @@ func runSeq(srv *diffServer, s *diffSeq) *diffRun {
 	defer conn.Close()
 	br := bufio.NewReader(conn)
 	rng := rand.New(rand.NewPCG(s.seed, 7))
-	var ids []string
+	var ids, rcpts []string
 	known := map[string]string{}
+	knownR := map[string]string{}
 	feeds := 0
 	norm := func(resp *http.Response, body []byte) diffAnswer {
 		var b strings.Builder
@@ -373,6 +410,14 @@ func runSeq(srv *diffServer, s *diffSeq) *diffRun {
 				ids = append(ids, id)
 				n := "J" + strconv.Itoa(len(ids))
 				known[id] = n
+				return n
+			}, func(r string) string {
+				if n, ok := knownR[r]; ok {
+					return n
+				}
+				rcpts = append(rcpts, r)
+				n := "R" + strconv.Itoa(len(rcpts))
+				knownR[r] = n
 				return n
 			})
 			nb, _ := json.Marshal(doc)
@@ -424,10 +469,10 @@ func runSeq(srv *diffServer, s *diffSeq) *diffRun {
 	for _, r := range s.rounds {
 		var raw []byte
 		for _, d := range r.reqs {
-			raw = append(raw, d.raw(ids)...)
+			raw = append(raw, d.raw(ids, rcpts)...)
 		}
 		if r.truncate > 0 {
-			t := d2raw(r.trunc, ids)
+			t := d2raw(r.trunc, ids, rcpts)
 			raw = append(raw, t[:min(r.truncate, len(t)-1)]...)
 		}
 		errc := write(raw, r.chops)
@@ -485,7 +530,7 @@ func rng2(c int) int {
 	return 0
 }
 
-func d2raw(d diffReq, ids []string) []byte { return []byte(d.raw(ids)) }
+func d2raw(d diffReq, ids, rcpts []string) []byte { return []byte(d.raw(ids, rcpts)) }
 
 // endOf names how a read ended.
 func endOf(err error) string {
@@ -503,9 +548,9 @@ func endOf(err error) string {
 	return "error: " + err.Error()
 }
 
-// normJSON replaces what differs between two equal servers: job IDs
-// (numbered by first appearance), times and TTLs.
-func normJSON(v any, id func(string) string) any {
+// normJSON replaces what differs between two equal servers: job IDs and
+// receipts (numbered by first appearance), times and TTLs.
+func normJSON(v any, id, receipt func(string) string) any {
 	switch v := v.(type) {
 	case map[string]any:
 		for k, x := range v {
@@ -514,15 +559,19 @@ func normJSON(v any, id func(string) string) any {
 				if s, ok := x.(string); ok && s != "" {
 					v[k] = id(s)
 				}
+			case "receipt":
+				if s, ok := x.(string); ok && s != "" {
+					v[k] = receipt(s)
+				}
 			case "elapsed_ms", "ttl":
 				v[k] = "*"
 			default:
-				v[k] = normJSON(x, id)
+				v[k] = normJSON(x, id, receipt)
 			}
 		}
 	case []any:
 		for i := range v {
-			v[i] = normJSON(v[i], id)
+			v[i] = normJSON(v[i], id, receipt)
 		}
 	}
 	return v

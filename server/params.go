@@ -142,12 +142,22 @@ var (
 
 // wantsExt reports whether the request asked for the Kairos fields
 // (X-Kairos-Extensions: 1, true or yes, any case).
-func wantsExt(c *gin.Context) bool {
-	switch strings.ToLower(c.GetHeader(extHeader)) {
+func wantsExt(c *gin.Context) bool { return extOn(c.GetHeader(extHeader)) }
+
+// extOn reports whether a value of extHeader asks for the Kairos fields;
+// the event loops ask it too (fastpath.go).
+func extOn(v string) bool {
+	switch strings.ToLower(v) {
 	case "1", "true", "yes":
 		return true
 	}
 	return false
+}
+
+// validReceipt reports whether r is a receipt as the API writes them: 16
+// hex digits (parseReceipt's check, the event loops' too).
+func validReceipt(r string) bool {
+	return len(r) == 16 && strings.Trim(r, "0123456789abcdefABCDEF") == ""
 }
 
 // queryMS parses an optional millisecond parameter (unsigned decimal, at

@@ -22,13 +22,19 @@ import (
 //
 //	PUT    /api/:namespace/:queue               publish; ?delay ttl tries token; body 1 B…MaxBodySize by Content-Length
 //	GET    /api/:namespace/:queue               consume of one queue; ?ttr timeout count token; no body
-//	DELETE /api/:namespace/:queue/job/:job_id   ACK; ?token; no body; job ID letters and digits, at most 64
+//	DELETE /api/:namespace/:queue/job/:job_id   ACK; ?token receipt; no body; job ID letters and digits, at most 64
+//
+// A consume may carry X-Kairos-Extensions (once): its answer then has the
+// receipts, as net/http's has (consumedBody); an ACK with a receipt (16 hex
+// digits; anything else is net/http's 400) is the ACK of that delivery
+// (engine.JobRef.Receipt). These are what the Go client's Worker sends, so
+// that its jobs stay on the loops.
 //
 // For all three: HTTP/1.1, one Host, a head of at most 8 KiB, no
 // percent-encoding in the path, plain query values (letters, digits and
 // "-._~:"), no Transfer-Encoding, Expect, Upgrade, Connection other than
-// keep-alive, nor a header of a Kairos extension (Idempotency-Key,
-// Enable-Job-Version, X-Kairos-Extensions, Job-Attr-*). A publish's W3C
+// keep-alive, nor a header of a Kairos extension other than
+// X-Kairos-Extensions (Idempotency-Key, Enable-Job-Version, Job-Attr-*). A publish's W3C
 // trace context (traceparent, tracestate, each at most once) is read and
 // stored as net/http stores it; with tracing on, a request carrying one
 // is net/http's instead (Server.loopTable).
@@ -40,13 +46,14 @@ var loopRoutes = evloop.Table{
 		{Kind: evloop.Consume, Method: "GET", Path: "/api/:namespace/:queue",
 			Params: []string{"ttr", "timeout", "count", "token"}},
 		{Kind: evloop.Ack, Method: "DELETE", Path: "/api/:namespace/:queue/job/:job_id",
-			Params: []string{"token"}},
+			Params: []string{"token", "receipt"}},
 	},
 	MaxHead:              8 << 10,
 	MaxJobID:             64,
 	TokenHeader:          "X-Token",
 	TokenParam:           "token",
-	RefuseHeaders:        []string{"Idempotency-Key", "Enable-Job-Version", extHeader},
+	RefuseHeaders:        []string{"Idempotency-Key", "Enable-Job-Version"},
+	ExtHeader:            extHeader,
 	RefuseHeaderPrefixes: []string{attributePrefix},
 	TraceContext:         true,
 }

@@ -130,6 +130,68 @@ func testDeleteEach(t *testing.T, h *Harness) {
 	}
 }
 
+// testDeleteEachReceipts: a ref with a receipt is Ack's: the current
+// delivery's ACK deletes the job, a stale receipt is ErrStaleReceipt and
+// leaves it, an unknown job is ErrJobNotFound, a malformed receipt is
+// ErrInvalid; lmstfy's ACKs in the same call are unchanged.
+func testDeleteEachReceipts(t *testing.T, h *Harness) {
+	b := pub(t, h, "q", "b", func(r *engine.PublishRequest) { r.Tries = 3 })
+	stale := one(t, h, time.Second, "q")
+	a := pub(t, h, "q", "a", func(r *engine.PublishRequest) { r.Tries = 3 })
+	c := pub(t, h, "q", "c", func(r *engine.PublishRequest) { r.Tries = 3 })
+	// b is delivered again after its TTR: its first receipt is stale.
+	h.Advance(1100 * time.Millisecond)
+	receipt := map[string]string{}
+	var again *engine.Job
+	for _, j := range consume(t, h, time.Minute, 3, "q") {
+		receipt[j.ID] = j.Receipt
+		if j.ID == b {
+			again = j
+		}
+	}
+	if again == nil || stale.ID != b || again.Receipt == stale.Receipt || len(receipt) != 3 {
+		t.Fatalf("b was not delivered again with a new receipt: %+v, %v", again, receipt)
+	}
+	receipt[b] = stale.Receipt
+	refs := []engine.JobRef{
+		{Namespace: ns, Queue: "q", ID: a, Receipt: receipt[a]},
+		{Namespace: ns, Queue: "q", ID: b, Receipt: receipt[b]},
+		{Namespace: ns, Queue: "q", ID: "01M7YVBFN8AAS205RQ04000000", Receipt: receipt[a]},
+		{Namespace: ns, Queue: "q", ID: c},
+		{Namespace: ns, Queue: "q", ID: b, Receipt: "zz"},
+	}
+	errs := make([]error, len(refs))
+	h.Engine.DeleteEach(bg, refs, errs)
+	if errs[0] != nil || errs[3] != nil {
+		t.Fatalf("current receipt's ACK: %v; lmstfy's ACK: %v", errs[0], errs[3])
+	}
+	if !errors.Is(errs[1], engine.ErrStaleReceipt) {
+		t.Fatalf("stale receipt: %v, want ErrStaleReceipt", errs[1])
+	}
+	if !errors.Is(errs[2], engine.ErrJobNotFound) {
+		t.Fatalf("unknown job: %v, want ErrJobNotFound", errs[2])
+	}
+	if errs[4] == nil {
+		t.Fatal("malformed receipt: no error")
+	}
+	for _, id := range []string{a, c} {
+		if _, err := h.Engine.PeekJob(bg, ns, "q", id); !errors.Is(err, engine.ErrJobNotFound) {
+			t.Fatalf("ACKed job %s: %v", id, err)
+		}
+	}
+	if _, err := h.Engine.PeekJob(bg, ns, "q", b); err != nil {
+		t.Fatalf("b after a stale ACK: %v", err)
+	}
+	errs = errs[:1]
+	h.Engine.DeleteEach(bg, []engine.JobRef{{Namespace: ns, Queue: "q", ID: b, Receipt: again.Receipt}}, errs)
+	if errs[0] != nil {
+		t.Fatalf("b's current receipt: %v", errs[0])
+	}
+	if _, err := h.Engine.PeekJob(bg, ns, "q", b); !errors.Is(err, engine.ErrJobNotFound) {
+		t.Fatalf("b after its ACK: %v", err)
+	}
+}
+
 // testTogether: the steps of a pass act as if they had run one after the
 // other: the consume gets the job the publish before it made, and the ACK
 // before them both is done.

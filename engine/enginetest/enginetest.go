@@ -67,6 +67,7 @@ func Run(t *testing.T, f Factory) {
 		{"PublishEach", testPublishEach},
 		{"ConsumeEach", testConsumeEach},
 		{"DeleteEach", testDeleteEach},
+		{"DeleteEachReceipts", testDeleteEachReceipts},
 		{"Together", testTogether},
 		{"Watch", testWatch},
 	} {

@@ -154,6 +154,14 @@ func (e *Engine) ConsumeEach(ctx context.Context, reqs []*engine.ConsumeRequest,
 
 // DeleteEach implements engine.Batcher as Delete does: in both pools.
 func (e *Engine) DeleteEach(ctx context.Context, refs []engine.JobRef, errs []error) {
+	if slices.ContainsFunc(refs, func(r engine.JobRef) bool { return r.Receipt != "" }) {
+		// Receipt ACKs look for their delivery in one pool then the
+		// other (Ack): one at a time, as the migration lasts.
+		for i, r := range refs {
+			errs[i] = e.Ack(ctx, r.Namespace, r.Queue, r.ID, r.Receipt)
+		}
+		return
+	}
 	e.Old.DeleteEach(ctx, refs, errs)
 	var rest []int
 	for i := range refs {

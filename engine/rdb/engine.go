@@ -1225,11 +1225,30 @@ func (e *Engine) DeleteEach(ctx context.Context, refs []engine.JobRef, errs []er
 		}
 		return queues[i]
 	}
+	// nonces[i] is refs[i]'s receipt, decoded (a receipt ACK).
+	var nonces []string
 	for i, r := range refs {
 		errs[i] = nil
 		if err := checkNames(r.Namespace, r.Queue); err != nil {
 			errs[i] = fmt.Errorf("ack: %w", err)
 			continue
+		}
+		if r.Receipt != "" {
+			if queues != nil && e.shardsOf(r.Namespace, r.Queue) != nil {
+				// A sharded queue's receipt ACK looks in its shards: Ack's
+				// own way, one job at a time.
+				errs[i] = e.Ack(ctx, r.Namespace, r.Queue, r.ID, r.Receipt)
+				continue
+			}
+			nonce, err := decodeReceipt(r.Receipt)
+			if err != nil {
+				errs[i] = fmt.Errorf("ack: %w", err)
+				continue
+			}
+			if nonces == nil {
+				nonces = make([]string, len(refs))
+			}
+			nonces[i] = nonce
 		}
 		if queues != nil {
 			queues[i] = r.Queue
@@ -1252,7 +1271,9 @@ func (e *Engine) DeleteEach(ctx context.Context, refs []engine.JobRef, errs []er
 			batch := make([]*batchCall[ackOp], n)
 			for j, i := range at[:n] {
 				batch[j] = &batchCall[ackOp]{in: ackOp{ns: refs[i].Namespace, q: queue(i), id: refs[i].ID}}
-				if _, s := splitShard(queue(i)); queues != nil && s > 0 {
+				if nonces != nil && nonces[i] != "" {
+					batch[j].in.nonce = nonces[i]
+				} else if _, s := splitShard(queue(i)); queues != nil && s > 0 {
 					// In the shard its ID names: shard 0 next if it
 					// is not there.
 					batch[j].in.nonce = ackProbe

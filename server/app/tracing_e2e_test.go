@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kairos-dev/kairos/client"
+	"github.com/kairos-dev/kairos/client/otelclient"
 	"github.com/kairos-dev/kairos/engine/tracing"
 )
 
@@ -157,7 +158,7 @@ func TestE2ETracing(t *testing.T) {
 		sdktrace.WithResource(resource.NewSchemaless(semconv.ServiceName("e2e-app"))))
 	defer func() { _ = app.Shutdown(context.Background()) }()
 
-	c, err := client.New(k.API, client.WithToken(tok), client.WithNamespace("e2e"))
+	c, err := client.New(k.API, client.WithToken(tok), client.WithNamespace("e2e"), otelclient.Propagate())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func TestE2ETracing(t *testing.T) {
 		t.Fatal(err)
 	}
 	handled := make(chan struct{}, 1)
-	w, err := client.NewWorker(c, client.WorkerConfig{Queues: []string{"orders"}, TracerProvider: app, PollTimeout: time.Second},
+	w, err := client.NewWorker(c, client.WorkerConfig{Queues: []string{"orders"}, Observe: otelclient.WorkerSpans(app), PollTimeout: time.Second},
 		func(context.Context, *client.Job) error { handled <- struct{}{}; return nil })
 	if err != nil {
 		t.Fatal(err)

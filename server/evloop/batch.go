@@ -105,7 +105,7 @@ func runKind(ctx context.Context, items []*Item, kind Kind) {
 		case Ack:
 			refs := make([]engine.JobRef, len(mine))
 			for i, it := range mine {
-				refs[i] = engine.JobRef{Namespace: it.NS, Queue: it.Q, ID: it.JobID}
+				refs[i] = engine.JobRef{Namespace: it.NS, Queue: it.Q, ID: it.JobID, Receipt: it.Receipt}
 			}
 			eng.DeleteEach(ctx, refs, errs)
 			for i, it := range mine {

@@ -81,6 +81,8 @@ type Item struct {
 	Pub   engine.PublishRequest // Publish
 	Con   engine.ConsumeRequest // Consume: Timeout is the wait allowed
 	JobID string                // Ack
+	// Receipt makes an Ack the ACK of that delivery only (engine.JobRef).
+	Receipt string
 	// Deadline is until when a Consume that finds nothing may wait;
 	// zero: it may not.
 	Deadline time.Time

@@ -55,6 +55,11 @@ type Table struct {
 	// the request to net/http. Without it they are like any header not
 	// refused: ignored.
 	TraceContext bool
+	// ExtHeader, when set, is a header the request may carry once
+	// (Request.Ext): the server's opt-in to its extension fields (the
+	// receipts of a consume). A repeated one sends the request to
+	// net/http.
+	ExtHeader string
 }
 
 // Path parameters a Route may have.
@@ -155,6 +160,8 @@ type Request struct {
 	// TraceParent and TraceState are the W3C trace context headers, as
 	// sent (Table.TraceContext), nil when absent.
 	TraceParent, TraceState []byte
+	// Ext is the value of Table.ExtHeader, as sent, nil when absent.
+	Ext []byte
 	// Body is the body when all of it is in the buffer (Done).
 	Body []byte
 	seen headFlags // headers met so far
@@ -264,6 +271,7 @@ const (
 	seenTokenValue
 	seenTraceParent
 	seenTraceState
+	seenExt
 )
 
 // maybeLine reports whether an incomplete first line may still become a
@@ -437,6 +445,12 @@ func (p *Parser) parseHeader(line []byte, r *Request) bool {
 		}
 		*f |= seenTraceState
 		r.TraceState = value
+	case p.t.ExtHeader != "" && asciiEqualFold(name, p.t.ExtHeader):
+		if *f&seenExt != 0 {
+			return false
+		}
+		*f |= seenExt
+		r.Ext = value
 	default:
 		for _, h := range p.refused {
 			if asciiEqualFold(name, h) {

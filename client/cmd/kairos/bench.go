@@ -31,6 +31,10 @@ var benchScenarios = []struct {
 	{"burst", bench.Burst, false},
 	{"idle", bench.Idle, false},
 	{"flood", bench.Flood, false},
+	{"publish-go", bench.PublishGo, false},
+	{"bulk-go", bench.BulkPublishGo, false},
+	{"consume-go", bench.ConsumeAckGo, false},
+	{"delayed-go", bench.DelayedGo, false},
 }
 
 const benchLong = `Measure an lmstfy-compatible server (Kairos or lmstfy itself) under load.
@@ -47,6 +51,9 @@ Scenarios (default: publish bulk consume latency delayed burst):
             clients sending a publish with a random token on a new connection each:
             the valid publishers' jobs and latency under a flood of bad tokens;
             --flood-body N: each flood request announces N bytes and sends N-1
+  publish-go, bulk-go, consume-go, delayed-go
+            publish, bulk, consume and delayed through the Go client (package
+            client) and its Worker instead of the bare keep-alive client
 
 --ceiling runs the same scenarios against a do-nothing server of the same API,
 started as a child process (this binary's hidden "bench ceiling-server"), and

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/kairos-dev/kairos/client"
+	"github.com/kairos-dev/kairos/client/otelclient"
 )
 
 // Exit statuses scripts can rely on.
@@ -268,7 +269,8 @@ func (c *cli) client(ns string) (*client.Client, error) {
 	if err := checkNamespace(ns); err != nil {
 		return nil, err
 	}
-	opts := append(c.options(), client.WithNamespace(ns))
+	// Propagate: publish --traceparent puts the trace context in ctx.
+	opts := append(c.options(), client.WithNamespace(ns), otelclient.Propagate())
 	if c.token != "" {
 		opts = append(opts, client.WithToken(c.token))
 	}

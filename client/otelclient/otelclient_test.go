@@ -1,4 +1,4 @@
-package client_test
+package otelclient_test
 
 import (
 	"context"
@@ -10,11 +10,85 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kairos-dev/kairos/client"
+	"github.com/kairos-dev/kairos/client/internal/kairostest"
+	"github.com/kairos-dev/kairos/client/otelclient"
 )
+
+// env is a running server and a client of its namespace with the trace
+// context propagated (otelclient.Propagate).
+type env struct {
+	NS string
+	C  *client.Client
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	srv := kairostest.Start(t)
+	e := &env{NS: "ns1"}
+	c, err := client.New(srv.API, client.WithNamespace(e.NS), client.WithToken(srv.Token(t, e.NS, "")), otelclient.Propagate())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.C = c
+	return e
+}
+
+func ctxT(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func publish(t *testing.T, c *client.Client, queue, body string) {
+	t.Helper()
+	if _, err := c.Publish(ctxT(t), queue, []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func consume(t *testing.T, c *client.Client, queue string, ttr time.Duration) *client.Job {
+	t.Helper()
+	job, err := c.Consume(ctxT(t), queue, ttr, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return job
+}
+
+func startWorker(t *testing.T, c *client.Client, cfg client.WorkerConfig, h client.Handler) {
+	t.Helper()
+	w, err := client.NewWorker(c, cfg, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := w.Stop(ctx); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+}
+
+// eventually polls cond every 20 ms until it holds or d passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
 
 // TestTraceContextRoundTrip: a publish made inside a span carries its
 // trace context; consumes (single and batch) hand it back on the job, and
-// Job.Context continues it. A publish outside any span carries none.
+// JobContext continues it. A publish outside any span carries none.
 func TestTraceContextRoundTrip(t *testing.T) {
 	e := newEnv(t)
 	tp := sdktrace.NewTracerProvider()
@@ -31,15 +105,15 @@ func TestTraceContextRoundTrip(t *testing.T) {
 	if j.TraceParent != want {
 		t.Fatalf("consumed job's traceparent %q, want %q", j.TraceParent, want)
 	}
-	if got := trace.SpanContextFromContext(j.Context(context.Background())); got.TraceID() != sc.TraceID() || got.SpanID() != sc.SpanID() || !got.IsRemote() {
-		t.Fatalf("Job.Context carries %v, want the producer's %v", got, sc)
+	if got := trace.SpanContextFromContext(otelclient.JobContext(context.Background(), j)); got.TraceID() != sc.TraceID() || got.SpanID() != sc.SpanID() || !got.IsRemote() {
+		t.Fatalf("JobContext carries %v, want the producer's %v", got, sc)
 	}
 	jobs, err := e.C.BatchConsume(ctxT(t), []string{"q"}, 2, time.Minute, 0)
 	if err != nil || len(jobs) != 1 || string(jobs[0].Body) != "plain" || jobs[0].TraceParent != "" {
 		t.Fatalf("batch consume of the plain job: %v %v", jobs, err)
 	}
-	if got := jobs[0].Context(context.Background()); trace.SpanContextFromContext(got).IsValid() {
-		t.Fatalf("Job.Context of a job without trace context has %v", trace.SpanContextFromContext(got))
+	if got := otelclient.JobContext(context.Background(), jobs[0]); trace.SpanContextFromContext(got).IsValid() {
+		t.Fatalf("JobContext of a job without trace context has %v", trace.SpanContextFromContext(got))
 	}
 	// Batch consumes carry it as a field.
 	for range 2 {
@@ -70,7 +144,7 @@ func TestWorkerSpans(t *testing.T) {
 	span.End()
 	handlerSpans := make(chan trace.SpanContext, 2)
 	calls := 0
-	startWorker(t, e.C, client.WorkerConfig{Queues: []string{"w"}, TracerProvider: tp, PollTimeout: time.Second},
+	startWorker(t, e.C, client.WorkerConfig{Queues: []string{"w"}, Observe: otelclient.WorkerSpans(tp), PollTimeout: time.Second},
 		func(ctx context.Context, j *client.Job) error {
 			handlerSpans <- trace.SpanContextFromContext(ctx)
 			calls++
@@ -120,5 +194,26 @@ func TestWorkerSpans(t *testing.T) {
 	}
 	if spans[0].Status.Code.String() != "Error" || spans[1].Status.Code.String() != "Unset" {
 		t.Fatalf("statuses %v %v, want Error then Unset", spans[0].Status, spans[1].Status)
+	}
+}
+
+// TestNoPropagationWithoutOption: a client without Propagate sends no
+// trace context, even from inside a span: the client package itself does
+// not know OpenTelemetry.
+func TestNoPropagationWithoutOption(t *testing.T) {
+	srv := kairostest.Start(t)
+	c, err := client.New(srv.API, client.WithNamespace("ns1"), client.WithToken(srv.Token(t, "ns1", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider()
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	ctx, span := tp.Tracer("test").Start(ctxT(t), "produce")
+	if _, err := c.Publish(ctx, "q", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	span.End()
+	if j := consume(t, c, "q", time.Minute); j.TraceParent != "" {
+		t.Fatalf("traceparent %q sent without Propagate", j.TraceParent)
 	}
 }
