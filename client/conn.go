@@ -42,6 +42,11 @@ const (
 	// server's IdleTimeout is longer by default).
 	connIdleTimeout = 60 * time.Second
 	maxIdleConns    = 128
+	// checkIdle: a connection idle at least that long is checked (open)
+	// before it is reused; one back in the pool for less, under load, is
+	// not worth a system call per request (a server that closed it that
+	// soon is met as by net/http: fastRoundTrip).
+	checkIdle = 100 * time.Millisecond
 )
 
 // aLongTimeAgo is a deadline in the past: it unblocks a connection's I/O.
@@ -113,7 +118,8 @@ func (f *fastTransport) get(ctx context.Context) (cn *fastConn, reused bool, err
 		f.idle[n-1] = nil
 		f.idle = f.idle[:n-1]
 		f.mu.Unlock()
-		if now.Sub(cn.last) < connIdleTimeout && cn.open() {
+		idle := now.Sub(cn.last)
+		if idle < connIdleTimeout && (idle < checkIdle && cn.br.Buffered() == 0 || cn.open()) {
 			return cn, true, nil
 		}
 		_ = cn.nc.Close()
@@ -207,7 +213,10 @@ func (t *transport) exchange(parent, ctx context.Context, cn *fastConn, r reques
 		case ctx.Err() != nil:
 			err = ctx.Err() // as net/http reports it
 		case errors.As(err, &ne) && ne.Timeout() && !deadline.IsZero() && !time.Now().Before(deadline):
-			err = context.DeadlineExceeded
+			// The connection's deadline passed a moment before ctx's
+			// timer fires: answer as net/http does, once ctx is done.
+			<-ctx.Done()
+			err = ctx.Err()
 		}
 	}()
 	b, err := t.appendRequest(cn.wbuf[:0], parent, r)

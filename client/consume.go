@@ -35,8 +35,10 @@ func (c *Client) ConsumeFromQueues(ctx context.Context, ttr, timeout time.Durati
 		return nil, err
 	}
 	job := new(Job)
-	if err := decode(body, job); err != nil {
-		return nil, err
+	if !scanJob(body.body, job) {
+		if err := decode(body, job); err != nil {
+			return nil, err
+		}
 	}
 	jobTraceHeaders(job, body.header)
 	return job, nil
@@ -54,8 +56,10 @@ func (c *Client) BatchConsume(ctx context.Context, queues []string, count int, t
 	}
 	if count == 1 {
 		job := new(Job)
-		if err := decode(resp, job); err != nil {
-			return nil, err
+		if !scanJob(resp.body, job) {
+			if err := decode(resp, job); err != nil {
+				return nil, err
+			}
 		}
 		jobTraceHeaders(job, resp.header)
 		return []*Job{job}, nil

@@ -71,6 +71,9 @@ func (c *Client) publish(ctx context.Context, queue, jobID string, body []byte, 
 	if err != nil {
 		return "", err
 	}
+	if id, ok := scanJobID(resp.body); ok {
+		return id, nil
+	}
 	var out struct {
 		JobID string `json:"job_id"`
 	}
