@@ -9,7 +9,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.buildCommit=$(COMMIT) -X main.buil
 # The CLI is built only once its package has Go files.
 CLIENT_CMD := $(wildcard client/cmd/kairos/*.go)
 
-.PHONY: bench-check bench-cluster bench-lmstfy build run test test-short lint cover bench chaos soak clean help
+.PHONY: bench-check bench-cluster bench-lmstfy bench-peers peers-check build run test test-short lint cover bench chaos soak clean help
 
 ## build: bin/kairos-server (and bin/kairos, the CLI, when it exists)
 build:
@@ -35,6 +35,14 @@ test:
 	@echo "dashboard screenshots: $(SCREENSHOTS)"
 	$(GO) test -count=1 -run Loop ./server
 	FUZZTIME=2s scripts/fuzz.sh
+	$(MAKE) peers-check
+
+## peers-check: compile, vet and unit-test the bench-peers harness (its own module, scripts/peers) and check the BullMQ driver's syntax and locked packages, without running any peer (part of test)
+peers-check:
+	cd scripts/peers && $(GO) vet ./... && $(GO) test -count=1 ./...
+	scripts/install-node.sh
+	node --check scripts/peers/bullmq/bench.js
+	cd scripts/peers/bullmq && npm ci --no-audit --no-fund --loglevel=error && node bench.js --version
 
 ## test-short: every package without -race, in -short mode
 test-short:
@@ -74,6 +82,10 @@ bench-check:
 ## bench-lmstfy: lmstfy (built from the Go module proxy) and Kairos side by side, each on a fresh Redis; ARGS= passes kairos bench arguments
 bench-lmstfy:
 	scripts/lmstfy-bench.sh $(ARGS)
+
+## bench-peers: asynq, BullMQ and River beside Kairos, one at a time on fresh stores, 3 interleaved rounds; prints the table (doc/performance.md; ROUNDS=, JOBS=, PEERS=, SCENARIOS= in scripts/bench-peers.sh)
+bench-peers:
+	scripts/bench-peers.sh
 
 ## bench-cluster: Kairos on a throwaway 6-node Redis Cluster beside Kairos on a throwaway single Redis, same run: per-job CPU (server, Redis per master), throughput (ROUNDS=, DURATION=, SHARDS=K; doc/performance.md)
 bench-cluster:
