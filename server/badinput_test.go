@@ -587,12 +587,12 @@ func TestBadInputHugeBodies(t *testing.T) {
 		})
 	}
 	checkNo5xxLogged(t, l)
-	// The token, the registry, the layout marker and the audit log of
-	// the token's creation; no job.
+	// The token, the registry, the layout and usage markers and the audit
+	// log of the token's creation; no job.
 	keys, _ := l.client.Keys(context.Background(), "*").Result()
 	var left []string
 	for _, k := range keys {
-		if !strings.HasPrefix(k, "tk/") && !strings.HasPrefix(k, "m/") && k != "kairos/layout" && !strings.HasPrefix(k, "{kairos:audit}:") {
+		if !strings.HasPrefix(k, "tk/") && !strings.HasPrefix(k, "m/") && k != "kairos/layout" && k != "kairos/usage" && !strings.HasPrefix(k, "{kairos:audit}:") {
 			left = append(left, k)
 		}
 	}

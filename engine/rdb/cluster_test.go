@@ -245,8 +245,8 @@ func TestClusterRedisInfo(t *testing.T) {
 		}
 	}
 	f, err := e.redisInfo(bg)
-	if err != nil || f["keys"] != 61 {
-		t.Fatalf("keys = %v (%v), want the 60 keys of the three masters and the layout marker", f["keys"], err)
+	if err != nil || f["keys"] != 62 {
+		t.Fatalf("keys = %v (%v), want the 60 keys of the three masters and the layout and usage markers", f["keys"], err)
 	}
 	if f["connected_clients"] < 3 {
 		t.Errorf("connected_clients = %v, want a sum over three masters", f["connected_clients"])

@@ -219,7 +219,10 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 	e.loadShards(ctx, nil)
 	e.ten.def = opts.DefaultQuota
 	if err := e.countOnce(ctx); err != nil {
-		return nil, fmt.Errorf("rdb: count the jobs of pool %s: %w", opts.Pool, err)
+		// Not fatal: the reconciler corrects the queues it can, and the
+		// next start counts again. (A server on a replica, which answers
+		// READONLY, leaves it to the master's.)
+		e.log.WithError(err).Warn("usage: cannot count the jobs of a pool written before usage counts; the next start tries again")
 	}
 	e.loadQuotas(ctx)
 	e.waiters = newWaiters(e)
