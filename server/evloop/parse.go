@@ -55,6 +55,9 @@ type Table struct {
 	// the request to net/http. Without it they are like any header not
 	// refused: ignored.
 	TraceContext bool
+	// WorkerHeader, when set, is read as the request's worker name
+	// (Request.Worker); a repeated one sends the request to net/http.
+	WorkerHeader string
 }
 
 // Path parameters a Route may have.
@@ -155,6 +158,8 @@ type Request struct {
 	// TraceParent and TraceState are the W3C trace context headers, as
 	// sent (Table.TraceContext), nil when absent.
 	TraceParent, TraceState []byte
+	// Worker is the Table.WorkerHeader header, nil when absent.
+	Worker []byte
 	// Body is the body when all of it is in the buffer (Done).
 	Body []byte
 	seen headFlags // headers met so far
@@ -264,6 +269,7 @@ const (
 	seenTokenValue
 	seenTraceParent
 	seenTraceState
+	seenWorker
 )
 
 // maybeLine reports whether an incomplete first line may still become a
@@ -437,6 +443,12 @@ func (p *Parser) parseHeader(line []byte, r *Request) bool {
 		}
 		*f |= seenTraceState
 		r.TraceState = value
+	case p.t.WorkerHeader != "" && asciiEqualFold(name, p.t.WorkerHeader):
+		if *f&seenWorker != 0 {
+			return false
+		}
+		*f |= seenWorker
+		r.Worker = value
 	default:
 		for _, h := range p.refused {
 			if asciiEqualFold(name, h) {
