@@ -62,7 +62,8 @@ func testAttempts(t *testing.T, h *Harness, x engine.Engine) {
 		!strings.HasPrefix(a2.Error, "boom: db | down\n") || len(a2.Error) > engine.MaxErrorText || len(a2.Error) < engine.MaxErrorText-1 {
 		t.Fatalf("delivery 2: %q %s %d bytes of error", a2.Outcome, a2.Worker, len(a2.Error))
 	}
-	if a3.Outcome != engine.OutcomeTTRExpired || a3.Delivery != 3 || a3.Worker != "" || !a3.End.Equal(d3.DueAt) {
+	if a3.Outcome != engine.OutcomeTTRExpired || a3.Delivery != 3 || a3.Worker != "" || !a3.End.Equal(d3.DueAt) ||
+		a3.End.Sub(a3.Start) != time.Minute {
 		t.Fatalf("delivery 3: %+v (due %v)", a3, d3.DueAt)
 	}
 	if j.LastError != a2.Error {

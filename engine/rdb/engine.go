@@ -10,7 +10,6 @@ package rdb
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -1468,13 +1467,10 @@ func (e *Engine) decodeConsumed(req *engine.ConsumeRequest, lo, n int, res []int
 	return m == 1, m == 2, earliest, popped, jobs, nil
 }
 
-// newReceiptBase returns 6 random bytes; the consume script appends the
-// job's position in its reply to make each delivery's 8-byte receipt.
-func newReceiptBase() string {
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], rand.Uint64())
-	return string(b[:6])
-}
+// newReceiptBase returns a random number in [0, 2^32): the consume script
+// adds the job's position in its reply and appends the delivery's start
+// to make each delivery's 8-byte receipt (consumeScript).
+func newReceiptBase() uint32 { return rand.Uint32() }
 
 // makeJob decodes a job from what follows its header: its trace context
 // (by format, header byte 1) and its payload.

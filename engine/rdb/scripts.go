@@ -43,6 +43,8 @@ import (
 const luaLib = `
 local function u16(n) return string.char(n % 256, math.floor(n / 256) % 256) end
 local function r16(s, i) return string.byte(s, i) + string.byte(s, i + 1) * 256 end
+local function u32(n) return u16(n % 65536) .. u16(math.floor(n / 65536) % 65536) end
+local function r32(s, i) return r16(s, i) + r16(s, i + 2) * 65536 end
 local function u48(n)
   local t = {}
   for i = 1, 6 do t[i] = n % 256; n = math.floor(n / 256) end
@@ -146,20 +148,23 @@ local function hist_open(jk, deliv, now, worker, pttl)
   end
   if pttl > 0 then redis.call('PEXPIRE', hk, pttl) end
 end
--- hist_close ends delivery deliv in the job's history with outcome (one
--- letter: r released, n nacked, t TTR expired, w webhook failed) at t (ms)
--- and the error text err: the delivery's open entry is rewritten, or,
--- when it has none (consumed before histories existed), an entry without
--- start is added.
-local function hist_close(jk, deliv, outcome, t, err)
+-- hist_close ends the delivery of the in-flight job whose key is jk and
+-- header h in its history with outcome (one letter: r released, n nacked,
+-- t TTR expired, w webhook failed) at t (ms) and the error text err. A
+-- named worker's delivery has an open entry, rewritten; any other gets
+-- its entry now, its start read from the receipt (hist_open's comment):
+-- the latest time before t whose low 32 bits the receipt holds.
+local function hist_close(jk, h, outcome, t, err)
   local hk = hkey(jk)
+  local deliv = r16(h, 5)
   local pre = 'f|' .. deliv .. '|'
   local top = redis.call('LINDEX', hk, 0)
   if top and string.sub(top, 1, #pre) == pre then
     local start, worker = string.match(top, '^f|%d+|(%d+)|%d+|([^|]*)|')
     redis.call('LSET', hk, 0, outcome .. '|' .. deliv .. '|' .. (start or '0') .. '|' .. num(t) .. '|' .. (worker or '') .. '|' .. err)
   else
-    if redis.call('LPUSH', hk, outcome .. '|' .. deliv .. '|0|' .. num(t) .. '||' .. err) > 16 then
+    local start = t - (t - r32(h, 19)) % 4294967296
+    if redis.call('LPUSH', hk, outcome .. '|' .. deliv .. '|' .. num(start) .. '|' .. num(t) .. '||' .. err) > 16 then
       redis.call('LTRIM', hk, 0, 15)
     end
     local pttl = redis.call('PTTL', jk)
@@ -467,11 +472,16 @@ return {0, total, earliest}
 //	         config, the group's timer index, job key prefix j/{T}ns/q/
 //	ARGV[1] due of the deliveries: now + TTR (ms)   ARGV[2] count
 //	ARGV[3] most entries to pop in all   ARGV[4] the publish command
-//	ARGV[5] receipt base (6 bytes; the job's position in the reply completes it)
+//	ARGV[5] receipt base: a random number in [0, 2^32)
 //	per queue i, ARGV[4+2i..5+2i]: index member ns/q, the group's wake-up channel
 //	ARGV[6+2n] now (ms)   ARGV[7+2n] the consumer's worker name (or "")
 //
-// Each delivery opens an entry in the job's attempt history (hist_open).
+// A delivery's receipt (nonce) is the base plus the job's position in the
+// reply (mod 2^32), then the delivery's start (now mod 2^32 ms, read back
+// by hist_close), 4 bytes each little endian: the receipts of one job's
+// deliveries differ unless two start in the same millisecond with the same
+// 32 random bits. A delivery to a named worker opens an entry in the job's
+// attempt history (hist_open); a nameless one writes nothing more.
 //
 // Returns {more, earliest, popped, then per job: queue position (1-based),
 // id, tries left, payload, PTTL (ms, -1 = none), deliveries, receipt,
@@ -485,6 +495,7 @@ var consumeScript = script(`
 local n = #KEYS / 6
 local due = ARGV[1]
 local now, worker = ARGV[6 + 2 * n], ARGV[7 + 2 * n]
+local base, start32 = tonumber(ARGV[5]), u32(tonumber(now) % 4294967296)
 local dueN = tonumber(due)
 local want = tonumber(ARGV[2])
 local budget = tonumber(ARGV[3])
@@ -521,7 +532,7 @@ for i = 1, n do
           local deliv = r16(v, 5) + 1
           local prio = string.byte(v, 7)
           got = got + 1
-          local nonce = ARGV[5] .. u16(got)
+          local nonce = u32((base + got) % 4294967296) .. start32
           redis.call('SETRANGE', jk, 1, hdr('f', left, deliv, prio, 0, dueN, nonce))
           redis.call('ZADD', KEYS[k + 2], due, id)
           hit = true
@@ -531,7 +542,7 @@ for i = 1, n do
           out[o + 3] = left
           out[o + 4] = string.sub(v, 23)
           out[o + 5] = redis.call('PTTL', jk)
-          hist_open(jk, deliv, now, worker, out[o + 5])
+          if worker ~= '' then hist_open(jk, deliv, now, worker, out[o + 5]) end
           out[o + 6] = deliv
           out[o + 7] = nonce
           out[o + 8] = prio
@@ -614,7 +625,7 @@ for q = 1, (#KEYS - 1) / 6 do
       local tries, deliv, prio = r16(h, 3), r16(h, 5), string.byte(h, 7)
       if st == 'f' then
         if not cfg then cfg = redis.call('HMGET', ck, 'backoff', 'dead_ttl') end
-        hist_close(jk, deliv, 't', r48(h, 9), '')
+        hist_close(jk, h, 't', r48(h, 9), '')
         if tries == 0 then
           kill(jk, dk, id, 0, deliv, prio, 1, nowN, cfg[2])
           died = died + 1
@@ -809,7 +820,7 @@ if #h < 22 then return -1 end
 if string.sub(h, 2, 2) ~= 'f' or string.sub(h, 15, 22) ~= ARGV[2] then return -2 end
 local id, now = ARGV[1], tonumber(ARGV[3])
 local tries, deliv, prio = r16(h, 3), r16(h, 5), string.byte(h, 7)
-hist_close(KEYS[1], deliv, ARGV[12], now, ARGV[13])
+hist_close(KEYS[1], h, ARGV[12], now, ARGV[13])
 if ARGV[5] == '1' then tries = tries + 1 end
 redis.call('ZREM', KEYS[2], id)
 if tries == 0 then
