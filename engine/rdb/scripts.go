@@ -23,7 +23,8 @@ import (
 //	7      priority 0..255
 //	8      dead reason: 0, 1 TTR expired, 2 nacked, 3 webhook failed
 //	9-14   time (ms, uint48): due time (delayed, in flight) or death time
-//	15-22  nonce of the current delivery (in flight): the receipt
+//	15-22  nonce of the current delivery (in flight): the receipt; bytes
+//	       19-22 hold the delivery's start (ms mod 2^32, consumeScript)
 //
 // Ready lists hold lmstfy's packed entries (tries:u16, len:u16, id); timers
 // hold job IDs, so that an ACK removes a job's timer entry at once. Packed
@@ -34,7 +35,8 @@ import (
 // keys of one call share a slot group's hash tag, so that on Redis Cluster
 // every call touches one slot. The only names a script completes are job
 // body keys: a queue's prefix j/{T}ns/q/ (in KEYS) and an ID read from
-// one of that queue's structures. Pub/Sub messages go out with the command
+// one of that queue's structures, and their attempt histories (hkey: the
+// job key with 'a' for 'j', in the same slot; doc/keys.md). Pub/Sub messages go out with the command
 // the caller names (PUBLISH, or SPUBLISH on a cluster, so that they stay
 // on the slot's node), on channels of the same tag.
 
