@@ -36,7 +36,8 @@ func testAttempts(t *testing.T, h *Harness, x engine.Engine) {
 		return jobs[0]
 	}
 	d1 := take("w-1")
-	if j := get(); len(j.Attempts) != 1 || j.Attempts[0].Outcome != engine.OutcomeInFlight ||
+	if j := get(); len(j.Attempts) != 1 || // the named delivery's open entry, once
+		!j.Attempts[0].Start.Equal(d1.DueAt.Add(-time.Minute)) || j.Attempts[0].Outcome != engine.OutcomeInFlight ||
 		j.Attempts[0].Worker != "w-1" || j.Attempts[0].Delivery != 1 || j.Attempts[0].Start.IsZero() || !j.Attempts[0].End.IsZero() {
 		t.Fatalf("in flight: %+v", j.Attempts)
 	}
@@ -49,6 +50,12 @@ func testAttempts(t *testing.T, h *Harness, x engine.Engine) {
 		t.Fatal(err)
 	}
 	d3 := take("")
+	// A nameless delivery writes nothing; peek shows it from the header,
+	// its start from the receipt.
+	if j := get(); len(j.Attempts) != 3 || j.Attempts[0].Outcome != engine.OutcomeInFlight || j.Attempts[0].Delivery != 3 ||
+		!j.Attempts[0].Start.Equal(d3.DueAt.Add(-time.Minute)) || j.Attempts[1].Delivery != 2 {
+		t.Fatalf("nameless in flight: %+v (due %v)", j.Attempts, d3.DueAt)
+	}
 	h.Advance(2 * time.Minute) // the TTR of delivery 3 runs out
 	j := get()
 	if len(j.Attempts) != 3 {

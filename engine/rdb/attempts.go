@@ -1,6 +1,7 @@
 package rdb
 
 import (
+	"encoding/binary"
 	"strconv"
 	"strings"
 	"time"
@@ -52,4 +53,26 @@ func parseAttempt(s string) (engine.Attempt, bool) {
 		a.End = time.UnixMilli(end)
 	}
 	return a, true
+}
+
+// currentDelivery is the in-flight delivery of a job whose consumer gave no
+// worker name (a named one has its open entry in the history): peek job
+// shows it from the header, its start read from the receipt (bytes 19-22,
+// the start in ms mod 2^32: the latest such time before now).
+func currentDelivery(j *engine.Job, value string, now time.Time) (engine.Attempt, bool) {
+	if j.State != engine.StateInFlight || len(value) < 22 || j.Deliveries < 1 {
+		return engine.Attempt{}, false
+	}
+	return engine.Attempt{Delivery: j.Deliveries, Outcome: engine.OutcomeInFlight,
+		Start: time.UnixMilli(receiptStart(value, now.UnixMilli()))}, true
+}
+
+// receiptStart reads a delivery's start from the header's receipt bytes
+// 19-22 (1-based), relative to t (ms): the latest time with those low 32
+// bits before t plus a minute (the consume's clock, rounded up, or another
+// server's, may be ahead of t).
+func receiptStart(value string, t int64) int64 {
+	low := int64(binary.LittleEndian.Uint32([]byte(value[18:22])))
+	const m, slack = 1 << 32, 60000
+	return t + slack - ((t+slack-low)%m+m)%m
 }

@@ -1565,7 +1565,10 @@ func (e *Engine) PeekJob(ctx context.Context, ns, q, id string) (*engine.Job, er
 		return nil, err
 	}
 	hist, _ := res[2].([]interface{})
-	j.Attempts = make([]engine.Attempt, 0, len(hist))
+	j.Attempts = make([]engine.Attempt, 0, len(hist)+1)
+	if a, ok := currentDelivery(j, value, e.now()); ok && !(len(hist) > 0 && strings.HasPrefix(fmt.Sprint(hist[0]), "f|"+strconv.Itoa(j.Deliveries)+"|")) {
+		j.Attempts = append(j.Attempts, a)
+	}
 	for _, h := range hist {
 		s, _ := h.(string)
 		if a, ok := parseAttempt(s); ok {
@@ -1574,6 +1577,9 @@ func (e *Engine) PeekJob(ctx context.Context, ns, q, id string) (*engine.Job, er
 				j.LastError = a.Error
 			}
 		}
+	}
+	if len(j.Attempts) > engine.MaxAttempts {
+		j.Attempts = j.Attempts[:engine.MaxAttempts]
 	}
 	return j, nil
 }

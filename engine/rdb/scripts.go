@@ -154,8 +154,9 @@ end
 -- header h in its history with outcome (one letter: r released, n nacked,
 -- t TTR expired, w webhook failed) at t (ms) and the error text err. A
 -- named worker's delivery has an open entry, rewritten; any other gets
--- its entry now, its start read from the receipt (hist_open's comment):
--- the latest time before t whose low 32 bits the receipt holds.
+-- its entry now, its start read from the receipt (consumeScript's comment):
+-- the latest time before t (a minute of clock skew allowed) whose low 32
+-- bits the receipt holds.
 local function hist_close(jk, h, outcome, t, err)
   local hk = hkey(jk)
   local deliv = r16(h, 5)
@@ -165,7 +166,8 @@ local function hist_close(jk, h, outcome, t, err)
     local start, worker = string.match(top, '^f|%d+|(%d+)|%d+|([^|]*)|')
     redis.call('LSET', hk, 0, outcome .. '|' .. deliv .. '|' .. (start or '0') .. '|' .. num(t) .. '|' .. (worker or '') .. '|' .. err)
   else
-    local start = t - (t - r32(h, 19)) % 4294967296
+    -- A minute of slack for another server's clock ahead of this one.
+    local start = math.min(t, t + 60000 - (t + 60000 - r32(h, 19)) % 4294967296)
     if redis.call('LPUSH', hk, outcome .. '|' .. deliv .. '|' .. num(start) .. '|' .. num(t) .. '||' .. err) > 16 then
       redis.call('LTRIM', hk, 0, 15)
     end
