@@ -30,7 +30,13 @@ func (c *Client) Consume(ctx context.Context, queue string, ttr, timeout time.Du
 // (the first queue has the highest priority), waiting up to timeout. See
 // Consume.
 func (c *Client) ConsumeFromQueues(ctx context.Context, ttr, timeout time.Duration, queues ...string) (*Job, error) {
-	body, err := c.consume(ctx, queues, 1, ttr, timeout)
+	return c.consumeAs(ctx, "", ttr, timeout, queues...)
+}
+
+// consumeAs is ConsumeFromQueues naming the consumer (X-Kairos-Worker) in
+// the job's attempt history; "" names none.
+func (c *Client) consumeAs(ctx context.Context, worker string, ttr, timeout time.Duration, queues ...string) (*Job, error) {
+	body, err := c.consume(ctx, worker, queues, 1, ttr, timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +56,7 @@ func (c *Client) BatchConsume(ctx context.Context, queues []string, count int, t
 	if count < 1 || count > MaxBatchConsume {
 		return nil, argError("count must be 1..%d (got %d)", MaxBatchConsume, count)
 	}
-	resp, err := c.consume(ctx, queues, count, ttr, timeout)
+	resp, err := c.consume(ctx, "", queues, count, ttr, timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +77,7 @@ func (c *Client) BatchConsume(ctx context.Context, queues []string, count int, t
 	return jobs, nil
 }
 
-func (c *Client) consume(ctx context.Context, queues []string, count int, ttr, timeout time.Duration) (*response, error) {
+func (c *Client) consume(ctx context.Context, worker string, queues []string, count int, ttr, timeout time.Duration) (*response, error) {
 	seg, err := queuesSegment(queues)
 	if err != nil {
 		return nil, err
@@ -91,9 +97,13 @@ func (c *Client) consume(ctx context.Context, queues []string, count int, ttr, t
 	if count != 1 {
 		q.Set("count", strconv.Itoa(count))
 	}
+	header := extHeader
+	if worker != "" {
+		header = http.Header{"X-Kairos-Extensions": {"1"}, "X-Kairos-Worker": {worker}}
+	}
 	return c.t.do(ctx, request{
 		method: http.MethodGet, path: c.apiPath(seg), query: q, wait: timeout,
-		header: extHeader, want: []int{http.StatusOK}, unavailableRetry: true,
+		header: header, want: []int{http.StatusOK}, unavailableRetry: true,
 	})
 }
 

@@ -2,12 +2,14 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
 	"net/http"
 	"net/url"
 	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // This file holds the Kairos extensions of the public API: receipts,
@@ -71,12 +73,21 @@ type releaseParams struct {
 	delay    time.Duration
 	hasDelay bool
 	keepTry  bool
+	errText  string
 }
 
 // ReleaseDelay makes the released job ready again after d (0: at once).
 // Without it the queue's backoff policy decides (at once when it has none).
 func ReleaseDelay(d time.Duration) ReleaseOption {
 	return func(p *releaseParams) { p.delay, p.hasDelay = d, true }
+}
+
+// ReleaseError records why the job is handed back: the text goes into
+// the job's attempt history (peek job's attempts, the dead letter's
+// last_error). The server keeps at most 4096 bytes of it, cut at a
+// character boundary.
+func ReleaseError(text string) ReleaseOption {
+	return func(p *releaseParams) { p.errText = text }
 }
 
 // KeepTry gives back the try the delivery spent.
@@ -115,9 +126,21 @@ func (c *Client) Release(ctx context.Context, job *Job, opts ...ReleaseOption) e
 	if p.keepTry {
 		q.Set("keep_try", "true")
 	}
+	var body []byte
+	var header http.Header
+	if p.errText != "" {
+		// In the body: a stack trace is too long for a query string.
+		if len(p.errText) > maxErrorText {
+			p.errText = cutText(p.errText, maxErrorText)
+		}
+		body, _ = json.Marshal(struct {
+			Error string `json:"error"`
+		}{p.errText})
+		header = http.Header{"Content-Type": {"application/json"}}
+	}
 	_, err = c.t.do(ctx, request{
 		method: http.MethodPut, path: c.apiPath(seg, "job", job.ID, "release"), query: q,
-		want: []int{http.StatusNoContent},
+		body: body, header: header, want: []int{http.StatusNoContent},
 	})
 	return err
 }
@@ -263,6 +286,9 @@ type DeadLetterQuery struct {
 	// then examines at most 1,000 entries per call: a page may be short,
 	// even empty, while NextOffset says where to go on.
 	Reason string
+	// Error, when not empty, keeps the jobs whose last error holds it (a
+	// plain substring, at most 4096 bytes), examined as with Reason.
+	Error string
 }
 
 // DeadLetterPage is a page of the dead letter.
@@ -296,6 +322,9 @@ func (c *Client) ListDeadLetterPage(ctx context.Context, queue string, dq DeadLe
 	q := url.Values{"offset": {strconv.FormatInt(dq.Offset, 10)}, "limit": {strconv.FormatInt(dq.Limit, 10)}, "order": {order}}
 	if dq.Reason != "" {
 		q.Set("reason", dq.Reason)
+	}
+	if dq.Error != "" {
+		q.Set("error", dq.Error)
 	}
 	resp, err := c.t.do(ctx, request{
 		method: http.MethodGet, path: c.apiPath(seg, "deadletter", "jobs"), query: q, idempotent: true,
@@ -352,4 +381,89 @@ func (c *Client) DeleteDeadJob(ctx context.Context, queue, jobID string) error {
 		want: []int{http.StatusNoContent},
 	})
 	return err
+}
+
+// maxErrorText is the most bytes of error text the server keeps
+// (engine.MaxErrorText); the client cuts before sending.
+const maxErrorText = 4096
+
+// cutText cuts s to at most n bytes at a UTF-8 character boundary.
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for i := 0; i < 3 && len(s) > 0; i++ {
+		r, size := utf8.DecodeLastRuneInString(s)
+		if r != utf8.RuneError || size != 1 {
+			break
+		}
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// DeadLetterBulk is the outcome of RespawnDeadJobs or DeleteDeadJobs.
+type DeadLetterBulk struct {
+	// Count is how many jobs were respawned or deleted.
+	Count int64 `json:"count"`
+	// Missing are the named jobs that were not dead.
+	Missing []string `json:"missing"`
+	// More is true when a match stopped at its bound (10,000 jobs, or
+	// 100,000 entries examined): call again for the rest.
+	More bool `json:"more"`
+}
+
+// DeadLetterMatch selects the dead jobs of a bulk action by filters, as
+// the listing's: a reason and a text the last error holds ("" = any).
+type DeadLetterMatch struct {
+	Reason string `json:"reason,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// RespawnDeadJobs respawns several dead jobs of queue with the TTL ttl
+// (0: never expires): those of ids (1..1000), or, with ids nil, every
+// one match selects. Kairos extension.
+func (c *Client) RespawnDeadJobs(ctx context.Context, queue string, ids []string, match *DeadLetterMatch, ttl time.Duration) (*DeadLetterBulk, error) {
+	if ttl < 0 {
+		return nil, argError("ttl must not be negative")
+	}
+	secs := int64(ttl / time.Second)
+	return c.deadBulk(ctx, queue, "respawn", ids, match, &secs)
+}
+
+// DeleteDeadJobs deletes several dead jobs of queue: those of ids
+// (1..1000), or, with ids nil, every one match selects. Kairos extension.
+func (c *Client) DeleteDeadJobs(ctx context.Context, queue string, ids []string, match *DeadLetterMatch) (*DeadLetterBulk, error) {
+	return c.deadBulk(ctx, queue, "delete", ids, match, nil)
+}
+
+func (c *Client) deadBulk(ctx context.Context, queue, op string, ids []string, match *DeadLetterMatch, ttl *int64) (*DeadLetterBulk, error) {
+	seg, err := queueSegment(queue)
+	if err != nil {
+		return nil, err
+	}
+	if (len(ids) == 0) == (match == nil) {
+		return nil, argError("name 1..1000 job IDs or a match, not both")
+	}
+	body, err := json.Marshal(struct {
+		JobIDs []string         `json:"job_ids,omitempty"`
+		Match  *DeadLetterMatch `json:"match,omitempty"`
+		TTL    *int64           `json:"ttl,omitempty"`
+	}{ids, match, ttl})
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.t.do(ctx, request{
+		method: http.MethodPost, path: c.apiPath(seg, "deadletter", "jobs", op), body: body,
+		header: http.Header{"Content-Type": {"application/json"}}, want: []int{http.StatusOK},
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out DeadLetterBulk
+	if err := decode(resp, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }

@@ -55,11 +55,38 @@ type Job struct {
 	// span from it, and Context returns a context carrying it.
 	TraceParent string
 	TraceState  string
+	// Attempts are the job's last deliveries, newest first (PeekJob on
+	// Kairos; at most 16).
+	Attempts []Attempt
+	// LastError is the error of the job's last failed delivery (PeekJob,
+	// dead-letter listings), "" when none said one.
+	LastError string
+}
+
+// Attempt is one delivery of a job, as its history keeps it.
+type Attempt struct {
+	// Delivery is the delivery's number (1 = the first).
+	Delivery int `json:"delivery"`
+	// Outcome: "in_flight", "released" (handed back keeping the try),
+	// "nacked" (handed back, the try spent), "ttr_expired" or
+	// "webhook_failed". An ACKed job is deleted with its history.
+	Outcome string `json:"outcome"`
+	// Worker is the consumer's name (WorkerConfig.Name), "webhook" for
+	// webhook deliveries, "" when none was given.
+	Worker string `json:"worker"`
+	// StartMS and EndMS are Unix milliseconds (0: unknown, or in flight);
+	// DurationMS runs to now for an in-flight delivery.
+	StartMS    int64 `json:"start_ms"`
+	EndMS      int64 `json:"end_ms"`
+	DurationMS int64 `json:"duration_ms"`
+	// Error is what the consumer or the webhook's answer said went wrong.
+	Error string `json:"error"`
 }
 
 // wireJob is the server's JSON shape of a job: lmstfy's fields, then the
 // Kairos ones (only with X-Kairos-Extensions).
 type wireJob struct {
+	Attempts    []Attempt         `json:"attempts,omitempty"`
 	Attributes  map[string]string `json:"attributes"`
 	Data        []byte            `json:"data"`
 	DeadAtMS    int64             `json:"dead_at_ms,omitempty"`
@@ -68,6 +95,7 @@ type wireJob struct {
 	DueAtMS     int64             `json:"due_at_ms,omitempty"`
 	ElapsedMS   int64             `json:"elapsed_ms"`
 	JobID       string            `json:"job_id"`
+	LastError   string            `json:"last_error,omitempty"`
 	Namespace   string            `json:"namespace"`
 	Priority    int               `json:"priority,omitempty"`
 	Queue       string            `json:"queue"`
@@ -107,7 +135,7 @@ func (j *Job) MarshalJSON() ([]byte, error) {
 		Namespace: j.Namespace, Queue: j.Queue, RemainTries: j.RemainTries,
 		TTL: int64(j.TTL / time.Second), Receipt: j.Receipt, State: j.State, Priority: j.Priority,
 		Deliveries: j.Deliveries, DueAtMS: toUnixMS(j.DueAt), DeadAtMS: toUnixMS(j.DeadAt), DeadReason: j.DeadReason,
-		TraceParent: j.TraceParent, TraceState: j.TraceState,
+		TraceParent: j.TraceParent, TraceState: j.TraceState, Attempts: j.Attempts, LastError: j.LastError,
 	})
 }
 
@@ -123,7 +151,7 @@ func (j *Job) UnmarshalJSON(data []byte) error {
 		RemainTries: w.RemainTries, Attributes: w.Attributes,
 		Receipt: w.Receipt, State: w.State, Priority: w.Priority, Deliveries: w.Deliveries,
 		DueAt: unixMS(w.DueAtMS), DeadAt: unixMS(w.DeadAtMS), DeadReason: w.DeadReason,
-		TraceParent: w.TraceParent, TraceState: w.TraceState,
+		TraceParent: w.TraceParent, TraceState: w.TraceState, Attempts: w.Attempts, LastError: w.LastError,
 	}
 	return nil
 }

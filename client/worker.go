@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,6 +85,15 @@ type WorkerConfig struct {
 	// OpenTelemetry (kept out of this package so that importing it costs
 	// the standard library only). It must be safe for concurrent use.
 	Observe func(ctx context.Context, job *Job) (_ context.Context, done func(err error))
+	// Name names this worker in the attempt history of the jobs it takes
+	// (the X-Kairos-Worker header; Kairos keeps letters, digits and
+	// ._-:@/, 64 bytes at most), so that a TTR expiry says whose delivery
+	// ran out. Default: host:pid. A named consume costs Redis two more
+	// commands per job (the history's entry, opened at once).
+	Name string
+	// Anonymous sends no name: the history still records each failure
+	// (error, start, end), without the worker.
+	Anonymous bool
 }
 
 // Worker runs a Handler over queues with N concurrent slots: each slot
@@ -137,6 +148,25 @@ func (e *PanicError) Error() string {
 	return fmt.Sprintf("kairos worker: handler panicked: %v", e.Value)
 }
 
+// failureText is what a release records of a handler's failure: its
+// error, and for a panic the goroutine's stack after it.
+func failureText(err error) string {
+	var p *PanicError
+	if errors.As(err, &p) {
+		return fmt.Sprintf("panic: %v\n\n%s", p.Value, p.Stack)
+	}
+	return err.Error()
+}
+
+// defaultWorkerName is host:pid.
+func defaultWorkerName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "worker"
+	}
+	return host + ":" + strconv.Itoa(os.Getpid())
+}
+
 // NewWorker checks cfg and returns a worker running h over cfg.Queues with
 // c. It starts nothing: call Start.
 func NewWorker(c *Client, cfg WorkerConfig, h Handler) (*Worker, error) {
@@ -148,6 +178,12 @@ func NewWorker(c *Client, cfg WorkerConfig, h Handler) (*Worker, error) {
 	}
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 1
+	}
+	switch {
+	case cfg.Anonymous:
+		cfg.Name = ""
+	case cfg.Name == "":
+		cfg.Name = defaultWorkerName()
 	}
 	if cfg.PollTimeout == 0 {
 		cfg.PollTimeout = DefaultPollTimeout
@@ -257,7 +293,7 @@ func (w *Worker) slot(pollCtx, hardCtx context.Context) {
 	pause := time.Duration(0)
 	for pollCtx.Err() == nil {
 		began := time.Now()
-		job, err := w.c.ConsumeFromQueues(pollCtx, w.cfg.TTR, w.cfg.PollTimeout, w.cfg.Queues...)
+		job, err := w.c.consumeAs(pollCtx, w.cfg.Name, w.cfg.TTR, w.cfg.PollTimeout, w.cfg.Queues...)
 		switch {
 		case pollCtx.Err() != nil:
 			return
@@ -326,7 +362,9 @@ func (w *Worker) process(hardCtx context.Context, job *Job) {
 			return
 		}
 		w.report(job, err, "handler failed; releasing the job")
-		var opts []ReleaseOption
+		// The error, with the stack of a panic, goes into the job's
+		// attempt history.
+		opts := []ReleaseOption{ReleaseError(failureText(err))}
 		var ra *retryAfterError
 		if errors.As(err, &ra) {
 			opts = append(opts, ReleaseDelay(max(ra.d, 0)))

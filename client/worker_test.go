@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -450,5 +451,56 @@ func TestWorkerRun(t *testing.T) {
 	}
 	if st := w.Stats(); handled.Load() != 1 || st.Acked != 1 {
 		t.Fatalf("handled %d, stats %+v", handled.Load(), st)
+	}
+}
+
+// TestWorkerSaysWhy: a handler's error and a handler's panic (with its
+// stack) reach the job's attempt history with the worker's name, and the
+// last one is the dead letter's last_error; the dead letter can then be
+// filtered by that error and acted on in bulk.
+func TestWorkerSaysWhy(t *testing.T) {
+	e := newEnv(t)
+	id := publish(t, e.C, "q", "j", client.Tries(2))
+	var calls atomic.Int32
+	w := startWorker(t, e.C, client.WorkerConfig{Queues: []string{"q"}, PollTimeout: time.Second, Name: "billing-7"},
+		func(ctx context.Context, job *client.Job) error {
+			if calls.Add(1) == 1 {
+				return errors.New("card declined: insufficient funds")
+			}
+			panic("nil map in charge()")
+		})
+	eventually(t, 15*time.Second, "the job dead after 2 failures", func() bool { return w.Stats().Released == 2 })
+	job, err := e.C.PeekJob(ctxT(t), "q", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.State != "dead" || len(job.Attempts) != 2 {
+		t.Fatalf("job %s, attempts %+v", job.State, job.Attempts)
+	}
+	a2, a1 := job.Attempts[0], job.Attempts[1]
+	if a1.Delivery != 1 || a1.Outcome != "nacked" || a1.Worker != "billing-7" || a1.Error != "card declined: insufficient funds" ||
+		a1.StartMS == 0 || a1.EndMS < a1.StartMS || a1.DurationMS != a1.EndMS-a1.StartMS {
+		t.Fatalf("attempt 1: %+v", a1)
+	}
+	if a2.Delivery != 2 || !strings.HasPrefix(a2.Error, "panic: nil map in charge()\n\ngoroutine ") ||
+		!strings.Contains(a2.Error, "TestWorkerSaysWhy") {
+		t.Fatalf("attempt 2 error: %q", a2.Error)
+	}
+	if job.LastError != a2.Error {
+		t.Fatalf("last error %q", job.LastError)
+	}
+	page, err := e.C.ListDeadLetterPage(ctxT(t), "q", client.DeadLetterQuery{Newest: true, Error: "nil map"})
+	if err != nil || len(page.Jobs) != 1 || page.Jobs[0].ID != id || page.Jobs[0].LastError != a2.Error {
+		t.Fatalf("dead letter by error: %v %+v", err, page)
+	}
+	if page, err = e.C.ListDeadLetterPage(ctxT(t), "q", client.DeadLetterQuery{Error: "no such text"}); err != nil || len(page.Jobs) != 0 {
+		t.Fatalf("dead letter by another error: %v %+v", err, page)
+	}
+	res, err := e.C.DeleteDeadJobs(ctxT(t), "q", []string{id, "01ZZZZZZZZZZZZZZZZZZZZZZZZ"}, nil)
+	if err != nil || res.Count != 1 || len(res.Missing) != 1 {
+		t.Fatalf("DeleteDeadJobs: %v %+v", err, res)
+	}
+	if _, err := e.C.PeekJob(ctxT(t), "q", id); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("deleted job: %v", err)
 	}
 }

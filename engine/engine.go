@@ -144,6 +144,12 @@ type Job struct {
 	// producer's trace from them.
 	TraceParent string
 	TraceState  string
+	// Attempts are the job's last deliveries, newest first (peek job
+	// only; MaxAttempts at most).
+	Attempts []Attempt
+	// LastError is the error text of the job's last delivery that ended
+	// with one ("" when none did): on peek job and dead-letter listings.
+	LastError string
 }
 
 // PublishRequest describes one job to publish.
@@ -200,6 +206,9 @@ type ConsumeRequest struct {
 	Timeout time.Duration
 	// Count is the largest number of jobs to return (1..MaxBatchConsume).
 	Count int
+	// Worker names the consumer in the jobs' histories (WorkerName made
+	// it safe); "" when it gave none.
+	Worker string
 }
 
 // DeadLetter is the summary lmstfy's dead letter peek returns.
@@ -229,6 +238,21 @@ type DeadLetterQuery struct {
 	// MaxDeadScan: MaxDeadScan).
 	Reason DeadReason
 	Scan   int64
+	// Error, when not empty, keeps only the jobs whose last error holds
+	// it (a plain substring, at most MaxErrorText bytes); the listing then
+	// examines at most Scan entries, as with Reason.
+	Error string
+}
+
+// Filtered reports whether q keeps only some jobs (by reason or error
+// text), so that a listing examines at most Scan entries.
+func (q DeadLetterQuery) Filtered() bool { return q.Reason != "" || q.Error != "" }
+
+// Valid reports whether q is a query an engine serves: offset ≥ 0, limit
+// 1..1000, a known reason, an error text of at most MaxErrorText bytes.
+func (q DeadLetterQuery) Valid() bool {
+	return q.Offset >= 0 && q.Limit >= 1 && q.Limit <= 1000 && (q.Reason == "" || ValidDeadReason(q.Reason)) &&
+		len(q.Error) <= MaxErrorText
 }
 
 // DeadLetterPage is a page of the dead letter.
@@ -263,7 +287,7 @@ type DeadLetterPart struct {
 // that sequence. Offsets count entries over the sequence, and a filtered
 // listing examines at most q.Scan entries over all parts together.
 func ListDeadLetterParts(ctx context.Context, parts []DeadLetterPart, q DeadLetterQuery) (DeadLetterPage, error) {
-	if q.Offset < 0 || q.Limit < 1 || q.Limit > 1000 || (q.Reason != "" && !ValidDeadReason(q.Reason)) {
+	if !q.Valid() {
 		return DeadLetterPage{}, fmt.Errorf("list dead letter: %w", ErrInvalid)
 	}
 	out := DeadLetterPage{Next: -1}
@@ -271,7 +295,7 @@ func ListDeadLetterParts(ctx context.Context, parts []DeadLetterPart, q DeadLett
 		out.Size += p.Size
 	}
 	budget, want := q.Limit, q.Limit // entries to examine, jobs to find
-	if q.Reason != "" {
+	if q.Filtered() {
 		budget = q.Scan
 		if budget <= 0 || budget > MaxDeadScan {
 			budget = MaxDeadScan
@@ -294,7 +318,7 @@ func ListDeadLetterParts(ctx context.Context, parts []DeadLetterPart, q DeadLett
 		}
 		sub := q
 		sub.Offset, sub.Scan, sub.Limit = off, budget, want
-		if q.Reason == "" {
+		if !q.Filtered() {
 			sub.Limit = min(want, p.Size-off)
 		}
 		page, err := p.List(ctx, sub)
@@ -307,7 +331,7 @@ func ListDeadLetterParts(ctx context.Context, parts []DeadLetterPart, q DeadLett
 			end = p.Size
 		}
 		budget -= end - off
-		if q.Reason == "" {
+		if !q.Filtered() {
 			want -= end - off
 		} else {
 			want -= int64(len(page.Jobs))
@@ -392,6 +416,9 @@ type ReleaseRequest struct {
 	KeepTry bool
 	// Reason is recorded if the job goes to the dead letter.
 	Reason DeadReason
+	// Error is why the consumer gave the job back, recorded in the job's
+	// history (at most MaxErrorText bytes: ErrorText cuts it).
+	Error string
 }
 
 // QueueConfig holds a queue's Kairos settings.

@@ -94,6 +94,10 @@ func (s *Server) release(c *gin.Context) {
 			return
 		}
 	}
+	if req.Error, err = releaseError(c); err != nil {
+		s.failAPI(c, err)
+		return
+	}
 	if err := x.Release(c.Request.Context(), req); err != nil {
 		s.failAPI(c, err)
 		return

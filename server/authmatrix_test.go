@@ -47,6 +47,8 @@ func matrixRoutes(jobID string) []matrixRoute {
 		{method: "GET", path: "/api/ns/q/deadletter/jobs", role: auth.RoleRead},
 		{method: "PUT", path: "/api/ns/q/deadletter/job/" + jobID, role: auth.RoleManage},
 		{method: "DELETE", path: "/api/ns/q/deadletter/job/" + jobID, role: auth.RoleManage},
+		{method: "POST", path: "/api/ns/q/deadletter/jobs/respawn", body: `{"match":{}}`, role: auth.RoleManage, ok: []int{200}},
+		{method: "POST", path: "/api/ns/q/deadletter/jobs/delete", body: `{"job_ids":["x"]}`, role: auth.RoleManage, ok: []int{200}},
 		{method: "GET", path: "/api/ns/q/schedule", role: auth.RolePublish, ok: []int{200}},
 		{method: "PUT", path: "/api/ns/q/schedule/s", body: "job", role: auth.RolePublish},
 		{method: "GET", path: "/api/ns/q/schedule/s", role: auth.RolePublish},

@@ -62,6 +62,7 @@ func (s *Server) consume(c *gin.Context) {
 		TTR:       ttrD,
 		Timeout:   timeoutD,
 		Count:     int(count),
+		Worker:    engine.WorkerName(c.GetHeader(workerHeader)),
 	})
 	if len(jobs) == 0 {
 		if err == nil || ctx.Err() != nil || errors.Is(err, engine.ErrClosed) {

@@ -550,7 +550,7 @@ func (s *Server) adminPeekJob(c *gin.Context) {
 		s.failAdmin(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, newJobDetail(job, ns, q, s.now()))
+	c.JSON(http.StatusOK, newJobDetailAttempts(job, ns, q, s.now()))
 }
 
 // adminDeadJobs serves GET /queue/:namespace/:queue/deadletter/jobs: the

@@ -1,8 +1,13 @@
 package server
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
 	"math"
 	"net/http"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/sirupsen/logrus"
@@ -138,10 +143,17 @@ func deadLetterQuery(c *gin.Context) (q engine.DeadLetterQuery, named bool, err 
 			return q, false, errInvalidReason
 		}
 	}
+	if v, ok := getQuery(c, "error"); ok && v != "" {
+		named = true
+		if len(v) > engine.MaxErrorText {
+			return q, false, errInvalidErrorText
+		}
+		q.Error = v
+	}
 	return q, named, nil
 }
 
-// listDeadLetter serves GET /api/:namespace/:queue/deadletter/jobs?offset=&limit=&order=&reason=:
+// listDeadLetter serves GET /api/:namespace/:queue/deadletter/jobs?offset=&limit=&order=&reason=&error=:
 // dead jobs oldest first (newest first with order=newest), with bodies,
 // reasons and times, only those of one reason with reason=. next_offset
 // is the offset of the next page, -1 after the last one; total, sent with
@@ -201,4 +213,143 @@ func (s *Server) deleteDeadJob(c *gin.Context) {
 	}
 	s.reqLogger(c).Info("dead job deleted")
 	c.Status(http.StatusNoContent)
+}
+
+// Bulk actions on the dead letter (POST …/deadletter/jobs/respawn and
+// …/deadletter/jobs/delete): the jobs named, or every job that matches
+// the filters of the listing.
+
+// maxBulkIDs is the most job IDs one bulk request names; maxBulkMatch the
+// most jobs one "match" request acts on (the answer's more says whether
+// it stopped there), examining at most maxBulkScan entries.
+const (
+	maxBulkIDs   = 1000
+	maxBulkMatch = 10000
+	maxBulkScan  = 100 * engine.MaxDeadScan
+)
+
+var errInvalidBulk = badRequest(`invalid body: {"job_ids":[…]} (1 to 1000) or {"match":{"reason":…,"error":…}}`)
+
+// deadBulkRequest is the body of a bulk action.
+type deadBulkRequest struct {
+	JobIDs []string `json:"job_ids"`
+	Match  *struct {
+		Reason string `json:"reason"`
+		Error  string `json:"error"`
+	} `json:"match"`
+	// TTL of respawned jobs in seconds (default TTLSecond, 0 = forever).
+	TTL *int64 `json:"ttl"`
+}
+
+// deadBulkResponse answers a bulk action.
+type deadBulkResponse struct {
+	// Count is how many jobs were respawned or deleted.
+	Count int64 `json:"count"`
+	// Missing are the named jobs that were not dead (gone, respawned).
+	Missing []string `json:"missing,omitempty"`
+	// More is true when a match stopped at its bound: send it again.
+	More bool `json:"more"`
+}
+
+// deadLetterBulk serves POST /api/:namespace/:queue/deadletter/jobs/respawn
+// and …/delete (respawn true or false): the action on each job named by
+// job_ids, or on every job matching match (reason, error text; {} is
+// every job), oldest first, up to maxBulkMatch per call.
+func (s *Server) deadLetterBulk(respawn bool) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		var req deadBulkRequest
+		body, err := io.ReadAll(io.LimitReader(c.Request.Body, 1<<20+1))
+		if err != nil || len(body) > 1<<20 || json.Unmarshal(body, &req) != nil ||
+			(req.Match == nil) == (len(req.JobIDs) == 0) || len(req.JobIDs) > maxBulkIDs {
+			s.failAPI(c, errInvalidBulk)
+			return
+		}
+		ttl := int64(s.def.ttl)
+		if req.TTL != nil {
+			ttl = *req.TTL
+		}
+		if ttl < 0 || ttl > maxDurationSeconds {
+			s.failAPI(c, errInvalidTTL)
+			return
+		}
+		var match *engine.DeadLetterQuery
+		if req.Match != nil {
+			match = &engine.DeadLetterQuery{Reason: engine.DeadReason(req.Match.Reason), Error: req.Match.Error}
+			if match.Reason != "" && !engine.ValidDeadReason(match.Reason) {
+				s.failAPI(c, errInvalidReason)
+				return
+			}
+			if len(match.Error) > engine.MaxErrorText {
+				s.failAPI(c, errInvalidErrorText)
+				return
+			}
+		}
+		out, err := bulkDead(c.Request.Context(), state(c).eng, c.Param("namespace"), c.Param("queue"), req.JobIDs, match, respawn, secs(uint64(ttl)))
+		if err != nil {
+			s.failAPI(c, err)
+			return
+		}
+		action := "dead jobs deleted"
+		if respawn {
+			action = "dead jobs respawned"
+		}
+		s.reqLogger(c).WithFields(logrus.Fields{"count": out.Count, "named": len(req.JobIDs), "more": out.More}).Info(action)
+		writeJSON(c, http.StatusOK, out)
+	}
+}
+
+// bulkDead respawns (with ttl) or deletes the dead jobs ids, or, with
+// match, every dead job that passes its reason and error filters, oldest
+// first, up to maxBulkMatch jobs and maxBulkScan entries examined (More
+// then says to go on). The API's bulk routes and the dashboard's
+// selection both use it.
+func bulkDead(ctx context.Context, x engine.Engine, ns, q string, ids []string, match *engine.DeadLetterQuery, respawn bool, ttl time.Duration) (deadBulkResponse, error) {
+	out := deadBulkResponse{}
+	if match != nil {
+		dq := *match
+		dq.Offset, dq.Limit, dq.Newest = 0, 1000, false
+		// The IDs first, then the actions: acting while paging would move
+		// the entries under the offsets.
+		for scanned := int64(0); ; {
+			page, err := x.ListDeadLetterPage(ctx, ns, q, dq)
+			if err != nil {
+				return out, err
+			}
+			for _, j := range page.Jobs {
+				ids = append(ids, j.ID)
+			}
+			if page.Next < 0 {
+				break
+			}
+			scanned += page.Next - dq.Offset
+			if len(ids) >= maxBulkMatch || scanned >= maxBulkScan {
+				out.More = true
+				break
+			}
+			dq.Offset = page.Next
+		}
+		if len(ids) > maxBulkMatch {
+			ids, out.More = ids[:maxBulkMatch], true
+		}
+	}
+	for _, id := range ids {
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+		var err error
+		if respawn {
+			err = x.RespawnDeadJob(ctx, ns, q, id, ttl)
+		} else {
+			err = x.DeleteDeadJob(ctx, ns, q, id)
+		}
+		switch {
+		case err == nil:
+			out.Count++
+		case errors.Is(err, engine.ErrJobNotFound) || errors.Is(err, engine.ErrInvalid):
+			out.Missing = append(out.Missing, id)
+		default:
+			return out, err
+		}
+	}
+	return out, nil
 }

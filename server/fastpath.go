@@ -158,6 +158,9 @@ func (h loopHost) Take(r *evloop.Request, ip string, now time.Time) (*evloop.Ite
 		// nothing and may wait then waits on its own (Item.Deadline).
 		wait := secs(min(timeout, s.def.maxTimeout))
 		it.Con = engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, TTR: secs(ttr), Count: int(count), Timeout: wait}
+		if r.Worker != nil {
+			it.Con.Worker = engine.WorkerName(string(r.Worker))
+		}
 		if wait > 0 {
 			it.Deadline = now.Add(wait)
 		}

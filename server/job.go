@@ -67,6 +67,8 @@ func ttlSeconds(d time.Duration) int64 {
 // like lmstfy's: peek and peek job with X-Kairos-Extensions, and the
 // dead-letter listing.
 type jobDetail struct {
+	// Attempts is the job's attempt history, on peek job only.
+	Attempts    *[]attemptJSON    `json:"attempts,omitempty"`
 	Attributes  map[string]string `json:"attributes"`
 	Data        []byte            `json:"data"`
 	DeadAtMS    int64             `json:"dead_at_ms"`
@@ -75,6 +77,7 @@ type jobDetail struct {
 	DueAtMS     int64             `json:"due_at_ms"`
 	ElapsedMS   int64             `json:"elapsed_ms"`
 	JobID       string            `json:"job_id"`
+	LastError   string            `json:"last_error,omitempty"`
 	Namespace   string            `json:"namespace"`
 	Priority    int               `json:"priority"`
 	Queue       string            `json:"queue"`
@@ -96,6 +99,7 @@ func newJobDetail(job *engine.Job, namespace, queue string, now time.Time) jobDe
 		DueAtMS:     unixMS(job.DueAt),
 		ElapsedMS:   r.ElapsedMS,
 		JobID:       r.JobID,
+		LastError:   job.LastError,
 		Namespace:   r.Namespace,
 		Priority:    job.Priority,
 		Queue:       r.Queue,
@@ -105,6 +109,15 @@ func newJobDetail(job *engine.Job, namespace, queue string, now time.Time) jobDe
 		TraceState:  job.TraceState,
 		TTL:         r.TTL,
 	}
+}
+
+// newJobDetailAttempts is newJobDetail with the job's attempt history (peek
+// job).
+func newJobDetailAttempts(job *engine.Job, namespace, queue string, now time.Time) jobDetail {
+	d := newJobDetail(job, namespace, queue, now)
+	as := newAttempts(job.Attempts, now)
+	d.Attempts = &as
+	return d
 }
 
 // unixMS is t in Unix milliseconds, 0 for the zero time.
@@ -129,7 +142,7 @@ func (s *Server) peekJob(c *gin.Context) {
 		return
 	}
 	if wantsExt(c) {
-		writeJSON(c, http.StatusOK, newJobDetail(job, ns, q, s.now()))
+		writeJSON(c, http.StatusOK, newJobDetailAttempts(job, ns, q, s.now()))
 		return
 	}
 	writeJSON(c, http.StatusOK, newJobResponse(job, ns, q, "", s.now()))

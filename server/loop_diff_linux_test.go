@@ -244,8 +244,17 @@ func genSeq(seed uint64) *diffSeq {
 			}
 			rng.Shuffle(len(ps), func(i, j int) { ps[i], ps[j] = ps[j], ps[i] })
 			x := ext(rng)
-			raw := head("GET", join(target, append(ps, tq)...), x+"\r\n")
-			d = diffReq{raw: func([]string, []string) string { return raw }, what: "GET " + target + " " + strings.Join(ps, "&") + " " + strings.TrimSpace(x)}
+			worker := ""
+			switch rng.IntN(6) {
+			case 0: // the worker's name, read by both
+				worker = "X-Kairos-Worker: host-" + strconv.Itoa(rng.IntN(9)) + ":42\r\n"
+			case 1: // a name with bytes the history replaces
+				worker = "x-kairos-worker: a|b c\r\n"
+			case 2: // net/http: repeated
+				worker = "X-Kairos-Worker: a\r\nX-Kairos-Worker: b\r\n"
+			}
+			raw := head("GET", join(target, append(ps, tq)...), x+worker+"\r\n")
+			d = diffReq{raw: func([]string, []string) string { return raw }, what: "GET " + target + " " + strings.Join(ps, "&") + " " + strings.TrimSpace(x) + " " + strings.TrimSpace(worker)}
 		case k < 65: // consume that waits, on a queue of its own
 			w := fmt.Sprintf("d%dw%d", seed, waits)
 			waits++
@@ -271,7 +280,23 @@ func genSeq(seed uint64) *diffSeq {
 			}, what: "DELETE " + q + " " + rc([]string{"R"})}
 		default: // net/http routes
 			var target, method = "", "GET"
-			switch rng.IntN(6) {
+			switch rng.IntN(9) {
+			case 6, 7, 8: // release (nack) with an error text: net/http's on both
+				id := pickID(rng)
+				extra := "\r\n"
+				ps := []string{"receipt=" + []string{"0123456789abcdef", "zz"}[rng.IntN(2)]}
+				switch rng.IntN(3) {
+				case 0:
+					ps = append(ps, "error=db%20timeout")
+				case 1:
+					b := `{"error":"card declined\nat charge()"}`
+					extra = "Content-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(b)) + "\r\n\r\n" + b
+				case 2:
+					extra = "Content-Length: 5\r\n\r\n{nope"
+				}
+				d = diffReq{raw: func(ids, _ []string) string {
+					return head("PUT", join("/api/ns/"+q+"/job/"+id(ids)+"/release", append(ps, tq)...), extra)
+				}, what: "PUT release " + q + " " + strings.Join(ps, "&")}
 			case 0:
 				target = "/api/ns/" + q + "/size"
 			case 1:

@@ -37,7 +37,8 @@ import (
 // X-Kairos-Extensions (Idempotency-Key, Enable-Job-Version, Job-Attr-*). A publish's W3C
 // trace context (traceparent, tracestate, each at most once) is read and
 // stored as net/http stores it; with tracing on, a request carrying one
-// is net/http's instead (Server.loopTable).
+// is net/http's instead (Server.loopTable). A consume's X-Kairos-Worker
+// (at most once) names the worker in the jobs' histories, as on net/http.
 var loopRoutes = evloop.Table{
 	Routes: []evloop.Route{
 		{Kind: evloop.Publish, Method: "PUT", Path: "/api/:namespace/:queue",
@@ -56,6 +57,7 @@ var loopRoutes = evloop.Table{
 	ExtHeader:            extHeader,
 	RefuseHeaderPrefixes: []string{attributePrefix},
 	TraceContext:         true,
+	WorkerHeader:         workerHeader,
 }
 
 // apiRoutes builds the public API (spec 3.1): global middleware in
@@ -102,6 +104,8 @@ func (s *Server) apiRoutes() *gin.Engine {
 	g.GET("/:namespace/:queue/deadletter/jobs", read, s.listDeadLetter)
 	g.PUT("/:namespace/:queue/deadletter/job/:job_id", manage, s.respawnDeadJob)
 	g.DELETE("/:namespace/:queue/deadletter/job/:job_id", manage, s.deleteDeadJob)
+	g.POST("/:namespace/:queue/deadletter/jobs/respawn", manage, s.deadLetterBulk(true))
+	g.POST("/:namespace/:queue/deadletter/jobs/delete", manage, s.deadLetterBulk(false))
 	g.GET("/:namespace/:queue/schedule", unthrottledPublish, s.schedules(s.listSchedules))
 	g.PUT("/:namespace/:queue/schedule/:name", unthrottledPublish, s.schedules(s.putSchedule))
 	g.GET("/:namespace/:queue/schedule/:name", unthrottledPublish, s.schedules(s.getSchedule))

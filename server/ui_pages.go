@@ -613,7 +613,9 @@ type queuePage struct {
 	// filter ("" for all).
 	DeadJobs   []*jobView
 	DeadReason string
-	DeadPager  deadPager
+	// DeadError is the error-text filter ("" for none).
+	DeadError string
+	DeadPager deadPager
 	// Schedules are the queue's schedules (issue #24); SchedulesOn is
 	// false when the pool's engine runs none, SchedulesError set when
 	// they could not be read.
@@ -646,6 +648,9 @@ func newDeadPager(base string, dq engine.DeadLetterQuery, page engine.DeadLetter
 		}
 		if dq.Reason != "" {
 			v.Set("dead_reason", string(dq.Reason))
+		}
+		if dq.Error != "" {
+			v.Set("dead_error", dq.Error)
 		}
 		if len(v) == 0 {
 			return base + "#dead"
@@ -874,6 +879,13 @@ func (d *dashboard) queue(c *gin.Context) {
 			return
 		}
 	}
+	if e := c.Query("dead_error"); e != "" {
+		if len(e) > engine.MaxErrorText {
+			d.fail(c, errInvalidErrorText)
+			return
+		}
+		dq.Error = e
+	}
 	dead, err := x.ListDeadLetterPage(ctx, ns, q, dq)
 	if err != nil {
 		d.fail(c, err)
@@ -886,6 +898,7 @@ func (d *dashboard) queue(c *gin.Context) {
 		p.DeadJobs = append(p.DeadJobs, newJobView(j, ns, q, now))
 	}
 	p.DeadReason = string(dq.Reason)
+	p.DeadError = dq.Error
 	p.DeadPager = newDeadPager(p.Base, dq, dead)
 	if sc, ok := x.(engine.Scheduler); ok {
 		p.SchedulesOn = true
@@ -965,6 +978,20 @@ type jobView struct {
 	DeadReason             string
 	DeadAt                 time.Time
 	Published              time.Time
+	// LastError is the error of the job's last failed delivery, with a
+	// one-line preview for the dead letter's table.
+	LastError, LastErrorPreview string
+	// Attempts is the job's attempt history (the job page).
+	Attempts []attemptView
+}
+
+// attemptView is one delivery on the job page.
+type attemptView struct {
+	Delivery        int
+	Outcome, Worker string
+	Start           time.Time
+	Duration        string
+	Error           string
 }
 
 type kv struct{ Key, Value string }
@@ -992,6 +1019,19 @@ func newJobView(j *engine.Job, ns, q string, now time.Time) *jobView {
 	}
 	if !j.DueAt.IsZero() {
 		v.DueIn = j.DueAt.Sub(now).Round(time.Second).String()
+	}
+	v.LastError = j.LastError
+	v.LastErrorPreview, _, _ = strings.Cut(j.LastError, "\n")
+	if r := []rune(v.LastErrorPreview); len(r) > 160 {
+		v.LastErrorPreview = string(r[:160]) + "…"
+	}
+	for _, a := range newAttempts(j.Attempts, now) {
+		av := attemptView{Delivery: a.Delivery, Outcome: a.Outcome, Worker: a.Worker, Error: a.Error}
+		if a.StartMS > 0 {
+			av.Start = time.UnixMilli(a.StartMS)
+			av.Duration = (time.Duration(a.DurationMS) * time.Millisecond).String()
+		}
+		v.Attempts = append(v.Attempts, av)
 	}
 	return v
 }
@@ -1331,6 +1371,41 @@ func (d *dashboard) queueAction(c *gin.Context) {
 		}
 		n, err := x.Destroy(ctx, ns, q)
 		done("queue destroyed ("+strconv.FormatInt(n, 10)+" jobs deleted)", err)
+	case "dead-selected", "dead-matching":
+		// The dead letter's selection: the jobs checked, or every job
+		// matching the filters shown (reason, error text).
+		respawn := c.PostForm("op") == "respawn"
+		if !respawn && c.PostForm("op") != "delete" {
+			done("", badRequest("no such operation: respawn or delete"))
+			return
+		}
+		var ids []string
+		var match *engine.DeadLetterQuery
+		if c.Param("action") == "dead-selected" {
+			ids = c.PostFormArray("id")
+			if len(ids) == 0 || len(ids) > maxBulkIDs {
+				done("", badRequest("select 1 to 1000 dead jobs first"))
+				return
+			}
+		} else {
+			match = &engine.DeadLetterQuery{Reason: engine.DeadReason(c.PostForm("dead_reason")), Error: c.PostForm("dead_error")}
+			if match.Reason != "" && !engine.ValidDeadReason(match.Reason) {
+				done("", errInvalidReason)
+				return
+			}
+			if len(match.Error) > engine.MaxErrorText {
+				done("", errInvalidErrorText)
+				return
+			}
+		}
+		res, err := bulkDead(ctx, x, ns, q, ids, match, respawn, d.s.cfg.DefaultTTL())
+		verb := map[bool]string{true: "respawned", false: "deleted"}[respawn]
+		msg := strconv.FormatInt(res.Count, 10) + " dead jobs " + verb
+		if res.More {
+			msg += " (more match: run it again)"
+		}
+		base += "#dead"
+		done(msg, err)
 	case "respawn-all":
 		n, err := x.RespawnDeadLetter(ctx, ns, q, 1<<40, d.s.cfg.DefaultTTL())
 		done(strconv.FormatInt(n, 10)+" dead jobs respawned", err)

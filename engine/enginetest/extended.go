@@ -29,6 +29,8 @@ func RunExtended(t *testing.T, f Factory) {
 		{"DeadTTL", testDeadTTL},
 		{"Inspection", testInspection},
 		{"TraceContext", testTraceContext},
+		{"Attempts", testAttempts},
+		{"AttemptsKeepLast16", testAttemptsKeepLast16},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := f(t)

@@ -10,7 +10,6 @@ package rdb
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -1196,6 +1195,9 @@ func consumeKey(req *engine.ConsumeRequest) string {
 	}
 	key.WriteByte(0)
 	key.WriteString(strconv.FormatInt(durMS(req.TTR), 10))
+	// One call records one worker name in the histories of its jobs.
+	key.WriteByte(0)
+	key.WriteString(req.Worker)
 	return key.String()
 }
 
@@ -1493,7 +1495,7 @@ func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, wan
 func (e *Engine) consumeRun(ctx context.Context, req *engine.ConsumeRequest, names []*queueNames, lo, hi, total int, got, next *int, want []int, out [][]*engine.Job) (bool, error) {
 	n := hi - lo
 	keys := make([]string, 6*n)
-	args := make([]interface{}, 5+2*n)
+	args := make([]interface{}, 7+2*n)
 	for i, qn := range names[lo:hi] {
 		k := keys[6*i : 6*i+6]
 		k[0], k[1], k[2], k[3], k[4], k[5] = qn.ready, qn.timer, qn.prio, qn.config, qn.index, qn.jobPrefix
@@ -1506,6 +1508,8 @@ func (e *Engine) consumeRun(ctx context.Context, req *engine.ConsumeRequest, nam
 		args[0] = due
 		args[1] = total - *got
 		args[4] = newReceiptBase()
+		args[5+2*n] = due - durMS(req.TTR)
+		args[6+2*n] = req.Worker
 		res, err := e.runScript(ctx, consumeScript, keys, args...).Slice()
 		if err != nil {
 			return false, fmt.Errorf("consume %s/%v: %w", req.Namespace, req.Queues, err)
@@ -1570,13 +1574,10 @@ func (e *Engine) decodeConsumed(req *engine.ConsumeRequest, lo, n int, res []int
 	return m == 1, m == 2, earliest, popped, jobs, nil
 }
 
-// newReceiptBase returns 6 random bytes; the consume script appends the
-// job's position in its reply to make each delivery's 8-byte receipt.
-func newReceiptBase() string {
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], rand.Uint64())
-	return string(b[:6])
-}
+// newReceiptBase returns a random number in [0, 2^32): the consume script
+// adds the job's position in its reply and appends the delivery's start
+// to make each delivery's 8-byte receipt (consumeScript).
+func newReceiptBase() uint32 { return rand.Uint32() }
 
 // makeJob decodes a job from what follows its header: its trace context
 // (by format, header byte 1) and its payload.
@@ -1660,13 +1661,34 @@ func (e *Engine) PeekJob(ctx context.Context, ns, q, id string) (*engine.Job, er
 	if err != nil {
 		return nil, fmt.Errorf("peek job %s/%s/%s: %w", ns, q, id, err)
 	}
-	if len(res) != 2 {
+	if len(res) != 3 {
 		return nil, fmt.Errorf("peek job %s/%s/%s: unexpected reply", ns, q, id)
 	}
 	value, _ := res[0].(string)
 	pttl, _ := res[1].(int64)
 	e.metrics.peeked()
-	return makeStoredJob(ns, q, id, []byte(value), pttl, e.now())
+	j, err := makeStoredJob(ns, q, id, []byte(value), pttl, e.now())
+	if err != nil {
+		return nil, err
+	}
+	hist, _ := res[2].([]interface{})
+	j.Attempts = make([]engine.Attempt, 0, len(hist)+1)
+	if a, ok := currentDelivery(j, value, e.now()); ok && !(len(hist) > 0 && strings.HasPrefix(fmt.Sprint(hist[0]), "f|"+strconv.Itoa(j.Deliveries)+"|")) {
+		j.Attempts = append(j.Attempts, a)
+	}
+	for _, h := range hist {
+		s, _ := h.(string)
+		if a, ok := parseAttempt(s); ok {
+			j.Attempts = append(j.Attempts, a)
+			if j.LastError == "" {
+				j.LastError = a.Error
+			}
+		}
+	}
+	if len(j.Attempts) > engine.MaxAttempts {
+		j.Attempts = j.Attempts[:engine.MaxAttempts]
+	}
+	return j, nil
 }
 
 // Size implements engine.Engine: the queue's ready jobs, not counting the

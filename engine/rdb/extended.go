@@ -126,6 +126,19 @@ func (e *Engine) ackCoalesced(ctx context.Context, batch []*batchCall[ackOp]) {
 	}
 }
 
+// releaseOutcome is the history's letter for how a release ends its
+// delivery: w a webhook's failure, r handed back keeping the try, n
+// nacked (the try spent).
+func releaseOutcome(r *engine.ReleaseRequest) string {
+	switch {
+	case r.Reason == engine.ReasonWebhookFailed:
+		return "w"
+	case r.KeepTry:
+		return "r"
+	}
+	return "n"
+}
+
 // Release implements engine.Extensions.
 func (e *Engine) Release(ctx context.Context, r *engine.ReleaseRequest) error {
 	if err := checkNames(r.Namespace, r.Queue); err != nil {
@@ -161,8 +174,10 @@ func (e *Engine) Release(ctx context.Context, r *engine.ReleaseRequest) error {
 	ns, q := r.Namespace, r.Queue
 	qn := e.names.get([3]string{ns, q})
 	keys := []string{qn.jobPrefix + r.ID, qn.timer, qn.ready, qn.prio, qn.config, qn.dead, qn.index}
+	errText, _ := engine.ErrorText(r.Error)
 	code, err := e.run(ctx, releaseScript, keys, r.ID, nonce, ceilMS(e.now()), delay, keep, reasonCode(reason),
-		strconv.FormatFloat(rand.Float64(), 'f', 6, 64), qn.member, qn.channel, qn.wake, e.pub).Int64()
+		strconv.FormatFloat(rand.Float64(), 'f', 6, 64), qn.member, qn.channel, qn.wake, e.pub,
+		releaseOutcome(r), errText).Int64()
 	if err != nil {
 		return fmt.Errorf("release %s/%s/%s: %w", ns, q, r.ID, err)
 	}
@@ -399,7 +414,7 @@ func (e *Engine) ListDeadLetterPage(ctx context.Context, ns, q string, dq engine
 	if err := checkNames(ns, q); err != nil {
 		return engine.DeadLetterPage{}, fmt.Errorf("list dead letter: %w", err)
 	}
-	if dq.Offset < 0 || dq.Limit < 1 || dq.Limit > 1000 || (dq.Reason != "" && !engine.ValidDeadReason(dq.Reason)) {
+	if !dq.Valid() {
 		return engine.DeadLetterPage{}, fmt.Errorf("list dead letter: %w", engine.ErrInvalid)
 	}
 	if dq.Scan <= 0 || dq.Scan > engine.MaxDeadScan {
@@ -415,7 +430,7 @@ func (e *Engine) ListDeadLetterPage(ctx context.Context, ns, q string, dq engine
 	if dq.Newest {
 		newest = "1"
 	}
-	res, err := e.run(ctx, listDeadPageScript, []string{deadKey(ns, q), jobKeyPrefix(ns, q)}, dq.Offset, dq.Limit, newest, code, dq.Scan).Slice()
+	res, err := e.run(ctx, listDeadPageScript, []string{deadKey(ns, q), jobKeyPrefix(ns, q)}, dq.Offset, dq.Limit, newest, code, dq.Scan, dq.Error).Slice()
 	if err != nil || len(res) < 2 {
 		return engine.DeadLetterPage{}, fmt.Errorf("list dead letter %s/%s: %w", ns, q, err)
 	}
@@ -423,8 +438,8 @@ func (e *Engine) ListDeadLetterPage(ctx context.Context, ns, q string, dq engine
 	out.Size, _ = res[0].(int64)
 	out.Next, _ = res[1].(int64)
 	now := e.now()
-	out.Jobs = make([]*engine.Job, 0, (len(res)-2)/3)
-	for i := 2; i+2 < len(res); i += 3 {
+	out.Jobs = make([]*engine.Job, 0, (len(res)-2)/4)
+	for i := 2; i+3 < len(res); i += 4 {
 		id, _ := res[i].(string)
 		v, _ := res[i+1].(string)
 		pttl, _ := res[i+2].(int64)
@@ -433,6 +448,7 @@ func (e *Engine) ListDeadLetterPage(ctx context.Context, ns, q string, dq engine
 			e.log.WithError(err).WithField("job_id", id).Warn("list dead letter: undecodable job")
 			continue
 		}
+		j.LastError, _ = res[i+3].(string)
 		out.Jobs = append(out.Jobs, j)
 	}
 	return out, nil

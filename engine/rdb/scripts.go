@@ -23,7 +23,8 @@ import (
 //	7      priority 0..255
 //	8      dead reason: 0, 1 TTR expired, 2 nacked, 3 webhook failed
 //	9-14   time (ms, uint48): due time (delayed, in flight) or death time
-//	15-22  nonce of the current delivery (in flight): the receipt
+//	15-22  nonce of the current delivery (in flight): the receipt; bytes
+//	       19-22 hold the delivery's start (ms mod 2^32, consumeScript)
 //
 // Ready lists hold lmstfy's packed entries (tries:u16, len:u16, id); timers
 // hold job IDs, so that an ACK removes a job's timer entry at once. Packed
@@ -34,7 +35,8 @@ import (
 // keys of one call share a slot group's hash tag, so that on Redis Cluster
 // every call touches one slot. The only names a script completes are job
 // body keys: a queue's prefix j/{T}ns/q/ (in KEYS) and an ID read from
-// one of that queue's structures. Pub/Sub messages go out with the command
+// one of that queue's structures, and their attempt histories (hkey: the
+// job key with 'a' for 'j', in the same slot; doc/keys.md). Pub/Sub messages go out with the command
 // the caller names (PUBLISH, or SPUBLISH on a cluster, so that they stay
 // on the slot's node), on channels of the same tag.
 
@@ -43,6 +45,8 @@ import (
 const luaLib = `
 local function u16(n) return string.char(n % 256, math.floor(n / 256) % 256) end
 local function r16(s, i) return string.byte(s, i) + string.byte(s, i + 1) * 256 end
+local function u32(n) return u16(n % 65536) .. u16(math.floor(n / 65536) % 65536) end
+local function r32(s, i) return r16(s, i) + r16(s, i + 2) * 65536 end
 local function u48(n)
   local t = {}
   for i = 1, 6 do t[i] = n % 256; n = math.floor(n / 256) end
@@ -132,15 +136,65 @@ local function lower_index(idx, member, due, chan, pub)
   end
   return 0
 end
--- kill moves a job to the dead letter; its value loses its TTL, or gets
--- the queue's dead TTL.
+-- hkey is the attempt history key of the job whose key is jk: the job key
+-- with 'a' for 'j' (a/{T}ns/q/ID), in the job's slot group.
+local function hkey(jk) return 'a' .. string.sub(jk, 2) end
+-- hist_open records the start of delivery deliv (at now, ms text, to
+-- worker) at the head of the job's history, keeps its last 16 entries and
+-- gives it the job's TTL pttl (ms; none when the job has none). An entry
+-- is outcome|delivery|start|end|worker|error (doc/keys.md).
+local function hist_open(jk, deliv, now, worker, pttl)
+  local hk = hkey(jk)
+  if redis.call('LPUSH', hk, 'f|' .. deliv .. '|' .. now .. '|0|' .. worker .. '|') > 16 then
+    redis.call('LTRIM', hk, 0, 15)
+  end
+  if pttl > 0 then redis.call('PEXPIRE', hk, pttl) end
+end
+-- hist_close ends the delivery of the in-flight job whose key is jk and
+-- header h in its history with outcome (one letter: r released, n nacked,
+-- t TTR expired, w webhook failed) at t (ms) and the error text err. A
+-- named worker's delivery has an open entry, rewritten; any other gets
+-- its entry now, its start read from the receipt (consumeScript's comment):
+-- the latest time before t (a minute of clock skew allowed) whose low 32
+-- bits the receipt holds.
+local function hist_close(jk, h, outcome, t, err)
+  local hk = hkey(jk)
+  local deliv = r16(h, 5)
+  local pre = 'f|' .. deliv .. '|'
+  local top = redis.call('LINDEX', hk, 0)
+  if top and string.sub(top, 1, #pre) == pre then
+    local start, worker = string.match(top, '^f|%d+|(%d+)|%d+|([^|]*)|')
+    redis.call('LSET', hk, 0, outcome .. '|' .. deliv .. '|' .. (start or '0') .. '|' .. num(t) .. '|' .. (worker or '') .. '|' .. err)
+  else
+    -- A minute of slack for another server's clock ahead of this one.
+    local start = math.min(t, t + 60000 - (t + 60000 - r32(h, 19)) % 4294967296)
+    if redis.call('LPUSH', hk, outcome .. '|' .. deliv .. '|' .. num(start) .. '|' .. num(t) .. '||' .. err) > 16 then
+      redis.call('LTRIM', hk, 0, 15)
+    end
+    local pttl = redis.call('PTTL', jk)
+    if pttl > 0 then redis.call('PEXPIRE', hk, pttl) end
+  end
+end
+-- last_error is the error text of the newest entry of the job's history
+-- that has one, or ''.
+local function last_error(jk)
+  for _, a in ipairs(redis.call('LRANGE', hkey(jk), 0, 15)) do
+    local e = string.match(a, '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|(.*)$')
+    if e and #e > 0 then return e end
+  end
+  return ''
+end
+-- kill moves a job to the dead letter; its value and its history lose
+-- their TTL, or get the queue's dead TTL.
 local function kill(jk, dk, id, tries, deliv, prio, reason, now, deadttl)
   redis.call('SETRANGE', jk, 1, hdr('x', tries, deliv, prio, reason, now, NONCE0))
   redis.call('LPUSH', dk, entry(1, id))
   if deadttl and tonumber(deadttl) and tonumber(deadttl) > 0 then
     redis.call('PEXPIRE', jk, deadttl)
+    redis.call('PEXPIRE', hkey(jk), deadttl)
   else
     redis.call('PERSIST', jk)
+    redis.call('PERSIST', hkey(jk))
   end
 end
 `
@@ -470,8 +524,16 @@ return {0, total, earliest}
 //	         config, the group's timer index, job key prefix j/{T}ns/q/
 //	ARGV[1] due of the deliveries: now + TTR (ms)   ARGV[2] count
 //	ARGV[3] most entries to pop in all   ARGV[4] the publish command
-//	ARGV[5] receipt base (6 bytes; the job's position in the reply completes it)
+//	ARGV[5] receipt base: a random number in [0, 2^32)
 //	per queue i, ARGV[4+2i..5+2i]: index member ns/q, the group's wake-up channel
+//	ARGV[6+2n] now (ms)   ARGV[7+2n] the consumer's worker name (or "")
+//
+// A delivery's receipt (nonce) is the base plus the job's position in the
+// reply (mod 2^32), then the delivery's start (now mod 2^32 ms, read back
+// by hist_close), 4 bytes each little endian: the receipts of one job's
+// deliveries differ unless two start in the same millisecond with the same
+// 32 random bits. A delivery to a named worker opens an entry in the job's
+// attempt history (hist_open); a nameless one writes nothing more.
 //
 // Returns {more, earliest, popped, then per job: queue position (1-based),
 // id, tries left, payload, PTTL (ms, -1 = none), deliveries, receipt,
@@ -484,6 +546,8 @@ return {0, total, earliest}
 var consumeScript = script(`
 local n = #KEYS / 6
 local due = ARGV[1]
+local now, worker = ARGV[6 + 2 * n], ARGV[7 + 2 * n]
+local base, start32 = tonumber(ARGV[5]), u32(tonumber(now) % 4294967296)
 local dueN = tonumber(due)
 local want = tonumber(ARGV[2])
 local budget = tonumber(ARGV[3])
@@ -520,7 +584,7 @@ for i = 1, n do
           local deliv = r16(v, 5) + 1
           local prio = string.byte(v, 7)
           got = got + 1
-          local nonce = ARGV[5] .. u16(got)
+          local nonce = u32((base + got) % 4294967296) .. start32
           redis.call('SETRANGE', jk, 1, hdr('f', left, deliv, prio, 0, dueN, nonce))
           redis.call('ZADD', KEYS[k + 2], due, id)
           hit = true
@@ -530,6 +594,7 @@ for i = 1, n do
           out[o + 3] = left
           out[o + 4] = string.sub(v, 23)
           out[o + 5] = redis.call('PTTL', jk)
+          if worker ~= '' then hist_open(jk, deliv, now, worker, out[o + 5]) end
           out[o + 6] = deliv
           out[o + 7] = nonce
           out[o + 8] = prio
@@ -617,6 +682,7 @@ local function pump_queue(index, uk, m, chan, tk, qk, dk, pk, ck, jp, share)
       local tries, deliv, prio = r16(h, 3), r16(h, 5), string.byte(h, 7)
       if st == 'f' then
         if not cfg then cfg = redis.call('HMGET', ck, 'backoff', 'dead_ttl') end
+        hist_close(jk, h, 't', r48(h, 9), '')
         if tries == 0 then
           kill(jk, dk, id, 0, deliv, prio, 1, nowN, cfg[2])
           died = died + 1
@@ -826,11 +892,12 @@ return false
 //
 //	KEYS[1] body key
 //
-// Returns {value with header, PTTL (ms)} or nil.
+// Returns {value with header, PTTL (ms), its attempt history (newest
+// first)} or nil.
 var peekJobScript = script(`
 local v = redis.call('GET', KEYS[1])
 if not v then return false end
-return {v, redis.call('PTTL', KEYS[1])}
+return {v, redis.call('PTTL', KEYS[1]), redis.call('LRANGE', hkey(KEYS[1]), 0, 15)}
 `)
 
 // ackManyScript deletes jobs of one queue and their timer entries
@@ -878,10 +945,11 @@ if #ids > 0 then
     local l = redis.call('STRLEN', jk)
     if l > 0 then dj, db = dj + 1, db + l end
   end
-  if dj > 0 then
-    redis.call('DEL', unpack(jks))
-    usage_add(KEYS[#KEYS], KEYS[1], -dj, -db)
-  end
+  -- Each job's attempt history (its key with 'a' for 'j') goes with it.
+  local n = #jks
+  for i = 1, n do jks[n + i] = hkey(jks[i]) end
+  redis.call('DEL', unpack(jks))
+  if dj > 0 then usage_add(KEYS[#KEYS], KEYS[1], -dj, -db) end
 end
 return out
 `)
@@ -896,6 +964,10 @@ return out
 //	ARGV[5] "1" to give back the spent try   ARGV[6] dead reason code   ARGV[7] random in [0,1)
 //	ARGV[8] index member   ARGV[9] ready channel   ARGV[10] the group's wake-up channel
 //	ARGV[11] the publish command (PUBLISH or SPUBLISH)
+//	ARGV[12] the history outcome (r released, n nacked, w webhook failed)
+//	ARGV[13] the error text (bounded by the server)
+//
+// The delivery's history entry is closed (hist_close).
 //
 // Returns 1 ready, 2 dead, 3 delayed, -1 no such job, -2 stale receipt.
 var releaseScript = script(`
@@ -904,6 +976,7 @@ if #h < 22 then return -1 end
 if string.sub(h, 2, 2) ~= 'f' or string.sub(h, 15, 22) ~= ARGV[2] then return -2 end
 local id, now = ARGV[1], tonumber(ARGV[3])
 local tries, deliv, prio = r16(h, 3), r16(h, 5), string.byte(h, 7)
+hist_close(KEYS[1], h, ARGV[12], now, ARGV[13])
 if ARGV[5] == '1' then tries = tries + 1 end
 redis.call('ZREM', KEYS[2], id)
 if tries == 0 then
@@ -967,7 +1040,13 @@ while n < want and budget > 0 do
     local prio = string.byte(h, 7)
     redis.call('SETRANGE', jk, 1, hdr('r', 1, r16(h, 5), prio, 0, 0, NONCE0))
     push_ready(KEYS[2], KEYS[3], KEYS[4], prio, 1, id)
-    if ttl > 0 then redis.call('PEXPIRE', jk, ARGV[2]) else redis.call('PERSIST', jk) end
+    if ttl > 0 then
+      redis.call('PEXPIRE', jk, ARGV[2])
+      redis.call('PEXPIRE', hkey(jk), ARGV[2])
+    else
+      redis.call('PERSIST', jk)
+      redis.call('PERSIST', hkey(jk))
+    end
     n = n + 1
   end
 end
@@ -989,7 +1068,13 @@ redis.call('LREM', KEYS[2], 1, entry(1, ARGV[1]))
 local prio = string.byte(h, 7)
 redis.call('SETRANGE', KEYS[1], 1, hdr('r', 1, r16(h, 5), prio, 0, 0, NONCE0))
 push_ready(KEYS[3], KEYS[4], KEYS[5], prio, 1, ARGV[1])
-if tonumber(ARGV[2]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) else redis.call('PERSIST', KEYS[1]) end
+if tonumber(ARGV[2]) > 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', hkey(KEYS[1]), ARGV[2])
+else
+  redis.call('PERSIST', KEYS[1])
+  redis.call('PERSIST', hkey(KEYS[1]))
+end
 redis.call(ARGV[4], ARGV[3], 1)
 return 1
 `)
@@ -1052,20 +1137,23 @@ return out
 `)
 
 // listDeadPageScript returns a page of the dead letter in either order,
-// filtered by reason.
+// filtered by reason and by the text of the last error.
 //
 //	KEYS[1] dead letter   KEYS[2] job key prefix
 //	ARGV[1] offset from the oldest (or newest)   ARGV[2] most jobs
 //	ARGV[3] "1" for newest first   ARGV[4] reason code, 0 for any
-//	ARGV[5] most entries examined with a reason
+//	ARGV[5] most entries examined with a filter
+//	ARGV[6] text the last error must hold, "" for any
 //
-// Returns {size, next offset or -1, id, value with header, PTTL, …} for
-// the entries examined whose job exists (and died for the reason).
+// Returns {size, next offset or -1, id, value with header, PTTL, last
+// error, …} for the entries examined whose job exists (and passes the
+// filters).
 var listDeadPageScript = script(`
-local off, lim, code = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[4])
+local off, lim, code, text = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[4]), ARGV[6] or ''
+local filtered = code ~= 0 or text ~= ''
 local size = redis.call('LLEN', KEYS[1])
 local n = lim
-if code ~= 0 then n = tonumber(ARGV[5]) end
+if filtered then n = tonumber(ARGV[5]) end
 if off >= size then return {size, -1} end
 if off + n > size then n = size - off end
 local es, first, last, step
@@ -1082,17 +1170,25 @@ for j = first, last, step do
   seen = seen + 1
   local jk = KEYS[2] .. eid(es[j])
   local v = false
+  local err = nil
   -- With a reason, only the header's reason byte is read until it matches:
-  -- a scan of 1,000 entries does not copy 1,000 bodies.
+  -- a scan of 1,000 entries does not copy 1,000 bodies; with an error text,
+  -- the history is read before the body too.
   if code == 0 or string.byte(redis.call('GETRANGE', jk, 7, 7)) == code then
-    v = redis.call('GET', jk)
+    if text ~= '' then
+      err = last_error(jk)
+      if string.find(err, text, 1, true) then v = redis.call('GET', jk) end
+    else
+      v = redis.call('GET', jk)
+    end
   end
   if v and #v >= 22 then
     out[#out + 1] = eid(es[j])
     out[#out + 1] = v
     out[#out + 1] = redis.call('PTTL', jk)
+    out[#out + 1] = err or last_error(jk)
     found = found + 1
-    if code ~= 0 and found >= lim then break end
+    if filtered and found >= lim then break end
   end
 end
 if off + seen < size then out[2] = off + seen end

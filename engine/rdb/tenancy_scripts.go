@@ -41,11 +41,12 @@ end
 local function usage_expired(uk, jp, n)
   if n > 0 then usage_add(uk, jp, -n, 0) end
 end
--- del_job deletes job key jk and returns its length, 0 when it did not
--- exist (a job value is at least 22 bytes).
+-- del_job deletes job key jk with its attempt history (hkey, scripts.go)
+-- and returns its length, 0 when it did not exist (a job value is at
+-- least 22 bytes).
 local function del_job(jk)
   local l = redis.call('STRLEN', jk)
-  if l > 0 then redis.call('DEL', jk) end
+  redis.call('DEL', jk, hkey(jk))
   return l
 end
 -- over_quota says which limit the usage in the group (uk) of the

@@ -234,6 +234,27 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Fatalf("dead-pages: %d jobs consumed, want 25", len(pagesDead))
 	}
 
+	// Three jobs of "why" nacked with an error each by worker billing-1,
+	// one after the other (issue #33): their job pages and the dead
+	// letter show the errors, newest first; the page filters by error
+	// and acts on a selection and on all that match.
+	whyErrors := []string{"db timeout: orders-db:5432 refused", "card declined: insufficient funds", "db timeout: replica lag 30s"}
+	var whyIDs []string
+	for i, text := range whyErrors {
+		e.publish(t, "why", "tries=1", "why "+strconv.Itoa(i), nil)
+		r := doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/why?ttr=600", e.Token, nil, map[string]string{"X-Kairos-Extensions": "1", "X-Kairos-Worker": "billing-1"})
+		r.wantStatus(t, http.StatusOK)
+		var j struct {
+			JobID   string `json:"job_id"`
+			Receipt string `json:"receipt"`
+		}
+		r.decode(t, &j)
+		body, _ := json.Marshal(map[string]string{"error": text + "\n\tat charge (billing.go:42)"})
+		doHTTP(t, http.MethodPut, e.API+"/api/"+e.NS+"/why/job/"+j.JobID+"/release?receipt="+j.Receipt, e.Token, body,
+			map[string]string{"Content-Type": "application/json"}).wantStatus(t, http.StatusNoContent)
+		whyIDs = append(whyIDs, j.JobID)
+	}
+
 	// A delayed job, and an in-flight one (consumed, not ACKed).
 	later := e.publish(t, "later", "delay=3600", "remind me", nil)
 	busy := e.publish(t, "busy", "", "working on it", nil)
@@ -245,7 +266,19 @@ func TestDashboardBrowser(t *testing.T) {
 		"queue": queue, "ready": 3, "first_job": first, "delete_job": del,
 		"xss_job": xss, "xss_body": xssBody, "dead_queue": deadQueue,
 		"dead_pages_oldest": pagesDead[0], "dead_pages_newest": pagesDead[24], "dead_pages_21st": pagesDead[4],
+		"why_ids": whyIDs, "why_errors": whyErrors,
 	}))
+
+	// The selection's effects: the newest "db timeout" job deleted, the
+	// "card declined" one respawned (ready), the oldest still dead.
+	doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/why/job/"+whyIDs[2], e.Token, nil, nil).wantStatus(t, http.StatusNotFound)
+	r = doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/why/job/"+whyIDs[1], e.Token, nil, map[string]string{"X-Kairos-Extensions": "1"})
+	r.wantStatus(t, http.StatusOK)
+	if !strings.Contains(string(r.Body), `"state":"ready"`) {
+		t.Errorf("the respawned job: %s", r.Body)
+	}
+	r = doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/why/deadletter/size", "", nil, nil)
+	r.wantBody(t, `{"namespace":"`+e.NS+`","queue":"why","size":1}`)
 
 	// The server-side effects of the UI's dead-letter actions.
 	respawned, _ := res["respawned"].(string)

@@ -226,9 +226,21 @@ func TestE2EOpenAPIEveryOperation(t *testing.T) {
 	// Released on its last try, a job dies at once.
 	dead2 := jsonField(t, o.pub(201, put, "dlq2", "tries=1", []byte("doomed too"), nil), "job_id")
 	r := o.pub(200, get, "dlq2", "", nil, ext)
-	o.pub(204, put, "dlq2/job/"+dead2+"/release", "receipt="+jsonField(t, r, "receipt"), nil, nil)
+	o.pub(400, put, "dlq2/job/"+dead2+"/release", "receipt="+jsonField(t, r, "receipt"), []byte("{nope"), nil)
+	o.pub(204, put, "dlq2/job/"+dead2+"/release", "receipt="+jsonField(t, r, "receipt"), []byte(`{"error":"db timeout"}`),
+		map[string]string{"Content-Type": "application/json"})
 	o.pub(200, get, "dlq2/deadletter/jobs", "", nil, nil)
+	o.pub(200, get, "dlq2/deadletter/jobs", "error=timeout&reason=nacked", nil, nil)
+	o.pub(200, get, "dlq2/job/"+dead2, "", nil, ext)
+	json := map[string]string{"Content-Type": "application/json"}
+	o.pub(200, "POST", "dlq2/deadletter/jobs/respawn", "", []byte(`{"job_ids":["`+dead2+`"],"ttl":60}`), json)
+	r = o.pub(200, get, "dlq2", "", nil, ext)
+	o.pub(204, put, "dlq2/job/"+dead2+"/release", "receipt="+jsonField(t, r, "receipt")+"&error=again", nil, nil)
+	o.pub(400, "POST", "dlq2/deadletter/jobs/delete", "", []byte(`{}`), json)
+	o.pub(200, "POST", "dlq2/deadletter/jobs/delete", "", []byte(`{"match":{"error":"nothing like it"}}`), json)
+	o.pub(400, "POST", "dlq2/deadletter/jobs/respawn", "", []byte(`{"match":{"reason":"sad"}}`), json)
 	o.pub(204, del, "dlq2/deadletter/job/"+dead2, "", nil, nil)
+	o.pub(200, "POST", "dlq2/deadletter/jobs/delete", "", []byte(`{"job_ids":["`+dead2+`"]}`), json) // missing: [dead2]
 
 	// Schedules: create (a full template, and an @every 1s one with an
 	// empty body that fires), replace, list, get, pause, resume, delete,

@@ -60,6 +60,9 @@ type Table struct {
 	// receipts of a consume). A repeated one sends the request to
 	// net/http.
 	ExtHeader string
+	// WorkerHeader, when set, is read as the request's worker name
+	// (Request.Worker); a repeated one sends the request to net/http.
+	WorkerHeader string
 }
 
 // Path parameters a Route may have.
@@ -162,6 +165,8 @@ type Request struct {
 	TraceParent, TraceState []byte
 	// Ext is the value of Table.ExtHeader, as sent, nil when absent.
 	Ext []byte
+	// Worker is the Table.WorkerHeader header, nil when absent.
+	Worker []byte
 	// Body is the body when all of it is in the buffer (Done).
 	Body []byte
 	seen headFlags // headers met so far
@@ -261,7 +266,7 @@ func (p *Parser) Parse(buf []byte, r *Request) Result {
 }
 
 // headFlags record the headers of a head that may appear only once.
-type headFlags uint8
+type headFlags uint16
 
 const (
 	seenHost headFlags = 1 << iota
@@ -272,6 +277,7 @@ const (
 	seenTraceParent
 	seenTraceState
 	seenExt
+	seenWorker
 )
 
 // maybeLine reports whether an incomplete first line may still become a
@@ -451,6 +457,12 @@ func (p *Parser) parseHeader(line []byte, r *Request) bool {
 		}
 		*f |= seenExt
 		r.Ext = value
+	case p.t.WorkerHeader != "" && asciiEqualFold(name, p.t.WorkerHeader):
+		if *f&seenWorker != 0 {
+			return false
+		}
+		*f |= seenWorker
+		r.Worker = value
 	default:
 		for _, h := range p.refused {
 			if asciiEqualFold(name, h) {

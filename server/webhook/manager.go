@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -304,6 +305,7 @@ func (m *Manager) sync(ctx context.Context, running map[string]*group, warned ma
 func (m *Manager) work(ctx context.Context, eng Engine, s Subscription) {
 	req := &engine.ConsumeRequest{
 		Namespace: s.Namespace, Queues: []string{s.Queue}, TTR: s.TTR(), Timeout: m.poll, Count: 1,
+		Worker: "webhook", // in the jobs' attempt histories
 	}
 	for ctx.Err() == nil {
 		jobs, err := eng.Consume(ctx, req)
@@ -385,7 +387,7 @@ func (m *Manager) deliver(ctx context.Context, eng Engine, s Subscription, j *en
 		Info("webhook: delivery failed")
 	err = eng.Release(sctx, &engine.ReleaseRequest{
 		Namespace: s.Namespace, Queue: s.Queue, ID: j.ID, Receipt: j.Receipt,
-		UsePolicy: true, Reason: engine.ReasonWebhookFailed,
+		UsePolicy: true, Reason: engine.ReasonWebhookFailed, Error: failureText(err),
 	})
 	if err != nil {
 		log.WithError(err).Warn("webhook: cannot release a failed delivery; it returns after its TTR")
@@ -424,10 +426,44 @@ func (m *Manager) post(ctx context.Context, s Subscription, j *engine.Job) (resu
 	if err != nil {
 		return resultNetworkError, 0, err
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
-	_ = resp.Body.Close()
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+		_ = resp.Body.Close()
 		return resultOK, resp.StatusCode, nil
 	}
-	return resultHTTPError, resp.StatusCode, fmt.Errorf("receiver answered %d", resp.StatusCode)
+	// The start of a refusal's body goes into the job's history: it is
+	// what the receiver said went wrong.
+	head, _ := io.ReadAll(io.LimitReader(resp.Body, maxBodyHead))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+	_ = resp.Body.Close()
+	return resultHTTPError, resp.StatusCode, &statusError{status: resp.StatusCode, head: head}
+}
+
+// maxBodyHead is how much of a failed delivery's answer the job's history
+// keeps.
+const maxBodyHead = 512
+
+// statusError is a receiver's answer other than 2xx: its status and the
+// start of its body.
+type statusError struct {
+	status int
+	head   []byte
+}
+
+func (e *statusError) Error() string {
+	if len(bytes.TrimSpace(e.head)) == 0 {
+		return fmt.Sprintf("receiver answered %d", e.status)
+	}
+	return fmt.Sprintf("receiver answered %d: %s", e.status, strings.ToValidUTF8(string(e.head), "\ufffd"))
+}
+
+// failureText is what the job's history records of a failed delivery:
+// "receiver answered 503: <start of the body>", or the network error
+// ("Post \"…\": dial tcp …: connection refused", a timeout).
+func failureText(err error) string {
+	if err == nil {
+		return ""
+	}
+	t, _ := engine.ErrorText(err.Error())
+	return t
 }

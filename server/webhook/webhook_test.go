@@ -370,24 +370,28 @@ func TestFailedDeliveries(t *testing.T) {
 		handler http.HandlerFunc
 		closed  bool
 		result  string
+		errText string // the release's error: exactly, or its start when it ends with "…"
 	}{
-		{"500", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(500) }, false, resultHTTPError},
-		{"404", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(404) }, false, resultHTTPError},
+		{"500", func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(500)
+			_, _ = io.WriteString(w, "upstream down: "+strings.Repeat("z", 2000))
+		}, false, resultHTTPError, "receiver answered 500: upstream down: " + strings.Repeat("z", maxBodyHead-len("upstream down: "))},
+		{"404", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(404) }, false, resultHTTPError, "receiver answered 404"},
 		{"redirect is not followed", func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/elsewhere" {
 				w.WriteHeader(200)
 				return
 			}
 			http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect)
-		}, false, resultHTTPError},
+		}, false, resultHTTPError, "receiver answered 307"},
 		{"timeout", func(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.ReadAll(r.Body)
 			select {
 			case <-r.Context().Done():
 			case <-time.After(2 * time.Second):
 			}
-		}, false, resultNetworkError},
-		{"connection refused", nil, true, resultNetworkError},
+		}, false, resultNetworkError, "Post \"…"},
+		{"connection refused", nil, true, resultNetworkError, "Post \"…"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -402,6 +406,14 @@ func TestFailedDeliveries(t *testing.T) {
 			h.eng.waitSettled(t, 1)
 			acks, rels := h.eng.snapshot()
 			want := engine.ReleaseRequest{Namespace: "ns", Queue: "q", ID: "J", Receipt: "r-J", UsePolicy: true, Reason: engine.ReasonWebhookFailed}
+			if len(rels) == 1 {
+				got := rels[0].Error
+				if p, ok := strings.CutSuffix(tc.errText, "…"); ok && strings.HasPrefix(got, p) || got == tc.errText {
+					want.Error = got
+				} else {
+					t.Errorf("error text %q, want %q", got, tc.errText)
+				}
+			}
 			if len(acks) != 0 || len(rels) != 1 || rels[0] != want {
 				t.Fatalf("acks %v releases %+v, want one release %+v", acks, rels, want)
 			}

@@ -131,6 +131,36 @@ func (c *cli) handleJobs(ctx context.Context, cl *client.Client, jobs []*client.
 }
 
 // printJob prints a job: JSON, or a header line and the body.
+// firstLine is s up to its first line break, at most 200 characters.
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if r := []rune(s); len(r) > 200 {
+		s = string(r[:200]) + "…"
+	}
+	return s
+}
+
+// writeAttempts writes a job's attempt history, one delivery a line,
+// newest first, each error's lines indented below it.
+func writeAttempts(b *strings.Builder, as []client.Attempt) {
+	for _, a := range as {
+		start := "-"
+		if a.StartMS > 0 {
+			start = time.UnixMilli(a.StartMS).UTC().Format(time.RFC3339Nano)
+		}
+		fmt.Fprintf(b, "attempt %d %s start=%s duration=%s", a.Delivery, a.Outcome, start, time.Duration(a.DurationMS)*time.Millisecond)
+		if a.Worker != "" {
+			fmt.Fprintf(b, " worker=%s", a.Worker)
+		}
+		b.WriteByte('\n')
+		if a.Error != "" {
+			for _, l := range strings.Split(strings.TrimRight(a.Error, "\n"), "\n") {
+				b.WriteString("    " + l + "\n")
+			}
+		}
+	}
+}
+
 func (c *cli) printJob(j *client.Job) error {
 	if c.jsonOut {
 		return c.printJSON(j)
@@ -159,6 +189,9 @@ func (c *cli) printJob(j *client.Job) error {
 	if j.DeadReason != "" {
 		fmt.Fprintf(&b, " dead_reason=%s dead_at=%s", j.DeadReason, j.DeadAt.UTC().Format(time.RFC3339Nano))
 	}
+	if j.LastError != "" && len(j.Attempts) == 0 {
+		fmt.Fprintf(&b, " last_error=%q", firstLine(j.LastError))
+	}
 	keys := make([]string, 0, len(j.Attributes))
 	for k := range j.Attributes {
 		keys = append(keys, k)
@@ -168,6 +201,7 @@ func (c *cli) printJob(j *client.Job) error {
 		fmt.Fprintf(&b, " %s=%q", k, j.Attributes[k])
 	}
 	b.WriteByte('\n')
+	writeAttempts(&b, j.Attempts)
 	if utf8.Valid(j.Body) {
 		b.Write(j.Body)
 	} else {
@@ -336,18 +370,25 @@ them.`,
 	})
 	var limit, respawnJob string
 	var ttl time.Duration
+	var rb bulkFlags
 	respawn := &cobra.Command{
 		Use:     "respawn QUEUE",
 		Aliases: []string{"kick"},
 		Short:   "Move the oldest dead jobs (or one, --job) back to the queue",
 		Long: `Move the --limit oldest dead jobs (a number, or "all") back to the ready queue,
 each with one try and a TTL of --ttl (0 = forever). Prints how many moved.
-With --job, move that one dead job (Kairos).`,
+With --job, move that one dead job; with --ids, those jobs; with --matching,
+every dead job that --reason and --error select (Kairos).`,
 		Args: queueArgs(cobra.ExactArgs(1), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			cl, err := c.client("")
 			if err != nil {
 				return err
+			}
+			if rb.used() {
+				return c.bulk(cmd, cl, a[0], rb, func(ids []string, m *client.DeadLetterMatch) (*client.DeadLetterBulk, error) {
+					return cl.RespawnDeadJobs(cmd.Context(), a[0], ids, m, ttl)
+				}, "respawned")
 			}
 			var n int
 			if respawnJob != "" {
@@ -376,15 +417,22 @@ With --job, move that one dead job (Kairos).`,
 	respawn.Flags().StringVarP(&limit, "limit", "l", "1", `how many jobs, or "all"`)
 	respawn.Flags().StringVar(&respawnJob, "job", "", "respawn this dead job only (Kairos)")
 	respawn.Flags().Var(newDuration(&ttl, 24*time.Hour), "ttl", "TTL of the respawned jobs (0 = forever)")
+	rb.add(respawn)
 	var delLimit, delJob string
+	var db bulkFlags
 	del := &cobra.Command{
 		Use:   "delete QUEUE",
-		Short: "Delete the oldest dead jobs (or one, --job)",
+		Short: "Delete the oldest dead jobs (or one, --job; several, --ids; all that match, --matching)",
 		Args:  queueArgs(cobra.ExactArgs(1), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			cl, err := c.client("")
 			if err != nil {
 				return err
+			}
+			if db.used() {
+				return c.bulk(cmd, cl, a[0], db, func(ids []string, m *client.DeadLetterMatch) (*client.DeadLetterBulk, error) {
+					return cl.DeleteDeadJobs(cmd.Context(), a[0], ids, m)
+				}, "deleted")
 			}
 			if delJob != "" {
 				if cmd.Flags().Changed("limit") {
@@ -409,9 +457,10 @@ With --job, move that one dead job (Kairos).`,
 	}
 	del.Flags().StringVarP(&delLimit, "limit", "l", "1", `how many jobs (the oldest first), or "all"`)
 	del.Flags().StringVar(&delJob, "job", "", "delete this dead job only (Kairos)")
+	db.add(del)
 	var offset, pageSize int64
 	var newest bool
-	var reason string
+	var reason, errText string
 	list := &cobra.Command{
 		Use:   "list QUEUE",
 		Short: "List dead jobs with their bodies and why they died (Kairos)",
@@ -419,9 +468,11 @@ With --job, move that one dead job (Kairos).`,
 (1..100) from --offset, with their bodies, death time and reason; --reason keeps
 those that died for it (nacked, ttr_expired or webhook_failed; the server
 examines at most 1,000 entries per call, so a page may be short while more
-follow). With --json, one job per line; the next page's offset is printed last
-(text) or as {"next_offset":N} (JSON), -1 after the last page. With --newest
-or --reason the dead letter's size follows it (total=N, or "total" in JSON).`,
+follow); --error keeps those whose last error holds that text (the same bound).
+Each job shows its last error. With --json, one job per line; the next page's offset is printed last
+(text) or as {"next_offset":N} (JSON), -1 after the last page. With --newest,
+--reason or --error the dead letter's size follows it (total=N, or "total" in
+JSON).`,
 		Args: queueArgs(cobra.ExactArgs(1), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			switch reason {
@@ -433,10 +484,10 @@ or --reason the dead letter's size follows it (total=N, or "total" in JSON).`,
 			if err != nil {
 				return err
 			}
-			named := newest || reason != ""
+			named := newest || reason != "" || errText != ""
 			var p *client.DeadLetterPage
 			if named {
-				p, err = cl.ListDeadLetterPage(cmd.Context(), a[0], client.DeadLetterQuery{Offset: offset, Limit: pageSize, Newest: newest, Reason: reason})
+				p, err = cl.ListDeadLetterPage(cmd.Context(), a[0], client.DeadLetterQuery{Offset: offset, Limit: pageSize, Newest: newest, Reason: reason, Error: errText})
 			} else {
 				p = &client.DeadLetterPage{}
 				p.Jobs, p.NextOffset, err = cl.ListDeadLetter(cmd.Context(), a[0], offset, pageSize)
@@ -467,6 +518,7 @@ or --reason the dead letter's size follows it (total=N, or "total" in JSON).`,
 	list.Flags().Int64VarP(&pageSize, "limit", "l", 20, "page size (1..100)")
 	list.Flags().BoolVar(&newest, "newest", false, "newest death first")
 	list.Flags().StringVar(&reason, "reason", "", "only the jobs that died for this reason: nacked, ttr_expired or webhook_failed")
+	list.Flags().StringVar(&errText, "error", "", "only the jobs whose last error holds this text")
 	cmd.AddCommand(respawn, del, list, &cobra.Command{
 		Use:   "size QUEUE",
 		Short: "Print the size of the dead letter (needs no token)",
@@ -488,4 +540,65 @@ or --reason the dead letter's size follows it (total=N, or "total" in JSON).`,
 		},
 	})
 	return cmd
+}
+
+// bulkFlags are the flags of a bulk respawn or delete (Kairos): the jobs
+// named, or every job matching the filters.
+type bulkFlags struct {
+	ids           []string
+	matching      bool
+	reason, error string
+}
+
+func (f *bulkFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringSliceVar(&f.ids, "ids", nil, "these dead jobs (comma-separated IDs, at most 1000)")
+	cmd.Flags().BoolVar(&f.matching, "matching", false, "every dead job that --reason and --error select (all without them)")
+	cmd.Flags().StringVar(&f.reason, "reason", "", "with --matching: the jobs that died for this reason")
+	cmd.Flags().StringVar(&f.error, "error", "", "with --matching: the jobs whose last error holds this text")
+}
+
+func (f *bulkFlags) used() bool {
+	return len(f.ids) > 0 || f.matching || f.reason != "" || f.error != ""
+}
+
+// bulk runs a bulk action, again while the server says more match, and
+// prints the count (and the IDs named that were not dead).
+func (c *cli) bulk(cmd *cobra.Command, cl *client.Client, queue string, f bulkFlags,
+	do func([]string, *client.DeadLetterMatch) (*client.DeadLetterBulk, error), verb string) error {
+	if cmd.Flags().Changed("limit") || cmd.Flags().Changed("job") {
+		return usagef("--ids and --matching exclude --limit and --job")
+	}
+	if (len(f.ids) > 0) == f.matching {
+		return usagef("name the jobs with --ids, or select them with --matching (and --reason, --error), not both")
+	}
+	if !f.matching && (f.reason != "" || f.error != "") {
+		return usagef("--reason and --error select jobs with --matching")
+	}
+	var total client.DeadLetterBulk
+	for {
+		var m *client.DeadLetterMatch
+		if f.matching {
+			m = &client.DeadLetterMatch{Reason: f.reason, Error: f.error}
+		}
+		r, err := do(f.ids, m)
+		if err != nil {
+			return err
+		}
+		total.Count += r.Count
+		total.Missing = append(total.Missing, r.Missing...)
+		if !r.More || r.Count == 0 {
+			break
+		}
+	}
+	if c.jsonOut {
+		return c.printJSON(map[string]any{"count": total.Count, "missing": total.Missing})
+	}
+	if _, err := fmt.Fprintf(c.io.out, "%s %d\n", verb, total.Count); err != nil {
+		return err
+	}
+	if len(total.Missing) > 0 {
+		_, err := fmt.Fprintf(c.io.out, "not dead: %s\n", strings.Join(total.Missing, " "))
+		return err
+	}
+	return nil
 }

@@ -24,6 +24,7 @@ func (c *cli) releaseCmd() *cobra.Command {
 		receipt string
 		delay   time.Duration
 		keepTry bool
+		errText string
 	)
 	cmd := &cobra.Command{
 		Use:     "release QUEUE JOB_ID --receipt RECEIPT",
@@ -31,8 +32,9 @@ func (c *cli) releaseCmd() *cobra.Command {
 		Short:   "Hand a consumed job back at once or after a delay (Kairos)",
 		Long: `Hand back a consumed job (a nack) instead of waiting for its TTR: ready again
 at once, after --delay, or after the queue's backoff policy when --delay is not
-given. --keep-try gives back the try the delivery spent. The receipt comes from
-the consume output.`,
+given. --keep-try gives back the try the delivery spent. --error says why: the
+text goes into the job's attempt history (peek JOB_ID, the dead letter's last
+error; at most 4096 bytes kept). The receipt comes from the consume output.`,
 		Args: queueArgs(cobra.ExactArgs(2), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			job, err := receiptJob(a[0], a[1], receipt)
@@ -50,6 +52,9 @@ the consume output.`,
 			if keepTry {
 				opts = append(opts, client.KeepTry())
 			}
+			if errText != "" {
+				opts = append(opts, client.ReleaseError(errText))
+			}
 			return cl.Release(cmd.Context(), job, opts...)
 		},
 	}
@@ -57,6 +62,7 @@ the consume output.`,
 	cmd.Flags().Var(newDuration(&delay, 0), "delay", "ready again after this, 0 = at once (default: after the queue's backoff policy, at once without one)")
 	serverDefault(cmd.Flags(), "delay")
 	cmd.Flags().BoolVar(&keepTry, "keep-try", false, "give back the try this delivery spent")
+	cmd.Flags().StringVar(&errText, "error", "", "why the job is handed back (kept in its attempt history)")
 	return cmd
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -152,4 +153,49 @@ func TestPublishTraceParent(t *testing.T) {
 	}
 	kairos(t, env, "", "publish", "tr", "x", "--traceparent", "nope").want(t, exitUsage)
 	kairos(t, env, "", "publish", "tr", "x", "--tracestate", "k=v").want(t, exitUsage)
+}
+
+// TestWhyCommands: release --error shows in peek's attempts and in the
+// dead letter's list, which --error filters; respawn --ids and delete
+// --matching act on several dead jobs.
+func TestWhyCommands(t *testing.T) {
+	_, env, c := setup(t)
+	ctx := context.Background()
+	var ids []string
+	for i, text := range []string{"db timeout after 5s", "card declined", "db timeout after 9s"} {
+		id, err := c.Publish(ctx, "w", []byte(fmt.Sprint("job ", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+		r := kairos(t, env, "", "consume", "w", "--ttr", "1m").want(t, exitOK)
+		m := receiptRE.FindStringSubmatch(r.stdout)
+		if m == nil || strings.Fields(r.stdout)[0] != id {
+			t.Fatalf("consume: %q", r.stdout)
+		}
+		kairos(t, env, "", "release", "w", id, "--receipt", m[1], "--error", text+"\nat line 2").want(t, exitOK)
+	}
+	r := kairos(t, env, "", "peek", "w", ids[1]).want(t, exitOK)
+	if !strings.Contains(r.stdout, "state=dead") || !regexp.MustCompile(`\nattempt 1 nacked start=\S+ duration=\S+\n    card declined\n    at line 2\n`).MatchString(r.stdout) {
+		t.Fatalf("peek: %q", r.stdout)
+	}
+	r = kairos(t, env, "", "deadletter", "list", "w", "--newest", "--error", "db timeout").want(t, exitOK)
+	if !strings.Contains(r.stdout, ids[2]) || !strings.Contains(r.stdout, ids[0]) || strings.Contains(r.stdout, ids[1]) ||
+		strings.Index(r.stdout, ids[2]) > strings.Index(r.stdout, ids[0]) || !strings.Contains(r.stdout, `last_error="db timeout after 9s"`) {
+		t.Fatalf("list --newest --error: %q", r.stdout)
+	}
+	kairos(t, env, "", "deadletter", "delete", "w", "--error", "x").want(t, exitUsage) // --error needs --matching
+	kairos(t, env, "", "deadletter", "respawn", "w", "--ids", ids[1]+",nope", "--matching").want(t, exitUsage)
+	if r := kairos(t, env, "", "deadletter", "respawn", "w", "--ids", ids[1]+",01ZZZZZZZZZZZZZZZZZZZZZZZZ").want(t, exitOK); r.stdout != "respawned 1\nnot dead: 01ZZZZZZZZZZZZZZZZZZZZZZZZ\n" {
+		t.Fatalf("respawn --ids: %q", r.stdout)
+	}
+	if r := kairos(t, env, "", "deadletter", "delete", "w", "--matching", "--error", "db timeout").want(t, exitOK); r.stdout != "deleted 2\n" {
+		t.Fatalf("delete --matching: %q", r.stdout)
+	}
+	if n, err := c.DeadLetterSize(ctx, "w"); err != nil || n != 0 {
+		t.Fatalf("dead letter left: %d %v", n, err)
+	}
+	if n, err := c.QueueSize(ctx, "w"); err != nil || n != 1 {
+		t.Fatalf("ready after respawn: %d %v", n, err)
+	}
 }

@@ -63,6 +63,22 @@ async function waitText(loc, want, timeout) {
   throw new Error(`text ${JSON.stringify(got)} after ${timeout} ms, want ${JSON.stringify(want)}`);
 }
 
+// settle runs an input action until its effect holds: the live refresh
+// replaces a region's fields until one of them is changed (app.js keeps a
+// changed region), so an action may land on a field just replaced. want
+// is the field's value, or for a checkbox selector the number checked.
+async function settle(action, selector, want) {
+  let got;
+  for (let i = 0; i < 10; i++) {
+    await action();
+    await page.waitForTimeout(150);
+    const loc = page.locator(selector);
+    got = typeof want === 'number' ? await loc.count() : await loc.inputValue();
+    if (got === want) return;
+  }
+  throw new Error(`${selector}: ${JSON.stringify(got)}, want ${JSON.stringify(want)}`);
+}
+
 let n = 0;
 async function shot(name) {
   n++;
@@ -244,16 +260,57 @@ await step('dead letter: newest first, paged both ways to the oldest, filtered b
   assert.equal(await page.locator('#dead-older').count(), 0);
   assert.equal(await page.locator('#dead-oldest').count(), 0);
   await shot('dead-letter-oldest');
-  await page.selectOption('#dead-reason', 'ttr_expired');
+  await settle(() => page.selectOption('#dead-reason', 'ttr_expired'), '#dead-reason', 'ttr_expired');
   await page.click('#dead-filter button[type=submit]');
   await page.waitForURL(/dead_reason=ttr_expired/);
   assert.match(await page.locator('#no-dead').textContent(), /No dead job ttr_expired/);
-  await page.selectOption('#dead-reason', 'nacked');
+  await settle(() => page.selectOption('#dead-reason', 'nacked'), '#dead-reason', 'nacked');
   await page.click('#dead-filter button[type=submit]');
   await page.waitForURL(/dead_reason=nacked/);
   assert.equal(await rows.count(), 20);
   assert.equal(await rows.first().getAttribute('data-job'), env.dead_pages_newest);
   assert.match(await page.locator('#dead-older').getAttribute('href'), /dead_reason=nacked/);
+});
+
+await step('why: a job nacked with an error shows it on its job page and in the dead letter, newest first', async () => {
+  const [oldest, card, newest] = env.why_ids;
+  await page.goto(`${ADMIN}/ui/job/default/${env.ns}/why/${newest}`);
+  const rows = page.locator('#job-attempts tbody tr');
+  assert.equal(await rows.count(), 1);
+  const row = await rows.first().textContent();
+  assert.match(row, /nacked/);
+  assert.match(row, /billing-1/);
+  assert.equal(await rows.first().locator('pre.error').textContent(), env.why_errors[2] + '\n\tat charge (billing.go:42)');
+  await shot('job-attempts');
+  await page.goto(queueURL('why'));
+  const dead = page.locator('#dead-jobs tbody tr');
+  assert.equal(await dead.count(), 3);
+  assert.deepEqual(await dead.evaluateAll((rs) => rs.map((r) => r.dataset.job)), [newest, card, oldest]);
+  assert.equal(await dead.first().locator('td.error').textContent(), env.why_errors[2]);
+  assert.equal(await dead.first().locator('td.error').getAttribute('title'), env.why_errors[2] + '\n\tat charge (billing.go:42)');
+  await shot('dead-letter-errors');
+});
+
+await step('why: filter the dead letter by error; delete a checked job; respawn all matching', async () => {
+  const [oldest, card, newest] = env.why_ids;
+  await settle(() => page.fill('#dead-error', 'db timeout'), '#dead-error', 'db timeout');
+  await page.click('#dead-filter button[type=submit]');
+  await page.waitForURL(/dead_error=db\+timeout/);
+  const dead = page.locator('#dead-jobs tbody tr');
+  assert.deepEqual(await dead.evaluateAll((rs) => rs.map((r) => r.dataset.job)), [newest, oldest]);
+  // "check all" checks both; unchecking the oldest leaves the newest.
+  await settle(() => page.check('#dead-check-all'), 'input.dead-check:checked', 2);
+  await page.locator(`#dead-jobs tr[data-job="${oldest}"] input.dead-check`).uncheck();
+  await shot('dead-letter-selected');
+  await page.click('#delete-selected');
+  await page.waitForURL((u) => u.search === '' && u.hash === '#dead');
+  assert.equal(await page.locator('#flash').textContent(), '1 dead jobs deleted');
+  await page.goto(queueURL('why') + '?dead_error=card');
+  assert.deepEqual(await dead.evaluateAll((rs) => rs.map((r) => r.dataset.job)), [card]);
+  await page.click('#respawn-matching');
+  await page.waitForURL((u) => u.search === '' && u.hash === '#dead');
+  assert.equal(await page.locator('#flash').textContent(), '1 dead jobs respawned');
+  assert.deepEqual(await dead.evaluateAll((rs) => rs.map((r) => r.dataset.job)), [oldest]);
 });
 
 await step('dead letter: respawn all, delete all', async () => {

@@ -13,6 +13,14 @@
     }
   });
 
+  // The dead letter's "check all" box checks every job of the page.
+  document.addEventListener('change', function (ev) {
+    var t = ev.target;
+    if (t instanceof HTMLInputElement && t.id === 'dead-check-all') {
+      document.querySelectorAll('input.dead-check').forEach(function (b) { b.checked = t.checked; });
+    }
+  });
+
   // The queue filter submits itself after a pause in typing.
   var filter = document.getElementById('queue-filter');
   if (filter) {
@@ -38,8 +46,19 @@
     status.className = 'live ' + (ok ? 'on' : 'off');
     status.textContent = text;
   }
+  // A region being worked in (focus in a field, a field changed and not
+  // yet submitted, dead jobs checked) is not replaced: the refresh would
+  // drop what the user chose.
+  function markDirty(ev) {
+    var t = ev.target;
+    var region = t instanceof Element && t.closest('[data-live]');
+    if (region) region.dataset.dirty = '1';
+  }
+  document.addEventListener('input', markDirty);
+  document.addEventListener('change', markDirty);
   function busy(region) {
     var a = document.activeElement;
+    if (region.dataset.dirty === '1' || region.querySelector('input[type=checkbox]:checked')) return true;
     return a && region.contains(a) && (a.tagName === 'INPUT' || a.tagName === 'SELECT' || a.tagName === 'BUTTON');
   }
   // A page that is being left (a form posted, a link followed) polls no
