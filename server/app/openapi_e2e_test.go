@@ -145,6 +145,16 @@ func TestE2EOpenAPIEveryOperation(t *testing.T) {
 	o.adm(400, get, "/token/oa?pool=nope", "", nil)
 	o.adm(401, get, "/token/oa", "", map[string]string{"Authorization": "Basic eDp5"})
 
+	// Quotas (issue #31): set, read, list, remove, and refused input.
+	o.adm(200, put, "/quota/oa", `{"max_jobs":100000,"max_bytes":0}`, nil)
+	o.adm(400, put, "/quota/oa", `{"max_jobs":-1}`, nil)
+	o.adm(200, get, "/quota/oa", "", nil)
+	o.adm(400, get, "/quota/bad.ns", "", nil)
+	o.adm(200, get, "/quota", "", nil)
+	o.adm(400, get, "/quota?pool=nope", "", nil)
+	o.adm(204, del, "/quota/oa", "", nil)
+	o.adm(400, del, "/quota/bad.ns", "", nil)
+
 	// Publish, bulk, re-publish.
 	id := jsonField(t, o.pub(201, put, "q", "ttl=600&tries=3", []byte("hello"), nil), "job_id")
 	o.pub(201, put, "q", "priority=5&delay_ms=0", []byte("second"), map[string]string{"Enable-Job-Version": "YES", "Job-Attr-Trace": "t1"})

@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -213,10 +214,27 @@ func (s *Server) Client() *redis.Client {
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("free port: %v", err)
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatalf("free port: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		// The kernel may hand the same free port to the next Listen: a
+		// test asking for two ports (a server's API and admin ports) must
+		// get two, so a port is given out once per test binary.
+		freePortsMu.Lock()
+		seen := freePorts[port]
+		freePorts[port] = true
+		freePortsMu.Unlock()
+		if !seen {
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
+
+var (
+	freePortsMu sync.Mutex
+	freePorts   = map[int]bool{}
+)
