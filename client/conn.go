@@ -45,8 +45,12 @@ const (
 	// checkIdle: a connection idle at least that long is checked (open)
 	// before it is reused; one back in the pool for less, under load, is
 	// not worth a system call per request (a server that closed it that
-	// soon is met as by net/http: fastRoundTrip).
-	checkIdle = 100 * time.Millisecond
+	// soon is met as by net/http: fastRoundTrip). It is short: net/http's
+	// connection goroutine sees a server's close within microseconds and
+	// sends the next request, even one that is not replayable (a publish
+	// without a key), on a new connection; at 100 ms a publish 50 ms after
+	// the server closed failed with EOF (conn_test.go, idle-close-publish).
+	checkIdle = time.Millisecond
 )
 
 // aLongTimeAgo is a deadline in the past: it unblocks a connection's I/O.
@@ -178,6 +182,11 @@ func (t *transport) fastRoundTrip(parent, ctx context.Context, r request) (fastR
 	for attempt := 0; ; attempt++ {
 		cn, reused, err := f.get(ctx)
 		if err != nil {
+			if ctx.Err() != nil {
+				// A dial or handshake the context ended: net/http
+				// answers the context's error, not the dial's timeout.
+				err = ctx.Err()
+			}
 			return fastResult{}, err
 		}
 		res, err := t.exchange(parent, ctx, cn, r)
