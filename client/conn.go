@@ -15,6 +15,7 @@ import (
 	"net/textproto"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -391,16 +392,19 @@ func readResponse(br *bufio.Reader, method string) (res fastResult, keep bool, e
 		// 1xx: the answer follows.
 	}
 	h := res.header
-	for _, v := range h["Connection"] {
-		if textproto.TrimString(v) == "close" || v == "Close" {
-			keep = false
-		}
+	// As net/http (shouldClose): "close" among the Connection header's
+	// tokens, in any case, ends the connection; an HTTP/1.0 answer keeps
+	// it only with "keep-alive".
+	if hasToken(h["Connection"], "close") {
+		keep = false
+	} else if !keep && hasToken(h["Connection"], "keep-alive") {
+		keep = true
 	}
 	switch {
 	case method == http.MethodHead || res.status == http.StatusNoContent || res.status == http.StatusNotModified || res.status < 200:
 		return res, keep, nil
 	case len(h["Transfer-Encoding"]) > 0:
-		if len(h["Transfer-Encoding"]) != 1 || h.Get("Transfer-Encoding") != "chunked" {
+		if len(h["Transfer-Encoding"]) != 1 || !strings.EqualFold(h.Get("Transfer-Encoding"), "chunked") {
 			return res, false, fmt.Errorf("kairos: unsupported Transfer-Encoding %q", h["Transfer-Encoding"])
 		}
 		res.body, err = io.ReadAll(io.LimitReader(httputil.NewChunkedReader(br), maxBodyRead))
@@ -431,6 +435,24 @@ func readResponse(br *bufio.Reader, method string) (res fastResult, keep bool, e
 		res.body, err = io.ReadAll(io.LimitReader(br, maxBodyRead))
 		return res, false, err
 	}
+}
+
+// hasToken reports whether the comma-separated lists vs hold token, in
+// any case.
+func hasToken(vs []string, token string) bool {
+	for _, v := range vs {
+		for {
+			t, rest, more := strings.Cut(v, ",")
+			if strings.EqualFold(textproto.TrimString(t), token) {
+				return true
+			}
+			if !more {
+				break
+			}
+			v = rest
+		}
+	}
+	return false
 }
 
 // readLine reads one CRLF- (or LF-) terminated line, without it.

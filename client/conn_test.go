@@ -245,6 +245,18 @@ func TestConnDifferential(t *testing.T) {
 			return send(w, head, "Content-Length: ", strconv.Itoa(len(body)), "\r\n\r\n", body)
 		}
 	}
+	// odd gives s in random case.
+	odd := func(s string) string {
+		b := []byte(s)
+		for i, c := range b {
+			if rng.IntN(2) == 0 {
+				b[i] = strings.ToUpper(string(c))[0]
+			} else {
+				b[i] = strings.ToLower(string(c))[0]
+			}
+		}
+		return string(b)
+	}
 	published := `{"msg":"published","job_id":"` + word() + `"}`
 	b1, b2, b3 := sizeBody(), sizeBody(), sizeBody()
 	rid, rid2 := word(), word()
@@ -260,6 +272,23 @@ func TestConnDifferential(t *testing.T) {
 		{name: "chunked-trailers", raw: func(w *bufio.Writer, c net.Conn, onConn, all int) bool {
 			return send(w, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n", chunk(b3), "X-Sum: ", sum, "\r\nX-Other: 1\r\n\r\n")
 		}, call: twice(size)},
+		{name: "odd-case-chunked", raw: func() func(w *bufio.Writer, c net.Conn, onConn, all int) bool {
+			head := "HTTP/1.1 200 OK\r\n" + odd("Transfer-Encoding") + ": " + odd("chunked") + "\r\n\r\n"
+			body := chunk(b2)
+			return func(w *bufio.Writer, c net.Conn, onConn, all int) bool { return send(w, head, body, "\r\n") }
+		}(), call: twice(size)},
+		{name: "odd-case-length-close", raw: func() func(w *bufio.Writer, c net.Conn, onConn, all int) bool {
+			head := "HTTP/1.1 200 OK\r\n" + odd("Content-Length") + ":" + strings.Repeat(" ", rng.IntN(3)) + strconv.Itoa(len(b1)) +
+				"\r\n" + odd("Connection") + ": " + odd("close") + "\r\n\r\n"
+			return func(w *bufio.Writer, c net.Conn, onConn, all int) bool { send(w, head, b1); return false }
+		}(), call: twice(size)},
+		{name: "chunked-and-length", raw: func(w *bufio.Writer, c net.Conn, onConn, all int) bool {
+			return send(w, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", chunk(b2), "\r\n")
+		}, call: twice(size)},
+		{name: "duplicate-length", raw: func(w *bufio.Writer, c net.Conn, onConn, all int) bool {
+			n := strconv.Itoa(len(b1))
+			return send(w, "HTTP/1.1 200 OK\r\nContent-Length: ", n, "\r\nContent-Length: ", n, "\r\n\r\n", b1)
+		}, call: twice(size)},
 		{name: "100-continue", raw: func(w *bufio.Writer, c net.Conn, onConn, all int) bool {
 			return send(w, "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: ", strconv.Itoa(len(published)), "\r\n\r\n", published)
 		}, call: twice(publish)},
@@ -272,9 +301,9 @@ func TestConnDifferential(t *testing.T) {
 			return false
 		}, call: twice(publish)},
 		{name: "connection-close-odd-case", raw: func(w *bufio.Writer, c net.Conn, onConn, all int) bool {
-			send(w, "HTTP/1.1 200 OK\r\nconnection:  CLOSE\r\nContent-Length: ", strconv.Itoa(len(b1)), "\r\n\r\n", b1)
+			send(w, "HTTP/1.1 201 Created\r\nconnection:  Upgrade, CLOSE\r\nContent-Length: ", strconv.Itoa(len(published)), "\r\n\r\n", published)
 			return false
-		}, call: twice(size)},
+		}, call: twice(publish)},
 		{name: "http10-until-eof", raw: func(w *bufio.Writer, c net.Conn, onConn, all int) bool {
 			send(w, "HTTP/1.0 200 OK\r\n\r\n", b2)
 			return false
