@@ -260,6 +260,10 @@ func TestConnDifferential(t *testing.T) {
 	published := `{"msg":"published","job_id":"` + word() + `"}`
 	b1, b2, b3 := sizeBody(), sizeBody(), sizeBody()
 	rid, rid2 := word(), word()
+	// The chunkings of b2 and b3: made here, as all that is random, so
+	// that both clients meet the same answers (and rng is not shared
+	// with the servers' goroutines).
+	ch2, ch3 := chunk(b2), chunk(b3)
 	body := `{"error":"` + word() + `"}`
 	sum := word()
 
@@ -267,10 +271,10 @@ func TestConnDifferential(t *testing.T) {
 		{name: "content-length", raw: ok("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n", b1), call: twice(size)},
 		{name: "content-length-publish", raw: ok("HTTP/1.1 201 Created\r\n", published), call: twice(publish)},
 		{name: "chunked", raw: func(w *bufio.Writer, c net.Conn, onConn, all int) bool {
-			return send(w, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", chunk(b2), "\r\n")
+			return send(w, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", ch2, "\r\n")
 		}, call: twice(size)},
 		{name: "chunked-trailers", raw: func(w *bufio.Writer, c net.Conn, onConn, all int) bool {
-			return send(w, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n", chunk(b3), "X-Sum: ", sum, "\r\nX-Other: 1\r\n\r\n")
+			return send(w, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n", ch3, "X-Sum: ", sum, "\r\nX-Other: 1\r\n\r\n")
 		}, call: twice(size)},
 		{name: "odd-case-chunked", raw: func() func(w *bufio.Writer, c net.Conn, onConn, all int) bool {
 			head := "HTTP/1.1 200 OK\r\n" + odd("Transfer-Encoding") + ": " + odd("chunked") + "\r\n\r\n"
@@ -283,7 +287,7 @@ func TestConnDifferential(t *testing.T) {
 			return func(w *bufio.Writer, c net.Conn, onConn, all int) bool { send(w, head, b1); return false }
 		}(), call: twice(size)},
 		{name: "chunked-and-length", raw: func(w *bufio.Writer, c net.Conn, onConn, all int) bool {
-			return send(w, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", chunk(b2), "\r\n")
+			return send(w, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", ch2, "\r\n")
 		}, call: twice(size)},
 		{name: "duplicate-length", raw: func(w *bufio.Writer, c net.Conn, onConn, all int) bool {
 			n := strconv.Itoa(len(b1))
@@ -380,7 +384,7 @@ func TestConnDifferential(t *testing.T) {
 			return false
 		}, call: publish},
 		{name: "mid-chunk-close", raw: func(w *bufio.Writer, c net.Conn, onConn, all int) bool {
-			send(w, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", chunk(b2)[:len(b2)/2])
+			send(w, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", ch2[:len(ch2)/2])
 			return false
 		}, call: size},
 		{name: "mid-head-close", raw: func(w *bufio.Writer, c net.Conn, onConn, all int) bool {
@@ -405,6 +409,27 @@ func TestConnDifferential(t *testing.T) {
 			return send(w, "HTTP/1.1 204 No Content\r\n\r\n")
 		}, call: twice(func(ctx context.Context, c *client.Client, _ *rawServer) (string, error) {
 			return "", c.Ack(ctx, "q", "01J")
+		})},
+		// Consumes: a long poll answered late, a job, no job.
+		{name: "consume-slow-job", raw: func() func(w *bufio.Writer, c net.Conn, onConn, all int) bool {
+			job := `{"attributes":null,"data":"aGVsbG8=","elapsed_ms":3,"job_id":"` + word() + `","msg":"new job","namespace":"ns","queue":"q","receipt":"0123456789abcdef","remain_tries":0,"ttl":86400}`
+			return func(w *bufio.Writer, c net.Conn, onConn, all int) bool {
+				time.Sleep(30 * time.Millisecond)
+				return send(w, "HTTP/1.1 200 OK\r\nContent-Length: ", strconv.Itoa(len(job)), "\r\n\r\n", job)
+			}
+		}(), call: twice(func(ctx context.Context, c *client.Client, _ *rawServer) (string, error) {
+			j, err := c.Consume(ctx, "q", 30*time.Second, time.Second)
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("%s %s %q %s", j.ID, j.Receipt, j.Body, j.TTL), nil
+		})},
+		{name: "consume-no-job", raw: func(w *bufio.Writer, c net.Conn, onConn, all int) bool {
+			const body = `{"msg":"no job available","data":null}`
+			return send(w, "HTTP/1.1 404 Not Found\r\nContent-Length: ", strconv.Itoa(len(body)), "\r\n\r\n", body)
+		}, call: twice(func(ctx context.Context, c *client.Client, _ *rawServer) (string, error) {
+			_, err := c.Consume(ctx, "q", 0, 0)
+			return "", err
 		})},
 		// Slow servers: the caller's deadline, the client's timeout
 		// (WithTimeout: a GET is tried again), cancellation.
