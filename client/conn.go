@@ -15,6 +15,7 @@ import (
 	"net/textproto"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -45,8 +46,12 @@ const (
 	// checkIdle: a connection idle at least that long is checked (open)
 	// before it is reused; one back in the pool for less, under load, is
 	// not worth a system call per request (a server that closed it that
-	// soon is met as by net/http: fastRoundTrip).
-	checkIdle = 100 * time.Millisecond
+	// soon is met as by net/http: fastRoundTrip). It is short: net/http's
+	// connection goroutine sees a server's close within microseconds and
+	// sends the next request, even one that is not replayable (a publish
+	// without a key), on a new connection; at 100 ms a publish 50 ms after
+	// the server closed failed with EOF (conn_test.go, idle-close-publish).
+	checkIdle = time.Millisecond
 )
 
 // aLongTimeAgo is a deadline in the past: it unblocks a connection's I/O.
@@ -178,6 +183,11 @@ func (t *transport) fastRoundTrip(parent, ctx context.Context, r request) (fastR
 	for attempt := 0; ; attempt++ {
 		cn, reused, err := f.get(ctx)
 		if err != nil {
+			if ctx.Err() != nil {
+				// A dial or handshake the context ended: net/http
+				// answers the context's error, not the dial's timeout.
+				err = ctx.Err()
+			}
 			return fastResult{}, err
 		}
 		res, err := t.exchange(parent, ctx, cn, r)
@@ -382,16 +392,19 @@ func readResponse(br *bufio.Reader, method string) (res fastResult, keep bool, e
 		// 1xx: the answer follows.
 	}
 	h := res.header
-	for _, v := range h["Connection"] {
-		if textproto.TrimString(v) == "close" || v == "Close" {
-			keep = false
-		}
+	// As net/http (shouldClose): "close" among the Connection header's
+	// tokens, in any case, ends the connection; an HTTP/1.0 answer keeps
+	// it only with "keep-alive".
+	if hasToken(h["Connection"], "close") {
+		keep = false
+	} else if !keep && hasToken(h["Connection"], "keep-alive") {
+		keep = true
 	}
 	switch {
 	case method == http.MethodHead || res.status == http.StatusNoContent || res.status == http.StatusNotModified || res.status < 200:
 		return res, keep, nil
 	case len(h["Transfer-Encoding"]) > 0:
-		if len(h["Transfer-Encoding"]) != 1 || h.Get("Transfer-Encoding") != "chunked" {
+		if len(h["Transfer-Encoding"]) != 1 || !strings.EqualFold(h.Get("Transfer-Encoding"), "chunked") {
 			return res, false, fmt.Errorf("kairos: unsupported Transfer-Encoding %q", h["Transfer-Encoding"])
 		}
 		res.body, err = io.ReadAll(io.LimitReader(httputil.NewChunkedReader(br), maxBodyRead))
@@ -422,6 +435,24 @@ func readResponse(br *bufio.Reader, method string) (res fastResult, keep bool, e
 		res.body, err = io.ReadAll(io.LimitReader(br, maxBodyRead))
 		return res, false, err
 	}
+}
+
+// hasToken reports whether the comma-separated lists vs hold token, in
+// any case.
+func hasToken(vs []string, token string) bool {
+	for _, v := range vs {
+		for {
+			t, rest, more := strings.Cut(v, ",")
+			if strings.EqualFold(textproto.TrimString(t), token) {
+				return true
+			}
+			if !more {
+				break
+			}
+			v = rest
+		}
+	}
+	return false
 }
 
 // readLine reads one CRLF- (or LF-) terminated line, without it.
