@@ -145,11 +145,15 @@ local function hkey(jk) return 'a' .. string.sub(jk, 2) end
 -- is outcome|delivery|start|end|worker|error (doc/keys.md).
 local function hist_open(jk, deliv, now, worker, pttl)
   local hk = hkey(jk)
-  if redis.call('LPUSH', hk, 'f|' .. deliv .. '|' .. now .. '|0|' .. worker .. '|') > 16 then
-    redis.call('LTRIM', hk, 0, 15)
-  end
+  -- pcall: a full Redis (OOM) refuses the entry, not the consume.
+  local n = redis.pcall('LPUSH', hk, 'f|' .. deliv .. '|' .. now .. '|0|' .. worker .. '|')
+  if type(n) ~= 'number' then return end
+  if n > 16 then redis.call('LTRIM', hk, 0, 15) end
   if pttl > 0 then redis.call('PEXPIRE', hk, pttl) end
 end
+-- The history is best effort where Redis is full: its writes go through
+-- pcall, so that a full pool (OOM) loses an entry, never the consume,
+-- release or TTR expiry that writes it (TestFullPoolDrains).
 -- hist_close ends the delivery of the in-flight job whose key is jk and
 -- header h in its history with outcome (one letter: r released, n nacked,
 -- t TTR expired, w webhook failed) at t (ms) and the error text err. A
@@ -164,13 +168,13 @@ local function hist_close(jk, h, outcome, t, err)
   local top = redis.call('LINDEX', hk, 0)
   if top and string.sub(top, 1, #pre) == pre then
     local start, worker = string.match(top, '^f|%d+|(%d+)|%d+|([^|]*)|')
-    redis.call('LSET', hk, 0, outcome .. '|' .. deliv .. '|' .. (start or '0') .. '|' .. num(t) .. '|' .. (worker or '') .. '|' .. err)
+    redis.pcall('LSET', hk, 0, outcome .. '|' .. deliv .. '|' .. (start or '0') .. '|' .. num(t) .. '|' .. (worker or '') .. '|' .. err)
   else
     -- A minute of slack for another server's clock ahead of this one.
     local start = math.min(t, t + 60000 - (t + 60000 - r32(h, 19)) % 4294967296)
-    if redis.call('LPUSH', hk, outcome .. '|' .. deliv .. '|' .. num(start) .. '|' .. num(t) .. '||' .. err) > 16 then
-      redis.call('LTRIM', hk, 0, 15)
-    end
+    local n = redis.pcall('LPUSH', hk, outcome .. '|' .. deliv .. '|' .. num(start) .. '|' .. num(t) .. '||' .. err)
+    if type(n) ~= 'number' then return end
+    if n > 16 then redis.call('LTRIM', hk, 0, 15) end
     local pttl = redis.call('PTTL', jk)
     if pttl > 0 then redis.call('PEXPIRE', hk, pttl) end
   end

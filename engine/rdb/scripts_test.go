@@ -6,8 +6,8 @@ import (
 )
 
 func TestLibParts(t *testing.T) {
-	want := []string{"u16", "r16", "u48", "r48", "NONCE0", "hdr", "entry", "eid", "num",
-		"ready_heads", "push_ready", "backoff", "lower_index", "kill",
+	want := []string{"u16", "r16", "u32", "r32", "u48", "r48", "NONCE0", "hdr", "entry", "eid", "num",
+		"ready_heads", "push_ready", "backoff", "lower_index", "hkey", "hist_open", "hist_close", "last_error", "kill",
 		"ns_of", "usage_add", "usage_expired", "del_job", "over_quota"} // tenancyLua
 	var got []string
 	var joined strings.Builder
