@@ -42,6 +42,8 @@ type xJob struct {
 
 // xDetail is a job with the inspection fields (keys in the server's order).
 type xDetail struct {
+	// Attempts is the attempt history (issue #33), on peek job only.
+	Attempts    *[]map[string]any `json:"attempts,omitempty"`
 	Attributes  map[string]string `json:"attributes"`
 	Data        []byte            `json:"data"`
 	DeadAtMS    int64             `json:"dead_at_ms"`
@@ -50,6 +52,7 @@ type xDetail struct {
 	DueAtMS     int64             `json:"due_at_ms"`
 	ElapsedMS   int64             `json:"elapsed_ms"`
 	JobID       string            `json:"job_id"`
+	LastError   string            `json:"last_error,omitempty"`
 	Namespace   string            `json:"namespace"`
 	Priority    int               `json:"priority"`
 	Queue       string            `json:"queue"`
@@ -707,7 +710,7 @@ func TestE2EExtInspection(t *testing.T) {
 	id := e.publish(t, q, "delay_ms=600&tries=2&ttl=600", "inspect me")
 	t1 := time.Now()
 	d := e.inspect(t, q, id)
-	wantD := xDetail{Data: []byte("inspect me"), DueAtMS: d.DueAtMS, ElapsedMS: d.ElapsedMS, JobID: id, Namespace: "e2e",
+	wantD := xDetail{Attempts: &[]map[string]any{}, Data: []byte("inspect me"), DueAtMS: d.DueAtMS, ElapsedMS: d.ElapsedMS, JobID: id, Namespace: "e2e",
 		Queue: q, RemainTries: 2, State: "delayed", TTL: 600}
 	if d.TTL == 599 { // a second boundary passed since publish
 		wantD.TTL = 599
@@ -747,6 +750,10 @@ func TestE2EExtInspection(t *testing.T) {
 	}
 	if d.DeadReason != "ttr_expired" || d.DeadAtMS == 0 || d.Deliveries != 2 || d.RemainTries != 0 || d.DueAtMS != 0 || d.TTL != 0 {
 		t.Fatalf("dead: %+v", d)
+	}
+	// Both deliveries ran out their TTR, newest first (issue #33).
+	if d.Attempts == nil || len(*d.Attempts) != 2 || (*d.Attempts)[0]["outcome"] != "ttr_expired" || (*d.Attempts)[1]["outcome"] != "ttr_expired" {
+		t.Fatalf("dead job's attempts: %+v", d.Attempts)
 	}
 	want(t, e.do(t, http.MethodGet, q+"/job/nope", "", nil, extOn), http.StatusNotFound, `{"error":"job not found"}`)
 }
