@@ -1122,7 +1122,26 @@ func (d *dashboard) lookup(c *gin.Context) {
 			return
 		}
 	}
-	d.notFound(c, "job "+id+" not found in pool "+pool)
+	d.notFound(c, "job "+id+" not found in "+lookupWhere(pool, ns, q, len(cands)))
+}
+
+// lookupWhere says where a lookup searched, for its "not found" page: a
+// lookup from a queue's page searches that queue only, and must not say
+// it searched the pool.
+func lookupWhere(pool, ns, q string, queues int) string {
+	n := strconv.Itoa(queues) + " queues"
+	if queues == 1 {
+		n = "1 queue"
+	}
+	switch {
+	case ns != "" && q != "":
+		return "queue " + ns + "/" + q + " of pool " + pool + " (leave the queue empty to search the pool)"
+	case ns != "":
+		return "namespace " + ns + " (" + n + ") of pool " + pool
+	case q != "":
+		return "the queues named " + q + " (" + n + ") of pool " + pool
+	}
+	return "the " + n + " of pool " + pool
 }
 
 // lookupMaxQueues bounds the queues a lookup without a queue searches.

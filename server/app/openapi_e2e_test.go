@@ -466,6 +466,14 @@ func TestE2EOpenAPIEveryOperation(t *testing.T) {
 	wantLocation(uiDo(303, get, "/ui/lookup?pool=default&namespace=oa&queue=dash&id="+dashID, nil, nil), jobPage)
 	uiDo(400, get, "/ui/lookup", nil, nil)
 	uiDo(404, get, "/ui/lookup?id=01M00000000000000000000000", nil, nil)
+	// A lookup says where it searched (issue #33 item 5): one queue is
+	// not the pool.
+	if b := string(uiDo(404, get, "/ui/lookup?pool=default&namespace=oa&queue=dash&id=01M00000000000000000000000", nil, nil).Body); !strings.Contains(b, "not found in queue oa/dash of pool default") {
+		t.Fatalf("a lookup in one queue does not say so:\n%s", b)
+	}
+	if b := string(uiDo(404, get, "/ui/lookup?pool=default&namespace=oa&id=01M00000000000000000000000", nil, nil).Body); !strings.Contains(b, "not found in namespace oa (") {
+		t.Fatalf("a lookup in one namespace does not say so:\n%s", b)
+	}
 	uiDo(404, get, "/ui/lookup?pool=nope&id="+dashID, nil, nil)
 	uiDo(200, get, "/ui/tokens?pool=default&namespace=oa", nil, nil)
 	uiDo(400, get, "/ui/tokens?namespace=bad.ns", nil, nil)
