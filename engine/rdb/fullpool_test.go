@@ -53,23 +53,7 @@ func TestFullPoolDrains(t *testing.T) {
 // each master given 8 MB more than it holds: a full master refuses the
 // publishes of its slot groups and drains as a single Redis does.
 func TestFullPoolDrainsCluster(t *testing.T) {
-	c := redistest.SharedCluster(t)
-	c.Flush(t)
-	for _, addr := range c.Masters(t) {
-		n := redis.NewClient(&redis.Options{Addr: addr})
-		used := usedMemory(t, n)
-		if err := n.ConfigSet(bg, "maxmemory-policy", "noeviction").Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := n.ConfigSet(bg, "maxmemory", strconv.FormatInt(used+8<<20, 10)).Err(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = n.ConfigSet(bg, "maxmemory", "0").Err()
-			_ = n.Close()
-		})
-	}
-	t.Cleanup(func() { c.Flush(t) })
+	c := fullCluster(t, 8<<20)
 	client := c.Client(t)
 	e, err := New(bg, client, Options{Pool: "default"})
 	if err != nil {
@@ -254,4 +238,29 @@ func TestFullOn(t *testing.T) {
 	if errs[0] != nil || !errors.Is(errs[1], engine.ErrPoolFull) {
 		t.Errorf("fullOnEach = %v", errs)
 	}
+}
+
+// fullCluster flushes the shared Redis Cluster and gives each master a
+// maxmemory of what it holds plus extra bytes, under noeviction, until the
+// test ends (then no maxmemory, and flushed again).
+func fullCluster(t *testing.T, extra int64) *redistest.Cluster {
+	t.Helper()
+	c := redistest.SharedCluster(t)
+	c.Flush(t)
+	for _, addr := range c.Masters(t) {
+		n := redis.NewClient(&redis.Options{Addr: addr})
+		used := usedMemory(t, n)
+		if err := n.ConfigSet(bg, "maxmemory-policy", "noeviction").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.ConfigSet(bg, "maxmemory", strconv.FormatInt(used+extra, 10)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = n.ConfigSet(bg, "maxmemory", "0").Err()
+			_ = n.Close()
+		})
+	}
+	t.Cleanup(func() { c.Flush(t) })
+	return c
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -101,23 +100,7 @@ func TestReserveQuietPublishes(t *testing.T) {
 // Cluster, each master given 32 MB more than it holds: the reserve is
 // that of the master holding the queues' slot group.
 func TestReserveQuietPublishesCluster(t *testing.T) {
-	c := redistest.SharedCluster(t)
-	c.Flush(t)
-	for _, addr := range c.Masters(t) {
-		n := redis.NewClient(&redis.Options{Addr: addr})
-		used := usedMemory(t, n)
-		if err := n.ConfigSet(bg, "maxmemory-policy", "noeviction").Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := n.ConfigSet(bg, "maxmemory", strconv.FormatInt(used+32<<20, 10)).Err(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = n.ConfigSet(bg, "maxmemory", "0").Err()
-			_ = n.Close()
-		})
-	}
-	t.Cleanup(func() { c.Flush(t) })
+	c := fullCluster(t, 32<<20)
 	client := c.Client(t)
 	e := startReserve(t, client)
 	const q = "q"
