@@ -26,19 +26,30 @@ func goClient(cfg Config) (*kairos.Client, error) {
 	return kairos.New(cfg.Addr, opts...)
 }
 
+// goSetup starts every scenario through the Go client: cfg's defaults,
+// the bare client (which fills, drains and marks CPU), the Go client, and
+// the run's queue for scenario, prepared.
+func goSetup(ctx context.Context, cfg *Config, scenario string) (*client, *kairos.Client, string, error) {
+	cfg.defaults()
+	c, err := newClient(*cfg)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	gc, err := goClient(*cfg)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	queue := runQueue(cfg.Queue, scenario)
+	if err := cfg.prepare(ctx, queue); err != nil {
+		return nil, nil, "", err
+	}
+	return c, gc, queue, nil
+}
+
 // PublishGo is Publish through kairos.Client.Publish.
 func PublishGo(ctx context.Context, cfg Config) (Result, error) {
-	cfg.defaults()
-	c, err := newClient(cfg)
+	c, gc, queue, err := goSetup(ctx, &cfg, "publish-go")
 	if err != nil {
-		return Result{}, err
-	}
-	gc, err := goClient(cfg)
-	if err != nil {
-		return Result{}, err
-	}
-	queue := runQueue(cfg.Queue, "publish-go")
-	if err := cfg.prepare(ctx, queue); err != nil {
 		return Result{}, err
 	}
 	body := c.body(0)
@@ -50,17 +61,8 @@ func PublishGo(ctx context.Context, cfg Config) (Result, error) {
 
 // BulkPublishGo is BulkPublish through kairos.Client.BatchPublish.
 func BulkPublishGo(ctx context.Context, cfg Config) (Result, error) {
-	cfg.defaults()
-	c, err := newClient(cfg)
+	c, gc, queue, err := goSetup(ctx, &cfg, "bulk-go")
 	if err != nil {
-		return Result{}, err
-	}
-	gc, err := goClient(cfg)
-	if err != nil {
-		return Result{}, err
-	}
-	queue := runQueue(cfg.Queue, "bulk-go")
-	if err := cfg.prepare(ctx, queue); err != nil {
 		return Result{}, err
 	}
 	// The same JSON strings as the bare client's bulk body (bulkBody).
@@ -81,17 +83,8 @@ func BulkPublishGo(ctx context.Context, cfg Config) (Result, error) {
 // each job (of that delivery). It ends when the queue is empty or
 // Duration ends.
 func ConsumeAckGo(ctx context.Context, cfg Config) (Result, error) {
-	cfg.defaults()
-	c, err := newClient(cfg)
+	c, gc, queue, err := goSetup(ctx, &cfg, "consume-go")
 	if err != nil {
-		return Result{}, err
-	}
-	gc, err := goClient(cfg)
-	if err != nil {
-		return Result{}, err
-	}
-	queue := runQueue(cfg.Queue, "consume-go")
-	if err := cfg.prepare(ctx, queue); err != nil {
 		return Result{}, err
 	}
 	c.drain(ctx, queue)
@@ -141,17 +134,8 @@ func ConsumeAckGo(ctx context.Context, cfg Config) (Result, error) {
 // its default poll timeout: lateness is delivery to the handler minus due
 // time.
 func DelayedGo(ctx context.Context, cfg Config) (Result, error) {
-	cfg.defaults()
-	c, err := newClient(cfg)
+	c, gc, queue, err := goSetup(ctx, &cfg, "delayed-go")
 	if err != nil {
-		return Result{}, err
-	}
-	gc, err := goClient(cfg)
-	if err != nil {
-		return Result{}, err
-	}
-	queue := runQueue(cfg.Queue, "delayed-go")
-	if err := cfg.prepare(ctx, queue); err != nil {
 		return Result{}, err
 	}
 	c.drain(ctx, queue)
