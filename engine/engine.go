@@ -150,6 +150,9 @@ type Job struct {
 	// LastError is the error text of the job's last delivery that ended
 	// with one ("" when none did): on peek job and dead-letter listings.
 	LastError string
+	// Group is the job's group within its queue ("" = the default group;
+	// issue #32, groups.go).
+	Group string
 }
 
 // PublishRequest describes one job to publish.
@@ -192,6 +195,11 @@ type PublishRequest struct {
 	// delivery, peek and dead-letter listing of it.
 	TraceParent string
 	TraceState  string
+	// Group puts the job in a group of its queue (ValidGroup; "" = the
+	// default group): consumes serve a queue's groups in turn, and
+	// GroupMaxInFlight limits each (groups.go). The job keeps its group
+	// through retries, the dead letter and respawn.
+	Group string
 }
 
 // ConsumeRequest describes one consume call.
@@ -436,6 +444,17 @@ type QueueConfig struct {
 	// reports 1 for an unsharded queue; 0 in SetQueueConfig leaves the
 	// queue's shards as they are.
 	Shards int `json:"shards,omitempty"`
+	// MaxInFlight limits the queue's jobs in flight at once, across every
+	// server (0 = no limit); on a sharded queue each shard holds its part
+	// of it (groups.go, doc/API.md).
+	MaxInFlight int `json:"max_in_flight,omitempty"`
+	// GroupMaxInFlight limits each group's jobs in flight at once (0 = no
+	// limit).
+	GroupMaxInFlight int `json:"group_max_in_flight,omitempty"`
+	// GroupWeights gives groups a weight in the round robin
+	// (1..MaxGroupWeight; a group not named has weight 1): a group of
+	// weight w is served w jobs for each job of a group of weight 1.
+	GroupWeights map[string]int `json:"group_weights,omitempty"`
 }
 
 // MaxShards is the most shards a queue may have (QueueConfig.Shards).
