@@ -808,9 +808,9 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 	// The first publish to the queue through this engine also records it
 	// in its group's registry, in the same round trip.
 	record := !qn.recorded.Load()
-	keys := make([]string, 9+len(reqs))
+	keys := make([]string, 10+len(reqs))
 	keys[0], keys[1], keys[2], keys[3], keys[4] = qn.ready, qn.timer, qn.index, qn.prio, qn.config
-	keys[7], keys[8+len(reqs)] = qn.registry, qn.usage
+	keys[7], keys[8+len(reqs)], keys[9+len(reqs)] = qn.registry, qn.groups, qn.usage
 	args := make([]interface{}, 9+5*len(reqs))
 	args[7+5*len(reqs)], args[8+5*len(reqs)] = e.allowance(ns, qn.group)
 	args[0] = qn.argMember
@@ -1494,11 +1494,11 @@ func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, wan
 // empty, or a call found nothing; it reports whether the queues are empty.
 func (e *Engine) consumeRun(ctx context.Context, req *engine.ConsumeRequest, names []*queueNames, lo, hi, total int, got, next *int, want []int, out [][]*engine.Job) (bool, error) {
 	n := hi - lo
-	keys := make([]string, 6*n)
+	keys := make([]string, 7*n)
 	args := make([]interface{}, 7+2*n)
 	for i, qn := range names[lo:hi] {
-		k := keys[6*i : 6*i+6]
-		k[0], k[1], k[2], k[3], k[4], k[5] = qn.ready, qn.timer, qn.prio, qn.config, qn.index, qn.jobPrefix
+		k := keys[7*i : 7*i+7]
+		k[0], k[1], k[2], k[3], k[4], k[5], k[6] = qn.ready, qn.timer, qn.prio, qn.config, qn.index, qn.jobPrefix, qn.groups
 		args[5+2*i], args[6+2*i] = qn.argMember, qn.argWake
 	}
 	args[2] = consumeScanBudget
@@ -1571,7 +1571,9 @@ func (e *Engine) decodeConsumed(req *engine.ConsumeRequest, lo, n int, res []int
 		j.DueAt = time.UnixMilli(due)
 		jobs = append(jobs, j)
 	}
-	return m == 1, m == 2, earliest, popped, jobs, nil
+	// 3: limited (at an in-flight limit): nothing for now, as an empty
+	// queue; the ACK or release that frees a slot wakes the waiters.
+	return m == 1, m == 2 || m == 3, earliest, popped, jobs, nil
 }
 
 // newReceiptBase returns a random number in [0, 2^32): the consume script
@@ -1716,7 +1718,7 @@ func (e *Engine) Destroy(ctx context.Context, ns, q string) (int64, error) {
 		return e.destroySharded(ctx, sp, ns, q)
 	}
 	qn := e.names.get([3]string{ns, q})
-	keys := []string{qn.ready, qn.timer, qn.index, qn.prio, qn.jobPrefix, qn.usage}
+	keys := []string{qn.ready, qn.timer, qn.index, qn.prio, qn.jobPrefix, qn.usage, qn.groups}
 	var total int64
 	for {
 		n, err := e.run(ctx, destroyScript, keys, destroyBatch, qn.member).Int64()

@@ -214,7 +214,7 @@ func script(src string) *redis.Script { return redis.NewScript(libFor(src) + src
 // constant, with the comment above it.
 type libPart struct{ name, src string }
 
-var libParts = splitLib(luaLib + tenancyLua)
+var libParts = splitLib(luaLib + tenancyLua + groupsLua)
 
 var libDef = regexp.MustCompile(`^local (?:function )?([A-Za-z_][A-Za-z0-9_]*)`)
 
@@ -291,6 +291,8 @@ func isIdent(c byte) bool {
 //	KEYS[7]  idempotency key u/{T}ns/q/KEY (used when ARGV[5] = "1")
 //	KEYS[8]  the group's queue registry m/{T} (used when ARGV[6] = "1")
 //	KEYS[9…] body keys j/{T}ns/q/ID, one per job
+//	KEYS[#KEYS-1] group key prefix g/{T}ns/q/ (groups_scripts.go: a
+//	         replaced job in flight frees its slot)
 //	KEYS[#KEYS] the group's usage hash nu/{T} (tenancy_scripts.go)
 //	ARGV[1]  index member ns/q    ARGV[2] ready channel n/{T}ns/q
 //	ARGV[3]  the group's wake-up channel w/{T}   ARGV[4] ID of the replaced job, or ""
@@ -314,7 +316,7 @@ var publishScript = script(publishSrc)
 
 // publishSrc is publishScript's source; fireScheduleScript runs it too.
 const publishSrc = `
-local n = #KEYS - 9
+local n = #KEYS - 10
 local pub = ARGV[7]
 if ARGV[5] == '1' then
   local prev = redis.call('GET', KEYS[7])
@@ -345,6 +347,7 @@ end
 if ARGV[4] ~= '' then
   if rlen > 0 then redis.call('DEL', KEYS[6]) end
   redis.call('ZREM', KEYS[2], ARGV[4])
+  inflight_wake(inflight_free(KEYS[#KEYS - 1], KEYS[5], ARGV[4]), pub, ARGV[2])
 end
 usage_add(uk, KEYS[1], ujobs, ubytes - rlen)
 if ARGV[5] == '1' then
@@ -524,8 +527,9 @@ return {0, total, earliest}
 // queues of one call are of one slot group (consumeFor splits a consume
 // over queues of several groups into calls, in priority order).
 //
-//	per queue i (1..n), KEYS[6(i-1)+1..6]: ready list, timer, priority set,
-//	         config, the group's timer index, job key prefix j/{T}ns/q/
+//	per queue i (1..n), KEYS[7(i-1)+1..7]: ready list, timer, priority set,
+//	         config, the group's timer index, job key prefix j/{T}ns/q/,
+//	         group key prefix g/{T}ns/q/ (groups_scripts.go)
 //	ARGV[1] due of the deliveries: now + TTR (ms)   ARGV[2] count
 //	ARGV[3] most entries to pop in all   ARGV[4] the publish command
 //	ARGV[5] receipt base: a random number in [0, 2^32)
@@ -544,11 +548,16 @@ return {0, total, earliest}
 // priority, format (header byte 1: 2 when the payload starts with a trace
 // context)}.
 // more = 1 when the pop budget ran out first, 2 when every queue's ready
-// list and priority set are empty at the end, else 0; earliest = a group's
+// list and priority set are empty at the end, 3 when every queue is empty
+// or at its in-flight limit and one is at its limit ("limited": nothing
+// for now; a freed slot publishes on the queue's ready channel), else 0.
+// A tracked queue (config grp = '1') records each job it hands out in
+// flight (inflight_take) and gives no more than its max_in_flight and
+// its default group's group_max_in_flight allow. earliest = a group's
 // new earliest due time when this call moved it earlier, else 0; popped =
 // the entries popped, stale ones included (lmstfy's queue_pop_jobs).
 var consumeScript = script(`
-local n = #KEYS / 6
+local n = #KEYS / 7
 local due = ARGV[1]
 local now, worker = ARGV[6 + 2 * n], ARGV[7 + 2 * n]
 local base, start32 = tonumber(ARGV[5]), u32(tonumber(now) % 4294967296)
@@ -558,16 +567,33 @@ local budget = tonumber(ARGV[3])
 local out = {0, 0, 0}
 local got = 0
 local touched = {}
+local limited = {}
 for i = 1, n do
-  local k = 6 * (i - 1)
-  -- One HMGET tells whether the queue is paused and whether it ever had a
+  local k = 7 * (i - 1)
+  -- One HMGET tells whether the queue is paused, whether it ever had a
   -- priority job (push_ready sets seq first): queues that never use
-  -- priorities skip the ZPOPMIN.
-  local cfg = redis.call('HMGET', KEYS[k + 4], 'paused', 'seq')
+  -- priorities skip the ZPOPMIN, and whether it is tracked, with its
+  -- limits (groups_scripts.go).
+  local cfg = redis.call('HMGET', KEYS[k + 4], 'paused', 'seq', 'grp', 'mif', 'gmif')
   if cfg[1] ~= '1' then
     local hit = false
     local pdone = not cfg[2]
-    while got < want do
+    local gp = KEYS[k + 7]
+    local tracked = cfg[3] == '1'
+    -- room: the jobs this queue may give in this call.
+    local room = want - got
+    local gmif = tonumber(cfg[5]) or 0
+    if tracked then
+      room = inflight_room(gp, cfg[4], room)
+      if gmif > 0 then
+        local gr = gmif - (tonumber(redis.call('HGET', gp .. 'c', '')) or 0)
+        if gr <= 0 then inflight_block(gp, '') end
+        if gr < room then room = gr end
+      end
+      if room < want - got then limited[i] = true end
+    end
+    local took = 0
+    while took < room do
       if budget <= 0 then out[1] = 1 break end
       local e = false
       if not pdone then
@@ -588,9 +614,11 @@ for i = 1, n do
           local deliv = r16(v, 5) + 1
           local prio = string.byte(v, 7)
           got = got + 1
+          took = took + 1
           local nonce = u32((base + got) % 4294967296) .. start32
           redis.call('SETRANGE', jk, 1, hdr('f', left, deliv, prio, 0, dueN, nonce))
           redis.call('ZADD', KEYS[k + 2], due, id)
+          if tracked and inflight_take(gp, id, '') >= gmif and gmif > 0 then inflight_block(gp, '') end
           hit = true
           local o = #out
           out[o + 1] = i
@@ -607,22 +635,28 @@ for i = 1, n do
       end
     end
     if hit then touched[#touched + 1] = i end
+    -- A limited queue that ran out of jobs before its room is empty.
+    if limited[i] and took < room and out[1] ~= 1 then limited[i] = nil end
   end
   if got >= want or budget <= 0 then break end
 end
 for _, i in ipairs(touched) do
-  local e = lower_index(KEYS[6 * (i - 1) + 5], ARGV[4 + 2 * i], dueN, ARGV[5 + 2 * i], ARGV[4])
+  local e = lower_index(KEYS[7 * (i - 1) + 5], ARGV[4 + 2 * i], dueN, ARGV[5 + 2 * i], ARGV[4])
   if e > 0 and out[2] == 0 then out[2] = e end
 end
 if out[1] == 0 then
   out[1] = 2
+  local lim = false
   for i = 1, n do
-    local k = 6 * (i - 1)
-    if redis.call('LLEN', KEYS[k + 1]) > 0 or redis.call('ZCARD', KEYS[k + 3]) > 0 then
+    local k = 7 * (i - 1)
+    if limited[i] then
+      lim = true
+    elseif redis.call('LLEN', KEYS[k + 1]) > 0 or redis.call('ZCARD', KEYS[k + 3]) > 0 then
       out[1] = 0
       break
     end
   end
+  if out[1] == 2 and lim then out[1] = 3 end
 end
 out[3] = tonumber(ARGV[3]) - budget
 return out
@@ -667,9 +701,10 @@ local moved = {}
 -- (index, uk: its group's timer index and usage hash, where an entry
 -- whose job expired is one job less (usage_expired); chan: its ready
 -- channel; tk, qk, dk, pk, ck: its timer, ready list, dead letter,
--- priority set and config; jp: its job key prefix) and returns how many
--- it handled.
-local function pump_queue(index, uk, m, chan, tk, qk, dk, pk, ck, jp, share)
+-- priority set and config; jp, gp: its job key prefix and group key
+-- prefix) and returns how many it handled. A job whose TTR expired, or
+-- that expired in flight, frees its in-flight slot (inflight_free).
+local function pump_queue(index, uk, m, chan, tk, qk, dk, pk, ck, jp, gp, share)
   local ids = redis.call('ZRANGEBYSCORE', tk, '-inf', now, 'LIMIT', 0, share)
   if #ids > 0 then redis.call('ZREMRANGEBYRANK', tk, 0, #ids - 1) end
   local cfg = nil
@@ -677,15 +712,20 @@ local function pump_queue(index, uk, m, chan, tk, qk, dk, pk, ck, jp, share)
   local nready = 0
   local retried, died = 0, 0
   local gone = 0
+  local wake = 0
   for _, id in ipairs(ids) do
     local jk = jp .. id
     local h = redis.call('GETRANGE', jk, 0, 21)
-    if #h < 22 then gone = gone + 1 end
+    if #h < 22 then
+      gone = gone + 1
+      wake = wake + inflight_free(gp, ck, id)
+    end
     if #h == 22 then
       local st = string.sub(h, 2, 2)
       local tries, deliv, prio = r16(h, 3), r16(h, 5), string.byte(h, 7)
       if st == 'f' then
         if not cfg then cfg = redis.call('HMGET', ck, 'backoff', 'dead_ttl') end
+        wake = wake + inflight_free(gp, ck, id)
         hist_close(jk, h, 't', r48(h, 9), '')
         if tries == 0 then
           kill(jk, dk, id, 0, deliv, prio, 1, nowN, cfg[2])
@@ -720,7 +760,7 @@ local function pump_queue(index, uk, m, chan, tk, qk, dk, pk, ck, jp, share)
     end
   end
   if #ready > 0 then redis.call('LPUSH', qk, unpack(ready)) end
-  if nready > 0 then redis.call(pub, chan, nready) end
+  if nready + wake > 0 then redis.call(pub, chan, nready + wake) end
   usage_expired(uk, jp, gone)
   if retried + died > 0 then
     expired[#expired + 1] = m
@@ -748,20 +788,21 @@ end
 // the call touches one slot of a cluster.
 //
 //	KEYS[1]  the group's timer index
-//	per queue i (1..n), KEYS[1+6(i-1)+1..6]: timer, ready list, dead
-//	         letter, priority set, config, job key prefix j/{T}ns/q/
+//	per queue i (1..n), KEYS[1+7(i-1)+1..7]: timer, ready list, dead
+//	         letter, priority set, config, job key prefix j/{T}ns/q/,
+//	         group key prefix g/{T}ns/q/
 //	KEYS[#KEYS] the group's usage hash nu/{T} (usage_expired)
 //	ARGV[1..5] as pumpLib
 //	per queue i, ARGV[4+2i..5+2i]: index member ns/q, ready channel
 //
 // The next due time it returns is the group's.
 var pumpScript = script(pumpLib + `
-local nq = (#KEYS - 2) / 6
+local nq = (#KEYS - 2) / 7
 for q = 1, nq do
   if budget <= 0 then break end
-  local k = 1 + 6 * (q - 1)
+  local k = 1 + 7 * (q - 1)
   budget = budget - pump_queue(KEYS[1], KEYS[#KEYS], ARGV[4 + 2 * q], ARGV[5 + 2 * q],
-    KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6],
+    KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7],
     math.ceil(budget / (nq - q + 1)))
 end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
@@ -777,7 +818,8 @@ return out
 // than the budget), and handles at most ARGV[2] entries over all of them
 // (pumpLib), a share each. The queues' key names are built here from the
 // index's tag and the member ("ti/{T}", "ns/q": t/{T}ns/q, ..., and the
-// group's usage hash nu/{T}), as keys.go and tenancy.go build them, so a pass is one round trip rather than two (read
+// group's usage hash nu/{T}, and the group key prefix g/{T}ns/q/), as
+// keys.go and tenancy.go build them, so a pass is one round trip rather than two (read
 // the indexes, then pump): a cluster cannot do this (its scripts name
 // their keys in KEYS, and touch one slot), a single Redis can.
 //
@@ -814,7 +856,7 @@ for i, d in ipairs(due) do
   local tag = string.sub(d[1], 4)
   local b = tag .. d[2]
   budget = budget - pump_queue(d[1], 'nu/' .. tag, d[2], 'n/' .. b,
-    't/' .. b, 'q/' .. b, 'd/' .. b, 'p/' .. b, 'c/' .. b, 'j/' .. b .. '/',
+    't/' .. b, 'q/' .. b, 'd/' .. b, 'p/' .. b, 'c/' .. b, 'j/' .. b .. '/', 'g/' .. b .. '/',
     math.ceil(budget / (#due - i + 1)))
 end
 for _, ix in ipairs(pumped) do
@@ -911,8 +953,13 @@ return {v, redis.call('PTTL', KEYS[1]), redis.call('LRANGE', hkey(KEYS[1]), 0, 1
 // and the jobs that pass are deleted with one ZREM and one DEL.
 //
 //	KEYS[1] timer   KEYS[1+i] body key of job i
+//	KEYS[#KEYS-2] config   KEYS[#KEYS-1] group key prefix g/{T}ns/q/
 //	KEYS[#KEYS] the group's usage hash nu/{T}
 //	ARGV[2i-1] id of job i   ARGV[2i] its receipt (8 bytes), "" or "?"
+//	ARGV[#ARGV-1] the publish command   ARGV[#ARGV] ready channel
+//
+// The deleted jobs' in-flight slots free (inflight_free_many: one HMGET
+// for an untracked queue).
 //
 // Returns one code per job: 1 deleted (or nothing to delete, without a
 // receipt), -1 no such job, -2 stale receipt; "?" is an ACK without
@@ -920,7 +967,7 @@ return {v, redis.call('PTTL', KEYS[1]), redis.call('LRANGE', hkey(KEYS[1]), 0, 1
 // then tries shard 0, shards.go).
 var ackManyScript = script(`
 local out, ids, jks, gone = {}, {}, {}, {}
-for i = 1, #KEYS - 2 do
+for i = 1, #KEYS - 4 do
   local jk, nonce = KEYS[i + 1], ARGV[2 * i]
   local code = 1
   if nonce == '?' then
@@ -954,6 +1001,7 @@ if #ids > 0 then
   for i = 1, n do jks[n + i] = hkey(jks[i]) end
   redis.call('DEL', unpack(jks))
   if dj > 0 then usage_add(KEYS[#KEYS], KEYS[1], -dj, -db) end
+  inflight_wake(inflight_free_many(KEYS[#KEYS - 1], KEYS[#KEYS - 2], ids), ARGV[#ARGV - 1], ARGV[#ARGV])
 end
 return out
 `)
@@ -964,6 +1012,7 @@ return out
 //
 //	KEYS[1] body   KEYS[2] timer   KEYS[3] ready list   KEYS[4] priority set
 //	KEYS[5] config   KEYS[6] dead letter   KEYS[7] the group's timer index
+//	KEYS[8] group key prefix g/{T}ns/q/
 //	ARGV[1] id   ARGV[2] receipt   ARGV[3] now (ms)   ARGV[4] delay (ms; -1 = backoff policy)
 //	ARGV[5] "1" to give back the spent try   ARGV[6] dead reason code   ARGV[7] random in [0,1)
 //	ARGV[8] index member   ARGV[9] ready channel   ARGV[10] the group's wake-up channel
@@ -971,7 +1020,8 @@ return out
 //	ARGV[12] the history outcome (r released, n nacked, w webhook failed)
 //	ARGV[13] the error text (bounded by the server)
 //
-// The delivery's history entry is closed (hist_close).
+// The delivery's history entry is closed (hist_close) and its in-flight
+// slot freed (inflight_free).
 //
 // Returns 1 ready, 2 dead, 3 delayed, -1 no such job, -2 stale receipt.
 var releaseScript = script(`
@@ -983,8 +1033,10 @@ local tries, deliv, prio = r16(h, 3), r16(h, 5), string.byte(h, 7)
 hist_close(KEYS[1], h, ARGV[12], now, ARGV[13])
 if ARGV[5] == '1' then tries = tries + 1 end
 redis.call('ZREM', KEYS[2], id)
+local wake = inflight_free(KEYS[8], KEYS[5], id)
 if tries == 0 then
   kill(KEYS[1], KEYS[6], id, 0, deliv, prio, tonumber(ARGV[6]), now, redis.call('HGET', KEYS[5], 'dead_ttl'))
+  inflight_wake(wake, ARGV[11], ARGV[9])
   return 2
 end
 local delay = tonumber(ARGV[4])
@@ -994,11 +1046,12 @@ if delay > 0 then
   redis.call('SETRANGE', KEYS[1], 1, hdr('d', tries, deliv, prio, 0, due, NONCE0))
   redis.call('ZADD', KEYS[2], num(due), id)
   lower_index(KEYS[7], ARGV[8], due, ARGV[10], ARGV[11])
+  inflight_wake(wake, ARGV[11], ARGV[9])
   return 3
 end
 redis.call('SETRANGE', KEYS[1], 1, hdr('r', tries, deliv, prio, 0, 0, NONCE0))
 push_ready(KEYS[3], KEYS[4], KEYS[5], prio, tries, id)
-redis.call(ARGV[11], ARGV[9], 1)
+redis.call(ARGV[11], ARGV[9], 1 + wake)
 return 1
 `)
 
@@ -1205,7 +1258,12 @@ return out
 //
 //	KEYS[1] ready list   KEYS[2] timer   KEYS[3] the group's timer index   KEYS[4] priority set
 //	KEYS[5] job key prefix   KEYS[6] the group's usage hash
+//	KEYS[7] group key prefix g/{T}ns/q/
 //	ARGV[1] most entries   ARGV[2] index member
+//
+// Once done it deletes the queue's in-flight records (gp..'i', gp..'c')
+// and its blocked set (gp..'b'): no job of the queue is in flight any
+// more.
 //
 // Returns the number of entries deleted (less than ARGV[1] when done).
 var destroyScript = script(`
@@ -1238,7 +1296,10 @@ if n < batch then
   if #ids > 0 then redis.call('ZREMRANGEBYRANK', KEYS[2], 0, #ids - 1) end
   n = n + #ids
 end
-if n < batch then redis.call('ZREM', KEYS[3], ARGV[2]) end
+if n < batch then
+  redis.call('ZREM', KEYS[3], ARGV[2])
+  redis.call('DEL', KEYS[7] .. 'i', KEYS[7] .. 'c', KEYS[7] .. 'b')
+end
 usage_add(KEYS[6], KEYS[5], -dj, -db)
 return n
 `)
@@ -1246,7 +1307,11 @@ return n
 // cancelKeyScript deletes the job published with an idempotency key.
 //
 //	KEYS[1] idempotency key   KEYS[2] timer   KEYS[3] job key prefix
-//	KEYS[4] the group's usage hash
+//	KEYS[4] the group's usage hash   KEYS[5] config
+//	KEYS[6] group key prefix g/{T}ns/q/
+//	ARGV[1] the publish command   ARGV[2] ready channel
+//
+// A job in flight frees its slot (inflight_free).
 //
 // Returns the job's ID, or nil when the key is unknown.
 var cancelKeyScript = script(`
@@ -1256,6 +1321,7 @@ local l = del_job(KEYS[3] .. id)
 if l > 0 then usage_add(KEYS[4], KEYS[3], -1, -l) end
 redis.call('ZREM', KEYS[2], id)
 redis.call('DEL', KEYS[1])
+inflight_wake(inflight_free(KEYS[6], KEYS[5], id), ARGV[1], ARGV[2])
 return id
 `)
 
@@ -1289,10 +1355,15 @@ return id
 //
 //	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] timer   KEYS[4] dead letter
 //	KEYS[5] job key prefix j/{T}ns/q/   KEYS[6] the group's usage hash
+//	KEYS[7] group key prefix g/{T}ns/q/   KEYS[8] config
 //	ARGV[1] most entries to look at
 //	ARGV[2] window (entries; 0 = the consume ends)
 //	ARGV[3..6] cursors of the ready list, priority set, timer, dead letter
 //	ARGV[7] most entries an LREM may walk
+//	ARGV[8] the publish command   ARGV[9] ready channel
+//
+// A timer entry of a job gone in flight frees the job's in-flight slot
+// (inflight_free), which the pump would have freed.
 //
 // Returns {entries removed, entries looked at, tombstones left, the four
 // next cursors (0 once a structure was scanned to its end), ms until the
@@ -1359,7 +1430,7 @@ local function zhead(k, live)
     if #ms < 16 then again = math.min(again, 30000) return end
   end
 end
-local function zwindow(k, cur, live)
+local function zwindow(k, cur, live, timer)
   local ms = redis.call('ZRANGE', k, cur, cur + win - 1)
   local stale = {}
   for _, m in ipairs(ms) do
@@ -1370,6 +1441,7 @@ local function zwindow(k, cur, live)
   if #stale > 0 then
     redis.call('ZREM', k, unpack(stale))
     removed = removed + #stale
+    if timer then inflight_wake(inflight_free_many(KEYS[7], KEYS[8], stale), ARGV[8], ARGV[9]) end
   end
   if #ms < win then return 0 end
   return cur + #ms - #stale
@@ -1408,7 +1480,7 @@ else
   if budget > 0 then cur[2] = zwindow(KEYS[2], cur[2], ready_live) end
   if budget > 0 then
     local before = removed
-    cur[3] = zwindow(KEYS[3], cur[3], timer_live)
+    cur[3] = zwindow(KEYS[3], cur[3], timer_live, true)
     usage_expired(KEYS[6], jp, removed - before)
   end
   if budget > 0 then cur[4] = lwindow(KEYS[4], cur[4], dead_live) end
