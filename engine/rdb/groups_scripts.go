@@ -73,4 +73,26 @@ local function push_job(qk, pk, ck, gp, g, prio, tries, id)
     grp_join(gp, g)
   end
 end
+-- grp_collect adds ready entry e of group g (priority 0) to the batch gs
+-- that grp_flush pushes: one LPUSH and one grp_join per group of a
+-- publish rather than per job.
+local function grp_collect(gs, g, e)
+  local l = gs[g]
+  if not l then
+    l = {}
+    gs[g] = l
+    gs[#gs + 1] = g
+  end
+  l[#l + 1] = e
+end
+-- grp_flush pushes the entries grp_collect gathered to their groups'
+-- ready lists under prefix gp, in order, and puts the groups into the
+-- rotation.
+local function grp_flush(gp, gs)
+  for _, g in ipairs(gs) do
+    local l = gs[g]
+    for i = 1, #l, 256 do redis.call('LPUSH', gp .. 'q:' .. g, unpack(l, i, math.min(i + 255, #l))) end
+    grp_join(gp, g)
+  end
+end
 `

@@ -352,7 +352,7 @@ if ARGV[5] == '1' then
   if tonumber(ARGV[10]) > 0 then redis.call('SET', KEYS[7], id, 'PX', ARGV[10]) else redis.call('SET', KEYS[7], id) end
 end
 if ARGV[6] == '1' then redis.call('HSET', KEYS[8], ARGV[1], 1) end
-local ready, made, mindue, gp = {}, 0, nil, nil
+local ready, made, mindue, gp, gready = {}, 0, nil, nil, {}
 for i = 1, n do
   local b = 8 + (i - 1) * 5
   local e = ARGV[b]
@@ -367,7 +367,11 @@ for i = 1, n do
     redis.call('ZADD', KEYS[2], ARGV[b + 3], eid(e))
     if not mindue or due < mindue then mindue = due end
   elseif grouped then
-    push_job(KEYS[1], KEYS[4], KEYS[5], gp, val_group(ARGV[b + 1]), tonumber(ARGV[b + 4]), r16(e, 1), eid(e))
+    if ARGV[b + 4] ~= '0' then
+      push_job(KEYS[1], KEYS[4], KEYS[5], gp, val_group(ARGV[b + 1]), tonumber(ARGV[b + 4]), r16(e, 1), eid(e))
+    else
+      grp_collect(gready, val_group(ARGV[b + 1]), e)
+    end
     made = made + 1
   elseif ARGV[b + 4] ~= '0' then
     push_ready(KEYS[1], KEYS[4], KEYS[5], tonumber(ARGV[b + 4]), r16(e, 1), eid(e))
@@ -378,6 +382,7 @@ for i = 1, n do
   end
 end
 if #ready > 0 then redis.call('LPUSH', KEYS[1], unpack(ready)) end
+if gp then grp_flush(gp, gready) end
 if made > 0 then redis.call(pub, ARGV[2], made) end
 local earliest = 0
 if mindue then earliest = lower_index(KEYS[3], ARGV[1], mindue, ARGV[3], pub) end
@@ -489,7 +494,7 @@ for g = 1, m do
   else
     local tk, pk, ck, idx = KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5]
     k = k + 5
-    local ready, made, mindue, gp = {}, 0, nil, nil
+    local ready, made, mindue, gp, gready = {}, 0, nil, nil, {}
     for i = first, last do
       local b = v0 + (i - 1) * 4
       local e = ARGV[e0 + i]
@@ -504,7 +509,9 @@ for g = 1, m do
         redis.call('ZADD', tk, ARGV[b + 3], eid(e))
         if not mindue or due < mindue then mindue = due end
       else
-        if grouped then
+        if grouped and ARGV[b + 4] == '0' then
+          grp_collect(gready, val_group(ARGV[b + 1]), e)
+        elseif grouped then
           push_job(qk, pk, ck, gp, val_group(ARGV[b + 1]), tonumber(ARGV[b + 4]), r16(e, 1), eid(e))
         elseif ARGV[b + 4] ~= '0' then
           push_ready(qk, pk, ck, tonumber(ARGV[b + 4]), r16(e, 1), eid(e))
@@ -515,6 +522,7 @@ for g = 1, m do
       end
     end
     if #ready > 0 then redis.call('LPUSH', qk, unpack(ready)) end
+    if gp then grp_flush(gp, gready) end
     if made > 0 then
       redis.call(pub, chan, made)
       total = total + made
@@ -932,7 +940,8 @@ return out
 
 // peekQueueScript returns the next live job of a queue (priority set
 // first, then the ready list) without consuming it, looking past stale
-// entries.
+// entries. In a tracked queue (groups_scripts.go) the groups come first,
+// in the order of the rotation, consume's order.
 //
 //	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] job key prefix
 //	ARGV[1] most entries to look at
@@ -948,25 +957,33 @@ local function live(e)
   end
   return nil
 end
-local ps = redis.call('ZRANGE', KEYS[2], 0, 99)
-for _, e in ipairs(ps) do
-  local r = live(e)
-  if r then return r end
-end
-local batch = 100
-local stop = -1
-local seen = 0
-while seen < max do
-  local es = redis.call('LRANGE', KEYS[1], stop - batch + 1, stop)
-  for j = #es, 1, -1 do
-    local r = live(es[j])
+local function scan(qk, pk)
+  local ps = redis.call('ZRANGE', pk, 0, 99)
+  for _, e in ipairs(ps) do
+    local r = live(e)
     if r then return r end
   end
-  if #es < batch then return false end
-  seen = seen + #es
-  stop = stop - batch
+  local batch = 100
+  local stop = -1
+  while max > 0 do
+    local es = redis.call('LRANGE', qk, stop - batch + 1, stop)
+    for j = #es, 1, -1 do
+      local r = live(es[j])
+      if r then return r end
+    end
+    if #es < batch then return nil end
+    max = max - #es
+    stop = stop - batch
+  end
+  return nil
 end
-return false
+local gp = gpfx(KEYS[3])
+for _, g in ipairs(redis.call('ZRANGE', gp .. 'a', 0, 15)) do
+  local r
+  if g == '' then r = scan(KEYS[1], KEYS[2]) else r = scan(gp .. 'q:' .. g, gp .. 'p:' .. g) end
+  if r then return r end
+end
+return scan(KEYS[1], KEYS[2]) or false
 `)
 
 // peekJobScript reads a job value and its TTL in one step.
