@@ -528,7 +528,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		names  *queueNames
 		record bool
 		jobs   int
-		full   bool // a job is delayed or has a priority (publishManyScript's kind "f")
+		full   bool // a job is delayed, has a priority or a group (publishManyScript's kind "f")
 		bytes  int  // the argument that carries size
 		size   int  // the bytes of its jobs' values
 	}
@@ -548,7 +548,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 			queues = append(queues, queue{ns: r.Namespace, q: r.Queue, names: qn, record: !qn.recorded.Load()})
 		}
 		queues[g].jobs++
-		if r.Priority != 0 || !readyNow(r, nowMS) {
+		if r.Priority != 0 || !readyNow(r, nowMS) || r.Group != "" {
 			queues[g].full = true
 		}
 		group[i] = g
@@ -770,6 +770,9 @@ func checkPublish(ns, q string, r *engine.PublishRequest) error {
 	if len(r.Key) > 256 {
 		return fmt.Errorf("publish: a job key needs a single job and at most 256 bytes: %w", engine.ErrInvalid)
 	}
+	if r.Group != "" && !engine.ValidGroup(r.Group) {
+		return fmt.Errorf("publish: group %q: 1..%d characters of [-_A-Za-z0-9]: %w", r.Group, engine.MaxGroupLength, engine.ErrInvalid)
+	}
 	return nil
 }
 
@@ -808,9 +811,9 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 	// The first publish to the queue through this engine also records it
 	// in its group's registry, in the same round trip.
 	record := !qn.recorded.Load()
-	keys := make([]string, 10+len(reqs))
+	keys := make([]string, 9+len(reqs))
 	keys[0], keys[1], keys[2], keys[3], keys[4] = qn.ready, qn.timer, qn.index, qn.prio, qn.config
-	keys[7], keys[8+len(reqs)], keys[9+len(reqs)] = qn.registry, qn.groups, qn.usage
+	keys[7], keys[8+len(reqs)] = qn.registry, qn.usage
 	args := make([]interface{}, 9+5*len(reqs))
 	args[7+5*len(reqs)], args[8+5*len(reqs)] = e.allowance(ns, qn.group)
 	args[0] = qn.argMember
@@ -970,7 +973,7 @@ func jobValue(r *engine.PublishRequest, nowMS int64) ([]byte, int64, error) {
 	if !r.DueAt.IsZero() {
 		due = ceilMS(r.DueAt)
 	}
-	return newValue(due <= nowMS, r.Tries, r.Priority, due, r.TraceParent, r.TraceState, payload), due, nil
+	return newGroupedValue(due <= nowMS, r.Tries, r.Priority, due, r.Group, r.TraceParent, r.TraceState, payload), due, nil
 }
 
 // waited is what a publish's WAIT answered: the replicas that have the
@@ -1494,11 +1497,11 @@ func (e *Engine) consumeFor(ctx context.Context, req *engine.ConsumeRequest, wan
 // empty, or a call found nothing; it reports whether the queues are empty.
 func (e *Engine) consumeRun(ctx context.Context, req *engine.ConsumeRequest, names []*queueNames, lo, hi, total int, got, next *int, want []int, out [][]*engine.Job) (bool, error) {
 	n := hi - lo
-	keys := make([]string, 7*n)
+	keys := make([]string, 6*n)
 	args := make([]interface{}, 7+2*n)
 	for i, qn := range names[lo:hi] {
-		k := keys[7*i : 7*i+7]
-		k[0], k[1], k[2], k[3], k[4], k[5], k[6] = qn.ready, qn.timer, qn.prio, qn.config, qn.index, qn.jobPrefix, qn.groups
+		k := keys[6*i : 6*i+6]
+		k[0], k[1], k[2], k[3], k[4], k[5] = qn.ready, qn.timer, qn.prio, qn.config, qn.index, qn.jobPrefix
 		args[5+2*i], args[6+2*i] = qn.argMember, qn.argWake
 	}
 	args[2] = consumeScanBudget
@@ -1584,6 +1587,10 @@ func newReceiptBase() uint32 { return rand.Uint32() }
 // makeJob decodes a job from what follows its header: its trace context
 // (by format, header byte 1) and its payload.
 func makeJob(ns, q, id string, format byte, rest []byte, pttl int64) (*engine.Job, error) {
+	g, format, rest, err := splitGroup(format, rest)
+	if err != nil {
+		return nil, err
+	}
 	tp, ts, payload, err := splitTrace(format, rest)
 	if err != nil {
 		return nil, err
@@ -1597,7 +1604,7 @@ func makeJob(ns, q, id string, format byte, rest []byte, pttl int64) (*engine.Jo
 		ttl = time.Duration(pttl) * time.Millisecond
 	}
 	return &engine.Job{Namespace: ns, Queue: logicalQueue(q), ID: id, Body: body, TTL: ttl, Attributes: attrs,
-		TraceParent: tp, TraceState: ts}, nil
+		TraceParent: tp, TraceState: ts, Group: g}, nil
 }
 
 // makeStoredJob decodes a stored value (header + payload); now decides
@@ -1718,7 +1725,7 @@ func (e *Engine) Destroy(ctx context.Context, ns, q string) (int64, error) {
 		return e.destroySharded(ctx, sp, ns, q)
 	}
 	qn := e.names.get([3]string{ns, q})
-	keys := []string{qn.ready, qn.timer, qn.index, qn.prio, qn.jobPrefix, qn.usage, qn.groups}
+	keys := []string{qn.ready, qn.timer, qn.index, qn.prio, qn.jobPrefix, qn.usage}
 	var total int64
 	for {
 		n, err := e.run(ctx, destroyScript, keys, destroyBatch, qn.member).Int64()

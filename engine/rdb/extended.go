@@ -93,11 +93,11 @@ type ackOp struct {
 // ackManyScript call.
 func (e *Engine) ackCoalesced(ctx context.Context, batch []*batchCall[ackOp]) {
 	ns, q := batch[0].in.ns, batch[0].in.q
-	keys := make([]string, 4+len(batch))
+	keys := make([]string, 3+len(batch))
 	args := make([]interface{}, 2*len(batch)+2)
 	qn := e.names.get([3]string{ns, q})
 	keys[0] = qn.timer
-	keys[1+len(batch)], keys[2+len(batch)], keys[3+len(batch)] = qn.config, qn.groups, qn.usage
+	keys[1+len(batch)], keys[2+len(batch)] = qn.config, qn.usage
 	for i, c := range batch {
 		keys[1+i] = qn.jobPrefix + c.in.id
 		args[2*i], args[2*i+1] = c.in.id, c.in.nonce
@@ -175,7 +175,7 @@ func (e *Engine) Release(ctx context.Context, r *engine.ReleaseRequest) error {
 	}
 	ns, q := r.Namespace, r.Queue
 	qn := e.names.get([3]string{ns, q})
-	keys := []string{qn.jobPrefix + r.ID, qn.timer, qn.ready, qn.prio, qn.config, qn.dead, qn.index, qn.groups}
+	keys := []string{qn.jobPrefix + r.ID, qn.timer, qn.ready, qn.prio, qn.config, qn.dead, qn.index}
 	errText, _ := engine.ErrorText(r.Error)
 	code, err := e.run(ctx, releaseScript, keys, r.ID, nonce, ceilMS(e.now()), delay, keep, reasonCode(reason),
 		strconv.FormatFloat(rand.Float64(), 'f', 6, 64), qn.member, qn.channel, qn.wake, e.pub,
@@ -233,7 +233,7 @@ func (e *Engine) CancelKey(ctx context.Context, ns, q, key string) (string, erro
 		return e.cancelKeySharded(ctx, sp, ns, q, key)
 	}
 	qn := e.names.get([3]string{ns, q})
-	id, err := e.run(ctx, cancelKeyScript, []string{uniqueKey(ns, q, key), qn.timer, qn.jobPrefix, qn.usage, qn.config, qn.groups},
+	id, err := e.run(ctx, cancelKeyScript, []string{uniqueKey(ns, q, key), qn.timer, qn.jobPrefix, qn.usage, qn.config},
 		e.pub, qn.argChannel).Text()
 	if errors.Is(err, redis.Nil) {
 		return "", fmt.Errorf("cancel %s/%s key %q: %w", ns, q, key, engine.ErrJobNotFound)

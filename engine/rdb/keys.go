@@ -88,15 +88,13 @@ func queueBase(ns, q string) string {
 // jobKeyPrefix is the prefix of the queue's job body keys: j/{T}ns/q/.
 func jobKeyPrefix(ns, q string) string { return "j/" + queueBase(ns, q) + "/" }
 
+// groupKeyPrefix is the prefix of the queue's group keys: g/{T}ns/q/
+// (issue #32; groups_scripts.go lists them). Scripts build it from the
+// job key prefix (gpfx), as this does from the queue's base.
+func groupKeyPrefix(ns, q string) string { return "g/" + queueBase(ns, q) + "/" }
+
 // jobKey is a job's body key: j/{T}ns/q/ID (string, SET NX with PX ttl).
 func jobKey(ns, q, id string) string { return jobKeyPrefix(ns, q) + id }
-
-// groupKeyPrefix is the prefix of the queue's group keys: g/{T}ns/q/.
-// Scripts complete it (groups_scripts.go, doc/keys.md): 'a' the active
-// groups, 'b' the blocked ones, 'i' the jobs in flight (ID → group), 'c'
-// each group's jobs in flight, 'q:G' and 'p:G' group G's ready list and
-// priority set.
-func groupKeyPrefix(ns, q string) string { return "g/" + queueBase(ns, q) + "/" }
 
 // readyKey is the ready list: q/{T}ns/q (LPUSH in, RPOP out).
 func readyKey(ns, q string) string { return "q/" + queueBase(ns, q) }
@@ -124,8 +122,6 @@ type queueNames struct {
 	// job IDs carry it (engine.NewShardJobID); -1 for a plain queue name.
 	shard                                                        int
 	member, ready, timer, prio, config, dead, channel, jobPrefix string
-	// groups is the queue's group key prefix g/{T}ns/q/ (groups_scripts.go).
-	groups string
 	// index, registry and wake are the group's timer index, queue
 	// registry and wake-up channel; usage its usage hash (tenancy.go).
 	index, registry, wake, usage string
@@ -169,7 +165,6 @@ func newQueueNames(ns, q string) *queueNames {
 		dead:      deadKey(ns, q),
 		channel:   readyChannel(ns, q),
 		jobPrefix: jobKeyPrefix(ns, q),
-		groups:    groupKeyPrefix(ns, q),
 		index:     timerIndexKey(g),
 		registry:  registryKey(g),
 		wake:      wakeChannel(g),

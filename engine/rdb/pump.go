@@ -173,14 +173,14 @@ func (e *Engine) pumpPass(ctx context.Context, groups []int, known *[slotGroups]
 		if len(due) == 0 {
 			continue
 		}
-		k := make([]string, 1, 2+7*len(due))
+		k := make([]string, 1, 2+6*len(due))
 		k[0] = timerIndexKey(g)
 		a := make([]interface{}, 5, 5+2*len(due))
 		a[0], a[1], a[2], a[3], a[4] = now, e.batch, rand.Uint32(), e.pub, report
 		for _, m := range due {
 			ns, q, _ := cutMember(m)
 			qn := e.names.get([3]string{ns, q})
-			k = append(k, qn.timer, qn.ready, qn.dead, qn.prio, qn.config, qn.jobPrefix, qn.groups)
+			k = append(k, qn.timer, qn.ready, qn.dead, qn.prio, qn.config, qn.jobPrefix)
 			a = append(a, qn.argMember, qn.argChannel)
 		}
 		k = append(k, usageKey(g)) // usage_expired (tenancy_scripts.go)

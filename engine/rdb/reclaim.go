@@ -210,7 +210,7 @@ func (e *Engine) reclaimCalls(ctx context.Context, queues [][2]string, window in
 			ns, q := nq[0], nq[1]
 			c := e.reclaim.cursors[nq]
 			qn := e.names.get([3]string{ns, q})
-			keys := []string{qn.ready, qn.prio, qn.timer, qn.dead, qn.jobPrefix, qn.usage, qn.groups, qn.config}
+			keys := []string{qn.ready, qn.prio, qn.timer, qn.dead, qn.jobPrefix, qn.usage, qn.config}
 			cmds[i] = reclaimScript.EvalSha(ctx, p, keys, reclaimEndBudget, window, c[0], c[1], c[2], c[3], reclaimWalk, e.pub, qn.argChannel)
 		}
 		return nil

@@ -570,7 +570,7 @@ func (e *Engine) publishCall(r *engine.PublishRequest, now time.Time) (*queueNam
 	if err != nil {
 		return nil, nil, nil, "", err
 	}
-	keys := []string{qn.ready, qn.timer, qn.index, qn.prio, qn.config, qn.ready, qn.ready, qn.registry, qn.jobPrefix + id, qn.groups, qn.usage}
+	keys := []string{qn.ready, qn.timer, qn.index, qn.prio, qn.config, qn.ready, qn.ready, qn.registry, qn.jobPrefix + id, qn.usage}
 	aj, ab := e.allowance(r.Namespace, qn.group)
 	args := []interface{}{qn.argMember, qn.argChannel, qn.argWake, "", "0", flag(!qn.recorded.Load()), e.pub,
 		packEntry(r.Tries, id), value, durMS(r.TTL), scriptDue(due, nowMS), r.Priority, aj, ab}

@@ -291,8 +291,6 @@ func isIdent(c byte) bool {
 //	KEYS[7]  idempotency key u/{T}ns/q/KEY (used when ARGV[5] = "1")
 //	KEYS[8]  the group's queue registry m/{T} (used when ARGV[6] = "1")
 //	KEYS[9…] body keys j/{T}ns/q/ID, one per job
-//	KEYS[#KEYS-1] group key prefix g/{T}ns/q/ (groups_scripts.go: a
-//	         replaced job in flight frees its slot)
 //	KEYS[#KEYS] the group's usage hash nu/{T} (tenancy_scripts.go)
 //	ARGV[1]  index member ns/q    ARGV[2] ready channel n/{T}ns/q
 //	ARGV[3]  the group's wake-up channel w/{T}   ARGV[4] ID of the replaced job, or ""
@@ -316,7 +314,7 @@ var publishScript = script(publishSrc)
 
 // publishSrc is publishScript's source; fireScheduleScript runs it too.
 const publishSrc = `
-local n = #KEYS - 10
+local n = #KEYS - 9
 local pub = ARGV[7]
 if ARGV[5] == '1' then
   local prev = redis.call('GET', KEYS[7])
@@ -347,7 +345,8 @@ end
 if ARGV[4] ~= '' then
   if rlen > 0 then redis.call('DEL', KEYS[6]) end
   redis.call('ZREM', KEYS[2], ARGV[4])
-  inflight_wake(inflight_free(KEYS[#KEYS - 1], KEYS[5], ARGV[4]), pub, ARGV[2])
+  -- A replaced job in flight frees its slot (groups_scripts.go).
+  inflight_wake(inflight_free(gpfx(jprefix(KEYS[6], ARGV[4])), KEYS[5], ARGV[4]), pub, ARGV[2])
 end
 usage_add(uk, KEYS[1], ujobs, ubytes - rlen)
 if ARGV[5] == '1' then
@@ -355,14 +354,27 @@ if ARGV[5] == '1' then
   if tonumber(ARGV[10]) > 0 then redis.call('SET', KEYS[7], id, 'PX', ARGV[10]) else redis.call('SET', KEYS[7], id) end
 end
 if ARGV[6] == '1' then redis.call('HSET', KEYS[8], ARGV[1], 1) end
-local ready, made, mindue = {}, 0, nil
+local ready, made, mindue, gp, gready = {}, 0, nil, nil, {}
 for i = 1, n do
   local b = 8 + (i - 1) * 5
   local e = ARGV[b]
+  local grouped = string.byte(ARGV[b + 1], 1) >= 4
+  if grouped and not gp then
+    -- A grouped job makes the queue tracked (groups_scripts.go).
+    gp = gpfx(jprefix(KEYS[8 + i], eid(e)))
+    redis.call('HSET', KEYS[5], 'grp', '1')
+  end
   if ARGV[b + 3] ~= '0' then
     local due = tonumber(ARGV[b + 3])
     redis.call('ZADD', KEYS[2], ARGV[b + 3], eid(e))
     if not mindue or due < mindue then mindue = due end
+  elseif grouped then
+    if ARGV[b + 4] ~= '0' then
+      push_job(KEYS[1], KEYS[4], KEYS[5], gp, val_group(ARGV[b + 1]), tonumber(ARGV[b + 4]), r16(e, 1), eid(e))
+    else
+      grp_collect(gready, val_group(ARGV[b + 1]), e)
+    end
+    made = made + 1
   elseif ARGV[b + 4] ~= '0' then
     push_ready(KEYS[1], KEYS[4], KEYS[5], tonumber(ARGV[b + 4]), r16(e, 1), eid(e))
     made = made + 1
@@ -372,6 +384,7 @@ for i = 1, n do
   end
 end
 if #ready > 0 then redis.call('LPUSH', KEYS[1], unpack(ready)) end
+if gp then grp_flush(gp, gready) end
 if made > 0 then redis.call(pub, ARGV[2], made) end
 local earliest = 0
 if mindue then earliest = lower_index(KEYS[3], ARGV[1], mindue, ARGV[3], pub) end
@@ -483,16 +496,26 @@ for g = 1, m do
   else
     local tk, pk, ck, idx = KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5]
     k = k + 5
-    local ready, made, mindue = {}, 0, nil
+    local ready, made, mindue, gp, gready = {}, 0, nil, nil, {}
     for i = first, last do
       local b = v0 + (i - 1) * 4
       local e = ARGV[e0 + i]
+      local grouped = string.byte(ARGV[b + 1], 1) >= 4
+      if grouped and not gp then
+        -- A grouped job makes the queue tracked (groups_scripts.go).
+        gp = gpfx(jprefix(KEYS[k0 + i], eid(e)))
+        redis.call('HSET', ck, 'grp', '1')
+      end
       if ARGV[b + 3] ~= '0' then
         local due = tonumber(ARGV[b + 3])
         redis.call('ZADD', tk, ARGV[b + 3], eid(e))
         if not mindue or due < mindue then mindue = due end
       else
-        if ARGV[b + 4] ~= '0' then
+        if grouped and ARGV[b + 4] == '0' then
+          grp_collect(gready, val_group(ARGV[b + 1]), e)
+        elseif grouped then
+          push_job(qk, pk, ck, gp, val_group(ARGV[b + 1]), tonumber(ARGV[b + 4]), r16(e, 1), eid(e))
+        elseif ARGV[b + 4] ~= '0' then
           push_ready(qk, pk, ck, tonumber(ARGV[b + 4]), r16(e, 1), eid(e))
         else
           ready[#ready + 1] = e
@@ -501,6 +524,7 @@ for g = 1, m do
       end
     end
     if #ready > 0 then redis.call('LPUSH', qk, unpack(ready)) end
+    if gp then grp_flush(gp, gready) end
     if made > 0 then
       redis.call(pub, chan, made)
       total = total + made
@@ -527,9 +551,8 @@ return {0, total, earliest}
 // queues of one call are of one slot group (consumeFor splits a consume
 // over queues of several groups into calls, in priority order).
 //
-//	per queue i (1..n), KEYS[7(i-1)+1..7]: ready list, timer, priority set,
-//	         config, the group's timer index, job key prefix j/{T}ns/q/,
-//	         group key prefix g/{T}ns/q/ (groups_scripts.go)
+//	per queue i (1..n), KEYS[6(i-1)+1..6]: ready list, timer, priority set,
+//	         config, the group's timer index, job key prefix j/{T}ns/q/
 //	ARGV[1] due of the deliveries: now + TTR (ms)   ARGV[2] count
 //	ARGV[3] most entries to pop in all   ARGV[4] the publish command
 //	ARGV[5] receipt base: a random number in [0, 2^32)
@@ -551,13 +574,13 @@ return {0, total, earliest}
 // list and priority set are empty at the end, 3 when every queue is empty
 // or at its in-flight limit and one is at its limit ("limited": nothing
 // for now; a freed slot publishes on the queue's ready channel), else 0.
-// A tracked queue (config grp = '1') records each job it hands out in
-// flight (inflight_take) and gives no more than its max_in_flight and
-// its default group's group_max_in_flight allow. earliest = a group's
+// A tracked queue (config grp = '1') serves its groups in turn, records
+// each job it hands out in flight (inflight_take) and gives no more than
+// its max_in_flight and group_max_in_flight allow. earliest = a group's
 // new earliest due time when this call moved it earlier, else 0; popped =
 // the entries popped, stale ones included (lmstfy's queue_pop_jobs).
 var consumeScript = script(`
-local n = #KEYS / 7
+local n = #KEYS / 6
 local due = ARGV[1]
 local now, worker = ARGV[6 + 2 * n], ARGV[7 + 2 * n]
 local base, start32 = tonumber(ARGV[5]), u32(tonumber(now) % 4294967296)
@@ -567,33 +590,115 @@ local budget = tonumber(ARGV[3])
 local out = {0, 0, 0}
 local got = 0
 local touched = {}
+local tracked = {}
+-- limited[i]: queue i stopped at an in-flight limit with jobs left.
 local limited = {}
+-- take makes the job of entry e, popped from queue i (keys from k), in
+-- flight and adds it to the reply; false when the entry is stale.
+local function take(i, k, e)
+  local id = eid(e)
+  local jk = KEYS[k + 6] .. id
+  local v = redis.call('GET', jk)
+  if not v or #v < 22 then return false end
+  local st = string.sub(v, 2, 2)
+  if st ~= 'r' and st ~= 'd' then return false end
+  local left = r16(v, 3) - 1
+  if left < 0 then left = 0 end
+  local deliv = r16(v, 5) + 1
+  local prio = string.byte(v, 7)
+  got = got + 1
+  local nonce = u32((base + got) % 4294967296) .. start32
+  redis.call('SETRANGE', jk, 1, hdr('f', left, deliv, prio, 0, dueN, nonce))
+  redis.call('ZADD', KEYS[k + 2], due, id)
+  local o = #out
+  out[o + 1] = i
+  out[o + 2] = id
+  out[o + 3] = left
+  out[o + 4] = string.sub(v, 23)
+  out[o + 5] = redis.call('PTTL', jk)
+  if worker ~= '' then hist_open(jk, deliv, now, worker, out[o + 5]) end
+  out[o + 6] = deliv
+  out[o + 7] = nonce
+  out[o + 8] = prio
+  out[o + 9] = string.byte(v, 1)
+  return id
+end
 for i = 1, n do
-  local k = 7 * (i - 1)
+  local k = 6 * (i - 1)
   -- One HMGET tells whether the queue is paused, whether it ever had a
   -- priority job (push_ready sets seq first): queues that never use
-  -- priorities skip the ZPOPMIN, and whether it is tracked, with its
-  -- limits (groups_scripts.go).
+  -- priorities skip the ZPOPMIN, and whether it is tracked (grp: it has
+  -- groups or limits, groups_scripts.go), with its limits.
   local cfg = redis.call('HMGET', KEYS[k + 4], 'paused', 'seq', 'grp', 'mif', 'gmif')
-  if cfg[1] ~= '1' then
+  tracked[i] = cfg[3] == '1'
+  if cfg[1] ~= '1' and cfg[3] == '1' then
+    -- A tracked queue serves its groups in turn: the group of the lowest
+    -- virtual time in the rotation gp..'a' gives one job, and its time
+    -- grows by 1/weight (weighted round robin, doc/design.md). Each job
+    -- taken is recorded in flight (inflight_take); the queue gives no
+    -- more than its max_in_flight allows (room), and a group at its
+    -- group_max_in_flight leaves the rotation for gp..'b' until a slot
+    -- of it frees (inflight_free).
     local hit = false
-    local pdone = not cfg[2]
-    local gp = KEYS[k + 7]
-    local tracked = cfg[3] == '1'
-    -- room: the jobs this queue may give in this call.
-    local room = want - got
-    local gmif = tonumber(cfg[5]) or 0
-    if tracked then
-      room = inflight_room(gp, cfg[4], room)
-      if gmif > 0 then
-        local gr = gmif - (tonumber(redis.call('HGET', gp .. 'c', '')) or 0)
-        if gr <= 0 then inflight_block(gp, '') end
-        if gr < room then room = gr end
-      end
-      if room < want - got then limited[i] = true end
+    local gp = gpfx(KEYS[k + 6])
+    local ak = gp .. 'a'
+    -- The default group (the queue's own q/ and p/) joins lazily: ungrouped
+    -- publishes are those of an untracked queue.
+    if not redis.call('ZSCORE', ak, '') and redis.call('SISMEMBER', gp .. 'b', '') == 0
+        and (redis.call('LLEN', KEYS[k + 1]) > 0 or redis.call('ZCARD', KEYS[k + 3]) > 0) then
+      redis.call('ZADD', ak, fnum(grp_min(gp)), '')
     end
+    local ws = {}
+    local gmif = tonumber(cfg[5]) or 0
+    local room = inflight_room(gp, cfg[4], want - got)
+    if room < want - got then limited[i] = true end
     local took = 0
     while took < room do
+      if budget <= 0 then out[1] = 1 break end
+      local top = redis.call('ZRANGE', ak, 0, 0, 'WITHSCORES')
+      if #top == 0 then break end
+      local g, sc = top[1], tonumber(top[2])
+      if gmif > 0 and (tonumber(redis.call('HGET', gp .. 'c', g)) or 0) >= gmif then
+        -- At its limit (a take below, or a limit lowered since).
+        inflight_block(gp, g)
+        budget = budget - 1
+      else
+        local qk, pk = KEYS[k + 1], KEYS[k + 3]
+        if g ~= '' then qk, pk = gp .. 'q:' .. g, gp .. 'p:' .. g end
+        local e = false
+        if cfg[2] then
+          local p = redis.call('ZPOPMIN', pk)
+          if #p > 0 then e = p[1] end
+        end
+        if not e then e = redis.call('RPOP', qk) end
+        if not e then
+          redis.call('ZREM', ak, g)
+        else
+          budget = budget - 1
+          local id = take(i, k, e)
+          if id then
+            hit = true
+            took = took + 1
+            inflight_take(gp, id, g)
+            local w = ws[g]
+            if not w then
+              w = tonumber(redis.call('HGET', KEYS[k + 4], 'w:' .. g)) or 1
+              if w < 1 then w = 1 end
+              ws[g] = w
+            end
+            redis.call('ZADD', ak, fnum(sc + 1 / w), g)
+          end
+        end
+      end
+    end
+    if hit then touched[#touched + 1] = i end
+    -- A limited queue that ran out of jobs before its room is not
+    -- limited: it is empty, or its groups are blocked (below).
+    if limited[i] and took < room and out[1] ~= 1 then limited[i] = nil end
+  elseif cfg[1] ~= '1' then
+    local hit = false
+    local pdone = not cfg[2]
+    while got < want do
       if budget <= 0 then out[1] = 1 break end
       local e = false
       if not pdone then
@@ -603,57 +708,32 @@ for i = 1, n do
       if not e then e = redis.call('RPOP', KEYS[k + 1]) end
       if not e then break end
       budget = budget - 1
-      local id = eid(e)
-      local jk = KEYS[k + 6] .. id
-      local v = redis.call('GET', jk)
-      if v and #v >= 22 then
-        local st = string.sub(v, 2, 2)
-        if st == 'r' or st == 'd' then
-          local left = r16(v, 3) - 1
-          if left < 0 then left = 0 end
-          local deliv = r16(v, 5) + 1
-          local prio = string.byte(v, 7)
-          got = got + 1
-          took = took + 1
-          local nonce = u32((base + got) % 4294967296) .. start32
-          redis.call('SETRANGE', jk, 1, hdr('f', left, deliv, prio, 0, dueN, nonce))
-          redis.call('ZADD', KEYS[k + 2], due, id)
-          if tracked and inflight_take(gp, id, '') >= gmif and gmif > 0 then inflight_block(gp, '') end
-          hit = true
-          local o = #out
-          out[o + 1] = i
-          out[o + 2] = id
-          out[o + 3] = left
-          out[o + 4] = string.sub(v, 23)
-          out[o + 5] = redis.call('PTTL', jk)
-          if worker ~= '' then hist_open(jk, deliv, now, worker, out[o + 5]) end
-          out[o + 6] = deliv
-          out[o + 7] = nonce
-          out[o + 8] = prio
-          out[o + 9] = string.byte(v, 1)
-        end
-      end
+      if take(i, k, e) then hit = true end
     end
     if hit then touched[#touched + 1] = i end
-    -- A limited queue that ran out of jobs before its room is empty.
-    if limited[i] and took < room and out[1] ~= 1 then limited[i] = nil end
   end
   if got >= want or budget <= 0 then break end
 end
 for _, i in ipairs(touched) do
-  local e = lower_index(KEYS[7 * (i - 1) + 5], ARGV[4 + 2 * i], dueN, ARGV[5 + 2 * i], ARGV[4])
+  local e = lower_index(KEYS[6 * (i - 1) + 5], ARGV[4 + 2 * i], dueN, ARGV[5 + 2 * i], ARGV[4])
   if e > 0 and out[2] == 0 then out[2] = e end
 end
 if out[1] == 0 then
   out[1] = 2
   local lim = false
   for i = 1, n do
-    local k = 7 * (i - 1)
+    local k = 6 * (i - 1)
+    -- A tracked queue's groups wait in its rotation (a queue this call
+    -- did not reach may be tracked too); its blocked groups, or its
+    -- max_in_flight reached, make it limited: nothing for now.
     if limited[i] then
       lim = true
-    elseif redis.call('LLEN', KEYS[k + 1]) > 0 or redis.call('ZCARD', KEYS[k + 3]) > 0 then
+    elseif redis.call('LLEN', KEYS[k + 1]) > 0 or redis.call('ZCARD', KEYS[k + 3]) > 0
+        or (tracked[i] ~= false and redis.call('EXISTS', gpfx(KEYS[k + 6]) .. 'a') == 1) then
       out[1] = 0
       break
+    elseif tracked[i] and redis.call('EXISTS', gpfx(KEYS[k + 6]) .. 'b') == 1 then
+      lim = true
     end
   end
   if out[1] == 2 and lim then out[1] = 3 end
@@ -701,10 +781,10 @@ local moved = {}
 -- (index, uk: its group's timer index and usage hash, where an entry
 -- whose job expired is one job less (usage_expired); chan: its ready
 -- channel; tk, qk, dk, pk, ck: its timer, ready list, dead letter,
--- priority set and config; jp, gp: its job key prefix and group key
--- prefix) and returns how many it handled. A job whose TTR expired, or
--- that expired in flight, frees its in-flight slot (inflight_free).
-local function pump_queue(index, uk, m, chan, tk, qk, dk, pk, ck, jp, gp, share)
+-- priority set and config; jp: its job key prefix) and returns how many
+-- it handled. A job whose TTR expired, or that expired in flight, frees
+-- its in-flight slot (inflight_free).
+local function pump_queue(index, uk, m, chan, tk, qk, dk, pk, ck, jp, share)
   local ids = redis.call('ZRANGEBYSCORE', tk, '-inf', now, 'LIMIT', 0, share)
   if #ids > 0 then redis.call('ZREMRANGEBYRANK', tk, 0, #ids - 1) end
   local cfg = nil
@@ -713,6 +793,7 @@ local function pump_queue(index, uk, m, chan, tk, qk, dk, pk, ck, jp, gp, share)
   local retried, died = 0, 0
   local gone = 0
   local wake = 0
+  local gp = gpfx(jp)
   for _, id in ipairs(ids) do
     local jk = jp .. id
     local h = redis.call('GETRANGE', jk, 0, 21)
@@ -747,7 +828,10 @@ local function pump_queue(index, uk, m, chan, tk, qk, dk, pk, ck, jp, gp, share)
         -- The header keeps 'd' and its due time: consumers take 'd' jobs
         -- from ready lists, and peek reports a due 'd' job as ready.
         nready = nready + 1
-        if prio > 0 then
+        if string.byte(h, 1) >= 4 then
+          -- A grouped job goes back to its group (groups_scripts.go).
+          push_job(qk, pk, ck, gpfx(jp), job_group(jk, h), prio, tries, id)
+        elseif prio > 0 then
           push_ready(qk, pk, ck, prio, tries, id)
         else
           ready[#ready + 1] = entry(tries, id)
@@ -788,21 +872,20 @@ end
 // the call touches one slot of a cluster.
 //
 //	KEYS[1]  the group's timer index
-//	per queue i (1..n), KEYS[1+7(i-1)+1..7]: timer, ready list, dead
-//	         letter, priority set, config, job key prefix j/{T}ns/q/,
-//	         group key prefix g/{T}ns/q/
+//	per queue i (1..n), KEYS[1+6(i-1)+1..6]: timer, ready list, dead
+//	         letter, priority set, config, job key prefix j/{T}ns/q/
 //	KEYS[#KEYS] the group's usage hash nu/{T} (usage_expired)
 //	ARGV[1..5] as pumpLib
 //	per queue i, ARGV[4+2i..5+2i]: index member ns/q, ready channel
 //
 // The next due time it returns is the group's.
 var pumpScript = script(pumpLib + `
-local nq = (#KEYS - 2) / 7
+local nq = (#KEYS - 2) / 6
 for q = 1, nq do
   if budget <= 0 then break end
-  local k = 1 + 7 * (q - 1)
+  local k = 1 + 6 * (q - 1)
   budget = budget - pump_queue(KEYS[1], KEYS[#KEYS], ARGV[4 + 2 * q], ARGV[5 + 2 * q],
-    KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7],
+    KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6],
     math.ceil(budget / (nq - q + 1)))
 end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
@@ -818,8 +901,7 @@ return out
 // than the budget), and handles at most ARGV[2] entries over all of them
 // (pumpLib), a share each. The queues' key names are built here from the
 // index's tag and the member ("ti/{T}", "ns/q": t/{T}ns/q, ..., and the
-// group's usage hash nu/{T}, and the group key prefix g/{T}ns/q/), as
-// keys.go and tenancy.go build them, so a pass is one round trip rather than two (read
+// group's usage hash nu/{T}), as keys.go and tenancy.go build them, so a pass is one round trip rather than two (read
 // the indexes, then pump): a cluster cannot do this (its scripts name
 // their keys in KEYS, and touch one slot), a single Redis can.
 //
@@ -856,7 +938,7 @@ for i, d in ipairs(due) do
   local tag = string.sub(d[1], 4)
   local b = tag .. d[2]
   budget = budget - pump_queue(d[1], 'nu/' .. tag, d[2], 'n/' .. b,
-    't/' .. b, 'q/' .. b, 'd/' .. b, 'p/' .. b, 'c/' .. b, 'j/' .. b .. '/', 'g/' .. b .. '/',
+    't/' .. b, 'q/' .. b, 'd/' .. b, 'p/' .. b, 'c/' .. b, 'j/' .. b .. '/',
     math.ceil(budget / (#due - i + 1)))
 end
 for _, ix in ipairs(pumped) do
@@ -897,7 +979,8 @@ return out
 
 // peekQueueScript returns the next live job of a queue (priority set
 // first, then the ready list) without consuming it, looking past stale
-// entries.
+// entries. In a tracked queue (groups_scripts.go) the groups come first,
+// in the order of the rotation, consume's order.
 //
 //	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] job key prefix
 //	ARGV[1] most entries to look at
@@ -913,25 +996,33 @@ local function live(e)
   end
   return nil
 end
-local ps = redis.call('ZRANGE', KEYS[2], 0, 99)
-for _, e in ipairs(ps) do
-  local r = live(e)
-  if r then return r end
-end
-local batch = 100
-local stop = -1
-local seen = 0
-while seen < max do
-  local es = redis.call('LRANGE', KEYS[1], stop - batch + 1, stop)
-  for j = #es, 1, -1 do
-    local r = live(es[j])
+local function scan(qk, pk)
+  local ps = redis.call('ZRANGE', pk, 0, 99)
+  for _, e in ipairs(ps) do
+    local r = live(e)
     if r then return r end
   end
-  if #es < batch then return false end
-  seen = seen + #es
-  stop = stop - batch
+  local batch = 100
+  local stop = -1
+  while max > 0 do
+    local es = redis.call('LRANGE', qk, stop - batch + 1, stop)
+    for j = #es, 1, -1 do
+      local r = live(es[j])
+      if r then return r end
+    end
+    if #es < batch then return nil end
+    max = max - #es
+    stop = stop - batch
+  end
+  return nil
 end
-return false
+local gp = gpfx(KEYS[3])
+for _, g in ipairs(redis.call('ZRANGE', gp .. 'a', 0, 15)) do
+  local r
+  if g == '' then r = scan(KEYS[1], KEYS[2]) else r = scan(gp .. 'q:' .. g, gp .. 'p:' .. g) end
+  if r then return r end
+end
+return scan(KEYS[1], KEYS[2]) or false
 `)
 
 // peekJobScript reads a job value and its TTL in one step.
@@ -953,8 +1044,7 @@ return {v, redis.call('PTTL', KEYS[1]), redis.call('LRANGE', hkey(KEYS[1]), 0, 1
 // and the jobs that pass are deleted with one ZREM and one DEL.
 //
 //	KEYS[1] timer   KEYS[1+i] body key of job i
-//	KEYS[#KEYS-2] config   KEYS[#KEYS-1] group key prefix g/{T}ns/q/
-//	KEYS[#KEYS] the group's usage hash nu/{T}
+//	KEYS[#KEYS-1] config   KEYS[#KEYS] the group's usage hash nu/{T}
 //	ARGV[2i-1] id of job i   ARGV[2i] its receipt (8 bytes), "" or "?"
 //	ARGV[#ARGV-1] the publish command   ARGV[#ARGV] ready channel
 //
@@ -967,7 +1057,7 @@ return {v, redis.call('PTTL', KEYS[1]), redis.call('LRANGE', hkey(KEYS[1]), 0, 1
 // then tries shard 0, shards.go).
 var ackManyScript = script(`
 local out, ids, jks, gone = {}, {}, {}, {}
-for i = 1, #KEYS - 4 do
+for i = 1, #KEYS - 3 do
   local jk, nonce = KEYS[i + 1], ARGV[2 * i]
   local code = 1
   if nonce == '?' then
@@ -1001,7 +1091,7 @@ if #ids > 0 then
   for i = 1, n do jks[n + i] = hkey(jks[i]) end
   redis.call('DEL', unpack(jks))
   if dj > 0 then usage_add(KEYS[#KEYS], KEYS[1], -dj, -db) end
-  inflight_wake(inflight_free_many(KEYS[#KEYS - 1], KEYS[#KEYS - 2], ids), ARGV[#ARGV - 1], ARGV[#ARGV])
+  inflight_wake(inflight_free_many(gpfx(jprefix(jks[1], ids[1])), KEYS[#KEYS - 1], ids), ARGV[#ARGV - 1], ARGV[#ARGV])
 end
 return out
 `)
@@ -1012,7 +1102,6 @@ return out
 //
 //	KEYS[1] body   KEYS[2] timer   KEYS[3] ready list   KEYS[4] priority set
 //	KEYS[5] config   KEYS[6] dead letter   KEYS[7] the group's timer index
-//	KEYS[8] group key prefix g/{T}ns/q/
 //	ARGV[1] id   ARGV[2] receipt   ARGV[3] now (ms)   ARGV[4] delay (ms; -1 = backoff policy)
 //	ARGV[5] "1" to give back the spent try   ARGV[6] dead reason code   ARGV[7] random in [0,1)
 //	ARGV[8] index member   ARGV[9] ready channel   ARGV[10] the group's wake-up channel
@@ -1033,7 +1122,8 @@ local tries, deliv, prio = r16(h, 3), r16(h, 5), string.byte(h, 7)
 hist_close(KEYS[1], h, ARGV[12], now, ARGV[13])
 if ARGV[5] == '1' then tries = tries + 1 end
 redis.call('ZREM', KEYS[2], id)
-local wake = inflight_free(KEYS[8], KEYS[5], id)
+local gp = gpfx(jprefix(KEYS[1], id))
+local wake = inflight_free(gp, KEYS[5], id)
 if tries == 0 then
   kill(KEYS[1], KEYS[6], id, 0, deliv, prio, tonumber(ARGV[6]), now, redis.call('HGET', KEYS[5], 'dead_ttl'))
   inflight_wake(wake, ARGV[11], ARGV[9])
@@ -1050,7 +1140,7 @@ if delay > 0 then
   return 3
 end
 redis.call('SETRANGE', KEYS[1], 1, hdr('r', tries, deliv, prio, 0, 0, NONCE0))
-push_ready(KEYS[3], KEYS[4], KEYS[5], prio, tries, id)
+push_job(KEYS[3], KEYS[4], KEYS[5], gp, job_group(KEYS[1], h), prio, tries, id)
 redis.call(ARGV[11], ARGV[9], 1 + wake)
 return 1
 `)
@@ -1096,7 +1186,11 @@ while n < want and budget > 0 do
   if #h == 22 and string.sub(h, 2, 2) == 'x' then
     local prio = string.byte(h, 7)
     redis.call('SETRANGE', jk, 1, hdr('r', 1, r16(h, 5), prio, 0, 0, NONCE0))
-    push_ready(KEYS[2], KEYS[3], KEYS[4], prio, 1, id)
+    local g = job_group(jk, h)
+    -- A queue destroyed since keeps its dead letter: a grouped job makes
+    -- it tracked again.
+    if g ~= '' then redis.call('HSET', KEYS[4], 'grp', '1') end
+    push_job(KEYS[2], KEYS[3], KEYS[4], gpfx(KEYS[5]), g, prio, 1, id)
     if ttl > 0 then
       redis.call('PEXPIRE', jk, ARGV[2])
       redis.call('PEXPIRE', hkey(jk), ARGV[2])
@@ -1124,7 +1218,9 @@ if #h < 22 or string.sub(h, 2, 2) ~= 'x' then return -1 end
 redis.call('LREM', KEYS[2], 1, entry(1, ARGV[1]))
 local prio = string.byte(h, 7)
 redis.call('SETRANGE', KEYS[1], 1, hdr('r', 1, r16(h, 5), prio, 0, 0, NONCE0))
-push_ready(KEYS[3], KEYS[4], KEYS[5], prio, 1, ARGV[1])
+local g = job_group(KEYS[1], h)
+if g ~= '' then redis.call('HSET', KEYS[5], 'grp', '1') end
+push_job(KEYS[3], KEYS[4], KEYS[5], gpfx(jprefix(KEYS[1], ARGV[1])), g, prio, 1, ARGV[1])
 if tonumber(ARGV[2]) > 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', hkey(KEYS[1]), ARGV[2])
@@ -1258,7 +1354,6 @@ return out
 //
 //	KEYS[1] ready list   KEYS[2] timer   KEYS[3] the group's timer index   KEYS[4] priority set
 //	KEYS[5] job key prefix   KEYS[6] the group's usage hash
-//	KEYS[7] group key prefix g/{T}ns/q/
 //	ARGV[1] most entries   ARGV[2] index member
 //
 // Once done it deletes the queue's in-flight records (gp..'i', gp..'c')
@@ -1298,7 +1393,8 @@ if n < batch then
 end
 if n < batch then
   redis.call('ZREM', KEYS[3], ARGV[2])
-  redis.call('DEL', KEYS[7] .. 'i', KEYS[7] .. 'c', KEYS[7] .. 'b')
+  local gp = gpfx(KEYS[5])
+  redis.call('DEL', gp .. 'i', gp .. 'c', gp .. 'b')
 end
 usage_add(KEYS[6], KEYS[5], -dj, -db)
 return n
@@ -1308,7 +1404,6 @@ return n
 //
 //	KEYS[1] idempotency key   KEYS[2] timer   KEYS[3] job key prefix
 //	KEYS[4] the group's usage hash   KEYS[5] config
-//	KEYS[6] group key prefix g/{T}ns/q/
 //	ARGV[1] the publish command   ARGV[2] ready channel
 //
 // A job in flight frees its slot (inflight_free).
@@ -1321,7 +1416,7 @@ local l = del_job(KEYS[3] .. id)
 if l > 0 then usage_add(KEYS[4], KEYS[3], -1, -l) end
 redis.call('ZREM', KEYS[2], id)
 redis.call('DEL', KEYS[1])
-inflight_wake(inflight_free(KEYS[6], KEYS[5], id), ARGV[1], ARGV[2])
+inflight_wake(inflight_free(gpfx(KEYS[3]), KEYS[5], id), ARGV[1], ARGV[2])
 return id
 `)
 
@@ -1355,7 +1450,7 @@ return id
 //
 //	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] timer   KEYS[4] dead letter
 //	KEYS[5] job key prefix j/{T}ns/q/   KEYS[6] the group's usage hash
-//	KEYS[7] group key prefix g/{T}ns/q/   KEYS[8] config
+//	KEYS[7] config
 //	ARGV[1] most entries to look at
 //	ARGV[2] window (entries; 0 = the consume ends)
 //	ARGV[3..6] cursors of the ready list, priority set, timer, dead letter
@@ -1441,7 +1536,7 @@ local function zwindow(k, cur, live, timer)
   if #stale > 0 then
     redis.call('ZREM', k, unpack(stale))
     removed = removed + #stale
-    if timer then inflight_wake(inflight_free_many(KEYS[7], KEYS[8], stale), ARGV[8], ARGV[9]) end
+    if timer then inflight_wake(inflight_free_many(gpfx(jp), KEYS[7], stale), ARGV[8], ARGV[9]) end
   end
   if #ms < win then return 0 end
   return cur + #ms - #stale
