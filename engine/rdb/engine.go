@@ -1585,7 +1585,9 @@ func (e *Engine) decodeConsumed(req *engine.ConsumeRequest, lo, n int, res []int
 		j.DueAt = time.UnixMilli(due)
 		jobs = append(jobs, j)
 	}
-	return m == 1, m == 2, earliest, popped, jobs, nil
+	// 3: limited (at an in-flight limit): nothing for now, as an empty
+	// queue; the ACK or release that frees a slot wakes the waiters.
+	return m == 1, m == 2 || m == 3, earliest, popped, jobs, nil
 }
 
 // newReceiptBase returns a random number in [0, 2^32): the consume script
