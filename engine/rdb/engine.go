@@ -328,6 +328,17 @@ func (e *Engine) Publish(ctx context.Context, req *engine.PublishRequest) (_ str
 			if !plain {
 				return e.publishSharded(ctx, sp, req)
 			}
+			if req.Group != "" {
+				// A grouped job goes to its group's shard, coalesced on
+				// that shard's lane.
+				if err := checkPublish(req.Namespace, req.Queue, req); err != nil {
+					return "", err
+				}
+				c := *req
+				c.Queue = sp.names[e.publishShard(ctx, sp, req)]
+				op, err := e.pubs.do(ctx, e.publishLane(c.Namespace, c.Queue), pubOp{req: &c})
+				return op.id, err
+			}
 			// The plain publishes to a sharded queue coalesce on a lane of
 			// the queue's own; each batch goes to one shard, in turn
 			// (publishCoalesced).
