@@ -106,6 +106,20 @@ func testGroupsOverHTTP(t *testing.T, backend string, client redis.UniversalClie
 	}
 	t.Run("fair", func(t *testing.T) { testGroupsFair(t, l, big, hdr) })
 	t.Run("limits", func(t *testing.T) { testGroupsLimits(t, l, hdr) })
+	t.Run("schedule", func(t *testing.T) {
+		// A schedule's template carries a group (its ticks: engine/rdb's
+		// TestScheduleGroup).
+		r := liveDo(t, "PUT", l.api+"/api/ns/sq/schedule/s1?cron=@hourly&group=shop-1", strings.NewReader("x"), hdr)
+		if r.status != http.StatusOK || !strings.Contains(r.body, `"priority":0,"group":"shop-1","versioned":false`) {
+			t.Fatalf("PUT schedule with a group: %d %s", r.status, r.body)
+		}
+		if r = liveDo(t, "GET", l.api+"/api/ns/sq/schedule/s1", nil, hdr); !strings.Contains(r.body, `"group":"shop-1"`) {
+			t.Fatalf("GET schedule: %d %s", r.status, r.body)
+		}
+		if r = liveDo(t, "PUT", l.api+"/api/ns/sq/schedule/s1?cron=@hourly&group=a.b", strings.NewReader("x"), hdr); r.status != http.StatusBadRequest || r.body != `{"error":"invalid group"}` {
+			t.Fatalf("PUT schedule with an invalid group: %d %s", r.status, r.body)
+		}
+	})
 }
 
 // testGroupsFair: big (20,000) jobs of group big, then 50 of each of ten
