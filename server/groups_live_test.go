@@ -290,4 +290,10 @@ func testGroupsLimits(t *testing.T, l *live, hdr map[string]string) {
 	if r.status != http.StatusOK || !strings.Contains(r.body, `"in_flight":6,"max_in_flight":0,"group_max_in_flight":2,`) || strings.Count(r.body, `"limited":true`) != 3 {
 		t.Fatalf("GET groups at the limits: %d %s", r.status, r.body)
 	}
+	// The dashboard's queue page shows the same.
+	r = liveDo(t, "GET", l.admin+"/ui/queue/default/ns/glim", nil, nil)
+	if r.status != http.StatusOK || !strings.Contains(r.body, `<b id="groups-inflight">6</b>`) || !strings.Contains(r.body, `<b id="group-max-in-flight">2</b>`) ||
+		strings.Count(r.body, `<tr data-group=`) != 3 || strings.Count(r.body, `at its limit`) != 3 {
+		t.Fatalf("the queue page at the limits: %d %s", r.status, r.body)
+	}
 }
