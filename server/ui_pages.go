@@ -908,8 +908,8 @@ func (d *dashboard) queue(c *gin.Context) {
 	p.DeadReason = string(dq.Reason)
 	p.DeadError = dq.Error
 	p.DeadPager = newDeadPager(p.Base, dq, dead)
-	if g, err := d.s.grouperOf(pool); err == nil {
-		qg, err := g.QueueGroups(ctx, ns, q, groupsOnPage)
+	if _, err := d.s.grouperOf(pool); err == nil {
+		qg, err := d.s.queueGroups(ctx, pool, ns, q, groupsOnPage)
 		switch {
 		case err != nil:
 			p.GroupsError = errMessage(ctx, err)
