@@ -121,6 +121,7 @@ type Engine struct {
 	// is one call per group), and messages go out with SPUBLISH.
 	cluster  bool
 	pub      string        // PUBLISH, or SPUBLISH on a cluster
+	argPub   interface{}   // pub boxed once, for the ACK's arguments
 	retryFor time.Duration // Options.ClusterRetry on a cluster, else 0
 
 	names *memo[*queueNames] // {ns, q, ""} → the queue's key names
@@ -204,6 +205,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 	} else {
 		e.pub = "PUBLISH"
 	}
+	e.argPub = e.pub
 	if n, err := e.checkLayout(ctx); err != nil {
 		var le *LayoutError
 		if errors.As(err, &le) {
