@@ -144,13 +144,16 @@ func testGroupsFair(t *testing.T, e *Engine, big int) {
 }
 
 // testGroupsWeights: a group of weight 3 is served three jobs for each of
-// a group of weight 1 (config field w:G, as SetQueueConfig writes it).
+// a group of weight 1 (SetQueueConfig's GroupWeights: config field w:G).
 func testGroupsWeights(t *testing.T, e *Engine, client redis.UniversalClient) {
 	ns, q := "weights", "q"
 	publishGroup(t, e, ns, q, "heavy", 60, engine.MaxBulkPublish)
 	publishGroup(t, e, ns, q, "light", 60, engine.MaxBulkPublish)
-	if err := client.HSet(bg, e.names.get([3]string{ns, q}).config, "w:heavy", 3).Err(); err != nil {
+	if err := e.SetQueueConfig(bg, ns, q, engine.QueueConfig{GroupWeights: map[string]int{"heavy": 3}}); err != nil {
 		t.Fatal(err)
+	}
+	if w, err := client.HGet(bg, e.names.get([3]string{ns, q}).config, "w:heavy").Result(); err != nil || w != "3" {
+		t.Fatalf("config w:heavy = %q, %v", w, err)
 	}
 	jobs := consumeN(t, e, ns, q, 40, 7)
 	count := map[string]int{}
