@@ -15,8 +15,10 @@ import (
 // the job is; the payload follows:
 //
 //	1      format: 1 the payload follows, 2 a trace context then the
-//	       payload (codec.go); set at publish, never rewritten (scripts
-//	       write the rest of the header at offset 1)
+//	       payload (codec.go); 5 and 6 the same with flag 4, the job's
+//	       group first (its length, then its name: groups_scripts.go);
+//	       set at publish, never rewritten (scripts write the rest of the
+//	       header at offset 1)
 //	2      state: r ready, d delayed, f in flight, x dead
 //	3-4    tries left, uint16 little endian
 //	5-6    deliveries so far, uint16
@@ -569,7 +571,7 @@ return {0, total, earliest}
 // Returns {more, earliest, popped, then per job: queue position (1-based),
 // id, tries left, payload, PTTL (ms, -1 = none), deliveries, receipt,
 // priority, format (header byte 1: 2 when the payload starts with a trace
-// context)}.
+// context; flag 4 when the job's group comes first)}.
 // more = 1 when the pop budget ran out first, 2 when every queue's ready
 // list and priority set are empty at the end, 3 when every queue is empty
 // or at its in-flight limit and one is at its limit ("limited": nothing
