@@ -1,6 +1,7 @@
 package rdb
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -76,6 +77,7 @@ func TestGroups(t *testing.T) {
 			t.Run("counts", func(t *testing.T) { testGroupsCounts(t, e, client) })
 			t.Run("shards", func(t *testing.T) { testGroupsShards(t, e) })
 			t.Run("schedule", func(t *testing.T) { testGroupsSchedule(t, client) })
+			t.Run("wake", func(t *testing.T) { testGroupsWake(t, client) })
 		})
 	}
 }
@@ -511,5 +513,46 @@ func testGroupsSchedule(t *testing.T, client redis.UniversalClient) {
 	// Without a group again: the field goes.
 	if s, err := e.PutSchedule(bg, &engine.Schedule{Namespace: "ns", Queue: "gq", Name: "tick", Spec: "@every 1s", Tries: 1}); err != nil || s.Group != "" {
 		t.Fatalf("put without group: %+v %v", s, err)
+	}
+}
+
+// testGroupsWake: a consumer waiting on a tracked queue with nothing ready
+// gets a grouped job published meanwhile at once, not at its timeout.
+func testGroupsWake(t *testing.T, client redis.UniversalClient) {
+	// The sweep is an hour long, so that only the publish's message can
+	// wake the consumer before its timeout (as TestInstancesSharePool).
+	e, err := New(bg, client, Options{Now: newTestClock().Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waiters.sweepEvery = time.Hour
+	ctx, cancel := context.WithCancel(bg)
+	ran := make(chan struct{})
+	go func() { defer close(ran); _ = e.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-ran })
+	ns, q := "wake", "q"
+	publishGroup(t, e, ns, q, "first", 1, 1)
+	if jobs := consumeN(t, e, ns, q, 2, 2); len(jobs) != 1 {
+		t.Fatalf("consume: %v", jobs)
+	}
+	got := make(chan []*engine.Job, 1)
+	go func() {
+		jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, Count: 1, TTR: time.Minute, Timeout: 10 * time.Second})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- jobs
+	}()
+	time.Sleep(100 * time.Millisecond) // the consumer waits (or, if not yet, finds the job)
+	start := time.Now()
+	publishGroup(t, e, ns, q, "second", 1, 1)
+	select {
+	case jobs := <-got:
+		if len(jobs) != 1 || jobs[0].Group != "second" {
+			t.Fatalf("woken consume: %v", jobs)
+		}
+		t.Logf("woken %v after the publish", time.Since(start))
+	case <-time.After(8 * time.Second):
+		t.Fatal("waiting consumer not woken by a grouped publish")
 	}
 }
