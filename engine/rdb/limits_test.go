@@ -80,8 +80,9 @@ func waiting(e *Engine, ns, q string) int {
 // the limited queue is known empty meanwhile rather than looked at again
 // and again; group_max_in_flight 2 holds 2 jobs of each of three groups
 // and the default one, and the ACK of a blocked group's job wakes a
-// waiting consume with that group's next job; the counts are exact after
-// the mix, and Destroy drops them.
+// waiting consume with that group's next job, and raising the limit
+// frees the blocked groups; the counts are exact after the mix, and
+// Destroy drops them.
 func TestInFlightLimits(t *testing.T) {
 	for _, tier := range engineTiers {
 		t.Run(tier.name, func(t *testing.T) {
@@ -390,6 +391,19 @@ func TestInFlightLimits(t *testing.T) {
 			}
 			if sum != 8 {
 				t.Fatalf("after the mix: the groups' counts add up to %d, want 8", sum)
+			}
+			// Raising group_max_in_flight to 3 frees the blocked groups
+			// at once: one more job of each.
+			if err := e.SetQueueConfig(bg, ns, q, engine.QueueConfig{MaxInFlight: 20, GroupMaxInFlight: 3}); err != nil {
+				t.Fatal(err)
+			}
+			if jobs := consume(10); len(jobs) != 4 {
+				t.Fatalf("group_max_in_flight raised to 3: consume got %d jobs, want 4 (one per group)", len(jobs))
+			}
+			for _, g := range groups {
+				if n := perGroup("at the raised group limit")[g]; n != 3 {
+					t.Fatalf("group %q: %d in flight, want 3 (%v)", g, n, perGroup(""))
+				}
 			}
 
 			// Destroy drops the records.
