@@ -39,7 +39,8 @@ const (
 // first priority ID, published, consumed, acked, retried, dead (recent)}.
 var queueDetailScript = script(`
 local jp = KEYS[6]
-local ready = redis.call('LLEN', KEYS[1]) + redis.call('ZCARD', KEYS[2])
+-- gn: the ready entries of the queue's groups (groups_scripts.go).
+local ready = redis.call('LLEN', KEYS[1]) + redis.call('ZCARD', KEYS[2]) + (tonumber(redis.call('HGET', KEYS[5], 'gn')) or 0)
 local timer = redis.call('ZCARD', KEYS[3])
 local dead = redis.call('LLEN', KEYS[4])
 local paused = 0

@@ -75,6 +75,7 @@ func TestGroups(t *testing.T) {
 			t.Run("ungrouped", func(t *testing.T) { testGroupsUngrouped(t, e, client) })
 			t.Run("counts", func(t *testing.T) { testGroupsCounts(t, e, client) })
 			t.Run("shards", func(t *testing.T) { testGroupsShards(t, e) })
+			t.Run("schedule", func(t *testing.T) { testGroupsSchedule(t, client) })
 		})
 	}
 }
@@ -143,13 +144,16 @@ func testGroupsFair(t *testing.T, e *Engine, big int) {
 }
 
 // testGroupsWeights: a group of weight 3 is served three jobs for each of
-// a group of weight 1 (config field w:G, as SetQueueConfig writes it).
+// a group of weight 1 (SetQueueConfig's GroupWeights: config field w:G).
 func testGroupsWeights(t *testing.T, e *Engine, client redis.UniversalClient) {
 	ns, q := "weights", "q"
 	publishGroup(t, e, ns, q, "heavy", 60, engine.MaxBulkPublish)
 	publishGroup(t, e, ns, q, "light", 60, engine.MaxBulkPublish)
-	if err := client.HSet(bg, e.names.get([3]string{ns, q}).config, "w:heavy", 3).Err(); err != nil {
+	if err := e.SetQueueConfig(bg, ns, q, engine.QueueConfig{GroupWeights: map[string]int{"heavy": 3}}); err != nil {
 		t.Fatal(err)
+	}
+	if w, err := client.HGet(bg, e.names.get([3]string{ns, q}).config, "w:heavy").Result(); err != nil || w != "3" {
+		t.Fatalf("config w:heavy = %q, %v", w, err)
 	}
 	jobs := consumeN(t, e, ns, q, 40, 7)
 	count := map[string]int{}
@@ -453,5 +457,40 @@ func testGroupsShards(t *testing.T, e *Engine) {
 	}
 	if len(jobs) != 24 || len(served) != 8 {
 		t.Fatalf("24 consumes served %v", served)
+	}
+}
+
+// testGroupsSchedule: a schedule's template may carry a group; its ticks'
+// jobs are in it.
+func testGroupsSchedule(t *testing.T, client redis.UniversalClient) {
+	es, clock := schedEngines(t, client, 1)
+	e := es[0]
+	if _, err := e.PutSchedule(bg, &engine.Schedule{Namespace: "ns", Queue: "gq", Name: "bad", Spec: "@every 1s", Tries: 1, Group: "no/slash"}); !errors.Is(err, engine.ErrInvalid) {
+		t.Fatalf("bad group: %v, want ErrInvalid", err)
+	}
+	s, err := e.PutSchedule(bg, &engine.Schedule{Namespace: "ns", Queue: "gq", Name: "tick", Spec: "@every 1s", Tries: 1, Body: []byte("t"), Group: "tenant-a"})
+	if err != nil || s.Group != "tenant-a" {
+		t.Fatalf("put: %+v %v", s, err)
+	}
+	if got, err := e.GetSchedule(bg, "ns", "gq", "tick"); err != nil || got.Group != "tenant-a" {
+		t.Fatalf("get: %+v %v", got, err)
+	}
+	clock.Add(1500 * time.Millisecond)
+	if _, err := e.ScheduleOnce(bg); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(time.Second)
+	jobs := drainQueue(t, e, "gq")
+	if len(jobs) == 0 {
+		t.Fatal("no tick fired")
+	}
+	for _, j := range jobs {
+		if j.Group != "tenant-a" || string(j.Body) != "t" {
+			t.Fatalf("tick job %+v, want group tenant-a", j)
+		}
+	}
+	// Without a group again: the field goes.
+	if s, err := e.PutSchedule(bg, &engine.Schedule{Namespace: "ns", Queue: "gq", Name: "tick", Spec: "@every 1s", Tries: 1}); err != nil || s.Group != "" {
+		t.Fatalf("put without group: %+v %v", s, err)
 	}
 }
