@@ -529,7 +529,7 @@ func TestQueueConfigLimits(t *testing.T) {
 }
 
 // TestInFlightLimitConcurrent: 16 consumers (coalesced consumes) take,
-// hold for a moment and ACK or release 300 jobs of a queue with
+// hold for a moment and ACK or release 150 jobs of a queue with
 // max_in_flight 4 and group_max_in_flight 2 over three groups; a ledger
 // of the jobs held (counted after the consume returns, uncounted before
 // the ACK: never more than are in flight) never exceeds either limit,
@@ -539,7 +539,7 @@ func TestInFlightLimitConcurrent(t *testing.T) {
 		t.Run(tier.name, func(t *testing.T) {
 			client := tier.client(t)
 			e := startEngine(t, client, newTestClock())
-			const ns, q, jobs = "limc", "q", 300
+			const ns, q, jobs = "limc", "q", 150
 			if err := e.SetQueueConfig(bg, ns, q, engine.QueueConfig{MaxInFlight: 4, GroupMaxInFlight: 2}); err != nil {
 				t.Fatal(err)
 			}
