@@ -137,9 +137,28 @@ func testGroupsFair(t *testing.T, e *Engine, big int) {
 	if n < 475 {
 		t.Fatalf("%d of the 500 jobs of small groups among the first 600 consumes, want >= 475", n)
 	}
-	// The rest of big is still there, in order, then the queue is empty.
+	// The rest of big is still there: peek, size and stats see it.
 	if j, err := e.PeekQueue(bg, ns, q); err != nil || j.Group != "big" {
 		t.Fatalf("peek after: %v %v", j, err)
+	}
+	if n, err := e.Size(bg, ns, q); err != nil || n != int64(big+500-600) {
+		t.Fatalf("size after = %d, %v; want %d", n, err, big+500-600)
+	}
+	stats, err := e.Stats(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := false
+	for _, st := range stats {
+		if st.Namespace == ns && st.Queue == q {
+			seen = true
+			if st.Ready != int64(big+500-600) || st.OldestReady.IsZero() {
+				t.Fatalf("stats %+v: want %d ready and the oldest one's time", st, big+500-600)
+			}
+		}
+	}
+	if !seen {
+		t.Fatalf("stats: no %s/%s", ns, q)
 	}
 }
 
