@@ -273,8 +273,8 @@ type Schedule struct {
 	Priority   int
 	Attributes map[string]string
 	Versioned  bool
-	// Group is the jobs' group in the queue ("" = the default group;
-	// groups.go).
+	// Group is the group of the jobs the schedule publishes ("" = the
+	// default group; ValidGroup, groups.go).
 	Group string
 
 	// State (read only): the next tick (zero while paused), the last tick

@@ -1991,7 +1991,7 @@ func (e *Engine) readyHeads(ctx context.Context, ns string, stats []engine.Queue
 	}
 	for k, i := range which {
 		res, err := cmds[k].Slice()
-		if err != nil || len(res) != 2 {
+		if err != nil || len(res) < 2 {
 			return fmt.Errorf("stats %s/%s: unexpected reply %v: %v", ns, stats[i].Queue, res, err)
 		}
 		for _, v := range res {

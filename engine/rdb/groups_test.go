@@ -1,6 +1,7 @@
 package rdb
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -75,6 +76,9 @@ func TestGroups(t *testing.T) {
 			t.Run("ungrouped", func(t *testing.T) { testGroupsUngrouped(t, e, client) })
 			t.Run("counts", func(t *testing.T) { testGroupsCounts(t, e, client) })
 			t.Run("shards", func(t *testing.T) { testGroupsShards(t, e) })
+			t.Run("schedule", func(t *testing.T) { testGroupsSchedule(t, client) })
+			t.Run("wake", func(t *testing.T) { testGroupsWake(t, client) })
+			t.Run("reclaim", func(t *testing.T) { testGroupsReclaim(t, e, client) })
 		})
 	}
 }
@@ -136,20 +140,42 @@ func testGroupsFair(t *testing.T, e *Engine, big int) {
 	if n < 475 {
 		t.Fatalf("%d of the 500 jobs of small groups among the first 600 consumes, want >= 475", n)
 	}
-	// The rest of big is still there, in order, then the queue is empty.
+	// The rest of big is still there: peek, size and stats see it.
 	if j, err := e.PeekQueue(bg, ns, q); err != nil || j.Group != "big" {
 		t.Fatalf("peek after: %v %v", j, err)
+	}
+	if n, err := e.Size(bg, ns, q); err != nil || n != int64(big+500-600) {
+		t.Fatalf("size after = %d, %v; want %d", n, err, big+500-600)
+	}
+	stats, err := e.Stats(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := false
+	for _, st := range stats {
+		if st.Namespace == ns && st.Queue == q {
+			seen = true
+			if st.Ready != int64(big+500-600) || st.OldestReady.IsZero() {
+				t.Fatalf("stats %+v: want %d ready and the oldest one's time", st, big+500-600)
+			}
+		}
+	}
+	if !seen {
+		t.Fatalf("stats: no %s/%s", ns, q)
 	}
 }
 
 // testGroupsWeights: a group of weight 3 is served three jobs for each of
-// a group of weight 1 (config field w:G, as SetQueueConfig writes it).
+// a group of weight 1 (SetQueueConfig's GroupWeights: config field w:G).
 func testGroupsWeights(t *testing.T, e *Engine, client redis.UniversalClient) {
 	ns, q := "weights", "q"
 	publishGroup(t, e, ns, q, "heavy", 60, engine.MaxBulkPublish)
 	publishGroup(t, e, ns, q, "light", 60, engine.MaxBulkPublish)
-	if err := client.HSet(bg, e.names.get([3]string{ns, q}).config, "w:heavy", 3).Err(); err != nil {
+	if err := e.SetQueueConfig(bg, ns, q, engine.QueueConfig{GroupWeights: map[string]int{"heavy": 3}}); err != nil {
 		t.Fatal(err)
+	}
+	if w, err := client.HGet(bg, e.names.get([3]string{ns, q}).config, "w:heavy").Result(); err != nil || w != "3" {
+		t.Fatalf("config w:heavy = %q, %v", w, err)
 	}
 	jobs := consumeN(t, e, ns, q, 40, 7)
 	count := map[string]int{}
@@ -453,5 +479,125 @@ func testGroupsShards(t *testing.T, e *Engine) {
 	}
 	if len(jobs) != 24 || len(served) != 8 {
 		t.Fatalf("24 consumes served %v", served)
+	}
+}
+
+// testGroupsSchedule: a schedule's template may carry a group; its ticks'
+// jobs are in it.
+func testGroupsSchedule(t *testing.T, client redis.UniversalClient) {
+	es, clock := schedEngines(t, client, 1)
+	e := es[0]
+	if _, err := e.PutSchedule(bg, &engine.Schedule{Namespace: "ns", Queue: "gq", Name: "bad", Spec: "@every 1s", Tries: 1, Group: "no/slash"}); !errors.Is(err, engine.ErrInvalid) {
+		t.Fatalf("bad group: %v, want ErrInvalid", err)
+	}
+	s, err := e.PutSchedule(bg, &engine.Schedule{Namespace: "ns", Queue: "gq", Name: "tick", Spec: "@every 1s", Tries: 1, Body: []byte("t"), Group: "tenant-a"})
+	if err != nil || s.Group != "tenant-a" {
+		t.Fatalf("put: %+v %v", s, err)
+	}
+	if got, err := e.GetSchedule(bg, "ns", "gq", "tick"); err != nil || got.Group != "tenant-a" {
+		t.Fatalf("get: %+v %v", got, err)
+	}
+	clock.Add(1500 * time.Millisecond)
+	if _, err := e.ScheduleOnce(bg); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(time.Second)
+	jobs := drainQueue(t, e, "gq")
+	if len(jobs) == 0 {
+		t.Fatal("no tick fired")
+	}
+	for _, j := range jobs {
+		if j.Group != "tenant-a" || string(j.Body) != "t" {
+			t.Fatalf("tick job %+v, want group tenant-a", j)
+		}
+	}
+	// Without a group again: the field goes.
+	if s, err := e.PutSchedule(bg, &engine.Schedule{Namespace: "ns", Queue: "gq", Name: "tick", Spec: "@every 1s", Tries: 1}); err != nil || s.Group != "" {
+		t.Fatalf("put without group: %+v %v", s, err)
+	}
+}
+
+// testGroupsWake: a consumer waiting on a tracked queue with nothing ready
+// gets a grouped job published meanwhile at once, not at its timeout.
+func testGroupsWake(t *testing.T, client redis.UniversalClient) {
+	// The sweep is an hour long, so that only the publish's message can
+	// wake the consumer before its timeout (as TestInstancesSharePool).
+	e, err := New(bg, client, Options{Now: newTestClock().Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waiters.sweepEvery = time.Hour
+	ctx, cancel := context.WithCancel(bg)
+	ran := make(chan struct{})
+	go func() { defer close(ran); _ = e.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-ran })
+	ns, q := "wake", "q"
+	publishGroup(t, e, ns, q, "first", 1, 1)
+	if jobs := consumeN(t, e, ns, q, 2, 2); len(jobs) != 1 {
+		t.Fatalf("consume: %v", jobs)
+	}
+	got := make(chan []*engine.Job, 1)
+	go func() {
+		jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, Count: 1, TTR: time.Minute, Timeout: 10 * time.Second})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- jobs
+	}()
+	time.Sleep(100 * time.Millisecond) // the consumer waits (or, if not yet, finds the job)
+	start := time.Now()
+	publishGroup(t, e, ns, q, "second", 1, 1)
+	select {
+	case jobs := <-got:
+		if len(jobs) != 1 || jobs[0].Group != "second" {
+			t.Fatalf("woken consume: %v", jobs)
+		}
+		t.Logf("woken %v after the publish", time.Since(start))
+	case <-time.After(8 * time.Second):
+		t.Fatal("waiting consumer not woken by a grouped publish")
+	}
+}
+
+// testGroupsReclaim: the reclaimer cuts the entries of gone jobs at the
+// consume ends of a queue's groups, without a consumer; the count gn and
+// the rotation follow.
+func testGroupsReclaim(t *testing.T, e *Engine, client redis.UniversalClient) {
+	ns, q := "reclaim", "q"
+	publishGroup(t, e, ns, q, "gone", 5, engine.MaxBulkPublish)
+	publishGroup(t, e, ns, q, "kept", 2, engine.MaxBulkPublish)
+	qn := e.names.get([3]string{ns, q})
+	gp := groupKeyPrefix(ns, q)
+	es, err := client.LRange(bg, gp+"q:gone", 0, -1).Result()
+	if err != nil || len(es) != 5 {
+		t.Fatalf("group list: %d entries, %v", len(es), err)
+	}
+	for _, en := range es { // the jobs go (as by their TTL); their entries stay
+		_, id, err := unpackEntry(en)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := client.Del(bg, qn.jobPrefix+id).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := New(bg, client, Options{Now: newTestClock().Now}) // a reclaim state of its own
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.ReclaimOnce(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := client.Exists(bg, gp+"q:gone").Result(); err != nil || n != 0 {
+		t.Fatalf("stale group list left after reclaim (%+v): %d %v", st, n, err)
+	}
+	if _, err := client.ZScore(bg, gp+"a", "gone").Result(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("empty group still in the rotation: %v", err)
+	}
+	if n, err := e.Size(bg, ns, q); err != nil || n != 2 {
+		t.Fatalf("size after reclaim = %d, %v; want 2", n, err)
+	}
+	if jobs := consumeN(t, e, ns, q, 3, 3); len(jobs) != 2 || jobs[0].Group != "kept" {
+		t.Fatalf("consume after reclaim: %v", jobs)
 	}
 }

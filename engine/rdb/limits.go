@@ -1,6 +1,7 @@
 package rdb
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -90,6 +91,51 @@ func readLimits(h map[string]string, cfg *engine.QueueConfig) {
 				cfg.GroupWeights = make(map[string]int)
 			}
 			cfg.GroupWeights[g] = atoi(v)
+		}
+	}
+}
+
+// unblockBatch is how many blocked groups one unblockScript call moves.
+const unblockBatch = 1000
+
+// unblockGroups puts physical queue ns/q's blocked groups back into its
+// rotation after its limits were written (a raised or removed
+// group_max_in_flight frees them; consume blocks again the ones still at
+// the limit), a bounded batch per call.
+func (e *Engine) unblockGroups(ctx context.Context, ns, q string) error {
+	gp := groupKeyPrefix(ns, q)
+	keys := []string{gp + "a", gp + "b"}
+	for {
+		n, err := e.run(ctx, unblockScript, keys, unblockBatch).Int64()
+		if err != nil {
+			return fmt.Errorf("queue config %s/%s: unblock groups: %w", ns, q, err)
+		}
+		if n < unblockBatch {
+			return nil
+		}
+	}
+}
+
+// recordBatch is how many timer entries one recordInFlightScript call
+// looks at.
+const recordBatch = 1000
+
+// recordInFlight records the jobs in flight of physical queue ns/q, which
+// has just become tracked, delivered before it was (recordInFlightScript):
+// a limit set on a queue with jobs in flight counts them. It reads the
+// queue's whole timer (delayed jobs too), a bounded window per call.
+func (e *Engine) recordInFlight(ctx context.Context, ns, q string) error {
+	keys := []string{timerKey(ns, q), jobKeyPrefix(ns, q)}
+	score, member := "-inf", ""
+	for {
+		res, err := e.run(ctx, recordInFlightScript, keys, score, member, recordBatch).Slice()
+		if err != nil || len(res) != 3 {
+			return fmt.Errorf("queue config %s/%s: record the jobs in flight: %v %w", ns, q, res, err)
+		}
+		score, _ = res[1].(string)
+		member, _ = res[2].(string)
+		if score == "" {
+			return nil
 		}
 	}
 }

@@ -135,7 +135,7 @@ return 1
 //	ARGV[1..9] spec, tz, missed, body, ttl (ms), tries, priority,
 //	        attributes (JSON or ""), versioned ("1" or "0")
 //	ARGV[10] next tick (ms)   ARGV[11] now (ms)   ARGV[12] name
-//	ARGV[13] index member   ARGV[14] the jobs' group ("" = none)
+//	ARGV[13] index member   ARGV[14] the template's group ("" = none)
 //
 // Returns the hash (HGETALL).
 var putScheduleScript = script(schedIndexSrc + `
@@ -144,7 +144,12 @@ local nxt = ARGV[10]
 if paused then nxt = '0' end
 redis.call('HSET', KEYS[1], 'spec', ARGV[1], 'tz', ARGV[2], 'missed', ARGV[3], 'body', ARGV[4],
   'ttl', ARGV[5], 'tries', ARGV[6], 'prio', ARGV[7], 'attrs', ARGV[8], 'versioned', ARGV[9],
-  'grp', ARGV[14], 'next', nxt, 'updated', ARGV[11])
+  'next', nxt, 'updated', ARGV[11])
+if ARGV[14] and ARGV[14] ~= '' then
+  redis.call('HSET', KEYS[1], 'group', ARGV[14])
+else
+  redis.call('HDEL', KEYS[1], 'group')
+end
 redis.call('HSETNX', KEYS[1], 'created', ARGV[11])
 redis.call('HSETNX', KEYS[1], 'paused', '0')
 redis.call('HINCRBY', KEYS[1], 'ver', 1)
@@ -218,7 +223,7 @@ func (e *Engine) PutSchedule(ctx context.Context, s *engine.Schedule) (*engine.S
 		return nil, fmt.Errorf("schedule template: tries ≥ 1, ttl ≥ 0, priority 0..%d: %w", engine.MaxPriority, engine.ErrInvalid)
 	}
 	if s.Group != "" && !engine.ValidGroup(s.Group) {
-		return nil, fmt.Errorf("schedule template: group %q: %w", s.Group, engine.ErrInvalid)
+		return nil, fmt.Errorf("schedule template: group %q: 1..%d characters of [-_A-Za-z0-9]: %w", s.Group, engine.MaxGroupLength, engine.ErrInvalid)
 	}
 	tz := s.TZ
 	if tz == "" {
@@ -514,6 +519,10 @@ func (e *Engine) fireDue(ctx context.Context, g int, member string) error {
 		Namespace: ns, Queue: q, Body: s.Body, Tries: s.Tries, Priority: s.Priority,
 		Attributes: s.Attributes, Versioned: s.Versioned, DueAt: plan.Tick, Group: s.Group,
 	}
+	// A tick's job goes to the queue itself (shard 0 of a sharded queue),
+	// grouped or not: the fire is one script call with the schedule's
+	// keys, which are in shard 0's slot.
+
 	if s.TTL > 0 {
 		// The template's TTL counts from the tick.
 		req.TTL = s.TTL + max(plan.Tick.Sub(now), 0)
@@ -602,7 +611,7 @@ func decodeSchedule(ns, q, name string, h map[string]string) *engine.Schedule {
 	s := &engine.Schedule{
 		Namespace: ns, Queue: q, Name: name,
 		Spec: h["spec"], TZ: h["tz"], Missed: engine.MissedPolicy(h["missed"]),
-		Paused: h["paused"] == "1", Body: []byte(h["body"]), Versioned: h["versioned"] == "1", Group: h["grp"],
+		Paused: h["paused"] == "1", Body: []byte(h["body"]), Versioned: h["versioned"] == "1", Group: h["group"],
 		Next: msTime(h["next"]), LastTick: msTime(h["last_tick"]), LastJob: h["last_job"],
 		Created: msTime(h["created"]), Updated: msTime(h["updated"]),
 	}

@@ -15,8 +15,10 @@ import (
 // the job is; the payload follows:
 //
 //	1      format: 1 the payload follows, 2 a trace context then the
-//	       payload (codec.go); set at publish, never rewritten (scripts
-//	       write the rest of the header at offset 1)
+//	       payload (codec.go); 5 and 6 the same with flag 4, the job's
+//	       group first (its length, then its name: groups_scripts.go);
+//	       set at publish, never rewritten (scripts write the rest of the
+//	       header at offset 1)
 //	2      state: r ready, d delayed, f in flight, x dead
 //	3-4    tries left, uint16 little endian
 //	5-6    deliveries so far, uint16
@@ -569,7 +571,7 @@ return {0, total, earliest}
 // Returns {more, earliest, popped, then per job: queue position (1-based),
 // id, tries left, payload, PTTL (ms, -1 = none), deliveries, receipt,
 // priority, format (header byte 1: 2 when the payload starts with a trace
-// context)}.
+// context; flag 4 when the job's group comes first)}.
 // more = 1 when the pop budget ran out first, 2 when every queue's ready
 // list and priority set are empty at the end, 3 when every queue is empty
 // or at its in-flight limit and one is at its limit ("limited": nothing
@@ -1466,7 +1468,8 @@ return id
 // case. The reply says when to look again: the shortest PTTL of the live
 // jobs found at the ends (nothing can expire at an end before), at most
 // 60 s for a job without TTL, 30 s for an empty structure, 0 when the
-// budget ran out.
+// budget ran out. The consume ends of the 16 groups next in a tracked
+// queue's rotation are cut the same way (groups_scripts.go).
 //
 // With ARGV[2] > 0, one window of ARGV[2] entries of each structure at its
 // cursor (ARGV[3..6]; lists counted from the right end, sets by rank):
@@ -1599,6 +1602,21 @@ if win == 0 then
   tail(KEYS[1], ready_live)
   zhead(KEYS[2], ready_live)
   tail(KEYS[4], dead_live)
+  -- A tracked queue's groups (groups_scripts.go): the consume ends of the
+  -- 16 groups next in its rotation; what goes leaves the count gn, and a
+  -- group left empty leaves the rotation.
+  local gp = gpfx(jp)
+  local before = removed
+  for _, g in ipairs(redis.call('ZRANGE', gp .. 'a', 0, 15)) do
+    if budget <= 0 then break end
+    if g ~= '' then
+      local qk, pk = gp .. 'q:' .. g, gp .. 'p:' .. g
+      tail(qk, ready_live)
+      zhead(pk, ready_live)
+      if redis.call('LLEN', qk) == 0 and redis.call('ZCARD', pk) == 0 then redis.call('ZREM', gp .. 'a', g) end
+    end
+  end
+  if removed > before then redis.call('HINCRBY', KEYS[7], 'gn', before - removed) end
 else
   again = 0
   if budget > 0 then cur[1] = lwindow(KEYS[1], cur[1], ready_live) end
@@ -1669,5 +1687,5 @@ var allScripts = []*redis.Script{
 	publishScript, publishManyScript, consumeScript, pumpScript, pumpPoolScript, pumpHeadsScript, peekQueueScript, peekJobScript, ackManyScript,
 	releaseScript, touchScript, respawnScript, respawnOneScript, deleteDeadScript,
 	deleteDeadOneScript, listDeadScript, listDeadPageScript, destroyScript, cancelKeyScript, reclaimScript, sizeScript, upgradeQueueScript,
-	queueDetailScript, readyHeadsScript, listJobsScript, importScript, recountScript, resumScript, setLimitsScript, queueGroupsScript,
+	queueDetailScript, readyHeadsScript, listJobsScript, importScript, recountScript, resumScript, setLimitsScript, unblockScript, recordInFlightScript, queueGroupsScript,
 }
