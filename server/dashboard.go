@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -31,7 +30,7 @@ var (
 	errInvalidStep      = badRequest("invalid step: seconds, a multiple of 60 from 60 to 3600")
 	errInvalidOffset2   = badRequest("invalid offset")
 	errInvalidPageLimit = badRequest("invalid limit")
-	errInvalidSort      = badRequest("invalid sort: one of name, ready, scheduled, dead")
+	errInvalidSort      = badRequest("invalid sort: one of name, ready, scheduled, dead, oldest_ready, published, consumed")
 	errInvalidOrder     = badRequest("invalid order: asc or desc")
 	errInvalidJobState  = badRequest("invalid state: one of ready, delayed, in_flight, scheduled")
 	errInvalidCursor    = badRequest("invalid cursor")
@@ -44,7 +43,6 @@ const (
 	maxQueuePage     = 500
 	defaultJobPage   = 50
 	maxJobPage       = 200
-	sizesCacheTTL    = 2 * time.Second
 	historyWindowMax = 24 * time.Hour
 )
 
@@ -278,55 +276,6 @@ func (s *Server) series(c *gin.Context) {
 	c.JSON(http.StatusOK, out)
 }
 
-// sizesCache keeps the sizes of every queue of a namespace briefly, so that
-// refreshes of a table of many queues, by one or many browsers, read them
-// once per sizesCacheTTL.
-type sizesCache struct {
-	mu sync.Mutex
-	m  map[string]*sizesEntry
-}
-
-type sizesEntry struct {
-	mu    sync.Mutex // held while the sizes are read
-	at    time.Time
-	stats []engine.QueueStats
-}
-
-func (sc *sizesCache) get(ctx context.Context, pool, ns string, d engine.Dashboard) ([]engine.QueueStats, error) {
-	k := pool + "\x00" + ns
-	sc.mu.Lock()
-	if sc.m == nil {
-		sc.m = make(map[string]*sizesEntry)
-	}
-	en := sc.m[k]
-	if en == nil {
-		if len(sc.m) >= 1024 { // namespaces browsed: drop the stale ones
-			for key, old := range sc.m {
-				if old.mu.TryLock() {
-					if time.Since(old.at) > sizesCacheTTL {
-						delete(sc.m, key)
-					}
-					old.mu.Unlock()
-				}
-			}
-		}
-		en = &sizesEntry{}
-		sc.m[k] = en
-	}
-	sc.mu.Unlock()
-	en.mu.Lock()
-	defer en.mu.Unlock()
-	if en.stats != nil && time.Since(en.at) < sizesCacheTTL {
-		return en.stats, nil
-	}
-	stats, err := d.NamespaceQueues(ctx, ns)
-	if err != nil {
-		return nil, err
-	}
-	en.stats, en.at = stats, time.Now()
-	return stats, nil
-}
-
 // queueRow is one queue of GET /queues/:namespace.
 type queueRow struct {
 	Queue            string    `json:"queue"`
@@ -397,8 +346,11 @@ func (s *Server) listQueues(c *gin.Context) {
 		return
 	}
 	var key func(st *engine.QueueStats) int64
-	switch c.DefaultQuery("sort", "name") {
+	sortBy := c.DefaultQuery("sort", "name")
+	switch sortBy {
 	case "name":
+	case "oldest_ready", "published", "consumed":
+		// by the activity of every queue, below
 	case "ready":
 		key = func(st *engine.QueueStats) int64 { return st.Ready }
 	case "scheduled":
@@ -420,10 +372,23 @@ func (s *Server) listQueues(c *gin.Context) {
 	}
 	filter := c.Query("filter")
 	ctx := c.Request.Context()
-	all, err := s.sizes.get(ctx, pool, ns, d)
+	all, _, err := s.namespaceSizes(ctx, pool, ns, d, 0)
 	if err != nil {
 		s.failAdmin(c, err)
 		return
+	}
+	if key == nil && sortBy != "name" {
+		act, _, err := s.namespaceActivity(ctx, pool, ns, d, 0)
+		if err != nil {
+			s.failAdmin(c, err)
+			return
+		}
+		by := make(map[string]*engine.QueueDetail, len(act))
+		for i := range act {
+			by[act[i].Queue] = &act[i]
+		}
+		now, k := s.now(), strings.TrimSuffix(sortBy, "_ready")
+		key = func(st *engine.QueueStats) int64 { return activityKey(by[st.Queue], k, now) }
 	}
 	rows := make([]engine.QueueStats, 0, len(all))
 	for _, st := range all {
@@ -679,11 +644,12 @@ func (s *Server) poolOverview(ctx context.Context, name string, d engine.Dashboa
 		nss = append(nss, ns)
 	}
 	slices.Sort(nss)
+	atLeast := s.sizes.ttl(poolQueues(info))
 	for _, ns := range nss {
 		if !engine.ValidName(ns) {
 			continue
 		}
-		stats, err := s.sizes.get(pctx, name, ns, d)
+		stats, _, err := s.namespaceSizes(pctx, name, ns, d, atLeast)
 		if err != nil {
 			return err
 		}
@@ -697,4 +663,14 @@ func (s *Server) poolOverview(ctx context.Context, name string, d engine.Dashboa
 		po.Namespaces = append(po.Namespaces, namespaceOverview{Name: ns, Queues: len(stats)})
 	}
 	return nil
+}
+
+// poolQueues counts the queues of an engine's Info: what a read of every
+// namespace's sizes or activity costs, for their caches' lifetimes.
+func poolQueues(info map[string][]string) int {
+	n := 0
+	for _, qs := range info {
+		n += len(qs)
+	}
+	return n
 }

@@ -31,7 +31,7 @@ const (
 //	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] timer   KEYS[4] dead letter
 //	KEYS[5] config   KEYS[6] job key prefix j/{T}ns/q/
 //	KEYS[7..] the history hashes of the recent minutes' blocks
-//	ARGV[2] exact split up to   ARGV[3] sample size   (ARGV[1] unused)
+//	ARGV[2] exact split up to   ARGV[3] sample size (0: no split)   (ARGV[1] unused)
 //	ARGV[4..] per recent minute: the index in KEYS of its block's hash, and
 //	its place in the block
 //
@@ -45,12 +45,12 @@ local dead = redis.call('LLEN', KEYS[4])
 local paused = 0
 if redis.call('HGET', KEYS[5], 'paused') == '1' then paused = 1 end
 local inflight, exact = 0, 1
-local ids
+local ids = {}
 if timer <= tonumber(ARGV[2]) then
   ids = redis.call('ZRANGE', KEYS[3], 0, -1)
 else
   exact = 0
-  ids = redis.call('ZRANDMEMBER', KEYS[3], tonumber(ARGV[3]))
+  if tonumber(ARGV[3]) > 0 then ids = redis.call('ZRANDMEMBER', KEYS[3], tonumber(ARGV[3])) end
 end
 local seen = 0
 for _, id in ipairs(ids) do
@@ -253,6 +253,26 @@ func (e *Engine) namespaceQueueNames(ctx context.Context, ns string) ([]string, 
 // QueueDetails implements engine.Dashboard: one script per queue, all in
 // one pipeline; a sharded queue's details are its shards' summed.
 func (e *Engine) QueueDetails(ctx context.Context, ns string, queues []string) ([]engine.QueueDetail, error) {
+	return e.details(ctx, ns, queues, true)
+}
+
+// QueueActivity implements engine.Dashboard: QueueDetails without the
+// in-flight split (the script then reads no job of the timer), in
+// pipelines of sizesPerPipeline queues.
+func (e *Engine) QueueActivity(ctx context.Context, ns string, queues []string) ([]engine.QueueDetail, error) {
+	out := make([]engine.QueueDetail, 0, len(queues))
+	for start := 0; start < len(queues); start += sizesPerPipeline {
+		part, err := e.details(ctx, ns, queues[start:min(len(queues), start+sizesPerPipeline)], false)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, part...)
+	}
+	return out, nil
+}
+
+// details is QueueDetails, with the timer's in-flight split or not.
+func (e *Engine) details(ctx context.Context, ns string, queues []string, split bool) ([]engine.QueueDetail, error) {
 	for _, q := range queues {
 		if err := checkNames(ns, q); err != nil {
 			return nil, fmt.Errorf("queue details: %w", err)
@@ -271,9 +291,9 @@ func (e *Engine) QueueDetails(ctx context.Context, ns string, queues []string) (
 		}
 	}
 	if len(phys) == len(queues) {
-		return e.queueDetails(ctx, ns, queues)
+		return e.queueDetails(ctx, ns, queues, split)
 	}
-	details, err := e.queueDetails(ctx, ns, phys)
+	details, err := e.queueDetails(ctx, ns, phys, split)
 	if err != nil {
 		return nil, err
 	}
@@ -303,10 +323,16 @@ func (e *Engine) QueueDetails(ctx context.Context, ns string, queues []string) (
 	return out, nil
 }
 
-// queueDetails is QueueDetails of physical queues.
-func (e *Engine) queueDetails(ctx context.Context, ns string, queues []string) ([]engine.QueueDetail, error) {
+// queueDetails is QueueDetails of physical queues; without split, the
+// script reads no timer entry (exact up to 0, a sample of 0) and the
+// details have no in-flight split.
+func (e *Engine) queueDetails(ctx context.Context, ns string, queues []string, split bool) ([]engine.QueueDetail, error) {
 	if len(queues) == 0 {
 		return nil, nil
+	}
+	exact, sample := inFlightExact, inFlightSample
+	if !split {
+		exact, sample = -1, 0
 	}
 	now := e.now()
 	minute := now.Unix() / 60
@@ -315,7 +341,7 @@ func (e *Engine) queueDetails(ctx context.Context, ns string, queues []string) (
 		_, err := e.pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, q := range queues {
 				keys := []string{readyKey(ns, q), prioKey(ns, q), timerKey(ns, q), deadKey(ns, q), configKey(ns, q), jobKeyPrefix(ns, q)}
-				args := []interface{}{"", inFlightExact, inFlightSample}
+				args := []interface{}{"", exact, sample}
 				last := int64(-1)
 				for m := minute - engine.RecentMinutes; m < minute; m++ {
 					b, at := blockOf(m)
@@ -356,6 +382,9 @@ func (e *Engine) queueDetails(ctx context.Context, ns string, queues []string) (
 		}
 		d.InFlight = min(d.InFlight, d.Timer)
 		d.Delayed = d.Timer - d.InFlight
+		if !split {
+			d.InFlight, d.Delayed, d.InFlightExact = 0, 0, false
+		}
 		for _, k := range []int{6, 7} {
 			id, _ := res[k].(string)
 			if t, ok := readySince(id); ok && (d.OldestReady.IsZero() || t.Before(d.OldestReady)) {
