@@ -84,20 +84,24 @@ func queryPool(c *gin.Context) string {
 
 // historyResponse is a series (doc/dashboard.md).
 type historyResponse struct {
-	Pool            string              `json:"pool"`
-	Namespace       string              `json:"namespace"`
-	Queue           string              `json:"queue"`
-	FromMS          int64               `json:"from_ms"`
-	ToMS            int64               `json:"to_ms"`
-	Step            int                 `json:"step"`
-	FlushIntervalMS int64               `json:"flush_interval_ms"`
-	T               []int64             `json:"t"`
-	Published       []int64             `json:"published"`
-	Consumed        []int64             `json:"consumed"`
-	Acked           []int64             `json:"acked"`
-	Retried         []int64             `json:"retried"`
-	Dead            []int64             `json:"dead"`
-	LatencyMS       map[string][]*int64 `json:"latency_ms"`
+	Pool            string `json:"pool"`
+	Namespace       string `json:"namespace"`
+	Queue           string `json:"queue"`
+	FromMS          int64  `json:"from_ms"`
+	ToMS            int64  `json:"to_ms"`
+	Step            int    `json:"step"`
+	FlushIntervalMS int64  `json:"flush_interval_ms"`
+	// PartialFromMS is the start of the first point that may still grow:
+	// the step holding now minus the flush interval (the counts of a
+	// step are complete once every server has flushed after its end).
+	PartialFromMS int64               `json:"partial_from_ms"`
+	T             []int64             `json:"t"`
+	Published     []int64             `json:"published"`
+	Consumed      []int64             `json:"consumed"`
+	Acked         []int64             `json:"acked"`
+	Retried       []int64             `json:"retried"`
+	Dead          []int64             `json:"dead"`
+	LatencyMS     map[string][]*int64 `json:"latency_ms"`
 }
 
 // HistoryFlushInterval is what the series report as flush_interval_ms:
@@ -252,11 +256,13 @@ func (s *Server) series(c *gin.Context) {
 		return
 	}
 	n := w.minutes / w.step
+	sm := int64(w.step)
+	partial := floorDiv(floorDiv(s.now().Add(-HistoryFlushInterval).Unix(), 60), sm) * sm
 	out := historyResponse{
 		Pool: pool, Namespace: ns, Queue: q,
 		FromMS: w.first * 60_000, ToMS: (w.first + int64(w.minutes)) * 60_000, Step: w.step * 60,
-		FlushIntervalMS: HistoryFlushInterval.Milliseconds(),
-		T:               make([]int64, n), Published: make([]int64, n), Consumed: make([]int64, n),
+		FlushIntervalMS: HistoryFlushInterval.Milliseconds(), PartialFromMS: partial * 60_000,
+		T: make([]int64, n), Published: make([]int64, n), Consumed: make([]int64, n),
 		Acked: make([]int64, n), Retried: make([]int64, n), Dead: make([]int64, n),
 		LatencyMS: map[string][]*int64{"p50": make([]*int64, n), "p90": make([]*int64, n), "p99": make([]*int64, n)},
 	}

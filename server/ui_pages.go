@@ -1229,6 +1229,15 @@ type tokenRow struct {
 	Fingerprint string
 	Description string
 	Limit       *auth.Limit
+	// Queues and Roles are the token's scope (empty: all; the read role
+	// is every token's).
+	Queues, Roles []string
+}
+
+// scopeLister is what token stores offer to show the tokens' scopes
+// (auth.Store).
+type scopeLister interface {
+	Scopes(ctx context.Context, pool, namespace string) (map[string]auth.Scope, error)
 }
 
 type tokensPage struct {
@@ -1238,6 +1247,8 @@ type tokensPage struct {
 	Hashed          bool
 	Throttling      bool
 	Error           string
+	// ScopeError says why the scopes could not be read ("" when they were).
+	ScopeError string
 }
 
 func (d *dashboard) tokens(c *gin.Context) {
@@ -1263,12 +1274,24 @@ func (d *dashboard) tokens(c *gin.Context) {
 			d.fail(c, err)
 			return
 		}
+		var scopes map[string]auth.Scope
+		if sl, ok := d.s.tokens.(scopeLister); ok {
+			if scopes, err = sl.Scopes(ctx, pool, p.Namespace); err != nil {
+				p.ScopeError = errMessage(ctx, err)
+			}
+		}
 		for tok, desc := range list {
 			fp := tok
 			if !auth.IsFingerprint(tok) {
 				fp = auth.Fingerprint(tok)
 			}
 			row := tokenRow{Fingerprint: fp, Description: desc}
+			if sc, ok := scopes[tok]; ok {
+				row.Queues = sc.Queues
+				for _, r := range sc.Roles {
+					row.Roles = append(row.Roles, string(r))
+				}
+			}
 			if d.s.throttler != nil {
 				if l, ok, err := d.s.throttler.Get(ctx, pool, p.Namespace, fp); err == nil && ok {
 					row.Limit = &l
