@@ -23,8 +23,8 @@ import (
 const (
 	sizesCacheTTL       = 2 * time.Second
 	sizesPerQueue       = 4 * time.Millisecond // ≤ 250 queues a second: ≤ 1,000 commands a second
-	activityCacheTTL    = 10 * time.Second
-	activityPerQueue    = 10 * time.Millisecond // ≤ 100 queue scripts a second
+	activityCacheTTL    = 2 * time.Second
+	activityPerQueue    = 15 * time.Millisecond // ≤ 67 queue scripts (about 1,000 commands) a second
 	nsCacheMaxNamespace = 1024                  // namespaces kept at most (per cache)
 )
 

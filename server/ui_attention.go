@@ -153,28 +153,31 @@ func (a *attentionList) judgeQueue(pool, ns string, q *engine.QueueDetail, now t
 		age = max(0, now.Sub(q.OldestReady))
 	}
 	waited := age.Round(time.Second).String()
+	// The window: the recent complete minutes and the current one.
+	since := now.UTC().Truncate(time.Minute).Add(-engine.RecentMinutes * time.Minute).Format("15:04 UTC")
+	consumed, died := q.Recent.Consumed+q.Current.Consumed, q.Recent.Dead+q.Current.Dead
 	var why []attentionWhy
 	switch {
 	case q.Paused:
 		why = append(why, attentionWhy{whyPaused, "paused: consumers get nothing (" + strconv.FormatInt(q.Ready, 10) + " ready)", false})
-	case age >= attentionAge && q.Recent.Consumed == 0:
-		why = append(why, attentionWhy{whyStuck, strconv.FormatInt(q.Ready, 10) + " ready, nothing consumed in " +
-			strconv.Itoa(engine.RecentMinutes) + " min; the oldest has waited " + waited, true})
+	case age >= attentionAge && consumed == 0:
+		why = append(why, attentionWhy{whyStuck, strconv.FormatInt(q.Ready, 10) + " ready and nothing consumed since " + since +
+			"; the oldest has waited " + waited, true})
 	case age >= attentionAge:
 		why = append(why, attentionWhy{whyFallingBehnd, "the oldest ready job has waited " + waited + " though consumers take jobs", false})
 	}
-	if q.Recent.Dead > 0 {
-		why = append(why, attentionWhy{whyDeadGrowing, strconv.FormatInt(q.Recent.Dead, 10) + " jobs died in " +
-			strconv.Itoa(engine.RecentMinutes) + " min (" + strconv.FormatInt(q.DeadLetter, 10) + " in the dead letter)", true})
+	if died > 0 {
+		why = append(why, attentionWhy{whyDeadGrowing, strconv.FormatInt(died, 10) + " jobs died since " + since +
+			" (" + strconv.FormatInt(q.DeadLetter, 10) + " in the dead letter)", true})
 	}
 	if why == nil {
 		return
 	}
 	secs := float64(engine.RecentMinutes * 60)
 	r := attentionRow{Pool: pool, Namespace: ns, Queue: q.Queue, URL: queueBase(pool, ns, q.Queue), Why: why,
-		Ready: q.Ready, Dead: q.DeadLetter, DeadRecent: q.Recent.Dead,
+		Ready: q.Ready, Dead: q.DeadLetter, DeadRecent: died,
 		PubRate: rate(float64(q.Recent.Published) / secs), ConRate: rate(float64(q.Recent.Consumed) / secs),
-		weight: max(age.Milliseconds(), q.Recent.Dead)}
+		weight: max(age.Milliseconds(), died)}
 	if age > 0 {
 		r.OldestReady = waited
 	}

@@ -31,12 +31,14 @@ const (
 //	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] timer   KEYS[4] dead letter
 //	KEYS[5] config   KEYS[6] job key prefix j/{T}ns/q/
 //	KEYS[7..] the history hashes of the recent minutes' blocks
-//	ARGV[2] exact split up to   ARGV[3] sample size (0: no split)   (ARGV[1] unused)
+//	ARGV[1] "1" when the last minute of ARGV[4..] is the current one
+//	ARGV[2] exact split up to   ARGV[3] sample size (0: no split)
 //	ARGV[4..] per recent minute: the index in KEYS of its block's hash, and
 //	its place in the block
 //
 // Returns {ready, timer, dead, paused, in flight, exact, oldest list ID,
-// first priority ID, published, consumed, acked, retried, dead (recent)}.
+// first priority ID, published, consumed, acked, retried, dead (recent),
+// then the same five of the current minute (0 without ARGV[1])}.
 var queueDetailScript = script(`
 local jp = KEYS[6]
 local ready = redis.call('LLEN', KEYS[1]) + redis.call('ZCARD', KEYS[2])
@@ -61,12 +63,16 @@ end
 if exact == 0 and seen > 0 then inflight = math.floor(inflight * timer / seen + 0.5) end
 local oldest, first = ready_heads(KEYS[1], KEYS[2], jp)
 local sums = {0, 0, 0, 0, 0}
+local cur = {0, 0, 0, 0, 0}
 for i = 4, #ARGV - 1, 2 do
   local d = ARGV[i + 1]
   local v = redis.call('HMGET', KEYS[tonumber(ARGV[i])], d .. 'p', d .. 'c', d .. 'a', d .. 'r', d .. 'd')
-  for k = 1, 5 do sums[k] = sums[k] + (tonumber(v[k]) or 0) end
+  local to = sums
+  if ARGV[1] == '1' and i + 1 == #ARGV then to = cur end
+  for k = 1, 5 do to[k] = to[k] + (tonumber(v[k]) or 0) end
 end
-return {ready, timer, dead, paused, inflight, exact, oldest, first, sums[1], sums[2], sums[3], sums[4], sums[5]}
+return {ready, timer, dead, paused, inflight, exact, oldest, first, sums[1], sums[2], sums[3], sums[4], sums[5],
+  cur[1], cur[2], cur[3], cur[4], cur[5]}
 `)
 
 // readyHeadsScript returns the IDs of the live jobs at a queue's consume
@@ -341,9 +347,14 @@ func (e *Engine) queueDetails(ctx context.Context, ns string, queues []string, s
 		_, err := e.pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, q := range queues {
 				keys := []string{readyKey(ns, q), prioKey(ns, q), timerKey(ns, q), deadKey(ns, q), configKey(ns, q), jobKeyPrefix(ns, q)}
-				args := []interface{}{"", exact, sample}
+				current := ""
+				end := minute // exclusive
+				if !split {   // the activity: the current minute too
+					current, end = "1", minute+1
+				}
+				args := []interface{}{current, exact, sample}
 				last := int64(-1)
-				for m := minute - engine.RecentMinutes; m < minute; m++ {
+				for m := minute - engine.RecentMinutes; m < end; m++ {
 					b, at := blockOf(m)
 					if b != last {
 						keys = append(keys, queueHistoryKey(ns, q, b))
@@ -371,14 +382,15 @@ func (e *Engine) queueDetails(ctx context.Context, ns string, queues []string, s
 	out := make([]engine.QueueDetail, len(queues))
 	for i, q := range queues {
 		res, err := cmds[i].Slice()
-		if err != nil || len(res) != 13 {
+		if err != nil || len(res) != 18 {
 			return nil, fmt.Errorf("queue details %s/%s: unexpected reply %v: %v", ns, q, res, err)
 		}
 		n := func(k int) int64 { v, _ := res[k].(int64); return v }
 		d := engine.QueueDetail{
 			QueueStats: engine.QueueStats{Namespace: ns, Queue: q, Ready: n(0), Timer: n(1), DeadLetter: n(2)},
 			Paused:     n(3) == 1, InFlight: n(4), InFlightExact: n(5) == 1,
-			Recent: engine.Counts{Published: n(8), Consumed: n(9), Acked: n(10), Retried: n(11), Dead: n(12)},
+			Recent:  engine.Counts{Published: n(8), Consumed: n(9), Acked: n(10), Retried: n(11), Dead: n(12)},
+			Current: engine.Counts{Published: n(13), Consumed: n(14), Acked: n(15), Retried: n(16), Dead: n(17)},
 		}
 		d.InFlight = min(d.InFlight, d.Timer)
 		d.Delayed = d.Timer - d.InFlight
