@@ -114,7 +114,7 @@ func TestDashboardAttention(t *testing.T) {
 			if strings.Join(got, "; ") != strings.Join(want, "; ") {
 				t.Errorf("attention list:\n got %q\nwant %q", got, want)
 			}
-			for _, text := range []string{"3 ready and nothing consumed since", "the oldest has waited 12m0s", "1 jobs died since",
+			for _, text := range []string{"3 ready and nothing consumed since", "the oldest has waited 12m0s", "1 job died since",
 				`href="/ui/queue/default/shop/stuck"`, "paused: consumers get nothing (1 ready)"} {
 				if !strings.Contains(r.body, text) {
 					t.Errorf("overview: no %q", text)

@@ -167,7 +167,11 @@ func (a *attentionList) judgeQueue(pool, ns string, q *engine.QueueDetail, now t
 		why = append(why, attentionWhy{whyFallingBehnd, "the oldest ready job has waited " + waited + " though consumers take jobs", false})
 	}
 	if died > 0 {
-		why = append(why, attentionWhy{whyDeadGrowing, strconv.FormatInt(died, 10) + " jobs died since " + since +
+		jobs := " jobs died since "
+		if died == 1 {
+			jobs = " job died since "
+		}
+		why = append(why, attentionWhy{whyDeadGrowing, strconv.FormatInt(died, 10) + jobs + since +
 			" (" + strconv.FormatInt(q.DeadLetter, 10) + " in the dead letter)", true})
 	}
 	if why == nil {
