@@ -560,6 +560,10 @@ type overviewResponse struct {
 	Pools         []poolOverview `json:"pools"`
 	Totals        sizeTotals     `json:"totals"`
 	GeneratedAtMS int64          `json:"generated_at_ms"`
+	// Attention is the dashboard's attention list (ui_attention.go),
+	// most urgent first; AttentionMore counts the rows left out.
+	Attention     []attentionJSON `json:"attention"`
+	AttentionMore int             `json:"attention_more"`
 }
 
 type poolOverview struct {
@@ -613,6 +617,8 @@ func (s *Server) poolKind(name string, d engine.Dashboard) string {
 func (s *Server) overview(c *gin.Context) {
 	ctx := c.Request.Context()
 	out := overviewResponse{Pools: make([]poolOverview, 0, len(s.pools)), GeneratedAtMS: s.now().UnixMilli()}
+	var att attentionList
+	_, checks := s.ready(ctx) // /readyz's result, reused for 250 ms
 	for _, name := range s.pools {
 		po := poolOverview{Name: name, Namespaces: []namespaceOverview{}}
 		d, err := s.dashboardOf(name)
@@ -631,7 +637,34 @@ func (s *Server) overview(c *gin.Context) {
 		}
 		out.Totals.add(po.Totals)
 		out.Pools = append(out.Pools, po)
+		att.judgePool(&poolView{Name: name, Reachable: po.Reachable, Error: po.Error,
+			Full: checks["pool "+name] == "full", Reserve: checks["pool "+name] == "reserve"})
+		usage := s.poolUsage(ctx, name)
+		nss := make([]string, 0, len(po.Namespaces))
+		for _, ns := range po.Namespaces {
+			nss = append(nss, ns.Name)
+		}
+		for ns := range usage {
+			if !slices.Contains(nss, ns) {
+				nss = append(nss, ns)
+			}
+		}
+		slices.Sort(nss)
+		for _, ns := range nss {
+			att.judgeNamespace(name, &nsView{Name: ns, Usage: usage[ns]})
+		}
+		if po.Reachable && po.Totals.Queues > 0 {
+			names := make([]string, 0, len(po.Namespaces))
+			for _, ns := range po.Namespaces {
+				if ns.Queues > 0 {
+					names = append(names, ns.Name)
+				}
+			}
+			s.judgeQueues(ctx, &att, name, d, names, po.Totals.Queues, s.now())
+		}
 	}
+	att.finish(s.now())
+	out.Attention, out.AttentionMore = att.json(), att.More
 	c.JSON(http.StatusOK, out)
 }
 

@@ -121,6 +121,26 @@ func TestDashboardAttention(t *testing.T) {
 				}
 			}
 
+			// GET /overview holds the same list.
+			var ov struct {
+				Attention []struct {
+					Pool, Namespace, Queue string
+					Why                    []struct{ Kind, Text string }
+					Ready                  int64
+					OldestReadyAgeMS       int64 `json:"oldest_ready_age_ms"`
+				}
+			}
+			getJSON(t, l.admin+"/overview", 200, &ov)
+			got = nil
+			for _, a := range ov.Attention {
+				got = append(got, strings.Trim(a.Namespace+"/"+a.Queue, "/")+": "+a.Why[0].Kind)
+			}
+			if strings.Join(got, "; ") != strings.Join(want, "; ") {
+				t.Errorf("GET /overview attention:\n got %q\nwant %q", got, want)
+			} else if s := ov.Attention[1]; s.Ready != 3 || s.OldestReadyAgeMS != (12*time.Minute).Milliseconds() {
+				t.Errorf("GET /overview attention of stuck: %+v", s)
+			}
+
 			// Sorts over every queue of the namespace, by age and rates.
 			for _, tc := range []struct{ sort, want string }{
 				{"oldest_ready", "stuck slow held busy"},

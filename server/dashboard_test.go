@@ -398,13 +398,16 @@ func TestDashboardBulkRoundTrips(t *testing.T) {
 	if n := hook.n.Load() - before; n < 3 || n > 5 || p.Total != 100 {
 		t.Errorf("after the cache expired: %d round trips (want 3 to 5: read again), %d queues matching q11", n, p.Total)
 	}
-	// The overview reads the same cached sizes: a ping, the registry and
-	// nothing per queue.
-	before = hook.n.Load()
-	var ov struct{ Totals map[string]int64 }
-	getJSON(t, admin+"/overview", 200, &ov)
-	if n := hook.n.Load() - before; n > 4 || ov.Totals["ready"] != int64(len(reqs)) || ov.Totals["queues"] != queues {
-		t.Errorf("overview: %d round trips, totals %v", n, ov.Totals)
+	// The overview reads the same cached sizes (a ping, the registry and
+	// nothing per queue), and for its attention list the queues' activity:
+	// 3 pipelines of 500 the first time, nothing more while cached.
+	for i, most := range []int64{7, 4} {
+		before = hook.n.Load()
+		var ov struct{ Totals map[string]int64 }
+		getJSON(t, admin+"/overview", 200, &ov)
+		if n := hook.n.Load() - before; n > most || ov.Totals["ready"] != int64(len(reqs)) || ov.Totals["queues"] != queues {
+			t.Errorf("overview %d: %d round trips (want at most %d), totals %v", i+1, n, most, ov.Totals)
+		}
 	}
 }
 

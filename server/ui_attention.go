@@ -54,10 +54,48 @@ type attentionRow struct {
 	Why                    []attentionWhy
 	rank                   int
 	weight                 int64 // orders rows of one rank: bigger first
-	// The queue's figures (Queue != "").
+	// The queue's figures (Queue != ""), for the page and for JSON.
 	Ready, Dead, DeadRecent int64
 	OldestReady             string
 	PubRate, ConRate        string
+	oldestMS                int64
+	pub, con                float64
+}
+
+// attentionJSON is a row of GET /overview's attention.
+type attentionJSON struct {
+	Pool             string            `json:"pool"`
+	Namespace        string            `json:"namespace"`
+	Queue            string            `json:"queue"`
+	Why              []attentionWhyRow `json:"why"`
+	Ready            int64             `json:"ready"`
+	Dead             int64             `json:"dead"`
+	DeadRecent       int64             `json:"dead_recent"`
+	OldestReadyAgeMS int64             `json:"oldest_ready_age_ms"`
+	Rates            struct {
+		Published float64 `json:"published"`
+		Consumed  float64 `json:"consumed"`
+	} `json:"rates"`
+}
+
+type attentionWhyRow struct {
+	Kind string `json:"kind"`
+	Text string `json:"text"`
+}
+
+// json renders the rows for GET /overview.
+func (a *attentionList) json() []attentionJSON {
+	out := make([]attentionJSON, len(a.Rows))
+	for i, r := range a.Rows {
+		o := attentionJSON{Pool: r.Pool, Namespace: r.Namespace, Queue: r.Queue, Ready: r.Ready, Dead: r.Dead,
+			DeadRecent: r.DeadRecent, OldestReadyAgeMS: r.oldestMS}
+		o.Rates.Published, o.Rates.Consumed = r.pub, r.con
+		for _, w := range r.Why {
+			o.Why = append(o.Why, attentionWhyRow{w.Kind, w.Text})
+		}
+		out[i] = o
+	}
+	return out
 }
 
 // attentionWhy is one reason: a short Kind (the badge, and the row's
@@ -180,8 +218,9 @@ func (a *attentionList) judgeQueue(pool, ns string, q *engine.QueueDetail, now t
 	secs := float64(engine.RecentMinutes * 60)
 	r := attentionRow{Pool: pool, Namespace: ns, Queue: q.Queue, URL: queueBase(pool, ns, q.Queue), Why: why,
 		Ready: q.Ready, Dead: q.DeadLetter, DeadRecent: died,
-		PubRate: rate(float64(q.Recent.Published) / secs), ConRate: rate(float64(q.Recent.Consumed) / secs),
-		weight: max(age.Milliseconds(), died)}
+		pub: float64(q.Recent.Published) / secs, con: float64(q.Recent.Consumed) / secs,
+		weight: max(age.Milliseconds(), died), oldestMS: age.Milliseconds()}
+	r.PubRate, r.ConRate = rate(r.pub), rate(r.con)
 	if age > 0 {
 		r.OldestReady = waited
 	}
@@ -191,10 +230,10 @@ func (a *attentionList) judgeQueue(pool, ns string, q *engine.QueueDetail, now t
 // judgeQueues lists the queues of a pool's namespaces that need
 // attention, from their cached activity; the activity of a pool of n
 // queues is read at most once per the cache's lifetime for n.
-func (d *dashboard) judgeQueues(ctx context.Context, a *attentionList, pool string, db engine.Dashboard, namespaces []string, queues int, now time.Time) {
-	atLeast := d.s.activity.ttl(queues)
+func (s *Server) judgeQueues(ctx context.Context, a *attentionList, pool string, db engine.Dashboard, namespaces []string, queues int, now time.Time) {
+	atLeast := s.activity.ttl(queues)
 	for _, ns := range namespaces {
-		act, at, err := d.s.namespaceActivity(ctx, pool, ns, db, atLeast)
+		act, at, err := s.namespaceActivity(ctx, pool, ns, db, atLeast)
 		if err != nil {
 			a.Errors = append(a.Errors, "pool "+pool+": "+errMessage(ctx, err))
 			return

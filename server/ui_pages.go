@@ -260,7 +260,7 @@ func (d *dashboard) overview(c *gin.Context) {
 			v.Totals.addSizes(r)
 			pv.Totals.addSizes(r)
 		}
-		usage := d.poolUsage(ctx, pool)
+		usage := d.s.poolUsage(ctx, pool)
 		pv.Quotas = usage != nil
 		for ns := range usage {
 			if byNS[ns] == nil && engine.ValidName(ns) {
@@ -283,7 +283,7 @@ func (d *dashboard) overview(c *gin.Context) {
 					nss = append(nss, v.Name)
 				}
 			}
-			d.judgeQueues(ctx, &page.Attention, pool, db, nss, len(rows), d.s.now())
+			d.s.judgeQueues(ctx, &page.Attention, pool, db, nss, len(rows), d.s.now())
 		}
 		page.Totals.addSizes(pv.Totals)
 		page.Queues += len(rows)
