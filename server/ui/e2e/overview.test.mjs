@@ -105,15 +105,19 @@ await step('the overview lists the unconsumed backlog and the paused queue; a jo
 await step('the charts end at the last complete point', async () => {
   const section = page.locator('section[data-charts]');
   await until('charts loaded', async () => (await section.getAttribute('data-loaded')) === '1h', 15000);
-  const got = await page.evaluate(async () => {
-    const h = await (await fetch('/history?range=1h', { credentials: 'same-origin' })).json();
-    const u = document.querySelector('.chart-throughput')._uplot;
-    const xs = u.data[0];
-    return { points: h.t.length, partial: h.partial_from_ms, complete: h.t.filter((t) => t < h.partial_from_ms).length, drawn: xs.length, last: xs[xs.length - 1] * 1000 };
+  // The chart against the series it was drawn from (GET /history?range=1h:
+  // 61 points a minute apart, the last one or two partial).
+  const got = await page.evaluate(() => {
+    const s = document.querySelector('section[data-charts]');
+    const xs = document.querySelector('.chart-throughput')._uplot.data[0];
+    const partial = Number(s.dataset.partialFrom);
+    return { points: Number(s.dataset.points), partial, drawn: xs.length, last: xs[xs.length - 1] * 1000, first: xs[0] * 1000 };
   });
-  assert.ok(got.points > got.complete, `the series holds a partial point (${JSON.stringify(got)})`);
-  assert.equal(got.drawn, got.complete, 'only complete points are drawn');
-  assert.ok(got.last < got.partial, 'the last point drawn is complete');
+  assert.ok(got.points === 61 && got.partial > 0, `the series (${JSON.stringify(got)})`);
+  const complete = (got.partial - got.first) / 60000; // points from the first up to the partial ones
+  assert.equal(got.drawn, complete, `only complete points are drawn (${JSON.stringify(got)})`);
+  assert.ok(got.drawn < got.points, 'the partial point is left out');
+  assert.ok(got.last < got.partial && got.last + 60000 === got.partial, 'the last point drawn is the last complete one');
 });
 
 await step('the queues table sorts by oldest ready and by rates', async () => {

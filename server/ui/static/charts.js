@@ -101,6 +101,10 @@
             function (n) { return h.latency_ms[n] || []; }, ' ms');
         }
         status.textContent = 'updated ' + new Date().toLocaleTimeString();
+        // What was drawn from (for the browser test): the series' points and
+        // where its partial ones start.
+        section.dataset.points = String(full.t.length);
+        section.dataset.partialFrom = String(full.partial_from_ms);
         section.dataset.loaded = range;
       })
       .catch(function (e) { status.textContent = 'charts unavailable: ' + e.message; });
