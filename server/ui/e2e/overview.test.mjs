@@ -139,14 +139,15 @@ await step('the page says stale while Redis does not answer, and live again afte
   await page.goto(`${ADMIN}/ui/queue/default/${NS}/orders`);
   const status = page.locator('#live-status');
   await until('live', async () => /^live · /.test(await status.textContent()), 10000);
-  // CLIENT PAUSE: Redis holds every client's commands for 6 s.
+  // CLIENT PAUSE: Redis holds every client's commands for 8 s; the page
+  // says stale after at most 5 s (no answer) or sooner (an error page).
   await new Promise((resolve, reject) => {
     const [host, port] = env.redis.split(':');
-    const s = connect({ host, port: Number(port) }, () => s.write('*4\r\n$6\r\nCLIENT\r\n$5\r\nPAUSE\r\n$4\r\n6000\r\n$3\r\nALL\r\n'));
+    const s = connect({ host, port: Number(port) }, () => s.write('*4\r\n$6\r\nCLIENT\r\n$5\r\nPAUSE\r\n$4\r\n8000\r\n$3\r\nALL\r\n'));
     s.on('data', (d) => { s.end(); String(d).startsWith('+OK') ? resolve() : reject(new Error(String(d))); });
     s.on('error', reject);
   });
-  await until('stale', async () => /^stale: .* · data from /.test(await status.textContent()), 8000);
+  await until('stale', async () => /^stale: .* · data from /.test(await status.textContent()), 10000);
   assert.equal(await page.evaluate(() => document.body.classList.contains('stale')), true, 'the regions dimmed');
   await shot(page, 'stale');
   await until('live again', async () => /^live · /.test(await status.textContent()), 20000);
