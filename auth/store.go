@@ -255,6 +255,38 @@ func (s *Store) List(ctx context.Context, pool, namespace string, prefixPool boo
 	return out, nil
 }
 
+// Scopes returns the scope of every scoped token of namespace in pool,
+// keyed as List shows the token (unprefixed): a token absent from the map
+// may do everything in the namespace. As Verify, a scope in the current
+// hash wins over one an earlier version kept (legacyScopeKey). A scope
+// that cannot be decoded is an error (Verify refuses its token).
+func (s *Store) Scopes(ctx context.Context, pool, namespace string) (map[string]Scope, error) {
+	pool = normPool(pool)
+	if !s.HasPool(pool) {
+		return nil, ErrPoolNotFound
+	}
+	cur, err := s.client.HGetAll(ctx, scopeKey(pool, namespace)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("auth: list scopes of %s/%s: %w", pool, namespace, err)
+	}
+	// The legacy hash is another slot on a cluster: read on its own.
+	legacy, err := s.client.HGetAll(ctx, legacyScopeKey(pool, namespace)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("auth: list scopes of %s/%s: %w", pool, namespace, err)
+	}
+	out := make(map[string]Scope, len(cur)+len(legacy))
+	for _, hash := range []map[string]string{legacy, cur} { // current last: it wins
+		for field, raw := range hash {
+			var sc Scope
+			if err := json.Unmarshal([]byte(raw), &sc); err != nil {
+				return nil, fmt.Errorf("auth: decode scope of a token of %s/%s: %w", pool, namespace, err)
+			}
+			out[displayToken(field, s.hash)] = sc
+		}
+	}
+	return out, nil
+}
+
 // Delete removes a token and its scope, in whichever form it is stored.
 // token may be "pool:secret"; its prefix wins over pool. It may also be a
 // fingerprint (see IsFingerprint), as List shows: ErrAmbiguousFingerprint

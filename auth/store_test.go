@@ -228,6 +228,17 @@ func TestStoreScopes(t *testing.T) {
 			t.Fatalf("Verify(lmstfy token) = %+v, %v", got, err)
 		}
 
+		// Scopes lists the scoped token, keyed as List shows it, and
+		// nothing for the unrestricted one.
+		scopes, err := other.Scopes(ctx, DefaultPool, "ns")
+		_, secret := ParseToken(tok)
+		if err != nil || len(scopes) != 1 || !reflect.DeepEqual(scopes[secret], want) {
+			t.Fatalf("Scopes = %+v, %v; want %s → %+v only", scopes, err, secret, want)
+		}
+		if list, _ := other.List(ctx, DefaultPool, "ns", false); list[secret] != "publisher" {
+			t.Fatalf("List = %v: Scopes' key is not List's", list)
+		}
+
 		// An unreadable scope fails closed, and is not taken for "unknown token".
 		seedToken(t, c, DefaultPool, "ns", "corrupt-scope-token-0000", "x")
 		if err := c.HSet(ctx, scopeKey(DefaultPool, "ns"), "corrupt-scope-token-0000", "{not json").Err(); err != nil {
@@ -235,6 +246,9 @@ func TestStoreScopes(t *testing.T) {
 		}
 		if _, err := other.Verify(ctx, DefaultPool, "ns", "corrupt-scope-token-0000"); err == nil || errors.Is(err, ErrInvalidToken) {
 			t.Fatalf("Verify with a corrupt scope = %v, want a non-nil internal error", err)
+		}
+		if _, err := other.Scopes(ctx, DefaultPool, "ns"); err == nil {
+			t.Fatal("Scopes with a corrupt scope: no error")
 		}
 
 		// Delete removes the scope too, so a re-created token starts unrestricted.

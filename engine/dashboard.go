@@ -105,6 +105,11 @@ type QueueDetail struct {
 	// Recent sums the queue's history over the RecentMinutes complete
 	// minutes before now.
 	Recent Counts
+	// Current is the current minute's history so far (up to a flush
+	// interval late), read by QueueActivity only: the attention list
+	// sees a job die, or a consumer come back, without waiting for the
+	// minute to end. Latency is not read.
+	Current Counts
 }
 
 // RecentMinutes is the window of QueueDetail.Recent.
@@ -133,6 +138,11 @@ type Dashboard interface {
 	// QueueDetails returns the details of the named queues of ns, in one
 	// round trip.
 	QueueDetails(ctx context.Context, ns string, queues []string) ([]QueueDetail, error)
+	// QueueActivity returns what the attention list and the sorts by
+	// rate and age need of many queues of ns (QueueDetail without the
+	// Delayed/InFlight split: sizes, paused, oldest ready, recent and
+	// current counts), in one round trip per few hundred queues.
+	QueueActivity(ctx context.Context, ns string, queues []string) ([]QueueDetail, error)
 	// ListJobs returns up to limit jobs of list, from cursor (0 first),
 	// and the cursor of the next page (0 when there is none).
 	ListJobs(ctx context.Context, ns, q string, list JobList, cursor int64, limit int) ([]*Job, int64, error)

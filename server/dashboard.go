@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -31,7 +30,7 @@ var (
 	errInvalidStep      = badRequest("invalid step: seconds, a multiple of 60 from 60 to 3600")
 	errInvalidOffset2   = badRequest("invalid offset")
 	errInvalidPageLimit = badRequest("invalid limit")
-	errInvalidSort      = badRequest("invalid sort: one of name, ready, scheduled, dead")
+	errInvalidSort      = badRequest("invalid sort: one of name, ready, scheduled, dead, oldest_ready, published, consumed")
 	errInvalidOrder     = badRequest("invalid order: asc or desc")
 	errInvalidJobState  = badRequest("invalid state: one of ready, delayed, in_flight, scheduled")
 	errInvalidCursor    = badRequest("invalid cursor")
@@ -44,7 +43,6 @@ const (
 	maxQueuePage     = 500
 	defaultJobPage   = 50
 	maxJobPage       = 200
-	sizesCacheTTL    = 2 * time.Second
 	historyWindowMax = 24 * time.Hour
 )
 
@@ -86,20 +84,24 @@ func queryPool(c *gin.Context) string {
 
 // historyResponse is a series (doc/dashboard.md).
 type historyResponse struct {
-	Pool            string              `json:"pool"`
-	Namespace       string              `json:"namespace"`
-	Queue           string              `json:"queue"`
-	FromMS          int64               `json:"from_ms"`
-	ToMS            int64               `json:"to_ms"`
-	Step            int                 `json:"step"`
-	FlushIntervalMS int64               `json:"flush_interval_ms"`
-	T               []int64             `json:"t"`
-	Published       []int64             `json:"published"`
-	Consumed        []int64             `json:"consumed"`
-	Acked           []int64             `json:"acked"`
-	Retried         []int64             `json:"retried"`
-	Dead            []int64             `json:"dead"`
-	LatencyMS       map[string][]*int64 `json:"latency_ms"`
+	Pool            string `json:"pool"`
+	Namespace       string `json:"namespace"`
+	Queue           string `json:"queue"`
+	FromMS          int64  `json:"from_ms"`
+	ToMS            int64  `json:"to_ms"`
+	Step            int    `json:"step"`
+	FlushIntervalMS int64  `json:"flush_interval_ms"`
+	// PartialFromMS is the start of the first point that may still grow:
+	// the step holding now minus the flush interval (the counts of a
+	// step are complete once every server has flushed after its end).
+	PartialFromMS int64               `json:"partial_from_ms"`
+	T             []int64             `json:"t"`
+	Published     []int64             `json:"published"`
+	Consumed      []int64             `json:"consumed"`
+	Acked         []int64             `json:"acked"`
+	Retried       []int64             `json:"retried"`
+	Dead          []int64             `json:"dead"`
+	LatencyMS     map[string][]*int64 `json:"latency_ms"`
 }
 
 // HistoryFlushInterval is what the series report as flush_interval_ms:
@@ -254,11 +256,13 @@ func (s *Server) series(c *gin.Context) {
 		return
 	}
 	n := w.minutes / w.step
+	sm := int64(w.step)
+	partial := floorDiv(floorDiv(s.now().Add(-HistoryFlushInterval).Unix(), 60), sm) * sm
 	out := historyResponse{
 		Pool: pool, Namespace: ns, Queue: q,
 		FromMS: w.first * 60_000, ToMS: (w.first + int64(w.minutes)) * 60_000, Step: w.step * 60,
-		FlushIntervalMS: HistoryFlushInterval.Milliseconds(),
-		T:               make([]int64, n), Published: make([]int64, n), Consumed: make([]int64, n),
+		FlushIntervalMS: HistoryFlushInterval.Milliseconds(), PartialFromMS: partial * 60_000,
+		T: make([]int64, n), Published: make([]int64, n), Consumed: make([]int64, n),
 		Acked: make([]int64, n), Retried: make([]int64, n), Dead: make([]int64, n),
 		LatencyMS: map[string][]*int64{"p50": make([]*int64, n), "p90": make([]*int64, n), "p99": make([]*int64, n)},
 	}
@@ -276,55 +280,6 @@ func (s *Server) series(c *gin.Context) {
 		}
 	}
 	c.JSON(http.StatusOK, out)
-}
-
-// sizesCache keeps the sizes of every queue of a namespace briefly, so that
-// refreshes of a table of many queues, by one or many browsers, read them
-// once per sizesCacheTTL.
-type sizesCache struct {
-	mu sync.Mutex
-	m  map[string]*sizesEntry
-}
-
-type sizesEntry struct {
-	mu    sync.Mutex // held while the sizes are read
-	at    time.Time
-	stats []engine.QueueStats
-}
-
-func (sc *sizesCache) get(ctx context.Context, pool, ns string, d engine.Dashboard) ([]engine.QueueStats, error) {
-	k := pool + "\x00" + ns
-	sc.mu.Lock()
-	if sc.m == nil {
-		sc.m = make(map[string]*sizesEntry)
-	}
-	en := sc.m[k]
-	if en == nil {
-		if len(sc.m) >= 1024 { // namespaces browsed: drop the stale ones
-			for key, old := range sc.m {
-				if old.mu.TryLock() {
-					if time.Since(old.at) > sizesCacheTTL {
-						delete(sc.m, key)
-					}
-					old.mu.Unlock()
-				}
-			}
-		}
-		en = &sizesEntry{}
-		sc.m[k] = en
-	}
-	sc.mu.Unlock()
-	en.mu.Lock()
-	defer en.mu.Unlock()
-	if en.stats != nil && time.Since(en.at) < sizesCacheTTL {
-		return en.stats, nil
-	}
-	stats, err := d.NamespaceQueues(ctx, ns)
-	if err != nil {
-		return nil, err
-	}
-	en.stats, en.at = stats, time.Now()
-	return stats, nil
 }
 
 // queueRow is one queue of GET /queues/:namespace.
@@ -397,8 +352,11 @@ func (s *Server) listQueues(c *gin.Context) {
 		return
 	}
 	var key func(st *engine.QueueStats) int64
-	switch c.DefaultQuery("sort", "name") {
+	sortBy := c.DefaultQuery("sort", "name")
+	switch sortBy {
 	case "name":
+	case "oldest_ready", "published", "consumed":
+		// by the activity of every queue, below
 	case "ready":
 		key = func(st *engine.QueueStats) int64 { return st.Ready }
 	case "scheduled":
@@ -420,10 +378,23 @@ func (s *Server) listQueues(c *gin.Context) {
 	}
 	filter := c.Query("filter")
 	ctx := c.Request.Context()
-	all, err := s.sizes.get(ctx, pool, ns, d)
+	all, _, err := s.namespaceSizes(ctx, pool, ns, d, 0)
 	if err != nil {
 		s.failAdmin(c, err)
 		return
+	}
+	if key == nil && sortBy != "name" {
+		act, _, err := s.namespaceActivity(ctx, pool, ns, d, 0)
+		if err != nil {
+			s.failAdmin(c, err)
+			return
+		}
+		by := make(map[string]*engine.QueueDetail, len(act))
+		for i := range act {
+			by[act[i].Queue] = &act[i]
+		}
+		now, k := s.now(), strings.TrimSuffix(sortBy, "_ready")
+		key = func(st *engine.QueueStats) int64 { return activityKey(by[st.Queue], k, now) }
 	}
 	rows := make([]engine.QueueStats, 0, len(all))
 	for _, st := range all {
@@ -589,6 +560,10 @@ type overviewResponse struct {
 	Pools         []poolOverview `json:"pools"`
 	Totals        sizeTotals     `json:"totals"`
 	GeneratedAtMS int64          `json:"generated_at_ms"`
+	// Attention is the dashboard's attention list (ui_attention.go),
+	// most urgent first; AttentionMore counts the rows left out.
+	Attention     []attentionJSON `json:"attention"`
+	AttentionMore int             `json:"attention_more"`
 }
 
 type poolOverview struct {
@@ -642,6 +617,8 @@ func (s *Server) poolKind(name string, d engine.Dashboard) string {
 func (s *Server) overview(c *gin.Context) {
 	ctx := c.Request.Context()
 	out := overviewResponse{Pools: make([]poolOverview, 0, len(s.pools)), GeneratedAtMS: s.now().UnixMilli()}
+	var att attentionList
+	_, checks := s.ready(ctx) // /readyz's result, reused for 250 ms
 	for _, name := range s.pools {
 		po := poolOverview{Name: name, Namespaces: []namespaceOverview{}}
 		d, err := s.dashboardOf(name)
@@ -660,7 +637,34 @@ func (s *Server) overview(c *gin.Context) {
 		}
 		out.Totals.add(po.Totals)
 		out.Pools = append(out.Pools, po)
+		att.judgePool(&poolView{Name: name, Reachable: po.Reachable, Error: po.Error,
+			Full: checks["pool "+name] == "full", Reserve: checks["pool "+name] == "reserve"})
+		usage := s.poolUsage(ctx, name)
+		nss := make([]string, 0, len(po.Namespaces))
+		for _, ns := range po.Namespaces {
+			nss = append(nss, ns.Name)
+		}
+		for ns := range usage {
+			if !slices.Contains(nss, ns) {
+				nss = append(nss, ns)
+			}
+		}
+		slices.Sort(nss)
+		for _, ns := range nss {
+			att.judgeNamespace(name, &nsView{Name: ns, Usage: usage[ns]})
+		}
+		if po.Reachable && po.Totals.Queues > 0 {
+			names := make([]string, 0, len(po.Namespaces))
+			for _, ns := range po.Namespaces {
+				if ns.Queues > 0 {
+					names = append(names, ns.Name)
+				}
+			}
+			s.judgeQueues(ctx, &att, name, d, names, po.Totals.Queues, s.now())
+		}
 	}
+	att.finish(s.now())
+	out.Attention, out.AttentionMore = att.json(), att.More
 	c.JSON(http.StatusOK, out)
 }
 
@@ -679,11 +683,12 @@ func (s *Server) poolOverview(ctx context.Context, name string, d engine.Dashboa
 		nss = append(nss, ns)
 	}
 	slices.Sort(nss)
+	atLeast := s.sizes.ttl(poolQueues(info))
 	for _, ns := range nss {
 		if !engine.ValidName(ns) {
 			continue
 		}
-		stats, err := s.sizes.get(pctx, name, ns, d)
+		stats, _, err := s.namespaceSizes(pctx, name, ns, d, atLeast)
 		if err != nil {
 			return err
 		}
@@ -697,4 +702,14 @@ func (s *Server) poolOverview(ctx context.Context, name string, d engine.Dashboa
 		po.Namespaces = append(po.Namespaces, namespaceOverview{Name: ns, Queues: len(stats)})
 	}
 	return nil
+}
+
+// poolQueues counts the queues of an engine's Info: what a read of every
+// namespace's sizes or activity costs, for their caches' lifetimes.
+func poolQueues(info map[string][]string) int {
+	n := 0
+	for _, qs := range info {
+		n += len(qs)
+	}
+	return n
 }

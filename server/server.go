@@ -157,9 +157,10 @@ type Server struct {
 	quotaMetrics *quotaMetrics
 	// passwords checks the admin accounts' passwords (admin_door.go).
 	passwords passwordChecker
-	// sizes caches the queue sizes of namespaces for the dashboard
-	// (dashboard.go).
-	sizes sizesCache
+	// sizes and activity cache whole-namespace reads for the dashboard
+	// (dashboard_cache.go).
+	sizes    *nsCache[engine.QueueStats]
+	activity *nsCache[engine.QueueDetail]
 	// tracer is nil when tracing is off (trace.go); storeTrace is
 	// Kairos.StoreTraceContext.
 	tracer     trace.Tracer
@@ -262,6 +263,8 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		audit:      deps.Audit,
 
 		readyChecks: deps.ReadyChecks,
+		sizes:       newNSCache[engine.QueueStats](sizesCacheTTL, sizesPerQueue),
+		activity:    newNSCache[engine.QueueDetail](activityCacheTTL, activityPerQueue),
 	}
 	for name := range deps.Engines {
 		s.pools = append(s.pools, name)

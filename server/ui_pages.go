@@ -227,6 +227,8 @@ type overviewPage struct {
 	Pools  []poolView
 	Totals uiQueueRow
 	Queues int
+	// Attention lists what needs an operator now (ui_attention.go).
+	Attention attentionList
 }
 
 func (d *dashboard) overview(c *gin.Context) {
@@ -258,7 +260,7 @@ func (d *dashboard) overview(c *gin.Context) {
 			v.Totals.addSizes(r)
 			pv.Totals.addSizes(r)
 		}
-		usage := d.poolUsage(ctx, pool)
+		usage := d.s.poolUsage(ctx, pool)
 		pv.Quotas = usage != nil
 		for ns := range usage {
 			if byNS[ns] == nil && engine.ValidName(ns) {
@@ -270,10 +272,24 @@ func (d *dashboard) overview(c *gin.Context) {
 			pv.Namespaces = append(pv.Namespaces, *v)
 		}
 		slices.SortFunc(pv.Namespaces, func(a, b nsView) int { return strings.Compare(a.Name, b.Name) })
+		page.Attention.judgePool(&pv)
+		for i := range pv.Namespaces {
+			page.Attention.judgeNamespace(pool, &pv.Namespaces[i])
+		}
+		if err == nil && derr == nil && len(rows) > 0 {
+			nss := make([]string, 0, len(pv.Namespaces))
+			for _, v := range pv.Namespaces {
+				if v.Queues > 0 {
+					nss = append(nss, v.Name)
+				}
+			}
+			d.s.judgeQueues(ctx, &page.Attention, pool, db, nss, len(rows), d.s.now())
+		}
 		page.Totals.addSizes(pv.Totals)
 		page.Queues += len(rows)
 		page.Pools = append(page.Pools, pv)
 	}
+	page.Attention.finish(d.s.now())
 	d.render(c, http.StatusOK, "overview", "Overview", "overview", page)
 }
 
@@ -295,11 +311,12 @@ func (d *dashboard) poolSizes(ctx context.Context, pool string, db engine.Dashbo
 		return nil, err
 	}
 	var rows []uiQueueRow
+	atLeast := d.s.sizes.ttl(poolQueues(info))
 	for ns := range info {
 		if !engine.ValidName(ns) {
 			continue
 		}
-		stats, err := d.s.sizes.get(pctx, pool, ns, db)
+		stats, _, err := d.s.namespaceSizes(pctx, pool, ns, db, atLeast)
 		if err != nil {
 			return nil, err
 		}
@@ -395,6 +412,9 @@ type namespacePage struct {
 	Sorts          []sortLink
 	PrevURL        string
 	NextURL        string
+	// SizesAge and ActivityAge say how old the cached sizes, and the
+	// activity a sort by age or rate used, are, when over 3 s.
+	SizesAge, ActivityAge string
 }
 
 type sortLink struct {
@@ -403,9 +423,48 @@ type sortLink struct {
 	Dir             string
 }
 
-// queueSorts are the sortable columns of the queues table.
+// queueSorts are the sortable columns of the queues table, in its order.
 var queueSorts = []struct{ key, label string }{
 	{"name", "Queue"}, {"ready", "Ready"}, {"scheduled", "Delayed + in flight"}, {"dead", "Dead"},
+	{"oldest", "Oldest ready"}, {"published", "Published/s"}, {"consumed", "Consumed/s"},
+}
+
+// activitySort reports whether a sort of the queues reads their activity
+// (engine.Dashboard's QueueActivity) rather than their sizes.
+func activitySort(key string) bool {
+	return key == "oldest" || key == "published" || key == "consumed"
+}
+
+// activityKey is a queue's sort key by age or rate: the oldest ready
+// job's age in ms, or its jobs published or consumed over the recent
+// minutes (the rate's numerator); 0 without activity.
+func activityKey(a *engine.QueueDetail, key string, now time.Time) int64 {
+	if a == nil {
+		return 0
+	}
+	switch key {
+	case "oldest":
+		if a.Ready > 0 && !a.OldestReady.IsZero() {
+			return max(0, now.Sub(a.OldestReady).Milliseconds())
+		}
+	case "published":
+		return a.Recent.Published
+	case "consumed":
+		return a.Recent.Consumed
+	}
+	return 0
+}
+
+// staleFor renders how old a cached read is when it is older than the
+// live refresh would suggest (over 3 s): "" otherwise.
+func staleFor(now, at time.Time) string {
+	if at.IsZero() {
+		return ""
+	}
+	if d := now.Sub(at); d > 3*time.Second {
+		return d.Round(time.Second).String()
+	}
+	return ""
 }
 
 func (d *dashboard) namespace(c *gin.Context) {
@@ -422,9 +481,10 @@ func (d *dashboard) namespace(c *gin.Context) {
 	db, derr := d.s.dashboardOf(pool)
 	var rows []uiQueueRow
 	var err error
+	var sizesAt time.Time
 	if derr == nil {
 		var stats []engine.QueueStats
-		if stats, err = d.s.sizes.get(ctx, pool, ns, db); err == nil {
+		if stats, sizesAt, err = d.s.namespaceSizes(ctx, pool, ns, db, 0); err == nil {
 			for _, q := range stats {
 				rows = append(rows, uiQueueRow{Pool: pool, Namespace: ns, Queue: q.Queue, Ready: q.Ready, Timer: q.Timer, Dead: q.DeadLetter})
 			}
@@ -464,6 +524,25 @@ func (d *dashboard) namespace(c *gin.Context) {
 		f := strings.ToLower(p.Filter)
 		rows = slices.DeleteFunc(rows, func(r uiQueueRow) bool { return !strings.Contains(strings.ToLower(r.Queue), f) })
 	}
+	if !slices.ContainsFunc(queueSorts, func(s struct{ key, label string }) bool { return s.key == p.Sort }) {
+		p.Sort = "name"
+	}
+	now := d.s.now()
+	// The sorts by age and rates read every queue's activity (cached:
+	// dashboard_cache.go); the others the sizes alone.
+	var act map[string]*engine.QueueDetail
+	if activitySort(p.Sort) && derr == nil {
+		list, at, err := d.s.namespaceActivity(ctx, pool, ns, db, 0)
+		if err != nil {
+			d.fail(c, err)
+			return
+		}
+		act = make(map[string]*engine.QueueDetail, len(list))
+		for i := range list {
+			act[list[i].Queue] = &list[i]
+		}
+		p.ActivityAge = staleFor(now, at)
+	}
 	key := func(r uiQueueRow) int64 {
 		switch p.Sort {
 		case "ready":
@@ -473,10 +552,7 @@ func (d *dashboard) namespace(c *gin.Context) {
 		case "dead":
 			return r.Dead
 		}
-		return 0
-	}
-	if !slices.ContainsFunc(queueSorts, func(s struct{ key, label string }) bool { return s.key == p.Sort }) {
-		p.Sort = "name"
+		return activityKey(act[r.Queue], p.Sort, now)
 	}
 	slices.SortStableFunc(rows, func(a, b uiQueueRow) int {
 		var c int
@@ -498,6 +574,7 @@ func (d *dashboard) namespace(c *gin.Context) {
 		}
 		return c
 	})
+	p.SizesAge = staleFor(now, sizesAt)
 	p.Matching = len(rows)
 	p.Pages = max(1, (len(rows)+p.PerPage-1)/p.PerPage)
 	p.PageNo, _ = strconv.Atoi(c.Query("page"))
@@ -514,7 +591,6 @@ func (d *dashboard) namespace(c *gin.Context) {
 			d.fail(c, err)
 			return
 		}
-		now := d.s.now()
 		for i := range p.Rows {
 			if i < len(details) && details[i].Queue == p.Rows[i].Queue {
 				applyDetail(&p.Rows[i], &details[i], now)
@@ -540,7 +616,7 @@ func (d *dashboard) namespace(c *gin.Context) {
 	}
 	for _, s := range queueSorts {
 		dir := "asc"
-		if s.key != "name" {
+		if s.key != "name" { // the biggest, oldest, busiest first
 			dir = "desc"
 		}
 		if s.key == p.Sort {
@@ -1172,6 +1248,15 @@ type tokenRow struct {
 	Fingerprint string
 	Description string
 	Limit       *auth.Limit
+	// Queues and Roles are the token's scope (empty: all; the read role
+	// is every token's).
+	Queues, Roles []string
+}
+
+// scopeLister is what token stores offer to show the tokens' scopes
+// (auth.Store).
+type scopeLister interface {
+	Scopes(ctx context.Context, pool, namespace string) (map[string]auth.Scope, error)
 }
 
 type tokensPage struct {
@@ -1181,6 +1266,8 @@ type tokensPage struct {
 	Hashed          bool
 	Throttling      bool
 	Error           string
+	// ScopeError says why the scopes could not be read ("" when they were).
+	ScopeError string
 }
 
 func (d *dashboard) tokens(c *gin.Context) {
@@ -1206,12 +1293,24 @@ func (d *dashboard) tokens(c *gin.Context) {
 			d.fail(c, err)
 			return
 		}
+		var scopes map[string]auth.Scope
+		if sl, ok := d.s.tokens.(scopeLister); ok {
+			if scopes, err = sl.Scopes(ctx, pool, p.Namespace); err != nil {
+				p.ScopeError = errMessage(ctx, err)
+			}
+		}
 		for tok, desc := range list {
 			fp := tok
 			if !auth.IsFingerprint(tok) {
 				fp = auth.Fingerprint(tok)
 			}
 			row := tokenRow{Fingerprint: fp, Description: desc}
+			if sc, ok := scopes[tok]; ok {
+				row.Queues = sc.Queues
+				for _, r := range sc.Roles {
+					row.Roles = append(row.Roles, string(r))
+				}
+			}
 			if d.s.throttler != nil {
 				if l, ok, err := d.s.throttler.Get(ctx, pool, p.Namespace, fp); err == nil && ok {
 					row.Limit = &l

@@ -49,14 +49,14 @@ func percent(used, max int64) int {
 // that holds a job or has a quota, by namespace; nil when the pool's
 // engine keeps none or cannot say now (the pages show no usage then,
 // rather than fail).
-func (d *dashboard) poolUsage(ctx context.Context, pool string) map[string]*uiUsage {
-	t, err := d.s.tenancyOf(pool)
+func (s *Server) poolUsage(ctx context.Context, pool string) map[string]*uiUsage {
+	t, err := s.tenancyOf(pool)
 	if err != nil {
 		return nil
 	}
-	list, err := d.s.poolQuotas(ctx, pool, t)
+	list, err := s.poolQuotas(ctx, pool, t)
 	if err != nil {
-		d.s.log.WithError(err).WithField("pool", pool).Warn("dashboard: namespace usage not read")
+		s.log.WithError(err).WithField("pool", pool).Warn("dashboard: namespace usage not read")
 		return nil
 	}
 	out := make(map[string]*uiUsage, len(list))

@@ -31,12 +31,14 @@ const (
 //	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] timer   KEYS[4] dead letter
 //	KEYS[5] config   KEYS[6] job key prefix j/{T}ns/q/
 //	KEYS[7..] the history hashes of the recent minutes' blocks
-//	ARGV[2] exact split up to   ARGV[3] sample size   (ARGV[1] unused)
+//	ARGV[1] "1" when the last minute of ARGV[4..] is the current one
+//	ARGV[2] exact split up to   ARGV[3] sample size (0: no split)
 //	ARGV[4..] per recent minute: the index in KEYS of its block's hash, and
 //	its place in the block
 //
 // Returns {ready, timer, dead, paused, in flight, exact, oldest list ID,
-// first priority ID, published, consumed, acked, retried, dead (recent)}.
+// first priority ID, published, consumed, acked, retried, dead (recent),
+// then the same five of the current minute (0 without ARGV[1])}.
 var queueDetailScript = script(`
 local jp = KEYS[6]
 -- gn: the ready entries of the queue's groups (groups_scripts.go).
@@ -46,12 +48,12 @@ local dead = redis.call('LLEN', KEYS[4])
 local paused = 0
 if redis.call('HGET', KEYS[5], 'paused') == '1' then paused = 1 end
 local inflight, exact = 0, 1
-local ids
+local ids = {}
 if timer <= tonumber(ARGV[2]) then
   ids = redis.call('ZRANGE', KEYS[3], 0, -1)
 else
   exact = 0
-  ids = redis.call('ZRANDMEMBER', KEYS[3], tonumber(ARGV[3]))
+  if tonumber(ARGV[3]) > 0 then ids = redis.call('ZRANDMEMBER', KEYS[3], tonumber(ARGV[3])) end
 end
 local seen = 0
 for _, id in ipairs(ids) do
@@ -62,12 +64,16 @@ end
 if exact == 0 and seen > 0 then inflight = math.floor(inflight * timer / seen + 0.5) end
 local oldest, first = ready_heads(KEYS[1], KEYS[2], jp)
 local sums = {0, 0, 0, 0, 0}
+local cur = {0, 0, 0, 0, 0}
 for i = 4, #ARGV - 1, 2 do
   local d = ARGV[i + 1]
   local v = redis.call('HMGET', KEYS[tonumber(ARGV[i])], d .. 'p', d .. 'c', d .. 'a', d .. 'r', d .. 'd')
-  for k = 1, 5 do sums[k] = sums[k] + (tonumber(v[k]) or 0) end
+  local to = sums
+  if ARGV[1] == '1' and i + 1 == #ARGV then to = cur end
+  for k = 1, 5 do to[k] = to[k] + (tonumber(v[k]) or 0) end
 end
-return {ready, timer, dead, paused, inflight, exact, oldest, first, sums[1], sums[2], sums[3], sums[4], sums[5]}
+return {ready, timer, dead, paused, inflight, exact, oldest, first, sums[1], sums[2], sums[3], sums[4], sums[5],
+  cur[1], cur[2], cur[3], cur[4], cur[5]}
 `)
 
 // readyHeadsScript returns the IDs of the live jobs at a queue's consume
@@ -266,6 +272,26 @@ func (e *Engine) namespaceQueueNames(ctx context.Context, ns string) ([]string, 
 // QueueDetails implements engine.Dashboard: one script per queue, all in
 // one pipeline; a sharded queue's details are its shards' summed.
 func (e *Engine) QueueDetails(ctx context.Context, ns string, queues []string) ([]engine.QueueDetail, error) {
+	return e.details(ctx, ns, queues, true)
+}
+
+// QueueActivity implements engine.Dashboard: QueueDetails without the
+// in-flight split (the script then reads no job of the timer), in
+// pipelines of sizesPerPipeline queues.
+func (e *Engine) QueueActivity(ctx context.Context, ns string, queues []string) ([]engine.QueueDetail, error) {
+	out := make([]engine.QueueDetail, 0, len(queues))
+	for start := 0; start < len(queues); start += sizesPerPipeline {
+		part, err := e.details(ctx, ns, queues[start:min(len(queues), start+sizesPerPipeline)], false)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, part...)
+	}
+	return out, nil
+}
+
+// details is QueueDetails, with the timer's in-flight split or not.
+func (e *Engine) details(ctx context.Context, ns string, queues []string, split bool) ([]engine.QueueDetail, error) {
 	for _, q := range queues {
 		if err := checkNames(ns, q); err != nil {
 			return nil, fmt.Errorf("queue details: %w", err)
@@ -284,9 +310,9 @@ func (e *Engine) QueueDetails(ctx context.Context, ns string, queues []string) (
 		}
 	}
 	if len(phys) == len(queues) {
-		return e.queueDetails(ctx, ns, queues)
+		return e.queueDetails(ctx, ns, queues, split)
 	}
-	details, err := e.queueDetails(ctx, ns, phys)
+	details, err := e.queueDetails(ctx, ns, phys, split)
 	if err != nil {
 		return nil, err
 	}
@@ -316,10 +342,16 @@ func (e *Engine) QueueDetails(ctx context.Context, ns string, queues []string) (
 	return out, nil
 }
 
-// queueDetails is QueueDetails of physical queues.
-func (e *Engine) queueDetails(ctx context.Context, ns string, queues []string) ([]engine.QueueDetail, error) {
+// queueDetails is QueueDetails of physical queues; without split, the
+// script reads no timer entry (exact up to 0, a sample of 0) and the
+// details have no in-flight split.
+func (e *Engine) queueDetails(ctx context.Context, ns string, queues []string, split bool) ([]engine.QueueDetail, error) {
 	if len(queues) == 0 {
 		return nil, nil
+	}
+	exact, sample := inFlightExact, inFlightSample
+	if !split {
+		exact, sample = -1, 0
 	}
 	now := e.now()
 	minute := now.Unix() / 60
@@ -328,9 +360,14 @@ func (e *Engine) queueDetails(ctx context.Context, ns string, queues []string) (
 		_, err := e.pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, q := range queues {
 				keys := []string{readyKey(ns, q), prioKey(ns, q), timerKey(ns, q), deadKey(ns, q), configKey(ns, q), jobKeyPrefix(ns, q)}
-				args := []interface{}{"", inFlightExact, inFlightSample}
+				current := ""
+				end := minute // exclusive
+				if !split {   // the activity: the current minute too
+					current, end = "1", minute+1
+				}
+				args := []interface{}{current, exact, sample}
 				last := int64(-1)
-				for m := minute - engine.RecentMinutes; m < minute; m++ {
+				for m := minute - engine.RecentMinutes; m < end; m++ {
 					b, at := blockOf(m)
 					if b != last {
 						keys = append(keys, queueHistoryKey(ns, q, b))
@@ -358,17 +395,21 @@ func (e *Engine) queueDetails(ctx context.Context, ns string, queues []string) (
 	out := make([]engine.QueueDetail, len(queues))
 	for i, q := range queues {
 		res, err := cmds[i].Slice()
-		if err != nil || len(res) != 13 {
+		if err != nil || len(res) != 18 {
 			return nil, fmt.Errorf("queue details %s/%s: unexpected reply %v: %v", ns, q, res, err)
 		}
 		n := func(k int) int64 { v, _ := res[k].(int64); return v }
 		d := engine.QueueDetail{
 			QueueStats: engine.QueueStats{Namespace: ns, Queue: q, Ready: n(0), Timer: n(1), DeadLetter: n(2)},
 			Paused:     n(3) == 1, InFlight: n(4), InFlightExact: n(5) == 1,
-			Recent: engine.Counts{Published: n(8), Consumed: n(9), Acked: n(10), Retried: n(11), Dead: n(12)},
+			Recent:  engine.Counts{Published: n(8), Consumed: n(9), Acked: n(10), Retried: n(11), Dead: n(12)},
+			Current: engine.Counts{Published: n(13), Consumed: n(14), Acked: n(15), Retried: n(16), Dead: n(17)},
 		}
 		d.InFlight = min(d.InFlight, d.Timer)
 		d.Delayed = d.Timer - d.InFlight
+		if !split {
+			d.InFlight, d.Delayed, d.InFlightExact = 0, 0, false
+		}
 		for _, k := range []int{6, 7} {
 			id, _ := res[k].(string)
 			if t, ok := readySince(id); ok && (d.OldestReady.IsZero() || t.Before(d.OldestReady)) {

@@ -84,6 +84,31 @@ func TestDashboardReads(t *testing.T) {
 	if n := details[2]; n.Ready != 0 || n.Timer != 0 || !n.OldestReady.IsZero() || n.Paused {
 		t.Errorf("details of a queue that does not exist: %+v", n)
 	}
+	if d.Current != (engine.Counts{}) {
+		t.Errorf("QueueDetails read the current minute: %+v", d.Current)
+	}
+
+	// The activity: the same without the timer's split, and the current
+	// minute's counts beside the recent ones.
+	pub("other", engine.PublishRequest{Body: []byte("now")})
+	if err := e.FlushHistory(bg); err != nil {
+		t.Fatal(err)
+	}
+	act, err := e.QueueActivity(bg, "ns", []string{"q", "other"})
+	if err != nil || len(act) != 2 {
+		t.Fatalf("QueueActivity: %v %v", act, err)
+	}
+	a := act[0]
+	if a.Queue != "q" || a.Ready != 6 || a.Timer != 2 || a.DeadLetter != 1 || !a.Paused || !a.OldestReady.Equal(d.OldestReady) ||
+		a.InFlight != 0 || a.Delayed != 0 || a.InFlightExact {
+		t.Errorf("activity of q: %+v", a)
+	}
+	if a.Recent.Published != 9 || a.Recent.Dead != 1 || a.Current != (engine.Counts{}) {
+		t.Errorf("activity counts of q: recent %+v, current %+v", a.Recent, a.Current)
+	}
+	if o := act[1]; o.Queue != "other" || o.Ready != 2 || o.Recent.Published != 1 || o.Current.Published != 1 || o.Current.Consumed != 0 {
+		t.Errorf("activity of other: %+v", o)
+	}
 
 	// Ready jobs in consume order: the priority set, then the list from
 	// its consume end; paged by a cursor.

@@ -117,7 +117,10 @@ func TestDashboardManyQueues(t *testing.T) {
 	var trips float64
 	for try := range 3 {
 		idle, idleAt := redisRoundTrips(t, e), time.Now()
-		time.Sleep(2100 * time.Millisecond) // past the sizes cache: the worst case
+		// The background's rate over 2 s. The sizes of 10,000 queues are
+		// cached 40 s (TestDashboardRefreshCost measures what that saves):
+		// a try that meets their expiry counts them, well under the bound.
+		time.Sleep(2100 * time.Millisecond)
 		before := redisRoundTrips(t, e)
 		perSec := (before - idle) / time.Since(idleAt).Seconds()
 		_, took := get("/ui/ns/default/big?sort=dead&order=desc&page=50")

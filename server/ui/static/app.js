@@ -41,10 +41,26 @@
   var status = document.getElementById('live-status');
   var refresh = parseInt(document.body.dataset.refresh, 10) || 5;
   var regions = document.querySelectorAll('[data-live]');
-  function setStatus(ok, text) {
+  // The numbers shown are stale once no refresh has succeeded for
+  // staleAfter ms (a refresh failed, or hangs: a Redis that does not
+  // answer); the page then says so, with the time of its data, and dims
+  // them, until a refresh succeeds again.
+  var staleAfter = Math.max(2500 * refresh, 5000);
+  var lastOK = Date.now();
+  var failure = '';
+  function clock(t) { return new Date(t).toLocaleTimeString(); }
+  function showStatus() {
     if (!status) return;
-    status.className = 'live ' + (ok ? 'on' : 'off');
-    status.textContent = text;
+    var age = Date.now() - lastOK;
+    var stale = failure !== '' || age > staleAfter;
+    document.body.classList.toggle('stale', stale);
+    status.className = 'live ' + (stale ? 'off' : 'on');
+    if (!stale) {
+      status.textContent = 'live · ' + clock(lastOK);
+      return;
+    }
+    var why = failure || ('no answer for ' + Math.round(age / 1000) + ' s');
+    status.textContent = 'stale: ' + why + ' · data from ' + clock(lastOK) + ' (' + Math.round(age / 1000) + ' s ago)';
   }
   // A region being worked in (focus in a field, a field changed and not
   // yet submitted, dead jobs checked) is not replaced: the refresh would
@@ -66,9 +82,15 @@
   var leaving = false;
   document.addEventListener('submit', function (ev) { if (!ev.defaultPrevented) leaving = true; });
   window.addEventListener('pagehide', function () { leaving = true; });
+  // One refresh at a time: a refresh that gets no answer within
+  // staleAfter is abandoned, so the next one can try.
+  var inFlight = null;
   function poll() {
-    if (leaving || document.visibilityState !== 'visible') return;
-    fetch(window.location.href, { headers: { 'X-Kairos-Live': '1' }, credentials: 'same-origin' })
+    if (leaving || document.visibilityState !== 'visible' || inFlight) return;
+    var ctl = new AbortController();
+    var timer = setTimeout(function () { ctl.abort(); }, staleAfter);
+    inFlight = ctl;
+    fetch(window.location.href, { headers: { 'X-Kairos-Live': '1' }, credentials: 'same-origin', signal: ctl.signal })
       .then(function (r) {
         if (!r.ok) throw new Error('HTTP ' + r.status);
         return r.text();
@@ -79,13 +101,22 @@
           var fresh = doc.querySelector('[data-live="' + el.dataset.live + '"]');
           if (fresh && !busy(el)) el.replaceChildren.apply(el, Array.from(fresh.childNodes).map(function (n) { return document.adoptNode(n); }));
         });
-        setStatus(true, 'live · ' + new Date().toLocaleTimeString());
+        lastOK = Date.now();
+        failure = '';
       })
-      .catch(function (e) { setStatus(false, 'refresh failed: ' + e.message); });
+      .catch(function (e) {
+        failure = ctl.signal.aborted ? 'no answer in ' + Math.round(staleAfter / 1000) + ' s' : 'refresh failed (' + e.message + ')';
+      })
+      .finally(function () {
+        clearTimeout(timer);
+        inFlight = null;
+        showStatus();
+      });
   }
   if (regions.length) {
-    setStatus(true, 'live');
+    showStatus();
     setInterval(poll, refresh * 1000);
+    setInterval(showStatus, 1000);
   }
 
   // Charts: [data-charts] sections get the throughput series of their

@@ -27,8 +27,30 @@
     return path + '?' + q;
   }
 
+  // width fits two charts side by side, or one on a narrow screen.
   function width(section) {
-    return Math.max(320, Math.min(600, Math.floor((section.clientWidth || 1200) / 2) - 24));
+    var w = section.clientWidth || 1200;
+    if (w < 700) return Math.max(200, w - 20);
+    return Math.min(600, Math.floor(w / 2) - 24);
+  }
+
+  // complete keeps the points that no longer grow: those before
+  // partial_from_ms (the current step, and the one before it until every
+  // server has flushed its counts), so that no chart ends in a false drop.
+  function complete(h) {
+    var cut = h.t.length;
+    if (h.partial_from_ms != null) {
+      while (cut > 0 && h.t[cut - 1] >= h.partial_from_ms) cut--;
+    }
+    var out = { t: h.t.slice(0, cut), step: h.step, latency_ms: h.latency_ms ? {} : null };
+    ['published', 'consumed', 'acked', 'retried', 'dead'].forEach(function (n) { out[n] = (h[n] || []).slice(0, cut); });
+    if (h.latency_ms) Object.keys(h.latency_ms).forEach(function (n) { out.latency_ms[n] = h.latency_ms[n].slice(0, cut); });
+    return out;
+  }
+
+  // axisColor follows the page's text colour (dark mode included).
+  function axisColor() {
+    return getComputedStyle(document.body).getPropertyValue('--muted').trim() || '#667085';
   }
 
   // ms renders a latency axis value: 250 ms, 2.5 s, 5 min.
@@ -51,11 +73,13 @@
         value: function (u, v) { return v == null ? '–' : unit === ' ms' ? ms(v) : (Math.round(v * 100) / 100) + unit; } });
     });
     /* global uPlot */
-    var yAxis = { size: 64 };
+    var fg = axisColor();
+    var grid = { stroke: 'rgba(128,128,128,0.2)' };
+    var yAxis = { size: 64, stroke: fg, grid: grid, ticks: grid };
     if (unit === ' ms') yAxis.values = function (u, vals) { return vals.map(ms); };
     box._uplot = new uPlot({ width: width(box.parentNode), height: 180, series: series,
       scales: { y: { range: function (u, lo, hi) { return [0, hi > 0 ? hi * 1.1 : 1]; } } },
-      axes: [{}, yAxis], legend: { live: true }, cursor: { drag: { x: false, y: false } } }, data, box);
+      axes: [{ stroke: fg, grid: grid, ticks: grid }, yAxis], legend: { live: true }, cursor: { drag: { x: false, y: false } } }, data, box);
   }
 
   function draw(section, range) {
@@ -65,7 +89,8 @@
         if (!r.ok) throw new Error(r.status === 404 ? 'no history on this server' : 'HTTP ' + r.status);
         return r.json();
       })
-      .then(function (h) {
+      .then(function (full) {
+        var h = complete(full);
         var step = h.step || 60;
         var tp = section.querySelector('.chart-throughput');
         plot(tp, 'Jobs per second (' + range + ')', ['published', 'consumed', 'acked', 'retried', 'dead'], h,
@@ -76,6 +101,10 @@
             function (n) { return h.latency_ms[n] || []; }, ' ms');
         }
         status.textContent = 'updated ' + new Date().toLocaleTimeString();
+        // What was drawn from (for the browser test): the series' points and
+        // where its partial ones start.
+        section.dataset.points = String(full.t.length);
+        section.dataset.partialFrom = String(full.partial_from_ms);
         section.dataset.loaded = range;
       })
       .catch(function (e) { status.textContent = 'charts unavailable: ' + e.message; });
