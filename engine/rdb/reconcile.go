@@ -89,12 +89,21 @@ type reconciler struct {
 	queues [][2]string // ns, q (physical names), sorted
 	read   time.Time
 	next   int
+	// The queues found too big for recountScript, recounted in chunks
+	// (reconcile_big.go) in turn from bigNext, and the pass under way.
+	big     [][2]string
+	bigNext int
+	pass    *bigPass
+	// bigBudget, when set (tests), replaces reconcileBigEntries.
+	bigBudget int
 }
 
 // ReconcileStats says what one reconcile step did.
 type ReconcileStats struct {
-	Queues    int   // queues recounted
-	Skipped   int   // queues too big to recount (more than reconcileMax entries)
+	Queues    int   // queues recounted in one script
+	Skipped   int   // queues too big for one script (more than reconcileMax entries): recounted in chunks
+	Passes    int   // chunked recounts of big queues finished and applied
+	Aborted   int   // chunked recounts given up because their queue changed meanwhile
 	Corrected int   // queues whose counts were wrong
 	Jobs      int64 // the corrections, summed
 	Bytes     int64
@@ -120,6 +129,11 @@ func (e *Engine) ReconcileOnce(ctx context.Context) (ReconcileStats, error) {
 		if r.next >= len(qs) {
 			r.next = 0
 		}
+		listed := make(map[[2]string]bool, len(qs))
+		for _, q := range qs {
+			listed[q] = true
+		}
+		e.keepBig(listed)
 	}
 	spent := 0
 	groups := map[int]bool{} // the groups of the queues recounted
@@ -134,12 +148,13 @@ func (e *Engine) ReconcileOnce(ctx context.Context) (ReconcileStats, error) {
 		if err != nil {
 			return st, err
 		}
-		for _, x := range res {
-			spent += int(x[1])
+		for i, x := range res {
 			if x[0] == 0 {
 				st.Skipped++
+				r.noteBig(chunk[i])
 				continue
 			}
+			spent += int(x[1])
 			st.Queues++
 			if x[2] != 0 || x[3] != 0 {
 				st.Corrected++
@@ -149,6 +164,13 @@ func (e *Engine) ReconcileOnce(ctx context.Context) (ReconcileStats, error) {
 		}
 		seen += n
 		r.next = (r.next + n) % len(r.queues)
+	}
+	budget := reconcileBigEntries
+	if r.bigBudget > 0 {
+		budget = r.bigBudget
+	}
+	if err := e.bigStep(ctx, budget, &st, groups); err != nil {
+		return st, err
 	}
 	if len(groups) > 0 {
 		n, err := e.resum(ctx, groups)
@@ -164,7 +186,9 @@ func (e *Engine) ReconcileOnce(ctx context.Context) (ReconcileStats, error) {
 }
 
 // Reconcile recounts every queue of the pool once (tests, tools): the
-// steps of ReconcileOnce until the walk went round.
+// steps of ReconcileOnce until the walk went round, then a whole chunked
+// pass over each big queue (which applies nothing when the queue changed
+// meanwhile: Aborted counts them).
 func (e *Engine) Reconcile(ctx context.Context) (ReconcileStats, error) {
 	e.ten.reconMu.Lock()
 	e.ten.recon.queues = nil // read the queues now
@@ -177,6 +201,8 @@ func (e *Engine) Reconcile(ctx context.Context) (ReconcileStats, error) {
 		}
 		all.Queues += st.Queues
 		all.Skipped += st.Skipped
+		all.Passes += st.Passes
+		all.Aborted += st.Aborted
 		all.Corrected += st.Corrected
 		all.Jobs += st.Jobs
 		all.Bytes += st.Bytes
@@ -186,9 +212,28 @@ func (e *Engine) Reconcile(ctx context.Context) (ReconcileStats, error) {
 		total := len(e.ten.recon.queues)
 		e.ten.reconMu.Unlock()
 		if done >= total || st.Queues+st.Skipped == 0 {
-			return all, nil
+			break
 		}
 	}
+	e.ten.reconMu.Lock()
+	defer e.ten.reconMu.Unlock()
+	groups := map[int]bool{}
+	var st ReconcileStats
+	err := e.bigStep(ctx, math.MaxInt32, &st, groups)
+	all.Passes += st.Passes
+	all.Aborted += st.Aborted
+	all.Corrected += st.Corrected
+	all.Jobs += st.Jobs
+	all.Bytes += st.Bytes
+	if err != nil {
+		return all, err
+	}
+	if len(groups) > 0 {
+		n, err := e.resum(ctx, groups)
+		all.Namespaces += n
+		return all, err
+	}
+	return all, nil
 }
 
 // recount runs recountScript on queues, pipelined.
