@@ -85,7 +85,10 @@ end
 // recountScript recounts one queue's usage and corrects its fields and
 // its namespace's in the group's usage hash by the difference: the jobs
 // are the distinct IDs of its ready list, priority set, timer and dead
-// letter whose key exists, the bytes their lengths. It runs as one step,
+// letter whose key exists, the bytes their lengths; and a timer entry
+// whose job expired is one job (no bytes) until the pump or the reclaimer
+// meets it and takes it off (usage_expired) — counting it as gone here
+// would take it off twice. It runs as one step,
 // so no script changes the queue between the count and the correction;
 // a queue holding more than ARGV[1] entries is left alone (it would hold
 // Redis too long; doc/design.md says what then).
@@ -107,9 +110,19 @@ local function count(id)
     if l > 0 then jobs, bytes = jobs + 1, bytes + l end
   end
 end
+-- The timer first: an entry whose job expired is still one job (none of
+-- its bytes), which the pump or the reclaimer takes off when it meets the
+-- entry (usage_expired); no script deletes a job and leaves its timer
+-- entry.
+for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+  if not seen[id] then
+    seen[id] = true
+    local l = redis.call('STRLEN', jp .. id)
+    jobs, bytes = jobs + 1, bytes + l
+  end
+end
 for _, e in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do count(eid(e)) end
 for _, e in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do count(eid(e)) end
-for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do count(id) end
 for _, e in ipairs(redis.call('LRANGE', KEYS[4], 0, -1)) do count(eid(e)) end
 local cur = usage_of(uk, jp)
 local dj, db = jobs - cur[1], bytes - cur[2]
@@ -121,7 +134,8 @@ return {1, size, dj, db}
 // at most ARGV[3] entries of one of its structures from offset ARGV[2]
 // (a list's index from the left, a sorted set's rank), and counts the
 // live jobs it finds there, each once over the four structures by the
-// structure its state puts it in — a timer entry whose job exists, a dead
+// structure its state puts it in — a timer entry (whose job exists, or
+// expired: one job until the pump meets it, as in recountScript), a dead
 // letter entry whose job is dead ('x'), a ready or priority entry whose
 // job exists, is not dead and has no timer entry (a delayed job made ready
 // by the pump keeps its 'd') — which is recountScript's count for every
@@ -154,15 +168,17 @@ for _, e in ipairs(es) do
     seen[id] = true
     local jk = jp .. id
     local l = redis.call('STRLEN', jk)
-    if l > 0 and s ~= 3 then
+    if s == 3 then
+      jobs, bytes = jobs + 1, bytes + l -- as recountScript's timer
+    elseif l > 0 then
       local dead = redis.call('GETRANGE', jk, 1, 1) == 'x'
       if s == 4 then
         if not dead then l = 0 end
       elseif dead or redis.call('ZSCORE', tk, id) then
         l = 0
       end
+      if l > 0 then jobs, bytes = jobs + 1, bytes + l end
     end
-    if l > 0 then jobs, bytes = jobs + 1, bytes + l end
   end
 end
 local cur = usage_of(KEYS[6], jp)
