@@ -94,6 +94,7 @@ type reconciler struct {
 	big     [][2]string
 	bigNext int
 	pass    *bigPass
+	bigAt   map[[2]string]time.Time // when each big queue's pass last applied
 	// bigBudget, when set (tests), replaces reconcileBigEntries.
 	bigBudget int
 }
@@ -169,7 +170,7 @@ func (e *Engine) ReconcileOnce(ctx context.Context) (ReconcileStats, error) {
 	if r.bigBudget > 0 {
 		budget = r.bigBudget
 	}
-	if err := e.bigStep(ctx, budget, &st, groups); err != nil {
+	if err := e.bigStep(ctx, budget, false, &st, groups); err != nil {
 		return st, err
 	}
 	if len(groups) > 0 {
@@ -219,7 +220,7 @@ func (e *Engine) Reconcile(ctx context.Context) (ReconcileStats, error) {
 	defer e.ten.reconMu.Unlock()
 	groups := map[int]bool{}
 	var st ReconcileStats
-	err := e.bigStep(ctx, math.MaxInt32, &st, groups)
+	err := e.bigStep(ctx, math.MaxInt32, true, &st, groups)
 	all.Passes += st.Passes
 	all.Aborted += st.Aborted
 	all.Corrected += st.Corrected

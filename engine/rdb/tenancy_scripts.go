@@ -167,17 +167,14 @@ for _, e in ipairs(es) do
   if id ~= '' and not seen[id] then
     seen[id] = true
     local jk = jp .. id
-    local l = redis.call('STRLEN', jk)
     if s == 3 then
-      jobs, bytes = jobs + 1, bytes + l -- as recountScript's timer
-    elseif l > 0 then
-      local dead = redis.call('GETRANGE', jk, 1, 1) == 'x'
-      if s == 4 then
-        if not dead then l = 0 end
-      elseif dead or redis.call('ZSCORE', tk, id) then
-        l = 0
-      end
-      if l > 0 then jobs, bytes = jobs + 1, bytes + l end
+      jobs, bytes = jobs + 1, bytes + redis.call('STRLEN', jk) -- as recountScript's timer
+    else
+      -- '' when the job is gone; only a 'd' job may have a timer entry.
+      local st = redis.call('GETRANGE', jk, 1, 1)
+      local ok
+      if s == 4 then ok = st == 'x' else ok = st ~= '' and st ~= 'x' and not (st == 'd' and redis.call('ZSCORE', tk, id)) end
+      if ok then jobs, bytes = jobs + 1, bytes + redis.call('STRLEN', jk) end
     end
   end
 end
