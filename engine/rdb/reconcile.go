@@ -22,7 +22,8 @@ import (
 // stays, and which was counted then), so it is counted here. The
 // reconciler recounts each queue in one script (recountScript) and
 // corrects the queue's and its namespace's fields by the difference, a
-// bounded number of queues and entries per step, like the reclaimer;
+// bounded number of queues and entries per step, like the reclaimer (a
+// queue too big for one script in chunks: reconcile_big.go);
 // every queue that holds counted jobs has fields in its group's usage
 // hash, so it finds them all (and the registries' queues besides).
 
@@ -38,8 +39,8 @@ const (
 	reconcileEntries = 50000
 	// reconcileMax is the most entries one recount reads: under 3 ms of
 	// Redis time (recountScript: 6-8 ms for 5,000 entries measured on a
-	// machine at load average 22). Bigger queues are left to the
-	// scripts' own counting (doc/design.md).
+	// machine at load average 22). Bigger queues are recounted in chunks
+	// (reconcile_big.go).
 	reconcileMax = 2000
 	// reconcileChunk is the most recounts in one pipeline.
 	reconcileChunk = 50
