@@ -171,7 +171,7 @@ func (e *Engine) ReconcileOnce(ctx context.Context) (ReconcileStats, error) {
 	if r.bigBudget > 0 {
 		budget = r.bigBudget
 	}
-	if err := e.bigStep(ctx, budget, false, &st, groups); err != nil {
+	if err := e.bigStep(ctx, budget, now.Add(-reconcileBigAgain), &st, groups); err != nil {
 		return st, err
 	}
 	if len(groups) > 0 {
@@ -189,9 +189,10 @@ func (e *Engine) ReconcileOnce(ctx context.Context) (ReconcileStats, error) {
 
 // Reconcile recounts every queue of the pool once (tests, tools): the
 // steps of ReconcileOnce until the walk went round, then a whole chunked
-// pass over each big queue (which applies nothing when the queue changed
-// meanwhile: Aborted counts them).
+// pass over each big queue that none of those steps recounted (a pass
+// applies nothing when its queue changed meanwhile: Aborted counts them).
 func (e *Engine) Reconcile(ctx context.Context) (ReconcileStats, error) {
+	start := time.Now()
 	e.ten.reconMu.Lock()
 	e.ten.recon.queues = nil // read the queues now
 	e.ten.reconMu.Unlock()
@@ -221,7 +222,7 @@ func (e *Engine) Reconcile(ctx context.Context) (ReconcileStats, error) {
 	defer e.ten.reconMu.Unlock()
 	groups := map[int]bool{}
 	var st ReconcileStats
-	err := e.bigStep(ctx, math.MaxInt32, true, &st, groups)
+	err := e.bigStep(ctx, math.MaxInt32, start, &st, groups)
 	all.Passes += st.Passes
 	all.Aborted += st.Aborted
 	all.Corrected += st.Corrected

@@ -72,11 +72,10 @@ type bigPass struct {
 var errBigGone = errors.New("queue changed under the recount")
 
 // bigStep runs chunked recounts of the big queues for at most budget
-// entries: the pass under way, then the next big queues in turn (those
-// whose pass applied less than reconcileBigAgain ago wait, unless all).
-// It adds what it did to st and the groups of the queues it corrected to
-// groups.
-func (e *Engine) bigStep(ctx context.Context, budget int, all bool, st *ReconcileStats, groups map[int]bool) error {
+// entries: the pass under way, then the next big queues in turn but those
+// whose pass applied after since. It adds what it did to st and the
+// groups of the queues it corrected to groups.
+func (e *Engine) bigStep(ctx context.Context, budget int, since time.Time, st *ReconcileStats, groups map[int]bool) error {
 	r := &e.ten.recon
 	for tried := 0; budget > 0 && len(r.big) > 0; {
 		if r.pass == nil {
@@ -86,7 +85,7 @@ func (e *Engine) bigStep(ctx context.Context, budget int, all bool, st *Reconcil
 			tried++
 			q := r.big[r.bigNext%len(r.big)]
 			r.bigNext = (r.bigNext + 1) % len(r.big)
-			if at, ok := r.bigAt[q]; ok && !all && time.Since(at) < reconcileBigAgain {
+			if at, ok := r.bigAt[q]; ok && at.After(since) {
 				continue
 			}
 			if err := e.openPass(ctx, q); err != nil {

@@ -407,3 +407,106 @@ func loadBig(t *testing.T, e *Engine, client redis.UniversalClient, ns, q string
 	}
 	t.Logf("under load: %d operations, %d passes given up, %d applied", ops.Load(), during.Aborted, during.Passes)
 }
+
+// TestRecountChunksEqualOne: on a queue holding jobs in every state the
+// scripts leave — ready, priority, delayed, made ready by the pump (still
+// 'd'), in flight, backing off, dead — and the entries of jobs gone from
+// each (expired, deleted while waiting, ACKed), a chunked pass (chunks of
+// 7 entries) corrects wrong counts to exactly what recountScript corrects
+// them to.
+func TestRecountChunksEqualOne(t *testing.T) { onTopologies(t, testRecountChunksEqualOne) }
+
+func testRecountChunksEqualOne(t *testing.T, client redis.UniversalClient) {
+	ctx := bg
+	clock := &frozenClock{t: time.UnixMilli(1_800_000_000_000)}
+	e, err := New(ctx, client, Options{Now: clock.Now, NoAutoPipeline: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns, q = "eq", "q"
+	var ids []string
+	pub := func(n int, mk func(r *engine.PublishRequest)) {
+		for i := 0; i < n; i++ {
+			r := pubReq(ns, q, 10+len(ids)%13)
+			r.TTL = time.Hour
+			mk(r)
+			id, err := e.Publish(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+	}
+	consume := func(n int) []*engine.Job {
+		jobs, err := e.Consume(ctx, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, TTR: time.Minute, Count: n})
+		if err != nil || len(jobs) != n {
+			t.Fatal(jobs, err)
+		}
+		return jobs
+	}
+	pub(12, func(r *engine.PublishRequest) { r.Tries = 1 })
+	for _, j := range consume(12) { // dead
+		if err := e.Release(ctx, &engine.ReleaseRequest{Namespace: ns, Queue: q, ID: j.ID, Receipt: j.Receipt}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub(10, func(r *engine.PublishRequest) { r.Delay = time.Second }) // made ready by the pump
+	clock.Add(2 * time.Second)
+	if _, err := e.PumpOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pub(10, func(r *engine.PublishRequest) { r.Priority = 2 })
+	pub(30, func(r *engine.PublishRequest) {})
+	inflight := consume(15)          // the priority jobs, then the oldest ready ones ('d' among them)
+	for _, j := range inflight[:4] { // backing off
+		if err := e.Release(ctx, &engine.ReleaseRequest{Namespace: ns, Queue: q, ID: j.ID, Receipt: j.Receipt, Delay: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Ack(ctx, ns, q, inflight[5].ID, inflight[5].Receipt); err != nil {
+		t.Fatal(err)
+	}
+	pub(10, func(r *engine.PublishRequest) { r.Delay = time.Hour })
+	pub(10, func(r *engine.PublishRequest) {})
+	// Gone: deleted while waiting (their entries stay), expired in every
+	// structure (keys removed by hand).
+	for _, id := range ids[len(ids)-3:] {
+		if err := e.Delete(ctx, ns, q, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, i := range []int{0, 1, 14, 20, 40, 45, len(ids) - 12, len(ids) - 5} {
+		vanish(t, client, jobKey(ns, q, ids[i]))
+	}
+	vanish(t, client, jobKey(ns, q, inflight[8].ID), jobKey(ns, q, inflight[2].ID))
+
+	uk := usageKey(slotGroup(ns, q))
+	wrong := func() {
+		t.Helper()
+		if err := client.HSet(ctx, uk, "j:"+ns+"/"+q, 500, "b:"+ns+"/"+q, 7, "j:"+ns, 500, "b:"+ns, 7).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wrong()
+	if _, err := e.recount(ctx, [][2]string{{ns, q}}); err != nil {
+		t.Fatal(err)
+	}
+	one := queueUsage(t, client, ns, q)
+	if want := truthQueue(t, client, ns, q); one != want {
+		t.Fatalf("one-script recount %+v, Redis holds %+v", one, want)
+	}
+	wrong()
+	e.ten.reconMu.Lock()
+	defer e.ten.reconMu.Unlock()
+	e.ten.recon.big = [][2]string{{ns, q}}
+	var st ReconcileStats
+	for i := 0; st.Passes == 0; i++ {
+		if err := e.bigStep(ctx, 7, time.Now(), &st, map[int]bool{}); err != nil || st.Aborted != 0 || i > 100 {
+			t.Fatalf("chunked pass: %+v %v", st, err)
+		}
+	}
+	if got := queueUsage(t, client, ns, q); got != one || st.Corrected != 1 {
+		t.Fatalf("chunked recount %+v, one-script recount %+v (%+v)", got, one, st)
+	}
+	t.Logf("chunks of 7 entries and one script both count %+v", one)
+}
