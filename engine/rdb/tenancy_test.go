@@ -495,7 +495,28 @@ func testReconcile(t *testing.T, client redis.UniversalClient) {
 	if st, err := e.Reconcile(ctx); err != nil || st.Corrected != 0 {
 		t.Fatalf("second reconcile: %+v %v", st, err)
 	}
-	// Destroy counts the jobs it deletes; the dead job stays counted.
+	// Cancel by key of a delayed job that expired takes off the job its
+	// timer entry counts (its bytes, gone with its key, wait for a
+	// recount, as when the pump meets the entry).
+	k := pubReq("ra", "q2", 5)
+	k.Delay, k.Key = time.Hour, "k1"
+	kid, err := e.Publish(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vanish(t, client, jobKey("ra", "q2", kid))
+	if _, err := e.CancelKey(ctx, "ra", "q2", "k1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustUsage(t, e, "ra"); got.Jobs != 11 {
+		t.Fatalf("after cancelling an expired job: %+v", got)
+	}
+	if _, err := e.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantUsage(t, e, client, "ra", 11)
+	// Destroy counts the jobs it deletes (and those its timer entries
+	// count); the dead job stays counted.
 	if _, err := e.Destroy(ctx, "ra", "q"); err != nil {
 		t.Fatal(err)
 	}
