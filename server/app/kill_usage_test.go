@@ -121,7 +121,10 @@ func TestKillServersUsage(t *testing.T) {
 		p.kill()
 		p.start()
 	}
-	for backlog.Load() < 3000 {
+	for deadline := time.Now().Add(60 * time.Second); backlog.Load() < 3000; {
+		if time.Now().After(deadline) {
+			t.Fatalf("backlog of %d entries after 60 s", backlog.Load())
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	for _, p := range procs {
