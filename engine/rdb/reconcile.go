@@ -22,7 +22,8 @@ import (
 // stays, and which was counted then), so it is counted here. The
 // reconciler recounts each queue in one script (recountScript) and
 // corrects the queue's and its namespace's fields by the difference, a
-// bounded number of queues and entries per step, like the reclaimer;
+// bounded number of queues and entries per step, like the reclaimer (a
+// queue too big for one script in chunks: reconcile_big.go);
 // every queue that holds counted jobs has fields in its group's usage
 // hash, so it finds them all (and the registries' queues besides).
 
@@ -38,8 +39,8 @@ const (
 	reconcileEntries = 50000
 	// reconcileMax is the most entries one recount reads: under 3 ms of
 	// Redis time (recountScript: 6-8 ms for 5,000 entries measured on a
-	// machine at load average 22). Bigger queues are left to the
-	// scripts' own counting (doc/design.md).
+	// machine at load average 22). Bigger queues are recounted in chunks
+	// (reconcile_big.go).
 	reconcileMax = 2000
 	// reconcileChunk is the most recounts in one pipeline.
 	reconcileChunk = 50
@@ -89,12 +90,22 @@ type reconciler struct {
 	queues [][2]string // ns, q (physical names), sorted
 	read   time.Time
 	next   int
+	// The queues found too big for recountScript, recounted in chunks
+	// (reconcile_big.go) in turn from bigNext, and the pass under way.
+	big     [][2]string
+	bigNext int
+	pass    *bigPass
+	bigAt   map[[2]string]time.Time // when each big queue's pass last applied
+	// bigBudget, when set (tests), replaces reconcileBigEntries.
+	bigBudget int
 }
 
 // ReconcileStats says what one reconcile step did.
 type ReconcileStats struct {
-	Queues    int   // queues recounted
-	Skipped   int   // queues too big to recount (more than reconcileMax entries)
+	Queues    int   // queues recounted in one script
+	Skipped   int   // queues too big for one script (more than reconcileMax entries): recounted in chunks
+	Passes    int   // chunked recounts of big queues finished and applied
+	Aborted   int   // chunked recounts given up because their queue changed meanwhile
 	Corrected int   // queues whose counts were wrong
 	Jobs      int64 // the corrections, summed
 	Bytes     int64
@@ -120,6 +131,11 @@ func (e *Engine) ReconcileOnce(ctx context.Context) (ReconcileStats, error) {
 		if r.next >= len(qs) {
 			r.next = 0
 		}
+		listed := make(map[[2]string]bool, len(qs))
+		for _, q := range qs {
+			listed[q] = true
+		}
+		e.keepBig(listed)
 	}
 	spent := 0
 	groups := map[int]bool{} // the groups of the queues recounted
@@ -134,12 +150,13 @@ func (e *Engine) ReconcileOnce(ctx context.Context) (ReconcileStats, error) {
 		if err != nil {
 			return st, err
 		}
-		for _, x := range res {
-			spent += int(x[1])
+		for i, x := range res {
 			if x[0] == 0 {
 				st.Skipped++
+				r.noteBig(chunk[i])
 				continue
 			}
+			spent += int(x[1])
 			st.Queues++
 			if x[2] != 0 || x[3] != 0 {
 				st.Corrected++
@@ -149,6 +166,13 @@ func (e *Engine) ReconcileOnce(ctx context.Context) (ReconcileStats, error) {
 		}
 		seen += n
 		r.next = (r.next + n) % len(r.queues)
+	}
+	budget := reconcileBigEntries
+	if r.bigBudget > 0 {
+		budget = r.bigBudget
+	}
+	if err := e.bigStep(ctx, budget, now.Add(-reconcileBigAgain), &st, groups); err != nil {
+		return st, err
 	}
 	if len(groups) > 0 {
 		n, err := e.resum(ctx, groups)
@@ -164,8 +188,11 @@ func (e *Engine) ReconcileOnce(ctx context.Context) (ReconcileStats, error) {
 }
 
 // Reconcile recounts every queue of the pool once (tests, tools): the
-// steps of ReconcileOnce until the walk went round.
+// steps of ReconcileOnce until the walk went round, then a whole chunked
+// pass over each big queue that none of those steps recounted (a pass
+// applies nothing when its queue changed meanwhile: Aborted counts them).
 func (e *Engine) Reconcile(ctx context.Context) (ReconcileStats, error) {
+	start := time.Now()
 	e.ten.reconMu.Lock()
 	e.ten.recon.queues = nil // read the queues now
 	e.ten.reconMu.Unlock()
@@ -177,6 +204,8 @@ func (e *Engine) Reconcile(ctx context.Context) (ReconcileStats, error) {
 		}
 		all.Queues += st.Queues
 		all.Skipped += st.Skipped
+		all.Passes += st.Passes
+		all.Aborted += st.Aborted
 		all.Corrected += st.Corrected
 		all.Jobs += st.Jobs
 		all.Bytes += st.Bytes
@@ -186,9 +215,28 @@ func (e *Engine) Reconcile(ctx context.Context) (ReconcileStats, error) {
 		total := len(e.ten.recon.queues)
 		e.ten.reconMu.Unlock()
 		if done >= total || st.Queues+st.Skipped == 0 {
-			return all, nil
+			break
 		}
 	}
+	e.ten.reconMu.Lock()
+	defer e.ten.reconMu.Unlock()
+	groups := map[int]bool{}
+	var st ReconcileStats
+	err := e.bigStep(ctx, math.MaxInt32, start, &st, groups)
+	all.Passes += st.Passes
+	all.Aborted += st.Aborted
+	all.Corrected += st.Corrected
+	all.Jobs += st.Jobs
+	all.Bytes += st.Bytes
+	if err != nil {
+		return all, err
+	}
+	if len(groups) > 0 {
+		n, err := e.resum(ctx, groups)
+		all.Namespaces += n
+		return all, err
+	}
+	return all, nil
 }
 
 // recount runs recountScript on queues, pipelined.

@@ -1372,12 +1372,13 @@ var destroyScript = script(`
 local batch = tonumber(ARGV[1])
 local n = 0
 local dj, db = 0, 0
-local function drop(id)
+-- A timer entry whose job expired is still one job (recountScript).
+local function drop(id, timed)
   local jk = KEYS[5] .. id
   local st = redis.call('GETRANGE', jk, 1, 1)
   if st ~= 'x' then
     local l = del_job(jk)
-    if l > 0 then dj, db = dj + 1, db + l end
+    if l > 0 then dj, db = dj + 1, db + l elseif timed then dj = dj + 1 end
   end
 end
 while n < batch do
@@ -1394,7 +1395,7 @@ if n < batch then
 end
 if n < batch then
   local ids = redis.call('ZRANGE', KEYS[2], 0, batch - n - 1)
-  for _, id in ipairs(ids) do drop(id) end
+  for _, id in ipairs(ids) do drop(id, true) end
   if #ids > 0 then redis.call('ZREMRANGEBYRANK', KEYS[2], 0, #ids - 1) end
   n = n + #ids
 end
@@ -1445,8 +1446,9 @@ var cancelKeyScript = script(`
 local id = redis.call('GET', KEYS[1])
 if not id then return false end
 local l = del_job(KEYS[3] .. id)
-if l > 0 then usage_add(KEYS[4], KEYS[3], -1, -l) end
-redis.call('ZREM', KEYS[2], id)
+local timed = redis.call('ZREM', KEYS[2], id) == 1
+-- A timer entry whose job expired is still one job (recountScript).
+if l > 0 then usage_add(KEYS[4], KEYS[3], -1, -l) elseif timed then usage_expired(KEYS[4], KEYS[3], 1) end
 redis.call('DEL', KEYS[1])
 inflight_wake(inflight_free(gpfx(KEYS[3]), KEYS[5], id), ARGV[1], ARGV[2])
 return id
@@ -1687,5 +1689,5 @@ var allScripts = []*redis.Script{
 	publishScript, publishManyScript, consumeScript, pumpScript, pumpPoolScript, pumpHeadsScript, peekQueueScript, peekJobScript, ackManyScript,
 	releaseScript, touchScript, respawnScript, respawnOneScript, deleteDeadScript,
 	deleteDeadOneScript, listDeadScript, listDeadPageScript, destroyScript, cancelKeyScript, reclaimScript, sizeScript, upgradeQueueScript,
-	queueDetailScript, readyHeadsScript, listJobsScript, importScript, recountScript, resumScript, setLimitsScript, unblockScript, recordInFlightScript, queueGroupsScript,
+	queueDetailScript, readyHeadsScript, listJobsScript, importScript, recountScript, recountPartScript, recountApplyScript, resumScript, setLimitsScript, unblockScript, recordInFlightScript, queueGroupsScript,
 }

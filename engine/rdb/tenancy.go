@@ -235,6 +235,11 @@ func (e *Engine) loadQuotas(ctx context.Context) *quotaView {
 func (e *Engine) runTenancy(ctx context.Context) {
 	t := time.NewTicker(quotaRefresh)
 	defer t.Stop()
+	defer func() {
+		e.ten.reconMu.Lock()
+		e.closePass()
+		e.ten.reconMu.Unlock()
+	}()
 	for n := 1; ; n++ {
 		select {
 		case <-ctx.Done():

@@ -41,6 +41,25 @@ end
 local function usage_expired(uk, jp, n)
   if n > 0 then usage_add(uk, jp, -n, 0) end
 end
+-- usage_of returns the jobs and bytes counted for the queue of job key
+-- prefix jp in the group's usage hash uk.
+local function usage_of(uk, jp)
+  local m = string.match(jp, '}([^/]*/[^/]*)')
+  local cur = redis.call('HMGET', uk, 'j:' .. m, 'b:' .. m)
+  return {tonumber(cur[1]) or 0, tonumber(cur[2]) or 0}
+end
+-- usage_set corrects the queue of job key prefix jp and its namespace by
+-- dj jobs and db bytes (a recount's difference), and drops their fields
+-- that are at 0 then: a namespace's usage lists the namespaces holding
+-- jobs.
+local function usage_set(uk, jp, dj, db)
+  usage_add(uk, jp, dj, db)
+  local m, ns = string.match(jp, '}(([^/]*)/[^/]*)')
+  for _, f in ipairs({m, ns}) do
+    local v = redis.call('HMGET', uk, 'j:' .. f, 'b:' .. f)
+    if (tonumber(v[1]) or 0) == 0 and (tonumber(v[2]) or 0) == 0 then redis.call('HDEL', uk, 'j:' .. f, 'b:' .. f) end
+  end
+end
 -- del_job deletes job key jk with its attempt history (hkey, scripts.go)
 -- and returns its length, 0 when it did not exist (a job value is at
 -- least 22 bytes).
@@ -66,7 +85,10 @@ end
 // recountScript recounts one queue's usage and corrects its fields and
 // its namespace's in the group's usage hash by the difference: the jobs
 // are the distinct IDs of its ready list, priority set, timer and dead
-// letter whose key exists, the bytes their lengths. It runs as one step,
+// letter whose key exists, the bytes their lengths; and a timer entry
+// whose job expired is one job (no bytes) until the pump or the reclaimer
+// meets it and takes it off (usage_expired) — counting it as gone here
+// would take it off twice. It runs as one step,
 // so no script changes the queue between the count and the correction;
 // a queue holding more than ARGV[1] entries is left alone (it would hold
 // Redis too long; doc/design.md says what then).
@@ -88,20 +110,98 @@ local function count(id)
     if l > 0 then jobs, bytes = jobs + 1, bytes + l end
   end
 end
+-- The timer first: an entry whose job expired is still one job (none of
+-- its bytes), which the pump or the reclaimer takes off when it meets the
+-- entry (usage_expired); no script deletes a job and leaves its timer
+-- entry.
+for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+  if not seen[id] then
+    seen[id] = true
+    local l = redis.call('STRLEN', jp .. id)
+    jobs, bytes = jobs + 1, bytes + l
+  end
+end
 for _, e in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do count(eid(e)) end
 for _, e in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do count(eid(e)) end
-for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do count(id) end
 for _, e in ipairs(redis.call('LRANGE', KEYS[4], 0, -1)) do count(eid(e)) end
-local m, ns = string.match(jp, '}(([^/]*)/[^/]*)')
-local cur = redis.call('HMGET', uk, 'j:' .. m, 'b:' .. m)
-local dj, db = jobs - (tonumber(cur[1]) or 0), bytes - (tonumber(cur[2]) or 0)
-usage_add(uk, jp, dj, db)
--- Fields at 0 go: a namespace's usage lists the namespaces holding jobs.
-for _, f in ipairs({m, ns}) do
-  local v = redis.call('HMGET', uk, 'j:' .. f, 'b:' .. f)
-  if (tonumber(v[1]) or 0) == 0 and (tonumber(v[2]) or 0) == 0 then redis.call('HDEL', uk, 'j:' .. f, 'b:' .. f) end
-end
+local cur = usage_of(uk, jp)
+local dj, db = jobs - cur[1], bytes - cur[2]
+usage_set(uk, jp, dj, db)
 return {1, size, dj, db}
+`)
+
+// recountPartScript reads one chunk of a queue too big for recountScript:
+// at most ARGV[3] entries of one of its structures from offset ARGV[2]
+// (a list's index from the left, a sorted set's rank), and counts the
+// live jobs it finds there, each once over the four structures by the
+// structure its state puts it in — a timer entry (whose job exists, or
+// expired: one job until the pump meets it, as in recountScript), a dead
+// letter entry whose job is dead ('x'), a ready or priority entry whose
+// job exists, is not dead and has no timer entry (a delayed job made ready
+// by the pump keeps its 'd') — which is recountScript's count for every
+// state the scripts leave (each live job has one such entry). It writes
+// nothing. The reconciler (reconcile_big.go) adds the chunks up under a
+// WATCH of the four structures and applies the sum with
+// recountApplyScript: the reply's lengths and counts let it give up early
+// when the queue changed.
+//
+//	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] timer   KEYS[4] dead letter
+//	KEYS[5] job key prefix j/{T}ns/q/   KEYS[6] the group's usage hash
+//	ARGV[1] structure (1..4, as KEYS)   ARGV[2] offset   ARGV[3] most entries
+//
+// Returns {entries read, jobs, bytes, the four structures' lengths, the
+// queue's counted jobs and bytes}.
+var recountPartScript = script(`
+local s, off, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local jp, tk = KEYS[5], KEYS[3]
+local es
+if s == 1 or s == 4 then
+  es = redis.call('LRANGE', KEYS[s], off, off + n - 1)
+else
+  es = redis.call('ZRANGE', KEYS[s], off, off + n - 1)
+end
+local jobs, bytes, seen = 0, 0, {}
+for _, e in ipairs(es) do
+  local id = e
+  if s ~= 3 then id = eid(e) end
+  if id ~= '' and not seen[id] then
+    seen[id] = true
+    local jk = jp .. id
+    if s == 3 then
+      jobs, bytes = jobs + 1, bytes + redis.call('STRLEN', jk) -- as recountScript's timer
+    else
+      -- '' when the job is gone; only a 'd' job may have a timer entry.
+      local st = redis.call('GETRANGE', jk, 1, 1)
+      local ok
+      if s == 4 then ok = st == 'x' else ok = st ~= '' and st ~= 'x' and not (st == 'd' and redis.call('ZSCORE', tk, id)) end
+      if ok then jobs, bytes = jobs + 1, bytes + redis.call('STRLEN', jk) end
+    end
+  end
+end
+local cur = usage_of(KEYS[6], jp)
+return {#es, jobs, bytes, redis.call('LLEN', KEYS[1]), redis.call('ZCARD', KEYS[2]),
+  redis.call('ZCARD', KEYS[3]), redis.call('LLEN', KEYS[4]), cur[1], cur[2]}
+`)
+
+// recountApplyScript ends a chunked recount: when the queue's counted
+// jobs and bytes are still those the first chunk read (ARGV[1], ARGV[2]),
+// it corrects the queue's fields and its namespace's by the difference
+// with the jobs and bytes the chunks found (ARGV[3], ARGV[4]), as
+// recountScript does; otherwise a script changed the count meanwhile (a
+// delete that leaves an entry behind changes no structure) and it writes
+// nothing. It runs in the MULTI/EXEC of the recount's WATCH, so that it
+// also writes nothing when a structure changed.
+//
+//	KEYS[1] job key prefix j/{T}ns/q/   KEYS[2] the group's usage hash
+//	ARGV[1..2] jobs and bytes counted at the start   ARGV[3..4] found
+//
+// Returns {1 applied or 0 the count moved, jobs corrected, bytes corrected}.
+var recountApplyScript = script(`
+local cur = usage_of(KEYS[2], KEYS[1])
+if cur[1] ~= tonumber(ARGV[1]) or cur[2] ~= tonumber(ARGV[2]) then return {0, 0, 0} end
+local dj, db = tonumber(ARGV[3]) - cur[1], tonumber(ARGV[4]) - cur[2]
+usage_set(KEYS[2], KEYS[1], dj, db)
+return {1, dj, db}
 `)
 
 // resumScript sets every namespace's fields of a usage hash to the sum of
