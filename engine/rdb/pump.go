@@ -217,13 +217,18 @@ func (e *Engine) pumpPass(ctx context.Context, groups []int, known *[slotGroups]
 // It returns the pool's next due time (-1 when none) and whether entries
 // are still due.
 func (e *Engine) pumpPoolPass(ctx context.Context) (next int64, more bool, err error) {
+	return e.pumpPoolPassOf(ctx, e.batch)
+}
+
+// pumpPoolPassOf is pumpPoolPass handling at most budget entries.
+func (e *Engine) pumpPoolPassOf(ctx context.Context, budget int) (next int64, more bool, err error) {
 	now := ms(e.now())
 	report := "0"
 	if e.tracer != nil {
 		report = "1"
 	}
 	start := time.Now()
-	cmd := e.run(ctx, pumpPoolScript, timerIndexKeys[:], now, e.batch, rand.Uint32(), e.pub, report, rand.IntN(slotGroups))
+	cmd := e.run(ctx, pumpPoolScript, timerIndexKeys[:], now, budget, rand.Uint32(), e.pub, report, rand.IntN(slotGroups))
 	next, err = e.pumped(ctx, cmd, start, now)
 	if err != nil {
 		return 0, false, err
@@ -236,26 +241,29 @@ func (e *Engine) pumpPoolPass(ctx context.Context) (next int64, more bool, err e
 // still due after a pass (a burst draining), two runners make passes side
 // by side, on two connections: Redis starts the next pass as soon as one
 // ends, instead of idling for the reply's round trip and for this process
-// to be scheduled on a busy machine (the 1,000-entry pass takes a few
+// to be scheduled on a busy machine (a 1,000-entry pass takes a few
 // milliseconds of Redis; the gap between passes was up to as much).
-// Redis still runs one pass at a time, each atomic and fair, and other
-// clients' commands between them; both runners stop at their first pass
-// that leaves nothing due.
+// Redis still runs one pass at a time, each atomic and fair. Each
+// runner's pass takes half of PumpBatch: another client's command that
+// arrives during a pass may now wait for the next one too (already
+// queued), so two half passes hold it no longer than one whole pass did.
+// Both runners stop at their first pass that leaves nothing due.
 func (e *Engine) pumpPool(ctx context.Context) (int64, error) {
 	next, more, err := e.pumpPoolPass(ctx)
 	if err != nil || !more {
 		return next, err
 	}
+	half := max(e.batch/2, 1)
 	type result struct {
 		next int64
 		err  error
 	}
 	other := make(chan result, 1)
 	go func() {
-		n, err := e.pumpPoolRun(ctx)
+		n, err := e.pumpPoolRun(ctx, half)
 		other <- result{n, err}
 	}()
-	n1, err1 := e.pumpPoolRun(ctx)
+	n1, err1 := e.pumpPoolRun(ctx, half)
 	r := <-other
 	if err1 != nil {
 		return 0, err1
@@ -268,11 +276,11 @@ func (e *Engine) pumpPool(ctx context.Context) (int64, error) {
 	return earliest(n1, r.next), nil
 }
 
-// pumpPoolRun makes pump passes until one leaves nothing due; it returns
-// that pass's next due time.
-func (e *Engine) pumpPoolRun(ctx context.Context) (int64, error) {
+// pumpPoolRun makes pump passes of at most budget entries until one
+// leaves nothing due; it returns that pass's next due time.
+func (e *Engine) pumpPoolRun(ctx context.Context, budget int) (int64, error) {
 	for {
-		next, more, err := e.pumpPoolPass(ctx)
+		next, more, err := e.pumpPoolPassOf(ctx, budget)
 		if err != nil || !more {
 			return next, err
 		}
