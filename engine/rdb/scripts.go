@@ -675,8 +675,8 @@ local moved = {}
 -- priority set and config; jp: its job key prefix) and returns how many
 -- it handled.
 local function pump_queue(index, uk, m, chan, tk, qk, dk, pk, ck, jp, share)
-  local ids = redis.call('ZRANGEBYSCORE', tk, '-inf', now, 'LIMIT', 0, share)
-  if #ids > 0 then redis.call('ZREMRANGEBYRANK', tk, 0, #ids - 1) end
+  local ids = redis.call('ZRANGEBYSCORE', tk, '-inf', now, 'LIMIT', '0', share)
+  if #ids > 0 then redis.call('ZREMRANGEBYRANK', tk, '0', #ids - 1) end
   local cfg = nil
   local ready = {}
   local nready = 0
@@ -741,7 +741,7 @@ local function pump_queue(index, uk, m, chan, tk, qk, dk, pk, ck, jp, share)
     moved[#moved + 1] = m
     moved[#moved + 1] = ids
   end
-  local first = redis.call('ZRANGE', tk, 0, 0, 'WITHSCORES')
+  local first = redis.call('ZRANGE', tk, '0', '0', 'WITHSCORES')
   if #first == 0 then
     redis.call('ZREM', index, m)
   else
@@ -773,7 +773,7 @@ for q = 1, nq do
     KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6],
     math.ceil(budget / (nq - q + 1)))
 end
-local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local nxt = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
 local out = {handled, -1, expired, moved}
 if #nxt > 0 then out[2] = tonumber(nxt[2]) end
 return out
@@ -805,15 +805,17 @@ end
 local due = {}
 local pumped = {}
 local start = tonumber(ARGV[6])
+-- Constant numbers go to Redis as strings here and in pump_queue: Redis
+-- formats a number argument with printf (128 times a pass in this scan).
 for i = 0, #KEYS - 1 do
   local ix = KEYS[(start + i) % #KEYS + 1]
-  local head = redis.call('ZRANGE', ix, 0, 0, 'WITHSCORES')
+  local head = redis.call('ZRANGE', ix, '0', '0', 'WITHSCORES')
   if #head > 0 then
     if tonumber(head[2]) > nowN or #due >= budget then
       seen(head[2])
     else
       pumped[#pumped + 1] = ix
-      local ms = redis.call('ZRANGEBYSCORE', ix, '-inf', now, 'LIMIT', 0, budget - #due)
+      local ms = redis.call('ZRANGEBYSCORE', ix, '-inf', now, 'LIMIT', '0', budget - #due)
       for _, m in ipairs(ms) do due[#due + 1] = {ix, m} end
     end
   end
@@ -827,7 +829,7 @@ for i, d in ipairs(due) do
     math.ceil(budget / (#due - i + 1)))
 end
 for _, ix in ipairs(pumped) do
-  local head = redis.call('ZRANGE', ix, 0, 0, 'WITHSCORES')
+  local head = redis.call('ZRANGE', ix, '0', '0', 'WITHSCORES')
   if #head > 0 then seen(head[2]) end
 end
 return {handled, nxt, expired, moved}
