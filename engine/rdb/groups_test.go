@@ -347,6 +347,27 @@ func testGroupsCounts(t *testing.T, e *Engine, client redis.UniversalClient) {
 	if n, err := e.Size(bg, ns, q); err != nil || n != 11 {
 		t.Fatalf("size = %d, %v; want 11", n, err)
 	}
+	// The dashboard's ready list pages through the groups too.
+	listed := map[string]int{}
+	for cursor, pages := int64(0), 0; ; pages++ {
+		if pages > 10 {
+			t.Fatal("ready list does not end")
+		}
+		jobs, next, err := e.ListJobs(bg, ns, q, engine.ListReady, cursor, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range jobs {
+			listed[j.Group]++
+		}
+		if next == 0 {
+			break
+		}
+		cursor = next
+	}
+	if listed[""] != 3 || listed["x"] != 5 || listed["y"] != 3 {
+		t.Fatalf("ready list by group: %v, want '' 3, x 5, y 3", listed)
+	}
 	jobs := consumeN(t, e, ns, q, 4, 4) // one of each group and one more
 	if got := strings.Join(groupsOf(jobs), ","); got != ",x,y," {
 		t.Fatalf("consumed groups %q, want %q", got, ",x,y,")
