@@ -1,0 +1,155 @@
+package rdb
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kairos-dev/kairos/engine"
+)
+
+// Benchmarks of fair groups and in-flight limits (issue #32 item 4), on a
+// real redis-server with AOF everysec (benchEngine), 64 callers (the 64
+// consumers of kairos bench), one op = one Consume of one job and its ACK.
+// Besides ns/op (throughput: the machine's load moves it), they report
+// redis-µs/op (Redis CPU per job), redis-script-µs/op (the time Redis spent
+// in EVALSHA per job, INFO commandstats: the scripts' own cost, what
+// groups change, and the steadiest of the figures), go-µs/op and batch as
+// the other concurrent benchmarks (bench_test.go).
+//
+//	go test -run '^$' -bench 'Groups' -benchtime 20000x -count 5 ./engine/rdb
+//
+// doc/performance.md has the figures and what they say.
+
+// benchGroupNames returns n group names: g0, g1, …
+func benchGroupNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("g%d", i)
+	}
+	return names
+}
+
+// preloadGroups publishes, in batches of 64, rounds of one job for each of
+// groups (nil: ungrouped jobs) until jobs are published and every group
+// holds at least one more job than a fair consume of jobs takes from it,
+// so that every group stays in the queue's rotation to the end.
+func preloadGroups(b *testing.B, e *Engine, q string, groups []string, jobs int) {
+	b.Helper()
+	body := make([]byte, 100)
+	n := max(len(groups), 1)
+	rounds := (jobs+n-1)/n + 1
+	batch := make([]*engine.PublishRequest, 0, 64)
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		if _, err := e.PublishBatch(bg, batch); err != nil {
+			b.Fatal(err)
+		}
+		batch = batch[:0]
+	}
+	for range rounds {
+		for i := range n {
+			req := &engine.PublishRequest{Namespace: "ns", Queue: q, Body: body, Tries: 1, TTL: time.Hour}
+			if groups != nil {
+				req.Group = groups[i]
+			}
+			batch = append(batch, req)
+			if len(batch) == cap(batch) {
+				flush()
+			}
+		}
+	}
+	flush()
+}
+
+// benchConsumeAck measures consume + ACK of queue q by 64 callers. A
+// consume that finds nothing (a limit reached: it cannot happen with the
+// limits the benchmarks set, 64 callers holding one job each) is retried
+// and counted (retries/op).
+func benchConsumeAck(b *testing.B, e *Engine, q string) {
+	b.Helper()
+	if err := e.rdb.ConfigResetStat(bg).Err(); err != nil {
+		b.Fatal(err)
+	}
+	var retries atomic.Int64
+	m := &cpuMeter{e: e}
+	b.ReportAllocs()
+	m.start(b)
+	runCallers(b, func() {
+		req := &engine.ConsumeRequest{Namespace: "ns", Queues: []string{q}, Count: 1, TTR: time.Minute}
+		for try := 0; ; try++ {
+			jobs, err := e.Consume(bg, req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if len(jobs) == 0 {
+				if try == 1000 {
+					b.Error("consume: nothing 1,000 times in a row")
+					return
+				}
+				retries.Add(1)
+				continue
+			}
+			if err := e.Delete(bg, "ns", q, jobs[0].ID); err != nil {
+				b.Error(err)
+			}
+			return
+		}
+	})
+	m.stop(b)
+	b.ReportMetric(scriptUsec(b, e)/float64(b.N), "redis-script-µs/op")
+	b.ReportMetric(float64(retries.Load())/float64(b.N), "retries/op")
+}
+
+// BenchmarkGroupsConsume: consume + ACK of a queue whose jobs are spread
+// round robin over 1, 100, 10,000 and 100,000 groups (every group keeps
+// jobs to the end, so the rotation holds that many groups throughout);
+// groups=0 is the same queue with no group (lmstfy's path, for
+// reference). Issue #32 asks for a cost flat within ± 10 % from 1 to
+// 100,000 groups.
+func BenchmarkGroupsConsume(b *testing.B) {
+	for _, n := range []int{0, 1, 100, 10_000, 100_000} {
+		b.Run(fmt.Sprintf("groups=%d", n), func(b *testing.B) {
+			e := benchEngine(b)
+			var groups []string
+			if n > 0 {
+				groups = benchGroupNames(n)
+			}
+			preloadGroups(b, e, "q", groups, b.N)
+			benchConsumeAck(b, e, "q")
+		})
+	}
+}
+
+// BenchmarkGroupsLimits: consume + ACK at 64 callers of the same queue
+// (jobs over 100 groups, or none), plain; with limits only
+// (max_in_flight 64, group_max_in_flight 4: tracked, never reached); with
+// groups only; with groups and limits. Issue #32 asks that a grouped queue
+// with limits costs at most 10 % of the plain queue's throughput.
+func BenchmarkGroupsLimits(b *testing.B) {
+	for _, v := range []struct {
+		name   string
+		groups int
+		limits bool
+	}{{"plain", 0, false}, {"limits", 0, true}, {"groups", 100, false}, {"groups+limits", 100, true}} {
+		b.Run(v.name, func(b *testing.B) {
+			e := benchEngine(b)
+			if v.limits {
+				cfg := engine.QueueConfig{MaxInFlight: benchCallers, GroupMaxInFlight: 4}
+				if err := e.SetQueueConfig(bg, "ns", "q", cfg); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var groups []string
+			if v.groups > 0 {
+				groups = benchGroupNames(v.groups)
+			}
+			preloadGroups(b, e, "q", groups, b.N)
+			benchConsumeAck(b, e, "q")
+		})
+	}
+}
