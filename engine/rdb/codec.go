@@ -97,10 +97,13 @@ func reasonCode(r engine.DeadReason) int {
 // Header byte 1 is the value's format: the payload follows the header
 // (formatPlain), or a trace context does and then the payload
 // (formatTraced). Only a publish writes it: scripts rewrite the header
-// from byte 2 on.
+// from byte 2 on. Flag formatGrouped (formats 5 and 6) says the job's
+// group comes first after the header (issue #32): its length L (1..64) as
+// one byte, then its name, then the trace context (format 6) and payload.
 const (
-	formatPlain  = 1
-	formatTraced = 2
+	formatPlain   = 1
+	formatTraced  = 2
+	formatGrouped = 4
 )
 
 // The trace context of a formatTraced value, between the header and the
@@ -116,12 +119,29 @@ func traceSize(tp, ts string) int {
 	return 1 + len(tp) + 2 + len(ts)
 }
 
-// newValue is the stored value of a job just published: its header (ready
-// or delayed until due), its trace context when tp is not empty, then the
-// payload, in one allocation.
+// newValue is the stored value of an ungrouped job just published
+// (newGroupedValue).
 func newValue(ready bool, tries uint16, priority int, dueMS int64, tp, ts string, payload []byte) []byte {
+	return newGroupedValue(ready, tries, priority, dueMS, "", tp, ts, payload)
+}
+
+// groupSize is the length of the group block of group g, 0 for the
+// default group.
+func groupSize(g string) int {
+	if g == "" {
+		return 0
+	}
+	return 1 + len(g)
+}
+
+// newGroupedValue is the stored value of a job just published: its header
+// (ready or delayed until due), its group when g is not empty, its trace
+// context when tp is not empty, then the payload, in one allocation. An
+// ungrouped value is byte for byte what it was before groups.
+func newGroupedValue(ready bool, tries uint16, priority int, dueMS int64, g, tp, ts string, payload []byte) []byte {
+	gn := groupSize(g)
 	tn := traceSize(tp, ts)
-	v := make([]byte, headerSize+tn+len(payload))
+	v := make([]byte, headerSize+gn+tn+len(payload))
 	v[0] = formatPlain
 	v[1] = 'r'
 	if !ready {
@@ -134,19 +154,44 @@ func newValue(ready bool, tries uint16, priority int, dueMS int64, tp, ts string
 	v[6] = byte(priority)
 	if tn > 0 {
 		v[0] = formatTraced
-		b := v[headerSize:]
+		b := v[headerSize+gn:]
 		b[0] = byte(len(tp))
 		n := 1 + copy(b[1:], tp)
 		binary.LittleEndian.PutUint16(b[n:], uint16(len(ts)))
 		copy(b[n+2:], ts)
 	}
-	copy(v[headerSize+tn:], payload)
+	if gn > 0 {
+		v[0] |= formatGrouped
+		v[headerSize] = byte(len(g))
+		copy(v[headerSize+1:], g)
+	}
+	copy(v[headerSize+gn+tn:], payload)
 	return v
 }
 
+// splitGroup splits the group off the part of a value after its header,
+// by the value's format: it returns the group ("" for an ungrouped
+// value), the format without the group flag and what follows the group.
+func splitGroup(format byte, rest []byte) (g string, f byte, after []byte, err error) {
+	if format&formatGrouped == 0 {
+		return "", format, rest, nil
+	}
+	if len(rest) < 1 || rest[0] == 0 || len(rest) < 1+int(rest[0]) {
+		return "", 0, nil, errBadEntry
+	}
+	n := 1 + int(rest[0])
+	return string(rest[1:n]), format &^ formatGrouped, rest[n:], nil
+}
+
 // splitTrace splits the part of a value after its header into the trace
-// context and the payload, by the value's format.
+// context and the payload, by the value's format; a grouped value's group
+// is skipped (splitGroup reads it).
 func splitTrace(format byte, rest []byte) (tp, ts string, payload []byte, err error) {
+	if format&formatGrouped != 0 {
+		if _, format, rest, err = splitGroup(format, rest); err != nil {
+			return "", "", nil, err
+		}
+	}
 	switch format {
 	case formatPlain:
 		return "", "", rest, nil
@@ -167,11 +212,20 @@ func splitTrace(format byte, rest []byte) (tp, ts string, payload []byte, err er
 	return "", "", nil, errBadEntry
 }
 
+// validFormat reports whether f is a value format this version writes.
+func validFormat(f byte) bool {
+	switch f {
+	case formatPlain, formatTraced, formatPlain | formatGrouped, formatTraced | formatGrouped:
+		return true
+	}
+	return false
+}
+
 // splitValue splits a stored value into its header and what follows it
 // (the trace context, by h.format, and the payload).
 func splitValue(v []byte) (header, []byte, error) {
 	var h header
-	if len(v) < headerSize || (v[0] != formatPlain && v[0] != formatTraced) {
+	if len(v) < headerSize || !validFormat(v[0]) {
 		return h, nil, errBadEntry
 	}
 	h.format = v[0]

@@ -87,7 +87,7 @@ func FuzzDecodePayload(f *testing.F) {
 }
 
 // FuzzSplitValue: splitValue never panics, accepts only values with a
-// whole header of format 1 or 2, splitTrace never panics on what follows
+// whole header of format 1, 2, 5 or 6, splitTrace never panics on what follows
 // it, and what it reads applies to a job without panicking.
 func FuzzSplitValue(f *testing.F) {
 	h := "\x01r\x03\x00\x01\x00\x05\x00" + strings.Repeat("\x00", 14)
@@ -98,12 +98,12 @@ func FuzzSplitValue(f *testing.F) {
 	f.Fuzz(func(t *testing.T, v []byte) {
 		hd, payload, err := splitValue(v)
 		if err != nil {
-			if len(v) >= headerSize && (v[0] == formatPlain || v[0] == formatTraced) {
+			if len(v) >= headerSize && validFormat(v[0]) {
 				t.Fatalf("splitValue refused %q", v)
 			}
 			return
 		}
-		if len(v) < headerSize || (v[0] != formatPlain && v[0] != formatTraced) || hd.format != v[0] || !bytes.Equal(payload, v[headerSize:]) {
+		if len(v) < headerSize || !validFormat(v[0]) || hd.format != v[0] || !bytes.Equal(payload, v[headerSize:]) {
 			t.Fatalf("splitValue(%q) accepted it with payload %q", v, payload)
 		}
 		tp, ts, rest, err := splitTrace(hd.format, payload)
@@ -124,18 +124,34 @@ func FuzzSplitValue(f *testing.F) {
 	})
 }
 
-// FuzzTraceValue: a value made with a trace context gives back the same
-// trace context, payload and header fields; one made without is format 1,
-// byte for byte the value of earlier versions.
+// FuzzTraceValue: a value made with a trace context and a group gives
+// back the same group, trace context, payload and header fields; one made
+// without either is format 1, byte for byte the value of earlier
+// versions.
 func FuzzTraceValue(f *testing.F) {
-	f.Add("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "rojo=1,congo=2", []byte("body"), uint16(3), 7)
-	f.Add("", "", []byte{}, uint16(1), 0)
-	f.Add("x", strings.Repeat("s", 512), []byte("\x00\x01"), uint16(65535), 255)
-	f.Fuzz(func(t *testing.T, tp, ts string, payload []byte, tries uint16, prio int) {
-		if len(tp) > 255 || len(ts) > 65535 || prio < 0 || prio > 255 {
+	f.Add("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "rojo=1,congo=2", []byte("body"), uint16(3), 7, "")
+	f.Add("", "", []byte{}, uint16(1), 0, "")
+	f.Add("x", strings.Repeat("s", 512), []byte("\x00\x01"), uint16(65535), 255, "")
+	f.Add("", "", []byte("body"), uint16(3), 7, "shop-42")
+	f.Add("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "k=v", []byte("{}"), uint16(1), 0, strings.Repeat("g", 64))
+	f.Fuzz(func(t *testing.T, tp, ts string, payload []byte, tries uint16, prio int, group string) {
+		if len(tp) > 255 || len(ts) > 65535 || prio < 0 || prio > 255 || (group != "" && !engine.ValidGroup(group)) {
 			return
 		}
-		v := newValue(true, tries, prio, 0, tp, ts, payload)
+		v := newGroupedValue(true, tries, prio, 0, group, tp, ts, payload)
+		g, format, after, err := splitGroup(v[0], v[headerSize:])
+		if err != nil || g != group || (group == "") != (format == v[0]) {
+			t.Fatalf("splitGroup(%q) = %q, %d, %v", v, g, format, err)
+		}
+		if group != "" {
+			if v[0]&formatGrouped == 0 || !bytes.Equal(after, newValue(true, tries, prio, 0, tp, ts, payload)[headerSize:]) {
+				t.Fatalf("grouped value %q: format %d, after its group %q", v, v[0], after)
+			}
+			j, err := makeJob("ns", "q", "01ARZ3NDEKTSV4RRFFQ69G5FAV", v[0], v[headerSize:], 0)
+			if err != nil || j.Group != group || !bytes.Equal(j.Body, payload) || j.TraceParent != tp {
+				t.Fatalf("makeJob of grouped %q: %+v, %v", v, j, err)
+			}
+		}
 		h, rest, err := splitValue(v)
 		if err != nil {
 			t.Fatalf("splitValue(newValue(…)): %v", err)
@@ -144,11 +160,14 @@ func FuzzTraceValue(f *testing.F) {
 		if tp == "" {
 			wantFormat = formatPlain
 			ts = ""
-			if !bytes.Equal(v, append(append([]byte{1, 'r'}, byte(tries), byte(tries>>8), 0, 0, byte(prio)), append(make([]byte, 15), payload...)...)) {
+			if group == "" && !bytes.Equal(v, append(append([]byte{1, 'r'}, byte(tries), byte(tries>>8), 0, 0, byte(prio)), append(make([]byte, 15), payload...)...)) {
 				t.Fatalf("plain value %q is not the earlier layout", v)
 			}
 		}
 		gotTP, gotTS, gotPayload, err := splitTrace(h.format, rest)
+		if group != "" {
+			wantFormat |= formatGrouped
+		}
 		if err != nil || h.format != wantFormat || gotTP != tp || gotTS != ts || !bytes.Equal(gotPayload, payload) || h.tries != tries || int(h.priority) != prio {
 			t.Fatalf("round trip of %q %q %q: format %d, %q %q %q, %+v, %v", tp, ts, payload, h.format, gotTP, gotTS, gotPayload, h, err)
 		}

@@ -528,7 +528,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 		names  *queueNames
 		record bool
 		jobs   int
-		full   bool // a job is delayed or has a priority (publishManyScript's kind "f")
+		full   bool // a job is delayed, has a priority or a group (publishManyScript's kind "f")
 		bytes  int  // the argument that carries size
 		size   int  // the bytes of its jobs' values
 	}
@@ -548,7 +548,7 @@ func (e *Engine) publishCoalesced(ctx context.Context, batch []*batchCall[pubOp]
 			queues = append(queues, queue{ns: r.Namespace, q: r.Queue, names: qn, record: !qn.recorded.Load()})
 		}
 		queues[g].jobs++
-		if r.Priority != 0 || !readyNow(r, nowMS) {
+		if r.Priority != 0 || !readyNow(r, nowMS) || r.Group != "" {
 			queues[g].full = true
 		}
 		group[i] = g
@@ -770,6 +770,9 @@ func checkPublish(ns, q string, r *engine.PublishRequest) error {
 	if len(r.Key) > 256 {
 		return fmt.Errorf("publish: a job key needs a single job and at most 256 bytes: %w", engine.ErrInvalid)
 	}
+	if r.Group != "" && !engine.ValidGroup(r.Group) {
+		return fmt.Errorf("publish: group %q: 1..%d characters of [-_A-Za-z0-9]: %w", r.Group, engine.MaxGroupLength, engine.ErrInvalid)
+	}
 	return nil
 }
 
@@ -970,7 +973,7 @@ func jobValue(r *engine.PublishRequest, nowMS int64) ([]byte, int64, error) {
 	if !r.DueAt.IsZero() {
 		due = ceilMS(r.DueAt)
 	}
-	return newValue(due <= nowMS, r.Tries, r.Priority, due, r.TraceParent, r.TraceState, payload), due, nil
+	return newGroupedValue(due <= nowMS, r.Tries, r.Priority, due, r.Group, r.TraceParent, r.TraceState, payload), due, nil
 }
 
 // waited is what a publish's WAIT answered: the replicas that have the
@@ -1582,6 +1585,10 @@ func newReceiptBase() uint32 { return rand.Uint32() }
 // makeJob decodes a job from what follows its header: its trace context
 // (by format, header byte 1) and its payload.
 func makeJob(ns, q, id string, format byte, rest []byte, pttl int64) (*engine.Job, error) {
+	g, format, rest, err := splitGroup(format, rest)
+	if err != nil {
+		return nil, err
+	}
 	tp, ts, payload, err := splitTrace(format, rest)
 	if err != nil {
 		return nil, err
@@ -1595,7 +1602,7 @@ func makeJob(ns, q, id string, format byte, rest []byte, pttl int64) (*engine.Jo
 		ttl = time.Duration(pttl) * time.Millisecond
 	}
 	return &engine.Job{Namespace: ns, Queue: logicalQueue(q), ID: id, Body: body, TTL: ttl, Attributes: attrs,
-		TraceParent: tp, TraceState: ts}, nil
+		TraceParent: tp, TraceState: ts, Group: g}, nil
 }
 
 // makeStoredJob decodes a stored value (header + payload); now decides

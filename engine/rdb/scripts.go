@@ -214,7 +214,7 @@ func script(src string) *redis.Script { return redis.NewScript(libFor(src) + src
 // constant, with the comment above it.
 type libPart struct{ name, src string }
 
-var libParts = splitLib(luaLib + tenancyLua)
+var libParts = splitLib(luaLib + tenancyLua + groupsLua)
 
 var libDef = regexp.MustCompile(`^local (?:function )?([A-Za-z_][A-Za-z0-9_]*)`)
 
@@ -352,14 +352,23 @@ if ARGV[5] == '1' then
   if tonumber(ARGV[10]) > 0 then redis.call('SET', KEYS[7], id, 'PX', ARGV[10]) else redis.call('SET', KEYS[7], id) end
 end
 if ARGV[6] == '1' then redis.call('HSET', KEYS[8], ARGV[1], 1) end
-local ready, made, mindue = {}, 0, nil
+local ready, made, mindue, gp = {}, 0, nil, nil
 for i = 1, n do
   local b = 8 + (i - 1) * 5
   local e = ARGV[b]
+  local grouped = string.byte(ARGV[b + 1], 1) >= 4
+  if grouped and not gp then
+    -- A grouped job makes the queue tracked (groups_scripts.go).
+    gp = gpfx(jprefix(KEYS[8 + i], eid(e)))
+    redis.call('HSET', KEYS[5], 'grp', '1')
+  end
   if ARGV[b + 3] ~= '0' then
     local due = tonumber(ARGV[b + 3])
     redis.call('ZADD', KEYS[2], ARGV[b + 3], eid(e))
     if not mindue or due < mindue then mindue = due end
+  elseif grouped then
+    push_job(KEYS[1], KEYS[4], KEYS[5], gp, val_group(ARGV[b + 1]), tonumber(ARGV[b + 4]), r16(e, 1), eid(e))
+    made = made + 1
   elseif ARGV[b + 4] ~= '0' then
     push_ready(KEYS[1], KEYS[4], KEYS[5], tonumber(ARGV[b + 4]), r16(e, 1), eid(e))
     made = made + 1
@@ -480,16 +489,24 @@ for g = 1, m do
   else
     local tk, pk, ck, idx = KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5]
     k = k + 5
-    local ready, made, mindue = {}, 0, nil
+    local ready, made, mindue, gp = {}, 0, nil, nil
     for i = first, last do
       local b = v0 + (i - 1) * 4
       local e = ARGV[e0 + i]
+      local grouped = string.byte(ARGV[b + 1], 1) >= 4
+      if grouped and not gp then
+        -- A grouped job makes the queue tracked (groups_scripts.go).
+        gp = gpfx(jprefix(KEYS[k0 + i], eid(e)))
+        redis.call('HSET', ck, 'grp', '1')
+      end
       if ARGV[b + 3] ~= '0' then
         local due = tonumber(ARGV[b + 3])
         redis.call('ZADD', tk, ARGV[b + 3], eid(e))
         if not mindue or due < mindue then mindue = due end
       else
-        if ARGV[b + 4] ~= '0' then
+        if grouped then
+          push_job(qk, pk, ck, gp, val_group(ARGV[b + 1]), tonumber(ARGV[b + 4]), r16(e, 1), eid(e))
+        elseif ARGV[b + 4] ~= '0' then
           push_ready(qk, pk, ck, tonumber(ARGV[b + 4]), r16(e, 1), eid(e))
         else
           ready[#ready + 1] = e
@@ -558,13 +575,94 @@ local budget = tonumber(ARGV[3])
 local out = {0, 0, 0}
 local got = 0
 local touched = {}
+local tracked = {}
+-- take makes the job of entry e, popped from queue i (keys from k), in
+-- flight and adds it to the reply; false when the entry is stale.
+local function take(i, k, e)
+  local id = eid(e)
+  local jk = KEYS[k + 6] .. id
+  local v = redis.call('GET', jk)
+  if not v or #v < 22 then return false end
+  local st = string.sub(v, 2, 2)
+  if st ~= 'r' and st ~= 'd' then return false end
+  local left = r16(v, 3) - 1
+  if left < 0 then left = 0 end
+  local deliv = r16(v, 5) + 1
+  local prio = string.byte(v, 7)
+  got = got + 1
+  local nonce = u32((base + got) % 4294967296) .. start32
+  redis.call('SETRANGE', jk, 1, hdr('f', left, deliv, prio, 0, dueN, nonce))
+  redis.call('ZADD', KEYS[k + 2], due, id)
+  local o = #out
+  out[o + 1] = i
+  out[o + 2] = id
+  out[o + 3] = left
+  out[o + 4] = string.sub(v, 23)
+  out[o + 5] = redis.call('PTTL', jk)
+  if worker ~= '' then hist_open(jk, deliv, now, worker, out[o + 5]) end
+  out[o + 6] = deliv
+  out[o + 7] = nonce
+  out[o + 8] = prio
+  out[o + 9] = string.byte(v, 1)
+  return id
+end
 for i = 1, n do
   local k = 6 * (i - 1)
-  -- One HMGET tells whether the queue is paused and whether it ever had a
+  -- One HMGET tells whether the queue is paused, whether it ever had a
   -- priority job (push_ready sets seq first): queues that never use
-  -- priorities skip the ZPOPMIN.
-  local cfg = redis.call('HMGET', KEYS[k + 4], 'paused', 'seq')
-  if cfg[1] ~= '1' then
+  -- priorities skip the ZPOPMIN, and whether it is tracked (grp: it has
+  -- groups, groups_scripts.go).
+  local cfg = redis.call('HMGET', KEYS[k + 4], 'paused', 'seq', 'grp')
+  tracked[i] = cfg[3] == '1'
+  if cfg[1] ~= '1' and cfg[3] == '1' then
+    -- A tracked queue serves its groups in turn: the group of the lowest
+    -- virtual time in the rotation gp..'a' gives one job, and its time
+    -- grows by 1/weight (weighted round robin, doc/design.md).
+    local hit = false
+    local gp = gpfx(KEYS[k + 6])
+    local ak = gp .. 'a'
+    -- The default group (the queue's own q/ and p/) joins lazily: ungrouped
+    -- publishes are those of an untracked queue.
+    if not redis.call('ZSCORE', ak, '') and redis.call('SISMEMBER', gp .. 'b', '') == 0
+        and (redis.call('LLEN', KEYS[k + 1]) > 0 or redis.call('ZCARD', KEYS[k + 3]) > 0) then
+      redis.call('ZADD', ak, fnum(grp_min(gp)), '')
+    end
+    local ws = {}
+    while got < want do
+      if budget <= 0 then out[1] = 1 break end
+      -- IN-FLIGHT HOOK (queue): max_in_flight is checked here.
+      local top = redis.call('ZRANGE', ak, 0, 0, 'WITHSCORES')
+      if #top == 0 then break end
+      local g, sc = top[1], tonumber(top[2])
+      local qk, pk = KEYS[k + 1], KEYS[k + 3]
+      if g ~= '' then qk, pk = gp .. 'q:' .. g, gp .. 'p:' .. g end
+      local e = false
+      if cfg[2] then
+        local p = redis.call('ZPOPMIN', pk)
+        if #p > 0 then e = p[1] end
+      end
+      if not e then e = redis.call('RPOP', qk) end
+      if not e then
+        redis.call('ZREM', ak, g)
+      else
+        budget = budget - 1
+        local id = take(i, k, e)
+        if id then
+          hit = true
+          -- IN-FLIGHT HOOK (group): the delivery of id in group g is
+          -- recorded and group_max_in_flight checked here.
+          local w = ws[g]
+          if not w then
+            w = tonumber(redis.call('HGET', KEYS[k + 4], 'w:' .. g)) or 1
+            if w < 1 then w = 1 end
+            ws[g] = w
+          end
+          redis.call('ZADD', ak, fnum(sc + 1 / w), g)
+        end
+      end
+    end
+    if hit then touched[#touched + 1] = i end
+  elseif cfg[1] ~= '1' then
     local hit = false
     local pdone = not cfg[2]
     while got < want do
@@ -577,34 +675,7 @@ for i = 1, n do
       if not e then e = redis.call('RPOP', KEYS[k + 1]) end
       if not e then break end
       budget = budget - 1
-      local id = eid(e)
-      local jk = KEYS[k + 6] .. id
-      local v = redis.call('GET', jk)
-      if v and #v >= 22 then
-        local st = string.sub(v, 2, 2)
-        if st == 'r' or st == 'd' then
-          local left = r16(v, 3) - 1
-          if left < 0 then left = 0 end
-          local deliv = r16(v, 5) + 1
-          local prio = string.byte(v, 7)
-          got = got + 1
-          local nonce = u32((base + got) % 4294967296) .. start32
-          redis.call('SETRANGE', jk, 1, hdr('f', left, deliv, prio, 0, dueN, nonce))
-          redis.call('ZADD', KEYS[k + 2], due, id)
-          hit = true
-          local o = #out
-          out[o + 1] = i
-          out[o + 2] = id
-          out[o + 3] = left
-          out[o + 4] = string.sub(v, 23)
-          out[o + 5] = redis.call('PTTL', jk)
-          if worker ~= '' then hist_open(jk, deliv, now, worker, out[o + 5]) end
-          out[o + 6] = deliv
-          out[o + 7] = nonce
-          out[o + 8] = prio
-          out[o + 9] = string.byte(v, 1)
-        end
-      end
+      if take(i, k, e) then hit = true end
     end
     if hit then touched[#touched + 1] = i end
   end
@@ -618,7 +689,10 @@ if out[1] == 0 then
   out[1] = 2
   for i = 1, n do
     local k = 6 * (i - 1)
-    if redis.call('LLEN', KEYS[k + 1]) > 0 or redis.call('ZCARD', KEYS[k + 3]) > 0 then
+    -- A tracked queue's groups wait in its rotation (a queue this call
+    -- did not reach may be tracked too).
+    if redis.call('LLEN', KEYS[k + 1]) > 0 or redis.call('ZCARD', KEYS[k + 3]) > 0
+        or (tracked[i] ~= false and redis.call('EXISTS', gpfx(KEYS[k + 6]) .. 'a') == 1) then
       out[1] = 0
       break
     end
@@ -707,7 +781,10 @@ local function pump_queue(index, uk, m, chan, tk, qk, dk, pk, ck, jp, share)
         -- The header keeps 'd' and its due time: consumers take 'd' jobs
         -- from ready lists, and peek reports a due 'd' job as ready.
         nready = nready + 1
-        if prio > 0 then
+        if string.byte(h, 1) >= 4 then
+          -- A grouped job goes back to its group (groups_scripts.go).
+          push_job(qk, pk, ck, gpfx(jp), job_group(jk, h), prio, tries, id)
+        elseif prio > 0 then
           push_ready(qk, pk, ck, prio, tries, id)
         else
           ready[#ready + 1] = entry(tries, id)
@@ -997,7 +1074,7 @@ if delay > 0 then
   return 3
 end
 redis.call('SETRANGE', KEYS[1], 1, hdr('r', tries, deliv, prio, 0, 0, NONCE0))
-push_ready(KEYS[3], KEYS[4], KEYS[5], prio, tries, id)
+push_job(KEYS[3], KEYS[4], KEYS[5], gpfx(jprefix(KEYS[1], id)), job_group(KEYS[1], h), prio, tries, id)
 redis.call(ARGV[11], ARGV[9], 1)
 return 1
 `)
@@ -1043,7 +1120,11 @@ while n < want and budget > 0 do
   if #h == 22 and string.sub(h, 2, 2) == 'x' then
     local prio = string.byte(h, 7)
     redis.call('SETRANGE', jk, 1, hdr('r', 1, r16(h, 5), prio, 0, 0, NONCE0))
-    push_ready(KEYS[2], KEYS[3], KEYS[4], prio, 1, id)
+    local g = job_group(jk, h)
+    -- A queue destroyed since keeps its dead letter: a grouped job makes
+    -- it tracked again.
+    if g ~= '' then redis.call('HSET', KEYS[4], 'grp', '1') end
+    push_job(KEYS[2], KEYS[3], KEYS[4], gpfx(KEYS[5]), g, prio, 1, id)
     if ttl > 0 then
       redis.call('PEXPIRE', jk, ARGV[2])
       redis.call('PEXPIRE', hkey(jk), ARGV[2])
@@ -1071,7 +1152,9 @@ if #h < 22 or string.sub(h, 2, 2) ~= 'x' then return -1 end
 redis.call('LREM', KEYS[2], 1, entry(1, ARGV[1]))
 local prio = string.byte(h, 7)
 redis.call('SETRANGE', KEYS[1], 1, hdr('r', 1, r16(h, 5), prio, 0, 0, NONCE0))
-push_ready(KEYS[3], KEYS[4], KEYS[5], prio, 1, ARGV[1])
+local g = job_group(KEYS[1], h)
+if g ~= '' then redis.call('HSET', KEYS[5], 'grp', '1') end
+push_job(KEYS[3], KEYS[4], KEYS[5], gpfx(jprefix(KEYS[1], ARGV[1])), g, prio, 1, ARGV[1])
 if tonumber(ARGV[2]) > 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', hkey(KEYS[1]), ARGV[2])
