@@ -138,7 +138,7 @@ func (s *Server) accessLogStatus() statusResponse {
 var (
 	errWebhookNotFound  = newAPIError(http.StatusNotFound, "error", "webhook not found")
 	errWebhooksDisabled = newAPIError(http.StatusNotImplemented, "error", "webhooks are not enabled on this server")
-	errInvalidQueueConf = badRequest(`invalid queue config: the body should be a JSON object {"backoff":string,"dead_ttl_ms":int,"paused":bool,"shards":int}`)
+	errInvalidQueueConf = badRequest(`invalid queue config: the body should be a JSON object {"backoff":string,"dead_ttl_ms":int,"paused":bool,"shards":int,"max_in_flight":int,"group_max_in_flight":int,"group_weights":{string:int}}`)
 	errInvalidDeadTTL   = badRequest("invalid dead_ttl_ms")
 	errInvalidShards    = badRequest(fmt.Sprintf("invalid shards: an integer 1..%d (0 means 1)", engine.MaxShards))
 	errInvalidWebhookJS = badRequest(`invalid webhook: the body should be a JSON object {"url":string,"secret":string,"concurrency":int,"ttr_ms":int,"timeout_ms":int}`)

@@ -148,6 +148,7 @@ var adminRules = map[string]adminRule{
 	"GET /queue/:namespace/:queue/jobs":            viewNS,
 	"GET /queue/:namespace/:queue/job/:job_id":     viewNS,
 	"GET /queue/:namespace/:queue/deadletter/jobs": viewNS,
+	"GET /queue/:namespace/:queue/groups":          viewNS,
 	"GET /job/:job_id":                             viewAll,
 	// Who did what where (audit.go): every namespace's entries.
 	"GET /audit": viewAll,

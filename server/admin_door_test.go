@@ -100,6 +100,7 @@ var expectedAccess = map[string]string{
 	"GET /queue/:namespace/:queue/jobs":            "viewer ns",
 	"GET /queue/:namespace/:queue/job/:job_id":     "viewer ns",
 	"GET /queue/:namespace/:queue/deadletter/jobs": "viewer ns",
+	"GET /queue/:namespace/:queue/groups":          "viewer ns",
 	"GET /job/:job_id":                             "viewer all",
 	"GET /audit":                                   "viewer all",
 

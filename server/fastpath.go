@@ -125,10 +125,19 @@ func (h loopHost) Take(r *evloop.Request, ip string, now time.Time) (*evloop.Ite
 		if !ok || tries == 0 {
 			return fail()
 		}
+		// A group is checked as queryGroup checks it; an invalid one is
+		// net/http's 400.
+		var group string
+		if g, ok := r.Param("group"); ok {
+			if group = string(g); !engine.ValidGroup(group) {
+				return fail()
+			}
+		}
 		// The body is the loop's to read, once admitted (Host.Take).
 		it.Pub = engine.PublishRequest{
 			Namespace: ns, Queue: q,
 			TTL: secs(ttl), Delay: secs(delay), Tries: uint16(tries),
+			Group: group,
 		}
 		if r.TraceParent != nil {
 			// Only read when it is to be stored (loopTable), and checked

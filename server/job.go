@@ -18,6 +18,7 @@ type jobResponse struct {
 	Attributes  map[string]string `json:"attributes"`
 	Data        []byte            `json:"data"`
 	ElapsedMS   int64             `json:"elapsed_ms"`
+	Group       string            `json:"group,omitempty"` // Kairos, issue #32: only on grouped jobs
 	JobID       string            `json:"job_id"`
 	Msg         string            `json:"msg,omitempty"`
 	Namespace   string            `json:"namespace"`
@@ -40,6 +41,7 @@ func newJobResponse(job *engine.Job, namespace, queue, msg string, now time.Time
 		Attributes:  job.Attributes,
 		Data:        data,
 		ElapsedMS:   engine.ElapsedMS(job.ID, now),
+		Group:       job.Group,
 		JobID:       job.ID,
 		Msg:         msg,
 		Namespace:   namespace,
@@ -76,6 +78,7 @@ type jobDetail struct {
 	Deliveries  int               `json:"deliveries"`
 	DueAtMS     int64             `json:"due_at_ms"`
 	ElapsedMS   int64             `json:"elapsed_ms"`
+	Group       string            `json:"group,omitempty"`
 	JobID       string            `json:"job_id"`
 	LastError   string            `json:"last_error,omitempty"`
 	Namespace   string            `json:"namespace"`
@@ -98,6 +101,7 @@ func newJobDetail(job *engine.Job, namespace, queue string, now time.Time) jobDe
 		Deliveries:  job.Deliveries,
 		DueAtMS:     unixMS(job.DueAt),
 		ElapsedMS:   r.ElapsedMS,
+		Group:       r.Group,
 		JobID:       r.JobID,
 		LastError:   job.LastError,
 		Namespace:   r.Namespace,

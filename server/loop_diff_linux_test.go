@@ -195,6 +195,16 @@ func genSeq(seed uint64) *diffSeq {
 			if rng.IntN(3) == 0 {
 				ps = append(ps, "tries="+strconv.Itoa(1+rng.IntN(3)))
 			}
+			switch rng.IntN(8) {
+			case 0, 1: // a group, taken by both
+				ps = append(ps, "group="+[]string{"g1", "shop-2", "_x", strings.Repeat("g", 64)}[rng.IntN(4)])
+			case 2: // not a group: net/http's 400
+				ps = append(ps, "group="+[]string{"", "a.b", "a:b", strings.Repeat("g", 65)}[rng.IntN(4)])
+			case 3: // net/http: repeated
+				if rng.IntN(4) == 0 {
+					ps = append(ps, "group=g1", "group=g2")
+				}
+			}
 			rng.Shuffle(len(ps), func(i, j int) { ps[i], ps[j] = ps[j], ps[i] })
 			b := body(rng)
 			extra := ""

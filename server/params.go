@@ -131,6 +131,7 @@ var (
 	errInvalidDueAt     = badRequest("invalid due_at")
 	errDueAtConflict    = badRequest("due_at conflicts with delay")
 	errInvalidPriority  = badRequest("invalid priority")
+	errInvalidGroup     = badRequest("invalid group")
 	errInvalidJobKey    = badRequest("invalid job_key")
 	errJobKeyConflict   = badRequest("job_key and Idempotency-Key differ")
 	errBulkJobKey       = badRequest("job_key is not allowed in bulk publish")

@@ -298,10 +298,12 @@ type publishExt struct {
 	dueAt    time.Time
 	priority int
 	key      string
+	// group is the job's group in its queue (issue #32; "" = default).
+	group string
 }
 
 func (x *publishExt) apply(req *engine.PublishRequest) {
-	req.Delay, req.TTL, req.Priority, req.Key = x.delay, x.ttl, x.priority, x.key
+	req.Delay, req.TTL, req.Priority, req.Key, req.Group = x.delay, x.ttl, x.priority, x.key, x.group
 	if !x.dueAt.IsZero() {
 		req.Delay, req.DueAt = 0, x.dueAt
 	}
@@ -309,7 +311,7 @@ func (x *publishExt) apply(req *engine.PublishRequest) {
 
 // parsePublishExt reads the Kairos publish parameters, after lmstfy's
 // (parsePublish), in this order: delay_ms, ttl_ms, due_at, the TTL ≥ delay
-// rule on the effective values, priority, job_key / Idempotency-Key.
+// rule on the effective values, priority, group, job_key / Idempotency-Key.
 // Millisecond forms win over the second forms.
 func (s *Server) parsePublishExt(c *gin.Context, p *publishParams) (publishExt, error) {
 	x := publishExt{delay: secs(p.delay), ttl: secs(p.ttl)}
@@ -347,6 +349,9 @@ func (s *Server) parsePublishExt(c *gin.Context, p *publishParams) (publishExt, 
 		return x, err
 	}
 	x.priority = int(prio)
+	if x.group, err = queryGroup(c); err != nil {
+		return x, err
+	}
 	qk, hasQK := getQuery(c, "job_key")
 	hk := c.GetHeader("Idempotency-Key")
 	switch {
@@ -360,6 +365,18 @@ func (s *Server) parsePublishExt(c *gin.Context, p *publishParams) (publishExt, 
 		x.key = hk
 	}
 	return x, nil
+}
+
+// queryGroup reads the optional group parameter: a valid group name
+// (engine.ValidGroup); absent is the default group, "" or anything else
+// invalid is errInvalidGroup. The event loops take a publish's group with
+// the same check (loopHost.Take).
+func queryGroup(c *gin.Context) (string, error) {
+	g, ok := getQuery(c, "group")
+	if ok && !engine.ValidGroup(g) {
+		return "", errInvalidGroup
+	}
+	return g, nil
 }
 
 // parseDueAt reads an instant: Unix milliseconds or RFC 3339. A '+' of a

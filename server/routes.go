@@ -20,7 +20,7 @@ import (
 // handler checks them: a value out of range (tries=0, ttl < delay,
 // count > 32) sends it to net/http too, to answer the 400.
 //
-//	PUT    /api/:namespace/:queue               publish; ?delay ttl tries token; body 1 B…MaxBodySize by Content-Length
+//	PUT    /api/:namespace/:queue               publish; ?delay ttl tries group token; body 1 B…MaxBodySize by Content-Length
 //	GET    /api/:namespace/:queue               consume of one queue; ?ttr timeout count token; no body
 //	DELETE /api/:namespace/:queue/job/:job_id   ACK; ?token receipt; no body; job ID letters and digits, at most 64
 //
@@ -42,7 +42,7 @@ import (
 var loopRoutes = evloop.Table{
 	Routes: []evloop.Route{
 		{Kind: evloop.Publish, Method: "PUT", Path: "/api/:namespace/:queue",
-			Params: []string{"delay", "ttl", "tries", "token"},
+			Params: []string{"delay", "ttl", "tries", "group", "token"},
 			Body:   evloop.Body{Min: 1, Max: engine.MaxBodySize}},
 		{Kind: evloop.Consume, Method: "GET", Path: "/api/:namespace/:queue",
 			Params: []string{"ttr", "timeout", "count", "token"}},
@@ -174,6 +174,7 @@ func (s *Server) adminRoutes() *gin.Engine {
 	r.GET("/queue/:namespace/:queue/jobs", s.listJobs)
 	r.GET("/queue/:namespace/:queue/job/:job_id", s.adminPeekJob)
 	r.GET("/queue/:namespace/:queue/deadletter/jobs", s.adminDeadJobs)
+	r.GET("/queue/:namespace/:queue/groups", s.listGroups) // groups.go
 	r.GET("/job/:job_id", s.findJob)
 
 	// The web dashboard (ui_pages.go), unless [Dashboard] Enabled = false.
