@@ -130,6 +130,9 @@ type Limits struct {
 	ServerPeak   map[string]int `json:"server_peak"`
 	ServerLeft   int            `json:"server_left"`
 	ServerCounts int            `json:"server_counts_left"`
+	// ReportedLeft is what GET /queue/:ns/:q/groups (the engine's
+	// Grouper) says is in flight after the drain, queue and groups summed.
+	ReportedLeft int `json:"reported_left"`
 
 	PublishErrors int `json:"publish_errors"`
 	ConsumeErrors int `json:"consume_errors"`
@@ -154,7 +157,7 @@ type limitsJob struct {
 	Queue   string  `json:"queue"`
 	Data    []byte  `json:"data"`
 	Receipt string  `json:"receipt"`
-	Group   *string `json:"group"`
+	Group   *string `json:"group"` // absent for the default group
 }
 
 // limitsRun is one run's state.
@@ -336,6 +339,13 @@ func runLimits(ctx context.Context, rc runConfig, lc limitsConfig) (Limits, erro
 	sampler.Wait()
 	if res.ServerLeft, res.ServerCounts, _, err = r.serverInFlight(ctx); err != nil {
 		return res, fmt.Errorf("read the server's in-flight hashes: %w", err)
+	}
+	for _, q := range r.queues {
+		n, err := r.reportedInFlight(ctx, q.Name)
+		if err != nil {
+			return res, err
+		}
+		res.ReportedLeft += n
 	}
 
 	r.fill(&res)
@@ -525,11 +535,11 @@ func (r *limitsRun) record(j limitsJob, t1 time.Time) (limitsBody, bool) {
 	if !r.w.led.deliver(b.Seq, t1) {
 		r.w.warn("limits: job %s carries seq %d, never published", j.JobID, b.Seq)
 	}
-	if j.Queue != b.Queue || (j.Group != nil && *j.Group != b.Group) {
-		got := "(none)"
-		if j.Group != nil {
-			got = *j.Group
-		}
+	got := "" // the default group: no "group" in the answer
+	if j.Group != nil {
+		got = *j.Group
+	}
+	if j.Queue != b.Queue || got != b.Group {
 		r.w.warn("limits: job %s of %s/%q answered as %s/%q", j.JobID, b.Queue, b.Group, j.Queue, got)
 		r.mismatches.Add(1)
 	}
@@ -706,6 +716,36 @@ func (r *limitsRun) serverInFlight(ctx context.Context) (jobs, counts int, perQu
 	}
 }
 
+// reportedInFlight asks the admin API for queue q's groups and returns the
+// jobs it says are in flight: the queue's count plus every group's.
+func (r *limitsRun) reportedInFlight(ctx context.Context, q string) (int, error) {
+	k := r.servers[0]
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, k.admin+"/queue/"+limitsNamespace+"/"+q+"/groups?limit=500", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := k.hc.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("groups of %s: %w", q, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var g struct {
+		InFlight int `json:"in_flight"`
+		Groups   []struct {
+			InFlight int `json:"in_flight"`
+		} `json:"groups"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &g) != nil {
+		return 0, fmt.Errorf("groups of %s: status %d: %s", q, resp.StatusCode, b)
+	}
+	n := g.InFlight
+	for _, x := range g.Groups {
+		n += x.InFlight
+	}
+	return n, nil
+}
+
 // sample reads the server's in-flight hashes every 100 ms until ctx ends
 // and keeps the most seen per queue (errors, as while Redis restarts, skip
 // a sample).
@@ -800,8 +840,9 @@ func (res *Limits) judge(lc limitsConfig) {
 			fail("%s: the server's in-flight hash was never seen non-empty (g/{T}%s/%s/i): the drift check would prove nothing", q.Name, limitsNamespace, q.Name)
 		}
 	}
-	if res.ServerLeft != 0 || res.ServerCounts != 0 {
-		fail("after the drain the server still counts %d jobs in flight (%d in its per-group counts): the count drifted", res.ServerLeft, res.ServerCounts)
+	if res.ServerLeft != 0 || res.ServerCounts != 0 || res.ReportedLeft != 0 {
+		fail("after the drain the server still counts jobs in flight: %d in its in-flight hashes, %d in its per-group counts, %d by GET …/groups: the count drifted",
+			res.ServerLeft, res.ServerCounts, res.ReportedLeft)
 	}
 	if res.Lost > 0 {
 		fail("%d acknowledged jobs lost, e.g. seqs %v", res.Lost, res.LostSeqs)
@@ -832,7 +873,7 @@ func writeLimits(out io.Writer, r Limits) {
 	fmt.Fprintf(out, "publishes acknowledged %s of %s; deliveries %s: ACKed %s, released %s, let go %s, stale %d; dead-lettered %d; lost %d; residual %d\n",
 		formatCount(r.Acknowledged), formatCount(r.Attempted), formatCount(r.Deliveries), formatCount(r.Acked),
 		formatCount(r.Released), formatCount(r.LetGo), r.Stale, r.DeadLettered, r.Lost, r.Residual)
-	fmt.Fprintf(out, "server in flight: most seen %v, after the drain %d (per-group counts %d)\n", r.ServerPeak, r.ServerLeft, r.ServerCounts)
+	fmt.Fprintf(out, "server in flight: most seen %v; after the drain %d (per-group counts %d, GET …/groups %d)\n", r.ServerPeak, r.ServerLeft, r.ServerCounts, r.ReportedLeft)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "queue\tgroup\tlimit\tdeliveries\tpeak\tat limit s\tviolations\t")
 	for _, s := range r.Scopes {
