@@ -131,7 +131,8 @@ type Limits struct {
 	ServerLeft   int            `json:"server_left"`
 	ServerCounts int            `json:"server_counts_left"`
 	// ReportedLeft is what GET /queue/:ns/:q/groups (the engine's
-	// Grouper) says is in flight after the drain, queue and groups summed.
+	// Grouper) says is in flight after the drain, queue and groups summed
+	// (-1: it did not answer).
 	ReportedLeft int `json:"reported_left"`
 
 	PublishErrors int `json:"publish_errors"`
@@ -343,7 +344,10 @@ func runLimits(ctx context.Context, rc runConfig, lc limitsConfig) (Limits, erro
 	for _, q := range r.queues {
 		n, err := r.reportedInFlight(ctx, q.Name)
 		if err != nil {
-			return res, err
+			// Judged below: the count after the drain is unknown.
+			log.WithError(err).Error("the server's in-flight count after the drain")
+			res.ReportedLeft = -1
+			break
 		}
 		res.ReportedLeft += n
 	}
