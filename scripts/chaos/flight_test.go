@@ -94,3 +94,41 @@ func TestDeliveryEnd(t *testing.T) {
 		t.Errorf("ACKed after the TTR: %v, want %v", got, want)
 	}
 }
+
+// TestLimitsJudge: a clean report passes; a violation, a limit never
+// reached, a count left after the drain or a lost job fails it.
+func TestLimitsJudge(t *testing.T) {
+	lc := limitsConfig{ServerKills: 2, RedisKills: 1}
+	clean := func() Limits {
+		return Limits{
+			Queues:      []limitsQueue{{Name: "fair", MaxInFlight: 4, GroupMaxInFlight: 2}},
+			ServerKills: 2, RedisKills: 1, ServerPeak: map[string]int{"fair": 4},
+			Scopes: []FlightScope{{Queue: "fair", Limit: 4, Peak: 4}, {Queue: "fair", Group: "g0", Limit: 2, Peak: 2}},
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		spoil func(*Limits)
+		pass  bool
+	}{
+		{"clean", func(*Limits) {}, true},
+		{"a group's violation", func(r *Limits) { r.Scopes[1].Violations, r.Scopes[1].Peak = 1, 3 }, false},
+		{"the queue's limit never reached", func(r *Limits) { r.Scopes[0].Peak = 3 }, false},
+		{"no group at its limit", func(r *Limits) { r.Scopes[1].Peak = 1 }, false},
+		{"the server above the limit", func(r *Limits) { r.ServerPeak["fair"] = 5 }, false},
+		{"the server's hash never seen", func(r *Limits) { r.ServerPeak = map[string]int{} }, false},
+		{"a slot leaked", func(r *Limits) { r.ServerLeft = 1 }, false},
+		{"the groups route did not answer", func(r *Limits) { r.ReportedLeft = -1 }, false},
+		{"a lost job", func(r *Limits) { r.Lost = 1 }, false},
+		{"a fault not done", func(r *Limits) { r.RedisKills = 0 }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := clean()
+			tc.spoil(&r)
+			r.judge(lc)
+			if r.Pass != tc.pass {
+				t.Errorf("pass %v, want %v; failures %q", r.Pass, tc.pass, r.Failures)
+			}
+		})
+	}
+}
