@@ -289,7 +289,8 @@ func testAckManyScript(t *testing.T, e *Engine, client redis.UniversalClient) {
 			keys = append(keys, jobKey(ns, q, pairs[i]))
 			args = append(args, pairs[i], pairs[i+1])
 		}
-		keys = append(keys, usageKey(slotGroup(ns, q)))
+		keys = append(keys, configKey(ns, q), usageKey(slotGroup(ns, q)))
+		args = append(args, "PUBLISH", readyChannel(ns, q))
 		codes, err := ackManyScript.Run(ctx, client, keys, args...).Int64Slice()
 		if err != nil {
 			t.Fatalf("ackManyScript %q: %v", pairs, err)

@@ -328,6 +328,17 @@ func (e *Engine) Publish(ctx context.Context, req *engine.PublishRequest) (_ str
 			if !plain {
 				return e.publishSharded(ctx, sp, req)
 			}
+			if req.Group != "" {
+				// A grouped job goes to its group's shard, coalesced on
+				// that shard's lane.
+				if err := checkPublish(req.Namespace, req.Queue, req); err != nil {
+					return "", err
+				}
+				c := *req
+				c.Queue = sp.names[e.publishShard(ctx, sp, req)]
+				op, err := e.pubs.do(ctx, e.publishLane(c.Namespace, c.Queue), pubOp{req: &c})
+				return op.id, err
+			}
 			// The plain publishes to a sharded queue coalesce on a lane of
 			// the queue's own; each batch goes to one shard, in turn
 			// (publishCoalesced).
@@ -1574,7 +1585,9 @@ func (e *Engine) decodeConsumed(req *engine.ConsumeRequest, lo, n int, res []int
 		j.DueAt = time.UnixMilli(due)
 		jobs = append(jobs, j)
 	}
-	return m == 1, m == 2, earliest, popped, jobs, nil
+	// 3: limited (at an in-flight limit): nothing for now, as an empty
+	// queue; the ACK or release that frees a slot wakes the waiters.
+	return m == 1, m == 2 || m == 3, earliest, popped, jobs, nil
 }
 
 // newReceiptBase returns a random number in [0, 2^32): the consume script

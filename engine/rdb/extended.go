@@ -93,14 +93,16 @@ type ackOp struct {
 // ackManyScript call.
 func (e *Engine) ackCoalesced(ctx context.Context, batch []*batchCall[ackOp]) {
 	ns, q := batch[0].in.ns, batch[0].in.q
-	keys := make([]string, 2+len(batch))
-	args := make([]interface{}, 2*len(batch))
+	keys := make([]string, 3+len(batch))
+	args := make([]interface{}, 2*len(batch)+2)
 	qn := e.names.get([3]string{ns, q})
-	keys[0], keys[1+len(batch)] = qn.timer, qn.usage
+	keys[0] = qn.timer
+	keys[1+len(batch)], keys[2+len(batch)] = qn.config, qn.usage
 	for i, c := range batch {
 		keys[1+i] = qn.jobPrefix + c.in.id
 		args[2*i], args[2*i+1] = c.in.id, c.in.nonce
 	}
+	args[2*len(batch)], args[2*len(batch)+1] = e.pub, qn.argChannel
 	codes, err := e.runScript(ctx, ackManyScript, keys, args...).Int64Slice()
 	if err == nil && len(codes) != len(batch) {
 		err = fmt.Errorf("ack: %d results for %d jobs", len(codes), len(batch))
@@ -230,7 +232,9 @@ func (e *Engine) CancelKey(ctx context.Context, ns, q, key string) (string, erro
 	if sp := e.shardsOf(ns, q); sp != nil {
 		return e.cancelKeySharded(ctx, sp, ns, q, key)
 	}
-	id, err := e.run(ctx, cancelKeyScript, []string{uniqueKey(ns, q, key), timerKey(ns, q), jobKeyPrefix(ns, q), usageKey(slotGroup(ns, q))}).Text()
+	qn := e.names.get([3]string{ns, q})
+	id, err := e.run(ctx, cancelKeyScript, []string{uniqueKey(ns, q, key), qn.timer, qn.jobPrefix, qn.usage, qn.config},
+		e.pub, qn.argChannel).Text()
 	if errors.Is(err, redis.Nil) {
 		return "", fmt.Errorf("cancel %s/%s key %q: %w", ns, q, key, engine.ErrJobNotFound)
 	}
@@ -265,22 +269,25 @@ func (e *Engine) QueueConfig(ctx context.Context, ns, q string) (engine.QueueCon
 	if err := checkNames(ns, q); err != nil {
 		return cfg, fmt.Errorf("queue config: %w", err)
 	}
-	vals, err := retried(ctx, e, func() *redis.SliceCmd {
-		return e.rdb.HMGet(ctx, configKey(ns, q), "backoff_text", "dead_ttl", "paused")
+	// The whole hash: it holds the group weights (w:G) beside the rest,
+	// a few fields in all.
+	h, err := retried(ctx, e, func() *redis.MapStringStringCmd {
+		return e.rdb.HGetAll(ctx, configKey(ns, q))
 	}).Result()
 	if err != nil {
 		return cfg, fmt.Errorf("queue config %s/%s: %w", ns, q, err)
 	}
-	if s, ok := vals[0].(string); ok && s != "" {
+	if s := h["backoff_text"]; s != "" {
 		if cfg.Backoff, err = engine.ParseBackoff(s); err != nil {
 			return cfg, fmt.Errorf("queue config %s/%s: stored backoff: %w", ns, q, err)
 		}
 	}
-	if s, ok := vals[1].(string); ok {
+	if s, ok := h["dead_ttl"]; ok {
 		ms, _ := strconv.ParseInt(s, 10, 64)
 		cfg.DeadTTL = time.Duration(ms) * time.Millisecond
 	}
-	cfg.Paused = vals[2] == "1"
+	cfg.Paused = h["paused"] == "1"
+	readLimits(h, &cfg)
 	if isShardName(q) {
 		return cfg, nil
 	}
@@ -303,8 +310,11 @@ func (e *Engine) SetQueueConfig(ctx context.Context, ns, q string, cfg engine.Qu
 	if cfg.Shards < 0 || cfg.Shards > engine.MaxShards {
 		return fmt.Errorf("queue config: shards must be 1..%d: %w", engine.MaxShards, engine.ErrInvalid)
 	}
+	if err := checkLimits(cfg); err != nil {
+		return err
+	}
 	if isShardName(q) {
-		return e.setShardConfig(ctx, ns, q, cfg)
+		return e.setShardConfig(ctx, ns, q, cfg, cfg.MaxInFlight)
 	}
 	// Every shard the queue may have (all of its span, and the new K's)
 	// gets the settings before a new K takes effect, as the scripts read
@@ -318,8 +328,13 @@ func (e *Engine) SetQueueConfig(ctx context.Context, ns, q string, cfg engine.Qu
 		if cfg.Shards > 0 {
 			k = cfg.Shards
 		}
+		if cfg.MaxInFlight > 0 && cfg.MaxInFlight < k {
+			return fmt.Errorf("queue config: max_in_flight must be at least the queue's shards (%d): %w", k, engine.ErrInvalid)
+		}
 		for i := range max(sp.span, k) {
-			if err := e.setShardConfig(ctx, ns, shardName(q, i), cfg); err != nil {
+			sc := cfg
+			sc.MaxInFlight = shardLimit(cfg.MaxInFlight, k, i)
+			if err := e.setShardConfig(ctx, ns, shardName(q, i), sc, cfg.MaxInFlight); err != nil {
 				return err
 			}
 		}
@@ -338,11 +353,14 @@ func (e *Engine) SetQueueConfig(ctx context.Context, ns, q string, cfg engine.Qu
 }
 
 // setShardConfig writes the settings of cfg but its shards to the config
-// key of physical queue q (a shard, or q itself).
-func (e *Engine) setShardConfig(ctx context.Context, ns, q string, cfg engine.QueueConfig) error {
+// key of physical queue q (a shard, or q itself); cfg.MaxInFlight is this
+// physical queue's part of the queue's max_in_flight mifq (shardLimit).
+func (e *Engine) setShardConfig(ctx context.Context, ns, q string, cfg engine.QueueConfig, mifq int) error {
 	k := configKey(ns, q)
 	var ready, prio *redis.IntCmd
+	limits := limitArgs(cfg, mifq)
 	cmds, err := e.txPipelined(ctx, func(p redis.Pipeliner) error {
+		p.EvalSha(ctx, setLimitsScript.Hash(), []string{k}, limits...)
 		if cfg.Backoff != nil {
 			p.HSet(ctx, k, "backoff", luaBackoff(cfg.Backoff), "backoff_text", cfg.Backoff.String())
 		} else {

@@ -88,6 +88,11 @@ func queueBase(ns, q string) string {
 // jobKeyPrefix is the prefix of the queue's job body keys: j/{T}ns/q/.
 func jobKeyPrefix(ns, q string) string { return "j/" + queueBase(ns, q) + "/" }
 
+// groupKeyPrefix is the prefix of the queue's group keys: g/{T}ns/q/
+// (issue #32; groups_scripts.go lists them). Scripts build it from the
+// job key prefix (gpfx), as this does from the queue's base.
+func groupKeyPrefix(ns, q string) string { return "g/" + queueBase(ns, q) + "/" }
+
 // jobKey is a job's body key: j/{T}ns/q/ID (string, SET NX with PX ttl).
 func jobKey(ns, q, id string) string { return jobKeyPrefix(ns, q) + id }
 

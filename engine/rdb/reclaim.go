@@ -209,8 +209,9 @@ func (e *Engine) reclaimCalls(ctx context.Context, queues [][2]string, window in
 		for i, nq := range queues {
 			ns, q := nq[0], nq[1]
 			c := e.reclaim.cursors[nq]
-			keys := []string{readyKey(ns, q), prioKey(ns, q), timerKey(ns, q), deadKey(ns, q), jobKeyPrefix(ns, q), usageKey(slotGroup(ns, q))}
-			cmds[i] = reclaimScript.EvalSha(ctx, p, keys, reclaimEndBudget, window, c[0], c[1], c[2], c[3], reclaimWalk)
+			qn := e.names.get([3]string{ns, q})
+			keys := []string{qn.ready, qn.prio, qn.timer, qn.dead, qn.jobPrefix, qn.usage, qn.config}
+			cmds[i] = reclaimScript.EvalSha(ctx, p, keys, reclaimEndBudget, window, c[0], c[1], c[2], c[3], reclaimWalk, e.pub, qn.argChannel)
 		}
 		return nil
 	})

@@ -214,10 +214,10 @@ func TestReclaimWindows(t *testing.T) {
 			if err := client.RPush(bg, readyKey(ns, q), entries).Err(); err != nil {
 				t.Fatal(err)
 			}
-			keys := []string{readyKey(ns, q), prioKey(ns, q), timerKey(ns, q), deadKey(ns, q), jp, usageKey(slotGroup(ns, q))}
+			keys := []string{readyKey(ns, q), prioKey(ns, q), timerKey(ns, q), deadKey(ns, q), jp, usageKey(slotGroup(ns, q)), configKey(ns, q)}
 			call := func(win, cur, walk int) []int64 {
 				t.Helper()
-				res, err := reclaimScript.Run(bg, client, keys, 1000, win, cur, 0, 0, 0, walk).Int64Slice()
+				res, err := reclaimScript.Run(bg, client, keys, 1000, win, cur, 0, 0, 0, walk, "PUBLISH", readyChannel(ns, q)).Int64Slice()
 				if err != nil {
 					t.Fatal(err)
 				}

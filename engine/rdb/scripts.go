@@ -345,6 +345,8 @@ end
 if ARGV[4] ~= '' then
   if rlen > 0 then redis.call('DEL', KEYS[6]) end
   redis.call('ZREM', KEYS[2], ARGV[4])
+  -- A replaced job in flight frees its slot (groups_scripts.go).
+  inflight_wake(inflight_free(gpfx(jprefix(KEYS[6], ARGV[4])), KEYS[5], ARGV[4]), pub, ARGV[2])
 end
 usage_add(uk, KEYS[1], ujobs, ubytes - rlen)
 if ARGV[5] == '1' then
@@ -352,7 +354,7 @@ if ARGV[5] == '1' then
   if tonumber(ARGV[10]) > 0 then redis.call('SET', KEYS[7], id, 'PX', ARGV[10]) else redis.call('SET', KEYS[7], id) end
 end
 if ARGV[6] == '1' then redis.call('HSET', KEYS[8], ARGV[1], 1) end
-local ready, made, mindue, gp = {}, 0, nil, nil
+local ready, made, mindue, gp, gready = {}, 0, nil, nil, {}
 for i = 1, n do
   local b = 8 + (i - 1) * 5
   local e = ARGV[b]
@@ -367,7 +369,11 @@ for i = 1, n do
     redis.call('ZADD', KEYS[2], ARGV[b + 3], eid(e))
     if not mindue or due < mindue then mindue = due end
   elseif grouped then
-    push_job(KEYS[1], KEYS[4], KEYS[5], gp, val_group(ARGV[b + 1]), tonumber(ARGV[b + 4]), r16(e, 1), eid(e))
+    if ARGV[b + 4] ~= '0' then
+      push_job(KEYS[1], KEYS[4], KEYS[5], gp, val_group(ARGV[b + 1]), tonumber(ARGV[b + 4]), r16(e, 1), eid(e))
+    else
+      grp_collect(gready, val_group(ARGV[b + 1]), e)
+    end
     made = made + 1
   elseif ARGV[b + 4] ~= '0' then
     push_ready(KEYS[1], KEYS[4], KEYS[5], tonumber(ARGV[b + 4]), r16(e, 1), eid(e))
@@ -378,6 +384,7 @@ for i = 1, n do
   end
 end
 if #ready > 0 then redis.call('LPUSH', KEYS[1], unpack(ready)) end
+if gp then grp_flush(gp, gready) end
 if made > 0 then redis.call(pub, ARGV[2], made) end
 local earliest = 0
 if mindue then earliest = lower_index(KEYS[3], ARGV[1], mindue, ARGV[3], pub) end
@@ -489,7 +496,7 @@ for g = 1, m do
   else
     local tk, pk, ck, idx = KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5]
     k = k + 5
-    local ready, made, mindue, gp = {}, 0, nil, nil
+    local ready, made, mindue, gp, gready = {}, 0, nil, nil, {}
     for i = first, last do
       local b = v0 + (i - 1) * 4
       local e = ARGV[e0 + i]
@@ -504,7 +511,9 @@ for g = 1, m do
         redis.call('ZADD', tk, ARGV[b + 3], eid(e))
         if not mindue or due < mindue then mindue = due end
       else
-        if grouped then
+        if grouped and ARGV[b + 4] == '0' then
+          grp_collect(gready, val_group(ARGV[b + 1]), e)
+        elseif grouped then
           push_job(qk, pk, ck, gp, val_group(ARGV[b + 1]), tonumber(ARGV[b + 4]), r16(e, 1), eid(e))
         elseif ARGV[b + 4] ~= '0' then
           push_ready(qk, pk, ck, tonumber(ARGV[b + 4]), r16(e, 1), eid(e))
@@ -515,6 +524,7 @@ for g = 1, m do
       end
     end
     if #ready > 0 then redis.call('LPUSH', qk, unpack(ready)) end
+    if gp then grp_flush(gp, gready) end
     if made > 0 then
       redis.call(pub, chan, made)
       total = total + made
@@ -561,7 +571,12 @@ return {0, total, earliest}
 // priority, format (header byte 1: 2 when the payload starts with a trace
 // context)}.
 // more = 1 when the pop budget ran out first, 2 when every queue's ready
-// list and priority set are empty at the end, else 0; earliest = a group's
+// list and priority set are empty at the end, 3 when every queue is empty
+// or at its in-flight limit and one is at its limit ("limited": nothing
+// for now; a freed slot publishes on the queue's ready channel), else 0.
+// A tracked queue (config grp = '1') serves its groups in turn, records
+// each job it hands out in flight (inflight_take) and gives no more than
+// its max_in_flight and group_max_in_flight allow. earliest = a group's
 // new earliest due time when this call moved it earlier, else 0; popped =
 // the entries popped, stale ones included (lmstfy's queue_pop_jobs).
 var consumeScript = script(`
@@ -576,6 +591,8 @@ local out = {0, 0, 0}
 local got = 0
 local touched = {}
 local tracked = {}
+-- limited[i]: queue i stopped at an in-flight limit with jobs left.
+local limited = {}
 -- take makes the job of entry e, popped from queue i (keys from k), in
 -- flight and adds it to the reply; false when the entry is stale.
 local function take(i, k, e)
@@ -611,13 +628,17 @@ for i = 1, n do
   -- One HMGET tells whether the queue is paused, whether it ever had a
   -- priority job (push_ready sets seq first): queues that never use
   -- priorities skip the ZPOPMIN, and whether it is tracked (grp: it has
-  -- groups, groups_scripts.go).
-  local cfg = redis.call('HMGET', KEYS[k + 4], 'paused', 'seq', 'grp')
+  -- groups or limits, groups_scripts.go), with its limits.
+  local cfg = redis.call('HMGET', KEYS[k + 4], 'paused', 'seq', 'grp', 'mif', 'gmif')
   tracked[i] = cfg[3] == '1'
   if cfg[1] ~= '1' and cfg[3] == '1' then
     -- A tracked queue serves its groups in turn: the group of the lowest
     -- virtual time in the rotation gp..'a' gives one job, and its time
-    -- grows by 1/weight (weighted round robin, doc/design.md).
+    -- grows by 1/weight (weighted round robin, doc/design.md). Each job
+    -- taken is recorded in flight (inflight_take); the queue gives no
+    -- more than its max_in_flight allows (room), and a group at its
+    -- group_max_in_flight leaves the rotation for gp..'b' until a slot
+    -- of it frees (inflight_free).
     local hit = false
     local gp = gpfx(KEYS[k + 6])
     local ak = gp .. 'a'
@@ -628,40 +649,52 @@ for i = 1, n do
       redis.call('ZADD', ak, fnum(grp_min(gp)), '')
     end
     local ws = {}
-    while got < want do
+    local gmif = tonumber(cfg[5]) or 0
+    local room = inflight_room(gp, cfg[4], want - got)
+    if room < want - got then limited[i] = true end
+    local took = 0
+    while took < room do
       if budget <= 0 then out[1] = 1 break end
-      -- IN-FLIGHT HOOK (queue): max_in_flight is checked here.
       local top = redis.call('ZRANGE', ak, 0, 0, 'WITHSCORES')
       if #top == 0 then break end
       local g, sc = top[1], tonumber(top[2])
-      local qk, pk = KEYS[k + 1], KEYS[k + 3]
-      if g ~= '' then qk, pk = gp .. 'q:' .. g, gp .. 'p:' .. g end
-      local e = false
-      if cfg[2] then
-        local p = redis.call('ZPOPMIN', pk)
-        if #p > 0 then e = p[1] end
-      end
-      if not e then e = redis.call('RPOP', qk) end
-      if not e then
-        redis.call('ZREM', ak, g)
-      else
+      if gmif > 0 and (tonumber(redis.call('HGET', gp .. 'c', g)) or 0) >= gmif then
+        -- At its limit (a take below, or a limit lowered since).
+        inflight_block(gp, g)
         budget = budget - 1
-        local id = take(i, k, e)
-        if id then
-          hit = true
-          -- IN-FLIGHT HOOK (group): the delivery of id in group g is
-          -- recorded and group_max_in_flight checked here.
-          local w = ws[g]
-          if not w then
-            w = tonumber(redis.call('HGET', KEYS[k + 4], 'w:' .. g)) or 1
-            if w < 1 then w = 1 end
-            ws[g] = w
+      else
+        local qk, pk = KEYS[k + 1], KEYS[k + 3]
+        if g ~= '' then qk, pk = gp .. 'q:' .. g, gp .. 'p:' .. g end
+        local e = false
+        if cfg[2] then
+          local p = redis.call('ZPOPMIN', pk)
+          if #p > 0 then e = p[1] end
+        end
+        if not e then e = redis.call('RPOP', qk) end
+        if not e then
+          redis.call('ZREM', ak, g)
+        else
+          budget = budget - 1
+          local id = take(i, k, e)
+          if id then
+            hit = true
+            took = took + 1
+            inflight_take(gp, id, g)
+            local w = ws[g]
+            if not w then
+              w = tonumber(redis.call('HGET', KEYS[k + 4], 'w:' .. g)) or 1
+              if w < 1 then w = 1 end
+              ws[g] = w
+            end
+            redis.call('ZADD', ak, fnum(sc + 1 / w), g)
           end
-          redis.call('ZADD', ak, fnum(sc + 1 / w), g)
         end
       end
     end
     if hit then touched[#touched + 1] = i end
+    -- A limited queue that ran out of jobs before its room is not
+    -- limited: it is empty, or its groups are blocked (below).
+    if limited[i] and took < room and out[1] ~= 1 then limited[i] = nil end
   elseif cfg[1] ~= '1' then
     local hit = false
     local pdone = not cfg[2]
@@ -687,16 +720,23 @@ for _, i in ipairs(touched) do
 end
 if out[1] == 0 then
   out[1] = 2
+  local lim = false
   for i = 1, n do
     local k = 6 * (i - 1)
     -- A tracked queue's groups wait in its rotation (a queue this call
-    -- did not reach may be tracked too).
-    if redis.call('LLEN', KEYS[k + 1]) > 0 or redis.call('ZCARD', KEYS[k + 3]) > 0
+    -- did not reach may be tracked too); its blocked groups, or its
+    -- max_in_flight reached, make it limited: nothing for now.
+    if limited[i] then
+      lim = true
+    elseif redis.call('LLEN', KEYS[k + 1]) > 0 or redis.call('ZCARD', KEYS[k + 3]) > 0
         or (tracked[i] ~= false and redis.call('EXISTS', gpfx(KEYS[k + 6]) .. 'a') == 1) then
       out[1] = 0
       break
+    elseif tracked[i] and redis.call('EXISTS', gpfx(KEYS[k + 6]) .. 'b') == 1 then
+      lim = true
     end
   end
+  if out[1] == 2 and lim then out[1] = 3 end
 end
 out[3] = tonumber(ARGV[3]) - budget
 return out
@@ -742,7 +782,8 @@ local moved = {}
 -- whose job expired is one job less (usage_expired); chan: its ready
 -- channel; tk, qk, dk, pk, ck: its timer, ready list, dead letter,
 -- priority set and config; jp: its job key prefix) and returns how many
--- it handled.
+-- it handled. A job whose TTR expired, or that expired in flight, frees
+-- its in-flight slot (inflight_free).
 local function pump_queue(index, uk, m, chan, tk, qk, dk, pk, ck, jp, share)
   local ids = redis.call('ZRANGEBYSCORE', tk, '-inf', now, 'LIMIT', 0, share)
   if #ids > 0 then redis.call('ZREMRANGEBYRANK', tk, 0, #ids - 1) end
@@ -751,15 +792,21 @@ local function pump_queue(index, uk, m, chan, tk, qk, dk, pk, ck, jp, share)
   local nready = 0
   local retried, died = 0, 0
   local gone = 0
+  local wake = 0
+  local gp = gpfx(jp)
   for _, id in ipairs(ids) do
     local jk = jp .. id
     local h = redis.call('GETRANGE', jk, 0, 21)
-    if #h < 22 then gone = gone + 1 end
+    if #h < 22 then
+      gone = gone + 1
+      wake = wake + inflight_free(gp, ck, id)
+    end
     if #h == 22 then
       local st = string.sub(h, 2, 2)
       local tries, deliv, prio = r16(h, 3), r16(h, 5), string.byte(h, 7)
       if st == 'f' then
         if not cfg then cfg = redis.call('HMGET', ck, 'backoff', 'dead_ttl') end
+        wake = wake + inflight_free(gp, ck, id)
         hist_close(jk, h, 't', r48(h, 9), '')
         if tries == 0 then
           kill(jk, dk, id, 0, deliv, prio, 1, nowN, cfg[2])
@@ -797,7 +844,7 @@ local function pump_queue(index, uk, m, chan, tk, qk, dk, pk, ck, jp, share)
     end
   end
   if #ready > 0 then redis.call('LPUSH', qk, unpack(ready)) end
-  if nready > 0 then redis.call(pub, chan, nready) end
+  if nready + wake > 0 then redis.call(pub, chan, nready + wake) end
   usage_expired(uk, jp, gone)
   if retried + died > 0 then
     expired[#expired + 1] = m
@@ -932,7 +979,8 @@ return out
 
 // peekQueueScript returns the next live job of a queue (priority set
 // first, then the ready list) without consuming it, looking past stale
-// entries.
+// entries. In a tracked queue (groups_scripts.go) the groups come first,
+// in the order of the rotation, consume's order.
 //
 //	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] job key prefix
 //	ARGV[1] most entries to look at
@@ -948,25 +996,33 @@ local function live(e)
   end
   return nil
 end
-local ps = redis.call('ZRANGE', KEYS[2], 0, 99)
-for _, e in ipairs(ps) do
-  local r = live(e)
-  if r then return r end
-end
-local batch = 100
-local stop = -1
-local seen = 0
-while seen < max do
-  local es = redis.call('LRANGE', KEYS[1], stop - batch + 1, stop)
-  for j = #es, 1, -1 do
-    local r = live(es[j])
+local function scan(qk, pk)
+  local ps = redis.call('ZRANGE', pk, 0, 99)
+  for _, e in ipairs(ps) do
+    local r = live(e)
     if r then return r end
   end
-  if #es < batch then return false end
-  seen = seen + #es
-  stop = stop - batch
+  local batch = 100
+  local stop = -1
+  while max > 0 do
+    local es = redis.call('LRANGE', qk, stop - batch + 1, stop)
+    for j = #es, 1, -1 do
+      local r = live(es[j])
+      if r then return r end
+    end
+    if #es < batch then return nil end
+    max = max - #es
+    stop = stop - batch
+  end
+  return nil
 end
-return false
+local gp = gpfx(KEYS[3])
+for _, g in ipairs(redis.call('ZRANGE', gp .. 'a', 0, 15)) do
+  local r
+  if g == '' then r = scan(KEYS[1], KEYS[2]) else r = scan(gp .. 'q:' .. g, gp .. 'p:' .. g) end
+  if r then return r end
+end
+return scan(KEYS[1], KEYS[2]) or false
 `)
 
 // peekJobScript reads a job value and its TTL in one step.
@@ -988,8 +1044,12 @@ return {v, redis.call('PTTL', KEYS[1]), redis.call('LRANGE', hkey(KEYS[1]), 0, 1
 // and the jobs that pass are deleted with one ZREM and one DEL.
 //
 //	KEYS[1] timer   KEYS[1+i] body key of job i
-//	KEYS[#KEYS] the group's usage hash nu/{T}
+//	KEYS[#KEYS-1] config   KEYS[#KEYS] the group's usage hash nu/{T}
 //	ARGV[2i-1] id of job i   ARGV[2i] its receipt (8 bytes), "" or "?"
+//	ARGV[#ARGV-1] the publish command   ARGV[#ARGV] ready channel
+//
+// The deleted jobs' in-flight slots free (inflight_free_many: one HMGET
+// for an untracked queue).
 //
 // Returns one code per job: 1 deleted (or nothing to delete, without a
 // receipt), -1 no such job, -2 stale receipt; "?" is an ACK without
@@ -997,7 +1057,7 @@ return {v, redis.call('PTTL', KEYS[1]), redis.call('LRANGE', hkey(KEYS[1]), 0, 1
 // then tries shard 0, shards.go).
 var ackManyScript = script(`
 local out, ids, jks, gone = {}, {}, {}, {}
-for i = 1, #KEYS - 2 do
+for i = 1, #KEYS - 3 do
   local jk, nonce = KEYS[i + 1], ARGV[2 * i]
   local code = 1
   if nonce == '?' then
@@ -1031,6 +1091,7 @@ if #ids > 0 then
   for i = 1, n do jks[n + i] = hkey(jks[i]) end
   redis.call('DEL', unpack(jks))
   if dj > 0 then usage_add(KEYS[#KEYS], KEYS[1], -dj, -db) end
+  inflight_wake(inflight_free_many(gpfx(jprefix(jks[1], ids[1])), KEYS[#KEYS - 1], ids), ARGV[#ARGV - 1], ARGV[#ARGV])
 end
 return out
 `)
@@ -1048,7 +1109,8 @@ return out
 //	ARGV[12] the history outcome (r released, n nacked, w webhook failed)
 //	ARGV[13] the error text (bounded by the server)
 //
-// The delivery's history entry is closed (hist_close).
+// The delivery's history entry is closed (hist_close) and its in-flight
+// slot freed (inflight_free).
 //
 // Returns 1 ready, 2 dead, 3 delayed, -1 no such job, -2 stale receipt.
 var releaseScript = script(`
@@ -1060,8 +1122,11 @@ local tries, deliv, prio = r16(h, 3), r16(h, 5), string.byte(h, 7)
 hist_close(KEYS[1], h, ARGV[12], now, ARGV[13])
 if ARGV[5] == '1' then tries = tries + 1 end
 redis.call('ZREM', KEYS[2], id)
+local gp = gpfx(jprefix(KEYS[1], id))
+local wake = inflight_free(gp, KEYS[5], id)
 if tries == 0 then
   kill(KEYS[1], KEYS[6], id, 0, deliv, prio, tonumber(ARGV[6]), now, redis.call('HGET', KEYS[5], 'dead_ttl'))
+  inflight_wake(wake, ARGV[11], ARGV[9])
   return 2
 end
 local delay = tonumber(ARGV[4])
@@ -1071,11 +1136,12 @@ if delay > 0 then
   redis.call('SETRANGE', KEYS[1], 1, hdr('d', tries, deliv, prio, 0, due, NONCE0))
   redis.call('ZADD', KEYS[2], num(due), id)
   lower_index(KEYS[7], ARGV[8], due, ARGV[10], ARGV[11])
+  inflight_wake(wake, ARGV[11], ARGV[9])
   return 3
 end
 redis.call('SETRANGE', KEYS[1], 1, hdr('r', tries, deliv, prio, 0, 0, NONCE0))
-push_job(KEYS[3], KEYS[4], KEYS[5], gpfx(jprefix(KEYS[1], id)), job_group(KEYS[1], h), prio, tries, id)
-redis.call(ARGV[11], ARGV[9], 1)
+push_job(KEYS[3], KEYS[4], KEYS[5], gp, job_group(KEYS[1], h), prio, tries, id)
+redis.call(ARGV[11], ARGV[9], 1 + wake)
 return 1
 `)
 
@@ -1290,6 +1356,10 @@ return out
 //	KEYS[5] job key prefix   KEYS[6] the group's usage hash
 //	ARGV[1] most entries   ARGV[2] index member
 //
+// Once done it deletes the queue's in-flight records (gp..'i', gp..'c')
+// and its blocked set (gp..'b'): no job of the queue is in flight any
+// more.
+//
 // Returns the number of entries deleted (less than ARGV[1] when done).
 var destroyScript = script(`
 local batch = tonumber(ARGV[1])
@@ -1321,7 +1391,11 @@ if n < batch then
   if #ids > 0 then redis.call('ZREMRANGEBYRANK', KEYS[2], 0, #ids - 1) end
   n = n + #ids
 end
-if n < batch then redis.call('ZREM', KEYS[3], ARGV[2]) end
+if n < batch then
+  redis.call('ZREM', KEYS[3], ARGV[2])
+  local gp = gpfx(KEYS[5])
+  redis.call('DEL', gp .. 'i', gp .. 'c', gp .. 'b')
+end
 usage_add(KEYS[6], KEYS[5], -dj, -db)
 return n
 `)
@@ -1329,7 +1403,10 @@ return n
 // cancelKeyScript deletes the job published with an idempotency key.
 //
 //	KEYS[1] idempotency key   KEYS[2] timer   KEYS[3] job key prefix
-//	KEYS[4] the group's usage hash
+//	KEYS[4] the group's usage hash   KEYS[5] config
+//	ARGV[1] the publish command   ARGV[2] ready channel
+//
+// A job in flight frees its slot (inflight_free).
 //
 // Returns the job's ID, or nil when the key is unknown.
 var cancelKeyScript = script(`
@@ -1339,6 +1416,7 @@ local l = del_job(KEYS[3] .. id)
 if l > 0 then usage_add(KEYS[4], KEYS[3], -1, -l) end
 redis.call('ZREM', KEYS[2], id)
 redis.call('DEL', KEYS[1])
+inflight_wake(inflight_free(gpfx(KEYS[3]), KEYS[5], id), ARGV[1], ARGV[2])
 return id
 `)
 
@@ -1372,10 +1450,15 @@ return id
 //
 //	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] timer   KEYS[4] dead letter
 //	KEYS[5] job key prefix j/{T}ns/q/   KEYS[6] the group's usage hash
+//	KEYS[7] config
 //	ARGV[1] most entries to look at
 //	ARGV[2] window (entries; 0 = the consume ends)
 //	ARGV[3..6] cursors of the ready list, priority set, timer, dead letter
 //	ARGV[7] most entries an LREM may walk
+//	ARGV[8] the publish command   ARGV[9] ready channel
+//
+// A timer entry of a job gone in flight frees the job's in-flight slot
+// (inflight_free), which the pump would have freed.
 //
 // Returns {entries removed, entries looked at, tombstones left, the four
 // next cursors (0 once a structure was scanned to its end), ms until the
@@ -1442,7 +1525,7 @@ local function zhead(k, live)
     if #ms < 16 then again = math.min(again, 30000) return end
   end
 end
-local function zwindow(k, cur, live)
+local function zwindow(k, cur, live, timer)
   local ms = redis.call('ZRANGE', k, cur, cur + win - 1)
   local stale = {}
   for _, m in ipairs(ms) do
@@ -1453,6 +1536,7 @@ local function zwindow(k, cur, live)
   if #stale > 0 then
     redis.call('ZREM', k, unpack(stale))
     removed = removed + #stale
+    if timer then inflight_wake(inflight_free_many(gpfx(jp), KEYS[7], stale), ARGV[8], ARGV[9]) end
   end
   if #ms < win then return 0 end
   return cur + #ms - #stale
@@ -1491,7 +1575,7 @@ else
   if budget > 0 then cur[2] = zwindow(KEYS[2], cur[2], ready_live) end
   if budget > 0 then
     local before = removed
-    cur[3] = zwindow(KEYS[3], cur[3], timer_live)
+    cur[3] = zwindow(KEYS[3], cur[3], timer_live, true)
     usage_expired(KEYS[6], jp, removed - before)
   end
   if budget > 0 then cur[4] = lwindow(KEYS[4], cur[4], dead_live) end
@@ -1551,5 +1635,5 @@ var allScripts = []*redis.Script{
 	publishScript, publishManyScript, consumeScript, pumpScript, pumpPoolScript, pumpHeadsScript, peekQueueScript, peekJobScript, ackManyScript,
 	releaseScript, touchScript, respawnScript, respawnOneScript, deleteDeadScript,
 	deleteDeadOneScript, listDeadScript, listDeadPageScript, destroyScript, cancelKeyScript, reclaimScript, sizeScript, upgradeQueueScript,
-	queueDetailScript, readyHeadsScript, listJobsScript, importScript, recountScript, resumScript,
+	queueDetailScript, readyHeadsScript, listJobsScript, importScript, recountScript, resumScript, setLimitsScript,
 }

@@ -8,7 +8,8 @@ import (
 func TestLibParts(t *testing.T) {
 	want := []string{"u16", "r16", "u32", "r32", "u48", "r48", "NONCE0", "hdr", "entry", "eid", "num",
 		"ready_heads", "push_ready", "backoff", "lower_index", "hkey", "hist_open", "hist_close", "last_error", "kill",
-		"ns_of", "usage_add", "usage_expired", "del_job", "over_quota"} // tenancyLua
+		"ns_of", "usage_add", "usage_expired", "del_job", "over_quota", // tenancyLua
+		"gpfx", "jprefix", "fnum", "val_group", "job_group", "grp_min", "grp_join", "push_job", "grp_collect", "grp_flush"} // groupsLua
 	var got []string
 	var joined strings.Builder
 	for _, p := range libParts {
@@ -19,7 +20,7 @@ func TestLibParts(t *testing.T) {
 		t.Fatalf("libParts = %v, want %v", got, want)
 	}
 	// Nothing of luaLib is lost but the blank lines between parts.
-	if strings.TrimSpace(joined.String()) != strings.TrimSpace(luaLib+tenancyLua) {
+	if strings.TrimSpace(joined.String()) != strings.TrimSpace(luaLib+tenancyLua+groupsLua) {
 		t.Fatal("the parts of luaLib and tenancyLua do not add up to them")
 	}
 }

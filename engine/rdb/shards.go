@@ -156,6 +156,10 @@ func (sp *shardSpec) idShard(id string) int {
 	return s
 }
 
+// groupShard is the shard of the jobs of group g among k shards (FNV-1a
+// of the group, as keyShard).
+func groupShard(g string, k int) int { return keyShard(g, k) }
+
 // keyShard is the shard of idempotency key key among k shards.
 func keyShard(key string, k int) int {
 	if k <= 1 {
@@ -386,6 +390,11 @@ func (e *Engine) publishShard(ctx context.Context, sp *shardSpec, r *engine.Publ
 			}
 		}
 		return 0
+	case r.Group != "":
+		// One group lives in one shard (issue #32): its jobs are served in
+		// turn with the other groups of that shard, and its in-flight
+		// limit is counted in one place.
+		return groupShard(r.Group, sp.k)
 	case r.Key != "":
 		return keyShard(r.Key, sp.k)
 	}
@@ -720,16 +729,61 @@ func (e *Engine) publishBatchSharded(ctx context.Context, sp *shardSpec, reqs []
 	if s < 0 {
 		s = e.publishShard(ctx, sp, &engine.PublishRequest{Namespace: ns, Queue: q})
 	}
+	// A grouped job goes to its group's shard (publishShard): a batch
+	// whose jobs land in several shards is one PublishBatch per shard, in
+	// the order of their first jobs (all or nothing within each).
 	out := make([]*engine.PublishRequest, len(reqs))
+	shard := make([]int, len(reqs))
+	split := false
 	for i, r := range reqs {
-		out[i] = r
+		out[i], shard[i] = r, s
 		if r != nil && r.Namespace == ns && r.Queue == q {
+			if r.Group != "" && r.ID == "" {
+				shard[i] = groupShard(r.Group, sp.k)
+			}
+			split = split || shard[i] != shard[0]
 			c := *r
-			c.Queue = sp.names[s]
+			c.Queue = sp.names[shard[i]]
 			out[i] = &c
 		}
 	}
-	return e.PublishBatch(ctx, out)
+	if !split {
+		return e.PublishBatch(ctx, out)
+	}
+	for _, r := range out { // every part valid before the first goes in
+		if r == nil {
+			return nil, fmt.Errorf("publish: nil job: %w", engine.ErrInvalid)
+		}
+		if err := checkPublish(ns, r.Queue, r); err != nil {
+			return nil, err
+		}
+		if r.Key != "" {
+			return nil, fmt.Errorf("publish: a job key needs a single job and at most 256 bytes: %w", engine.ErrInvalid)
+		}
+	}
+	ids := make([]string, len(out))
+	done := map[int]bool{}
+	for i := range out {
+		if done[shard[i]] {
+			continue
+		}
+		done[shard[i]] = true
+		var part []*engine.PublishRequest
+		var at []int
+		for k := i; k < len(out); k++ {
+			if shard[k] == shard[i] {
+				part, at = append(part, out[k]), append(at, k)
+			}
+		}
+		got, err := e.PublishBatch(ctx, part)
+		for k, id := range got {
+			ids[at[k]] = id
+		}
+		if err != nil {
+			return ids, err
+		}
+	}
+	return ids, nil
 }
 
 // routePublishes aims the plain publishes of reqs to sharded queues at a
@@ -758,6 +812,9 @@ func (e *Engine) routePublishes(ctx context.Context, reqs []*engine.PublishReque
 		}
 		k := [2]string{r.Namespace, r.Queue}
 		name, ok := chosen[k]
+		if r.Group != "" {
+			name, ok = sp.names[groupShard(r.Group, sp.k)], true
+		}
 		if !ok {
 			name = sp.names[e.publishShard(ctx, sp, r)]
 			chosen[k] = name

@@ -1,0 +1,302 @@
+package rdb
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kairos-dev/kairos/engine"
+)
+
+// Fair groups inside a queue (issue #32): the engine-level behaviours, on
+// miniredis, a real Redis and the shared cluster.
+
+// publishGroup publishes n jobs of group g to ns/q with PublishBatch, in
+// batches of batch, bodies "g:i".
+func publishGroup(t *testing.T, e *Engine, ns, q, g string, n, batch int) {
+	t.Helper()
+	for i := 0; i < n; i += batch {
+		reqs := make([]*engine.PublishRequest, 0, batch)
+		for k := i; k < min(n, i+batch); k++ {
+			reqs = append(reqs, &engine.PublishRequest{Namespace: ns, Queue: q, Group: g, Body: []byte(fmt.Sprintf("%s:%d", g, k)), Tries: 1, TTL: time.Hour})
+		}
+		if _, err := e.PublishBatch(bg, reqs); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// consumeN consumes up to n jobs of ns/q (batches of count), without
+// waiting, and returns them in order.
+func consumeN(t *testing.T, e *Engine, ns, q string, n, count int) []*engine.Job {
+	t.Helper()
+	var out []*engine.Job
+	for len(out) < n {
+		jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, Count: min(count, n-len(out)), TTR: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(jobs) == 0 {
+			break
+		}
+		out = append(out, jobs...)
+	}
+	return out
+}
+
+// groupsOf returns the groups of jobs, in order.
+func groupsOf(jobs []*engine.Job) []string {
+	gs := make([]string, len(jobs))
+	for i, j := range jobs {
+		gs[i] = j.Group
+	}
+	return gs
+}
+
+func TestGroups(t *testing.T) {
+	for _, tier := range engineTiers {
+		t.Run(tier.name, func(t *testing.T) {
+			client := tier.client(t)
+			clock := newTestClock()
+			e := startEngine(t, client, clock)
+			// miniredis runs Lua a hundred times slower: 2,000 jobs of big
+			// there (more than the 600 consumes looked at), 20,000 on Redis.
+			big := 20000
+			if tier.name == "miniredis" {
+				big = 2000
+			}
+			t.Run("fair", func(t *testing.T) { testGroupsFair(t, e, big) })
+			t.Run("weights", func(t *testing.T) { testGroupsWeights(t, e, client) })
+			t.Run("lifecycle", func(t *testing.T) { testGroupsLifecycle(t, e, clock) })
+			t.Run("ungrouped", func(t *testing.T) { testGroupsUngrouped(t, e, client) })
+		})
+	}
+}
+
+// testGroupsFair is the issue's scenario: 20,000 jobs of group big first
+// (big),
+// then 50 of each of ten other groups (single publishes, coalesced
+// PublishEach and bulk): at least 475 of those 500 are among the first 600
+// consumes. Within a group the order stays FIFO.
+func testGroupsFair(t *testing.T, e *Engine, big int) {
+	ns, q := "fair", "emails"
+	// Big batches: the test is about consume, and miniredis's Lua is slow
+	// per call.
+	publishGroup(t, e, ns, q, "big", big, 2000)
+	small := map[string]bool{}
+	for g := 0; g < 10; g++ {
+		name := fmt.Sprintf("shop-%d", g)
+		small[name] = true
+		switch g % 3 {
+		case 0: // bulk
+			publishGroup(t, e, ns, q, name, 50, engine.MaxBulkPublish)
+		case 1: // coalesced
+			reqs := make([]*engine.PublishRequest, 50)
+			for i := range reqs {
+				reqs[i] = &engine.PublishRequest{Namespace: ns, Queue: q, Group: name, Body: []byte(fmt.Sprintf("%s:%d", name, i)), Tries: 1}
+			}
+			ids, errs := make([]string, 50), make([]error, 50)
+			e.PublishEach(bg, reqs, ids, errs)
+			for _, err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+		default: // one by one
+			for i := 0; i < 50; i++ {
+				if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Group: name, Body: []byte(fmt.Sprintf("%s:%d", name, i)), Tries: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	jobs := consumeN(t, e, ns, q, 600, 25)
+	if len(jobs) != 600 {
+		t.Fatalf("consumed %d jobs, want 600", len(jobs))
+	}
+	n := 0
+	next := map[string]int{}
+	for _, j := range jobs {
+		if small[j.Group] {
+			n++
+		}
+		// FIFO within a group.
+		if want := fmt.Sprintf("%s:%d", j.Group, next[j.Group]); string(j.Body) != want {
+			t.Fatalf("job %s of group %q = %q, want %q", j.ID, j.Group, j.Body, want)
+		}
+		next[j.Group]++
+	}
+	t.Logf("%d of the 500 jobs of small groups among the first 600 consumes", n)
+	if n < 475 {
+		t.Fatalf("%d of the 500 jobs of small groups among the first 600 consumes, want >= 475", n)
+	}
+	// The rest of big is still there, in order, then the queue is empty.
+	if j, err := e.PeekQueue(bg, ns, q); err != nil || j.Group != "big" {
+		t.Fatalf("peek after: %v %v", j, err)
+	}
+}
+
+// testGroupsWeights: a group of weight 3 is served three jobs for each of
+// a group of weight 1 (config field w:G, as SetQueueConfig writes it).
+func testGroupsWeights(t *testing.T, e *Engine, client redis.UniversalClient) {
+	ns, q := "weights", "q"
+	publishGroup(t, e, ns, q, "heavy", 60, engine.MaxBulkPublish)
+	publishGroup(t, e, ns, q, "light", 60, engine.MaxBulkPublish)
+	if err := client.HSet(bg, e.names.get([3]string{ns, q}).config, "w:heavy", 3).Err(); err != nil {
+		t.Fatal(err)
+	}
+	jobs := consumeN(t, e, ns, q, 40, 7)
+	count := map[string]int{}
+	for _, j := range jobs {
+		count[j.Group]++
+	}
+	if count["heavy"] != 30 || count["light"] != 10 {
+		t.Fatalf("first 40 consumes: %v, want heavy 30 light 10 (%v)", count, groupsOf(jobs))
+	}
+}
+
+// testGroupsLifecycle: priorities within a group, pause, a delayed grouped
+// job, a retry (release and TTR expiry) and the dead letter and respawn
+// keep a job's group, and it shows on peek and dead-letter listings; a
+// bad group is refused.
+func testGroupsLifecycle(t *testing.T, e *Engine, clock *testClock) {
+	ns, q := "life", "q"
+	for _, bad := range []string{"a/b", strings.Repeat("g", engine.MaxGroupLength+1), "sp ace"} {
+		if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Group: bad, Tries: 1}); !errors.Is(err, engine.ErrInvalid) {
+			t.Fatalf("group %q: %v, want ErrInvalid", bad, err)
+		}
+		if _, err := e.PublishBatch(bg, []*engine.PublishRequest{{Namespace: ns, Queue: q, Group: bad, Tries: 1}}); !errors.Is(err, engine.ErrInvalid) {
+			t.Fatalf("bulk group %q: %v, want ErrInvalid", bad, err)
+		}
+	}
+	// Priorities first within a group; groups still take turns.
+	for i, p := range []int{0, 5, 9} {
+		if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Group: "a", Priority: p, Body: []byte(fmt.Sprint("a", i)), Tries: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Group: "b", Body: []byte("b0"), Tries: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Body: []byte("d0"), Tries: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// Paused: nothing.
+	if err := e.SetQueueConfig(bg, ns, q, engine.QueueConfig{Paused: true}); err != nil {
+		t.Fatal(err)
+	}
+	if jobs := consumeN(t, e, ns, q, 5, 5); len(jobs) != 0 {
+		t.Fatalf("paused queue gave %d jobs", len(jobs))
+	}
+	if err := e.SetQueueConfig(bg, ns, q, engine.QueueConfig{Paused: false}); err != nil {
+		t.Fatal(err)
+	}
+	jobs := consumeN(t, e, ns, q, 5, 5)
+	var bodies []string
+	for _, j := range jobs {
+		bodies = append(bodies, string(j.Body))
+	}
+	// The default group ('') joins the rotation at the same virtual time
+	// as a and b, and ties go by name.
+	if got := strings.Join(bodies, " "); got != "d0 a2 b0 a1 a0" {
+		t.Fatalf("order %q, want %q", got, "d0 a2 b0 a1 a0")
+	}
+	for _, j := range jobs {
+		if err := e.Ack(bg, ns, q, j.ID, j.Receipt); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A delayed grouped job comes back to its group; so does a released
+	// one and one whose TTR expired; then it dies and is respawned.
+	id, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Group: "late", Body: []byte("x"), Tries: 3, Delay: time.Minute, TTL: time.Hour,
+		TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, err := e.PeekJob(bg, ns, q, id); err != nil || j.Group != "late" || j.State != engine.StateDelayed || string(j.Body) != "x" {
+		t.Fatalf("peek delayed: %+v %v", j, err)
+	}
+	clock.Add(2 * time.Minute)
+	if _, err := e.PumpOnce(bg); err != nil {
+		t.Fatal(err)
+	}
+	take := func(what string) *engine.Job {
+		t.Helper()
+		jobs := consumeN(t, e, ns, q, 1, 1)
+		if len(jobs) != 1 || jobs[0].ID != id || jobs[0].Group != "late" || string(jobs[0].Body) != "x" || jobs[0].TraceParent == "" {
+			t.Fatalf("%s: %v", what, jobs)
+		}
+		return jobs[0]
+	}
+	j := take("delayed job made ready")
+	if err := e.Release(bg, &engine.ReleaseRequest{Namespace: ns, Queue: q, ID: id, Receipt: j.Receipt}); err != nil {
+		t.Fatal(err)
+	}
+	take("released job")
+	clock.Add(61 * time.Minute)
+	if _, err := e.PumpOnce(bg); err != nil { // TTR expired: retried
+		t.Fatal(err)
+	}
+	take("job whose TTR expired")
+	clock.Add(61 * time.Minute)
+	if _, err := e.PumpOnce(bg); err != nil { // no try left: dead
+		t.Fatal(err)
+	}
+	dead, err := e.ListDeadLetter(bg, ns, q, 0, 10)
+	if err != nil || len(dead) != 1 || dead[0].ID != id || dead[0].Group != "late" {
+		t.Fatalf("dead letter: %v %v", dead, err)
+	}
+	if n, err := e.RespawnDeadLetter(bg, ns, q, 10, time.Hour); err != nil || n != 1 {
+		t.Fatalf("respawn: %d %v", n, err)
+	}
+	j = take("respawned job")
+	if err := e.Release(bg, &engine.ReleaseRequest{Namespace: ns, Queue: q, ID: id, Receipt: j.Receipt}); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := e.PeekJob(bg, ns, q, id); err != nil || j.State != engine.StateDead || j.Group != "late" {
+		t.Fatalf("dead again: %+v %v", j, err)
+	}
+	if err := e.RespawnDeadJob(bg, ns, q, id, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	j = take("job respawned by ID")
+	if err := e.Ack(bg, ns, q, id, j.Receipt); err != nil {
+		t.Fatal(err)
+	}
+	if jobs := consumeN(t, e, ns, q, 1, 1); len(jobs) != 0 {
+		t.Fatalf("left: %v", jobs)
+	}
+}
+
+// testGroupsUngrouped: a queue without groups stores the same bytes as
+// before and has no group key.
+func testGroupsUngrouped(t *testing.T, e *Engine, client redis.UniversalClient) {
+	ns, q := "plain", "q"
+	id, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Body: []byte("body"), Tries: 2, Priority: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qn := e.names.get([3]string{ns, q})
+	v, err := client.Get(bg, qn.jobPrefix+id).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := newValue(true, 2, 3, 0, "", "", []byte("body")); string(v) != string(want) {
+		t.Fatalf("value %q, want %q", v, want)
+	}
+	if grp, _ := client.HGet(bg, qn.config, "grp").Result(); grp != "" {
+		t.Fatalf("ungrouped queue tracked: grp = %q", grp)
+	}
+	if n, err := client.Exists(bg, groupKeyPrefix(ns, q)+"a").Result(); err != nil || n != 0 {
+		t.Fatalf("ungrouped queue has a rotation: %d %v", n, err)
+	}
+	jobs := consumeN(t, e, ns, q, 2, 2)
+	if len(jobs) != 1 || jobs[0].ID != id || jobs[0].Group != "" {
+		t.Fatalf("consume: %v", jobs)
+	}
+}

@@ -1,0 +1,95 @@
+package rdb
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/kairos-dev/kairos/engine"
+)
+
+// In-flight limits and group weights in a queue's configuration (issue
+// #32; the scripts in groups_scripts.go). The config hash c/{T}ns/q holds
+// them as the consume script reads them: mif (this physical queue's part
+// of max_in_flight), mifq (the queue's max_in_flight as set, which
+// QueueConfig reports), gmif (group_max_in_flight) and w:G (group G's
+// weight); grp = '1' marks the queue tracked.
+
+// maxGroupWeights bounds the weights one queue's configuration may name,
+// so that writing (and reading) it stays one small step.
+const maxGroupWeights = 1000
+
+// checkLimits validates cfg's limits and weights.
+func checkLimits(cfg engine.QueueConfig) error {
+	if cfg.MaxInFlight < 0 {
+		return fmt.Errorf("queue config: negative max_in_flight: %w", engine.ErrInvalid)
+	}
+	if cfg.GroupMaxInFlight < 0 {
+		return fmt.Errorf("queue config: negative group_max_in_flight: %w", engine.ErrInvalid)
+	}
+	if len(cfg.GroupWeights) > maxGroupWeights {
+		return fmt.Errorf("queue config: more than %d group weights: %w", maxGroupWeights, engine.ErrInvalid)
+	}
+	for g, w := range cfg.GroupWeights {
+		if !engine.ValidGroup(g) {
+			return fmt.Errorf("queue config: group weight for invalid group name %q: %w", g, engine.ErrInvalid)
+		}
+		if w < 1 || w > engine.MaxGroupWeight {
+			return fmt.Errorf("queue config: weight of group %q must be 1..%d: %w", g, engine.MaxGroupWeight, engine.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// shardLimit is shard i's part of a queue's max_in_flight limit over k
+// shards: the parts of shards 0..k-1 add up to limit (the first limit%k
+// get one more). A draining shard (i >= k, after the queue shrank) gets 1,
+// enough to hand out its remaining jobs one at a time: while it drains the
+// queue may have up to one job per draining shard beyond its limit
+// (doc/design.md). 0 (no limit) stays 0.
+func shardLimit(limit, k, i int) int {
+	if limit <= 0 {
+		return 0
+	}
+	if i >= k {
+		return 1
+	}
+	n := limit / k
+	if i < limit%k {
+		n++
+	}
+	return n
+}
+
+// limitArgs are setLimitsScript's ARGV for cfg (cfg.MaxInFlight this
+// physical queue's part of the queue's limit mifq).
+func limitArgs(cfg engine.QueueConfig, mifq int) []interface{} {
+	args := make([]interface{}, 0, 3+2*len(cfg.GroupWeights))
+	args = append(args, cfg.MaxInFlight, mifq, cfg.GroupMaxInFlight)
+	for g, w := range cfg.GroupWeights {
+		args = append(args, g, w)
+	}
+	return args
+}
+
+// readLimits reads the limits and weights of config hash h into cfg.
+func readLimits(h map[string]string, cfg *engine.QueueConfig) {
+	atoi := func(s string) int {
+		n, _ := strconv.Atoi(s)
+		return max(n, 0)
+	}
+	if s, ok := h["mifq"]; ok {
+		cfg.MaxInFlight = atoi(s)
+	} else {
+		cfg.MaxInFlight = atoi(h["mif"])
+	}
+	cfg.GroupMaxInFlight = atoi(h["gmif"])
+	for f, v := range h {
+		if g, ok := strings.CutPrefix(f, "w:"); ok {
+			if cfg.GroupWeights == nil {
+				cfg.GroupWeights = make(map[string]int)
+			}
+			cfg.GroupWeights[g] = atoi(v)
+		}
+	}
+}

@@ -1,0 +1,414 @@
+package rdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kairos-dev/kairos/engine"
+)
+
+// limitsEngine runs an engine on client whose sweep never rescues a
+// waiter (only a wake-up message does) and whose clock the test moves.
+func limitsEngine(t *testing.T, client redis.UniversalClient, clock *testClock) *Engine {
+	t.Helper()
+	e, err := New(context.Background(), client, Options{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waiters.sweepEvery = time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = e.Run(ctx) }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return e
+}
+
+// inFlightCounts returns the in-flight records of queue ns/q: HLEN of
+// its gp..'i' and the default group's count in gp..'c'.
+func inFlightCounts(t *testing.T, client redis.UniversalClient, ns, q string) (records, dflt int64) {
+	t.Helper()
+	gp := groupKeyPrefix(ns, q)
+	n, err := client.HLen(bg, gp+"i").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.HGet(bg, gp+"c", "").Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	d, _ := strconv.ParseInt(c, 10, 64)
+	return n, d
+}
+
+// waitUntil polls cond until it holds, failing after a generous deadline.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// waiting reports how many consumers wait on queue ns/q's ready channel.
+func waiting(e *Engine, ns, q string) int {
+	e.waiters.mu.Lock()
+	defer e.waiters.mu.Unlock()
+	st := e.waiters.chans[readyChannel(ns, q)]
+	if st == nil {
+		return 0
+	}
+	return st.waiting.Len()
+}
+
+// TestInFlightLimits: on miniredis, a real Redis and the cluster, a queue
+// with max_in_flight 5 and 20 consumers hands out exactly 5 jobs; each
+// path where a job leaves flight frees exactly one slot; a consume
+// waiting on the limited queue is woken by an ACK (the sweep is off), and
+// the limited queue is known empty meanwhile rather than looked at again
+// and again; group_max_in_flight holds the default group; the counts are
+// exact after the mix, and Destroy drops them.
+func TestInFlightLimits(t *testing.T) {
+	for _, tier := range engineTiers {
+		t.Run(tier.name, func(t *testing.T) {
+			client := tier.client(t)
+			clock := newTestClock()
+			e := limitsEngine(t, client, clock)
+			const ns, q = "lim", "q"
+			const ttr = 30 * time.Second
+			if err := e.SetQueueConfig(bg, ns, q, engine.QueueConfig{MaxInFlight: 5}); err != nil {
+				t.Fatal(err)
+			}
+			if cfg, err := e.QueueConfig(bg, ns, q); err != nil || cfg.MaxInFlight != 5 {
+				t.Fatalf("QueueConfig: %+v, %v; want max_in_flight 5", cfg, err)
+			}
+			pub := func(r engine.PublishRequest) string {
+				t.Helper()
+				r.Namespace, r.Queue = ns, q
+				if r.Tries == 0 {
+					r.Tries = 3
+				}
+				id, err := e.Publish(bg, &r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return id
+			}
+			for i := range 20 {
+				pub(engine.PublishRequest{Body: []byte(fmt.Sprint("job", i))})
+			}
+
+			// 20 consumers at once, each holding what it gets.
+			var mu sync.Mutex
+			var held []*engine.Job
+			var wg sync.WaitGroup
+			for range 20 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, Count: 1, TTR: ttr})
+					if err != nil {
+						t.Error(err)
+					}
+					mu.Lock()
+					held = append(held, jobs...)
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
+			if len(held) != 5 {
+				t.Fatalf("20 consumers got %d jobs, want exactly 5 (max_in_flight)", len(held))
+			}
+			check := func(when string, want int64) {
+				t.Helper()
+				if n, d := inFlightCounts(t, client, ns, q); n != want || d != want {
+					t.Fatalf("%s: %d in-flight records, default group count %d; want %d", when, n, d, want)
+				}
+			}
+			check("5 held", 5)
+			consume := func(count int) []*engine.Job {
+				t.Helper()
+				jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, Count: count, TTR: ttr})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return jobs
+			}
+			if jobs := consume(10); len(jobs) != 0 {
+				t.Fatalf("a batch consume at the limit got %d jobs", len(jobs))
+			}
+
+			// A consumer waits on the limited queue: the look that found
+			// it limited marks it known empty (no spinning), and the
+			// ACK's wake-up (not the sweep: it is off) brings it a job.
+			got := make(chan []*engine.Job, 1)
+			go func() {
+				jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, Count: 1, TTR: ttr, Timeout: 20 * time.Second})
+				if err != nil {
+					t.Error(err)
+				}
+				got <- jobs
+			}()
+			waitUntil(t, "the consumer to wait", func() bool { return waiting(e, ns, q) == 1 })
+			waitUntil(t, "the limited queue to be known empty", func() bool { return e.waiters.knownEmpty(ns, []string{q}) })
+			start := time.Now()
+			if err := e.Ack(bg, ns, q, held[0].ID, held[0].Receipt); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case jobs := <-got:
+				if len(jobs) != 1 {
+					t.Fatalf("the waiting consumer got %d jobs after the ACK, want 1", len(jobs))
+				}
+				t.Logf("woken %v after the ACK", time.Since(start))
+				held[0] = jobs[0]
+			case <-time.After(10 * time.Second):
+				t.Fatal("the waiting consumer was not woken by the ACK")
+			}
+			check("after the ACK and the woken consume", 5)
+
+			// frees runs one way out of flight of held[i] (a job in
+			// flight), which must free exactly one slot: the next
+			// consume gets exactly one job, which takes held[i]'s place.
+			frees := func(what string, i int, out func(j *engine.Job)) {
+				t.Helper()
+				out(held[i])
+				check("after "+what, 4)
+				jobs := consume(10)
+				if len(jobs) != 1 {
+					t.Fatalf("after %s: a consume got %d jobs, want 1", what, len(jobs))
+				}
+				held[i] = jobs[0]
+				check("after "+what+" and a consume", 5)
+			}
+			frees("an ACK without receipt (Delete)", 1, func(j *engine.Job) {
+				if err := e.Delete(bg, ns, q, j.ID); err != nil {
+					t.Fatal(err)
+				}
+			})
+			frees("DeleteEach", 2, func(j *engine.Job) {
+				errs := make([]error, 1)
+				e.DeleteEach(bg, []engine.JobRef{{Namespace: ns, Queue: q, ID: j.ID, Receipt: j.Receipt}}, errs)
+				if errs[0] != nil {
+					t.Fatal(errs[0])
+				}
+			})
+			frees("a release to ready", 3, func(j *engine.Job) {
+				if err := e.Release(bg, &engine.ReleaseRequest{Namespace: ns, Queue: q, ID: j.ID, Receipt: j.Receipt, KeepTry: true}); err != nil {
+					t.Fatal(err)
+				}
+			})
+			frees("a release to delayed", 4, func(j *engine.Job) {
+				if err := e.Release(bg, &engine.ReleaseRequest{Namespace: ns, Queue: q, ID: j.ID, Receipt: j.Receipt, Delay: 2 * time.Hour}); err != nil {
+					t.Fatal(err)
+				}
+			})
+
+			// Empty the queue (its ready jobs; the delayed one stays
+			// delayed), then take the other ways out one job at a time.
+			for _, j := range held {
+				if err := e.Delete(bg, ns, q, j.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for {
+				jobs := consume(10)
+				if len(jobs) == 0 {
+					break
+				}
+				for _, j := range jobs {
+					if err := e.Delete(bg, ns, q, j.ID); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			check("the ready jobs drained", 0)
+			// one publishes r, consumes it (the only job: it must come),
+			// runs out and checks that its slot is free.
+			one := func(what string, r engine.PublishRequest, out func(j *engine.Job)) {
+				t.Helper()
+				pub(r)
+				jobs := consume(10)
+				if len(jobs) != 1 || string(jobs[0].Body) != string(r.Body) {
+					t.Fatalf("%s: consume got %d jobs, want %q alone", what, len(jobs), r.Body)
+				}
+				check(what+": in flight", 1)
+				out(jobs[0])
+				check("after "+what, 0)
+			}
+			pump := func() {
+				t.Helper()
+				clock.Add(ttr + time.Second)
+				if _, err := e.PumpOnce(bg); err != nil {
+					t.Fatal(err)
+				}
+			}
+			one("a job expired in flight (pump: gone entry)", engine.PublishRequest{Body: []byte("gone")}, func(j *engine.Job) {
+				// What its TTL running out does: the key is gone.
+				if err := client.Del(bg, jobKey(ns, q, j.ID)).Err(); err != nil {
+					t.Fatal(err)
+				}
+				pump()
+			})
+			one("a TTR expiry (pump: retry)", engine.PublishRequest{Body: []byte("retry")}, func(j *engine.Job) { pump() })
+			// The retried job is ready again: its next delivery's ACK
+			// frees its slot too.
+			if jobs := consume(10); len(jobs) != 1 || string(jobs[0].Body) != "retry" {
+				t.Fatalf("consume: %d jobs, want the retried job", len(jobs))
+			} else {
+				check("the retried job in flight", 1)
+				if err := e.Ack(bg, ns, q, jobs[0].ID, jobs[0].Receipt); err != nil {
+					t.Fatal(err)
+				}
+				check("after the retried job's ACK", 0)
+			}
+			one("a TTR expiry to the dead letter (pump)", engine.PublishRequest{Tries: 1, Body: []byte("dies")}, func(j *engine.Job) { pump() })
+			one("a nack to the dead letter", engine.PublishRequest{Tries: 1, Body: []byte("nacked")}, func(j *engine.Job) {
+				if err := e.Release(bg, &engine.ReleaseRequest{Namespace: ns, Queue: q, ID: j.ID, Receipt: j.Receipt}); err != nil {
+					t.Fatal(err)
+				}
+			})
+			if n, err := e.DeadLetterSize(bg, ns, q); err != nil || n != 2 {
+				t.Fatalf("dead letter: %d, %v; want 2 (dies, nacked)", n, err)
+			}
+			one("CancelKey", engine.PublishRequest{Body: []byte("cancelled"), Key: "k1"}, func(j *engine.Job) {
+				if _, err := e.CancelKey(bg, ns, q, "k1"); err != nil {
+					t.Fatal(err)
+				}
+			})
+			one("a re-publish that replaces it", engine.PublishRequest{Body: []byte("replaced")}, func(j *engine.Job) {
+				pub(engine.PublishRequest{Body: []byte("replacement"), Replaces: j.ID})
+			})
+			if jobs := consume(10); len(jobs) != 1 || string(jobs[0].Body) != "replacement" {
+				t.Fatalf("consume: %d jobs, want the replacement", len(jobs))
+			}
+			check("the replacement in flight", 1)
+
+			// group_max_in_flight holds the default group: raise
+			// max_in_flight, limit the group to 2.
+			if err := e.SetQueueConfig(bg, ns, q, engine.QueueConfig{MaxInFlight: 10, GroupMaxInFlight: 2}); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 5 {
+				pub(engine.PublishRequest{Body: []byte(fmt.Sprint("g", i))})
+			}
+			if jobs := consume(10); len(jobs) != 1 {
+				t.Fatalf("group_max_in_flight 2 with one in flight: consume got %d, want 1", len(jobs))
+			}
+			check("the default group at its limit", 2)
+			if n, err := client.SIsMember(bg, groupKeyPrefix(ns, q)+"b", "").Result(); err != nil || !n {
+				t.Fatalf("the default group at its limit is not blocked: %v, %v", n, err)
+			}
+
+			// Destroy drops the records.
+			if _, err := e.Destroy(bg, ns, q); err != nil {
+				t.Fatal(err)
+			}
+			check("after Destroy", 0)
+			if n, err := client.Exists(bg, groupKeyPrefix(ns, q)+"b").Result(); err != nil || n != 0 {
+				t.Fatalf("after Destroy the blocked set exists: %d, %v", n, err)
+			}
+		})
+	}
+}
+
+// TestQueueConfigLimits: SetQueueConfig validates the limits and weights,
+// splits max_in_flight over a sharded queue's shards (refusing a limit
+// below the shards), marks the queue tracked, and QueueConfig reads them
+// back; an untracked queue's ACK leaves no group key.
+func TestQueueConfigLimits(t *testing.T) {
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = client.Close() })
+	e := startEngine(t, client, newTestClock())
+	const ns = "cfg"
+	for _, tc := range []struct {
+		name string
+		cfg  engine.QueueConfig
+	}{
+		{"negative max_in_flight", engine.QueueConfig{MaxInFlight: -1}},
+		{"negative group_max_in_flight", engine.QueueConfig{GroupMaxInFlight: -1}},
+		{"weight 0", engine.QueueConfig{GroupWeights: map[string]int{"a": 0}}},
+		{"weight too big", engine.QueueConfig{GroupWeights: map[string]int{"a": engine.MaxGroupWeight + 1}}},
+		{"bad group name", engine.QueueConfig{GroupWeights: map[string]int{"a b": 1}}},
+		{"empty group name", engine.QueueConfig{GroupWeights: map[string]int{"": 1}}},
+		{"limit below the shards", engine.QueueConfig{Shards: 4, MaxInFlight: 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := e.SetQueueConfig(bg, ns, "bad", tc.cfg); !errors.Is(err, engine.ErrInvalid) {
+				t.Fatalf("SetQueueConfig(%+v): %v, want ErrInvalid", tc.cfg, err)
+			}
+		})
+	}
+
+	want := engine.QueueConfig{Shards: 3, MaxInFlight: 7, GroupMaxInFlight: 2, GroupWeights: map[string]int{"big": 1, "vip": 5}}
+	if err := e.SetQueueConfig(bg, ns, "sh", want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.QueueConfig(bg, ns, "sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.MaxInFlight != 7 || got.GroupMaxInFlight != 2 || got.Shards != 3 || len(got.GroupWeights) != 2 || got.GroupWeights["vip"] != 5 || got.GroupWeights["big"] != 1 {
+		t.Fatalf("QueueConfig: %+v, want %+v", got, want)
+	}
+	sum := 0
+	for i := range 3 {
+		h, err := client.HGetAll(bg, configKey(ns, shardName("sh", i))).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := strconv.Atoi(h["mif"])
+		if n < 2 || n > 3 || h["grp"] != "1" || h["gmif"] != "2" || h["w:vip"] != "5" {
+			t.Fatalf("shard %d config %v: want mif 2 or 3, grp 1, gmif 2, w:vip 5", i, h)
+		}
+		sum += n
+	}
+	if sum != 7 {
+		t.Fatalf("the shards' max_in_flight add up to %d, want 7", sum)
+	}
+	// The weights are replaced, the limits removed; grp stays.
+	if err := e.SetQueueConfig(bg, ns, "sh", engine.QueueConfig{GroupWeights: map[string]int{"big": 3}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = e.QueueConfig(bg, ns, "sh")
+	if err != nil || got.MaxInFlight != 0 || got.GroupMaxInFlight != 0 || len(got.GroupWeights) != 1 || got.GroupWeights["big"] != 3 {
+		t.Fatalf("QueueConfig after the change: %+v, %v", got, err)
+	}
+	if h, _ := client.HGetAll(bg, configKey(ns, "sh")).Result(); h["grp"] != "1" || h["mif"] != "" || h["w:vip"] != "" {
+		t.Fatalf("config after the change: %v", h)
+	}
+
+	// An untracked queue: consume and ACK write no group key.
+	if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: "plain", Tries: 1, Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{"plain"}, Count: 1, TTR: time.Minute})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("consume: %d, %v", len(jobs), err)
+	}
+	if err := e.Ack(bg, ns, "plain", jobs[0].ID, jobs[0].Receipt); err != nil {
+		t.Fatal(err)
+	}
+	if keys := m.Keys(); func() bool {
+		for _, k := range keys {
+			if len(k) > 2 && k[:2] == "g/" {
+				return true
+			}
+		}
+		return false
+	}() {
+		t.Fatalf("an untracked queue wrote group keys: %v", keys)
+	}
+}
