@@ -77,8 +77,10 @@ func waiting(e *Engine, ns, q string) int {
 // path where a job leaves flight frees exactly one slot; a consume
 // waiting on the limited queue is woken by an ACK (the sweep is off), and
 // the limited queue is known empty meanwhile rather than looked at again
-// and again; group_max_in_flight holds the default group; the counts are
-// exact after the mix, and Destroy drops them.
+// and again; group_max_in_flight 2 holds 2 jobs of each of three groups
+// and the default one, and the ACK of a blocked group's job wakes a
+// waiting consume with that group's next job; the counts are exact after
+// the mix, and Destroy drops them.
 func TestInFlightLimits(t *testing.T) {
 	for _, tier := range engineTiers {
 		t.Run(tier.name, func(t *testing.T) {
@@ -290,25 +292,95 @@ func TestInFlightLimits(t *testing.T) {
 			one("a re-publish that replaces it", engine.PublishRequest{Body: []byte("replaced")}, func(j *engine.Job) {
 				pub(engine.PublishRequest{Body: []byte("replacement"), Replaces: j.ID})
 			})
-			if jobs := consume(10); len(jobs) != 1 || string(jobs[0].Body) != "replacement" {
-				t.Fatalf("consume: %d jobs, want the replacement", len(jobs))
+			replacement := consume(10)
+			if len(replacement) != 1 || string(replacement[0].Body) != "replacement" {
+				t.Fatalf("consume: %d jobs, want the replacement", len(replacement))
 			}
 			check("the replacement in flight", 1)
 
-			// group_max_in_flight holds the default group: raise
-			// max_in_flight, limit the group to 2.
+			// group_max_in_flight 2 with three groups and the default
+			// one: 2 each, whatever the consumers ask for.
+			if err := e.Delete(bg, ns, q, replacement[0].ID); err != nil {
+				t.Fatal(err)
+			}
 			if err := e.SetQueueConfig(bg, ns, q, engine.QueueConfig{MaxInFlight: 10, GroupMaxInFlight: 2}); err != nil {
 				t.Fatal(err)
 			}
-			for i := range 5 {
-				pub(engine.PublishRequest{Body: []byte(fmt.Sprint("g", i))})
+			groups := []string{"ga", "gb", "gc", ""}
+			for i := range 4 {
+				for _, g := range groups {
+					pub(engine.PublishRequest{Body: []byte(fmt.Sprint(g, i)), Group: g})
+				}
 			}
-			if jobs := consume(10); len(jobs) != 1 {
-				t.Fatalf("group_max_in_flight 2 with one in flight: consume got %d, want 1", len(jobs))
+			perGroup := func(when string) map[string]int {
+				t.Helper()
+				c, err := client.HGetAll(bg, groupKeyPrefix(ns, q)+"c").Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				out := map[string]int{}
+				for g, v := range c {
+					n, _ := strconv.Atoi(v)
+					out[g] = n
+				}
+				return out
 			}
-			check("the default group at its limit", 2)
-			if n, err := client.SIsMember(bg, groupKeyPrefix(ns, q)+"b", "").Result(); err != nil || !n {
-				t.Fatalf("the default group at its limit is not blocked: %v, %v", n, err)
+			var inGroups []*engine.Job
+			for range 3 {
+				inGroups = append(inGroups, consume(10)...)
+			}
+			if len(inGroups) != 8 {
+				t.Fatalf("group_max_in_flight 2, 4 groups: %d jobs delivered, want 8", len(inGroups))
+			}
+			for _, g := range groups {
+				if n := perGroup("at the group limit")[g]; n != 2 {
+					t.Fatalf("group %q: %d in flight, want 2 (%v)", g, n, perGroup(""))
+				}
+			}
+			if n, _ := inFlightCounts(t, client, ns, q); n != 8 {
+				t.Fatalf("%d in-flight records, want 8", n)
+			}
+			// A consumer waits; the ACK of a job of group gb wakes it
+			// with gb's next job.
+			go func() {
+				jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, Count: 1, TTR: ttr, Timeout: 20 * time.Second})
+				if err != nil {
+					t.Error(err)
+				}
+				got <- jobs
+			}()
+			waitUntil(t, "the consumer to wait on the blocked groups", func() bool { return waiting(e, ns, q) == 1 })
+			var ackB *engine.Job
+			for _, j := range inGroups {
+				if j.Group == "gb" {
+					ackB = j
+				}
+			}
+			if ackB == nil {
+				t.Fatal("no job of group gb delivered")
+			}
+			start = time.Now()
+			if err := e.Ack(bg, ns, q, ackB.ID, ackB.Receipt); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case jobs := <-got:
+				if len(jobs) != 1 || jobs[0].Group != "gb" {
+					t.Fatalf("the waiting consumer got %d jobs after gb's ACK, want one of gb", len(jobs))
+				}
+				t.Logf("woken %v after the ACK of a blocked group's job", time.Since(start))
+			case <-time.After(10 * time.Second):
+				t.Fatal("the waiting consumer was not woken by the ACK of a blocked group's job")
+			}
+			if n, _ := inFlightCounts(t, client, ns, q); n != 8 {
+				t.Fatalf("after the mix: %d in-flight records, want 8", n)
+			}
+			sum := 0
+			for _, n := range perGroup("after the mix") {
+				sum += n
+			}
+			if sum != 8 {
+				t.Fatalf("after the mix: the groups' counts add up to %d, want 8", sum)
 			}
 
 			// Destroy drops the records.
