@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 )
 
@@ -26,6 +27,13 @@ type QueueConfig struct {
 	// shards, 1..64; 1 = unsharded; 0 from a server that predates them).
 	// Ordering is per shard (doc/API.md, "Hot-queue shards").
 	Shards int
+	// MaxInFlight limits the queue's jobs in flight at once, across every
+	// server; GroupMaxInFlight limits each group's (0 = no limit).
+	MaxInFlight      int
+	GroupMaxInFlight int
+	// GroupWeights are the groups' weights in the round robin (1..100; a
+	// group not named weighs 1); nil when none is set.
+	GroupWeights map[string]int
 }
 
 // QueueConfigPatch changes some settings of a queue: nil fields keep their
@@ -36,17 +44,31 @@ type QueueConfigPatch struct {
 	Paused  *bool
 	// Shards sets the queue's number of shards, 1..64 (0 is 1).
 	Shards *int
+	// MaxInFlight and GroupMaxInFlight set the in-flight limits (0
+	// removes one). A MaxInFlight is split over the queue's shards, so the
+	// server refuses one below their number.
+	MaxInFlight      *int
+	GroupMaxInFlight *int
+	// GroupWeights, when not nil, replaces the queue's group weights (an
+	// empty map clears them).
+	GroupWeights map[string]int
 }
 
 type wireQueueConfig struct {
-	Backoff   string `json:"backoff"`
-	DeadTTLMS int64  `json:"dead_ttl_ms"`
-	Paused    bool   `json:"paused"`
-	Shards    int    `json:"shards"`
+	Backoff          string         `json:"backoff"`
+	DeadTTLMS        int64          `json:"dead_ttl_ms"`
+	Paused           bool           `json:"paused"`
+	Shards           int            `json:"shards"`
+	MaxInFlight      int            `json:"max_in_flight"`
+	GroupMaxInFlight int            `json:"group_max_in_flight"`
+	GroupWeights     map[string]int `json:"group_weights"`
 }
 
 func (w wireQueueConfig) config() QueueConfig {
-	return QueueConfig{Backoff: w.Backoff, DeadTTL: time.Duration(w.DeadTTLMS) * time.Millisecond, Paused: w.Paused, Shards: w.Shards}
+	return QueueConfig{
+		Backoff: w.Backoff, DeadTTL: time.Duration(w.DeadTTLMS) * time.Millisecond, Paused: w.Paused, Shards: w.Shards,
+		MaxInFlight: w.MaxInFlight, GroupMaxInFlight: w.GroupMaxInFlight, GroupWeights: w.GroupWeights,
+	}
 }
 
 // poolQuery is ?pool= when pool is not empty.
@@ -94,6 +116,29 @@ func (a *Admin) SetQueueConfig(ctx context.Context, pool, namespace, queue strin
 		}
 		body["shards"] = *patch.Shards
 	}
+	if patch.MaxInFlight != nil {
+		if *patch.MaxInFlight < 0 {
+			return QueueConfig{}, argError("max in flight must not be negative")
+		}
+		body["max_in_flight"] = *patch.MaxInFlight
+	}
+	if patch.GroupMaxInFlight != nil {
+		if *patch.GroupMaxInFlight < 0 {
+			return QueueConfig{}, argError("group max in flight must not be negative")
+		}
+		body["group_max_in_flight"] = *patch.GroupMaxInFlight
+	}
+	if patch.GroupWeights != nil {
+		for g, w := range patch.GroupWeights {
+			if !validGroup(g) {
+				return QueueConfig{}, argError("group weights: %q is not a valid group name", g)
+			}
+			if w < 1 || w > MaxGroupWeight {
+				return QueueConfig{}, argError("group weights: the weight of %q must be 1..%d (got %d)", g, MaxGroupWeight, w)
+			}
+		}
+		body["group_weights"] = patch.GroupWeights
+	}
 	data, err := json.Marshal(body)
 	if err != nil {
 		return QueueConfig{}, err
@@ -111,6 +156,64 @@ func (a *Admin) SetQueueConfig(ctx context.Context, pool, namespace, queue strin
 		return QueueConfig{}, err
 	}
 	return out.config(), nil
+}
+
+// MaxGroupWeight is the largest weight of a group.
+const MaxGroupWeight = 100
+
+// GroupStats is one group of a queue (QueueGroups).
+type GroupStats struct {
+	// Group is the group's name, "" for the default group.
+	Group string `json:"group"`
+	// Ready and InFlight count the group's jobs ready now (priority ones
+	// included) and in flight.
+	Ready    int64 `json:"ready"`
+	InFlight int64 `json:"in_flight"`
+	// Weight is the group's weight in the round robin.
+	Weight int `json:"weight"`
+	// Limited is true while the group is at the queue's GroupMaxInFlight.
+	Limited bool `json:"limited"`
+}
+
+// QueueGroups are a queue's groups, biggest first, and its limits.
+type QueueGroups struct {
+	Namespace string `json:"namespace"`
+	Queue     string `json:"queue"`
+	// InFlight counts the queue's jobs in flight now.
+	InFlight int64 `json:"in_flight"`
+	// MaxInFlight and GroupMaxInFlight are the queue's limits (0 = none).
+	MaxInFlight      int `json:"max_in_flight"`
+	GroupMaxInFlight int `json:"group_max_in_flight"`
+	// Groups are the biggest groups (ready + in flight), at most the limit
+	// asked for; Total counts every group with a ready or in-flight job,
+	// and Truncated says Groups holds fewer.
+	Groups    []GroupStats `json:"groups"`
+	Total     int          `json:"total"`
+	Truncated bool         `json:"truncated"`
+}
+
+// QueueGroups returns up to limit groups of queue (0: the server's default,
+// 20; at most 500), biggest first, with the queue's in-flight count and
+// limits (Kairos extension; the dashboard's groups panel).
+func (a *Admin) QueueGroups(ctx context.Context, pool, namespace, queue string, limit int) (QueueGroups, error) {
+	if namespace == "" || queue == "" {
+		return QueueGroups{}, argError("empty namespace or queue")
+	}
+	if limit < 0 {
+		return QueueGroups{}, argError("limit must not be negative")
+	}
+	q := poolQuery(pool)
+	if limit > 0 {
+		if q == nil {
+			q = url.Values{}
+		}
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out QueueGroups
+	if err := a.get(ctx, a.path("queue", namespace, queue, "groups"), q, &out); err != nil {
+		return QueueGroups{}, err
+	}
+	return out, nil
 }
 
 // Webhook is a queue's push subscription (Kairos extension): the server

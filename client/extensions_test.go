@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -284,12 +285,12 @@ func TestAdminQueueConfigAndWebhooks(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t)
 	cfg, err := e.Admin.QueueConfig(ctx, "", e.NS, "q")
-	if err != nil || cfg != (client.QueueConfig{Backoff: "none", Shards: 1}) {
+	if err != nil || !reflect.DeepEqual(cfg, client.QueueConfig{Backoff: "none", Shards: 1}) {
 		t.Fatalf("QueueConfig: %+v, %v", cfg, err)
 	}
 	ladder, ttl := "400ms,800ms", time.Hour
 	cfg, err = e.Admin.SetQueueConfig(ctx, "", e.NS, "q", client.QueueConfigPatch{Backoff: &ladder, DeadTTL: &ttl})
-	if err != nil || cfg != (client.QueueConfig{Backoff: ladder, DeadTTL: time.Hour, Shards: 1}) {
+	if err != nil || !reflect.DeepEqual(cfg, client.QueueConfig{Backoff: ladder, DeadTTL: time.Hour, Shards: 1}) {
 		t.Fatalf("SetQueueConfig: %+v, %v", cfg, err)
 	}
 	paused := true

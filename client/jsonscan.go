@@ -133,7 +133,7 @@ func scanJob(data []byte, j *Job) bool {
 		var n int64
 		var good bool
 		switch string(key) {
-		case "job_id", "namespace", "queue", "receipt", "state", "dead_reason", "traceparent", "tracestate":
+		case "job_id", "namespace", "queue", "receipt", "state", "dead_reason", "traceparent", "tracestate", "group":
 			if !str {
 				return false
 			}
@@ -155,6 +155,8 @@ func scanJob(data []byte, j *Job) bool {
 				out.TraceParent = s
 			case "tracestate":
 				out.TraceState = s
+			case "group":
+				out.Group = s
 			}
 		case "data":
 			if !str {

@@ -18,6 +18,7 @@ var jobPieces = []string{
 	`"receipt":"00000000000000ff"`, `"state":"ready"`, `"priority":-3`, `"deliveries":1`,
 	`"due_at_ms":1764000000000`, `"dead_at_ms":0`, `"dead_reason":"nacked"`,
 	`"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"`, `"tracestate":"a=b"`,
+	`"group":"shop-42"`, `"group":null`, `"group":3`, `"GROUP":"g"`,
 	`"attributes":null`, `"attributes":{"k":"v"}`, `"attributes":{}`, `"extra":1`, `"extra":null`,
 	`"JOB_ID":"x"`, `"msg":"new job"`, `"msg":""`, `"msg":null`, `"msg":1`, `"MSG":"x"`, `"ttl":-0`,
 }
@@ -63,6 +64,8 @@ func TestScanJobMatchesJSON(t *testing.T) {
 		`{"job_id":"01M8HXH51K1JAW4FA864000000","namespace":"ns","queue":"q","data":"aGVsbG8=","ttl":86400,"elapsed_ms":3,"remain_tries":0,"attributes":null,"receipt":"0123456789abcdef"}`,
 		// A consume's answer (server/job.go): with "msg".
 		`{"attributes":null,"data":"aGVsbG8=","elapsed_ms":3,"job_id":"01M8HXH51K1JAW4FA864000000","msg":"new job","namespace":"ns","queue":"q","receipt":"0123456789abcdef","remain_tries":0,"ttl":86400}`,
+		// A grouped job's (issue #32).
+		`{"attributes":null,"data":"aGVsbG8=","elapsed_ms":3,"group":"shop-42","job_id":"01M8HXH51K1JAW4FA864000000","msg":"new job","namespace":"ns","queue":"q","receipt":"0123456789abcdef","remain_tries":0,"ttl":86400}`,
 	} {
 		var j Job
 		if !scanJob([]byte(plain), &j) || j.Receipt != "0123456789abcdef" || string(j.Body) != "hello" {
