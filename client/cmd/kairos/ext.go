@@ -2,6 +2,12 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -166,10 +172,14 @@ func (c *cli) queueConfigCmd() *cobra.Command {
 		deadTTL        time.Duration
 		pause, unpause bool
 		shards         int
+		maxInFlight    int
+		groupMax       int
+		weights        []string
+		clearWeights   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "queue-config QUEUE",
-		Short: "Show or change a queue's backoff policy, dead TTL, pause and shards (Kairos, admin API)",
+		Short: "Show or change a queue's backoff policy, dead TTL, pause, shards and in-flight limits (Kairos, admin API)",
 		Long: `Show the settings of QUEUE in --namespace, or change those given:
   --backoff   retry policy when a TTR expires or a job is released without delay:
               none, fixed:30s, exponential:1s,factor=2,max=10m,jitter=0.2, or a
@@ -178,9 +188,16 @@ func (c *cli) queueConfigCmd() *cobra.Command {
   --paused / --unpaused
   --shards    spread the queue over N shards, 1..64 (1 = unsharded): a hot
               queue over several masters of a Redis Cluster; ordering is then
-              per shard`,
-		Example: `  kairos queue-config emails --backoff exponential:1s,factor=2,max=5m --dead-ttl 168h`,
-		Args:    queueArgs(cobra.ExactArgs(1), 1),
+              per shard
+  --max-in-flight        jobs of the queue in flight at once, across every
+                         server (0 = no limit; at least the queue's shards)
+  --group-max-in-flight  jobs of each group in flight at once (0 = no limit)
+  --group-weight G=W     weight of group G in the round robin, 1..100
+                         (repeatable; replaces the queue's weights)
+  --clear-group-weights  every group weighs 1 again`,
+		Example: `  kairos queue-config emails --backoff exponential:1s,factor=2,max=5m --dead-ttl 168h
+  kairos queue-config partner-api --max-in-flight 5 --group-max-in-flight 2 --group-weight vip=5`,
+		Args: queueArgs(cobra.ExactArgs(1), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			ns, err := c.namespaceArg(nil)
 			if err != nil {
@@ -210,8 +227,37 @@ func (c *cli) queueConfigCmd() *cobra.Command {
 				}
 				patch.Shards = &shards
 			}
+			if fl.Changed("max-in-flight") {
+				if maxInFlight < 0 {
+					return usagef("--max-in-flight must not be negative")
+				}
+				patch.MaxInFlight = &maxInFlight
+			}
+			if fl.Changed("group-max-in-flight") {
+				if groupMax < 0 {
+					return usagef("--group-max-in-flight must not be negative")
+				}
+				patch.GroupMaxInFlight = &groupMax
+			}
+			if clearWeights && len(weights) > 0 {
+				return usagef("--group-weight and --clear-group-weights exclude each other")
+			}
+			if clearWeights {
+				patch.GroupWeights = map[string]int{}
+			}
+			for _, gw := range weights {
+				g, w, ok := strings.Cut(gw, "=")
+				n, err := strconv.Atoi(w)
+				if !ok || g == "" || err != nil {
+					return usagef("--group-weight wants GROUP=WEIGHT, got %q", gw)
+				}
+				if patch.GroupWeights == nil {
+					patch.GroupWeights = map[string]int{}
+				}
+				patch.GroupWeights[g] = n
+			}
 			var cfg client.QueueConfig
-			if patch == (client.QueueConfigPatch{}) {
+			if reflect.ValueOf(patch).IsZero() {
 				cfg, err = adm.QueueConfig(cmd.Context(), pool, ns, a[0])
 			} else {
 				cfg, err = adm.SetQueueConfig(cmd.Context(), pool, ns, a[0], patch)
@@ -220,9 +266,34 @@ func (c *cli) queueConfigCmd() *cobra.Command {
 				return err
 			}
 			if c.jsonOut {
-				return c.printJSON(map[string]any{"backoff": cfg.Backoff, "dead_ttl_ms": cfg.DeadTTL.Milliseconds(), "paused": cfg.Paused, "shards": max(cfg.Shards, 1)})
+				out := map[string]any{"backoff": cfg.Backoff, "dead_ttl_ms": cfg.DeadTTL.Milliseconds(), "paused": cfg.Paused, "shards": max(cfg.Shards, 1)}
+				if cfg.MaxInFlight > 0 {
+					out["max_in_flight"] = cfg.MaxInFlight
+				}
+				if cfg.GroupMaxInFlight > 0 {
+					out["group_max_in_flight"] = cfg.GroupMaxInFlight
+				}
+				if len(cfg.GroupWeights) > 0 {
+					out["group_weights"] = cfg.GroupWeights
+				}
+				return c.printJSON(out)
 			}
-			_, err = fmt.Fprintf(c.io.out, "backoff=%s dead_ttl=%s paused=%t shards=%d\n", cfg.Backoff, cfg.DeadTTL, cfg.Paused, max(cfg.Shards, 1))
+			line := fmt.Sprintf("backoff=%s dead_ttl=%s paused=%t shards=%d", cfg.Backoff, cfg.DeadTTL, cfg.Paused, max(cfg.Shards, 1))
+			if cfg.MaxInFlight > 0 {
+				line += fmt.Sprintf(" max_in_flight=%d", cfg.MaxInFlight)
+			}
+			if cfg.GroupMaxInFlight > 0 {
+				line += fmt.Sprintf(" group_max_in_flight=%d", cfg.GroupMaxInFlight)
+			}
+			if len(cfg.GroupWeights) > 0 {
+				gs := slices.Sorted(maps.Keys(cfg.GroupWeights))
+				ws := make([]string, len(gs))
+				for i, g := range gs {
+					ws[i] = g + "=" + strconv.Itoa(cfg.GroupWeights[g])
+				}
+				line += " group_weights=" + strings.Join(ws, ",")
+			}
+			_, err = fmt.Fprintln(c.io.out, line)
 			return err
 		},
 	}
@@ -234,5 +305,69 @@ func (c *cli) queueConfigCmd() *cobra.Command {
 	fl.BoolVar(&pause, "paused", false, "pause the queue")
 	fl.BoolVar(&unpause, "unpaused", false, "resume the queue")
 	fl.IntVar(&shards, "shards", 0, "spread the queue over this many shards, 1..64 (left out: unchanged)")
+	fl.IntVar(&maxInFlight, "max-in-flight", 0, "jobs of the queue in flight at once, 0 = no limit (left out: unchanged)")
+	fl.IntVar(&groupMax, "group-max-in-flight", 0, "jobs of each group in flight at once, 0 = no limit (left out: unchanged)")
+	fl.StringArrayVar(&weights, "group-weight", nil, "GROUP=WEIGHT, 1..100, repeatable: replaces the queue's group weights")
+	fl.BoolVar(&clearWeights, "clear-group-weights", false, "remove the queue's group weights")
+	return cmd
+}
+
+func (c *cli) queueGroupsCmd() *cobra.Command {
+	var (
+		pool  string
+		limit int
+	)
+	cmd := &cobra.Command{
+		Use:   "queue-groups QUEUE",
+		Short: "Show a queue's groups, biggest first: jobs ready and in flight, and the limits (Kairos, admin API)",
+		Long: `Show the groups of QUEUE in --namespace that have a job ready or in flight,
+biggest (ready + in flight) first, with the queue's in-flight count and limits.
+The default group (jobs published without --group) is shown as "(default)".`,
+		Example: `  kairos queue-groups exports --limit 50`,
+		Args:    queueArgs(cobra.ExactArgs(1), 1),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			ns, err := c.namespaceArg(nil)
+			if err != nil {
+				return err
+			}
+			if limit < 1 || limit > 500 {
+				return usagef("--limit must be 1..500")
+			}
+			adm, err := c.admin()
+			if err != nil {
+				return err
+			}
+			g, err := adm.QueueGroups(cmd.Context(), pool, ns, a[0], limit)
+			if err != nil {
+				return err
+			}
+			if c.jsonOut {
+				return c.printJSON(g)
+			}
+			limitOf := func(n int) string {
+				if n == 0 {
+					return "none"
+				}
+				return strconv.Itoa(n)
+			}
+			w := tabwriter.NewWriter(c.io.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(w, "in flight %d, max_in_flight %s, group_max_in_flight %s, %d groups\n", g.InFlight, limitOf(g.MaxInFlight), limitOf(g.GroupMaxInFlight), g.Total)
+			fmt.Fprintln(w, "GROUP\tREADY\tIN FLIGHT\tWEIGHT\tLIMITED")
+			for _, s := range g.Groups {
+				name := s.Group
+				if name == "" {
+					name = "(default)"
+				}
+				fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%t\n", name, s.Ready, s.InFlight, s.Weight, s.Limited)
+			}
+			if g.Truncated {
+				fmt.Fprintf(w, "(%d more)\n", g.Total-len(g.Groups))
+			}
+			return w.Flush()
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&pool, "pool", "", "pool of the namespace (default: default)")
+	fl.IntVar(&limit, "limit", 20, "show at most this many groups, 1..500")
 	return cmd
 }

@@ -34,6 +34,8 @@ type publishFlags struct {
 	hasTries         bool
 	priority         int
 	hasPriority      bool
+	group            string
+	hasGroup         bool
 	jobKey, dueAt    string
 	traceParent      string
 	traceState       string
@@ -62,12 +64,13 @@ func (c *cli) publishCmd() *cobra.Command {
 		Example: `  kairos publish emails 'send welcome mail to 42' --ttl 1h --tries 3
   echo '{"user":42}' | kairos publish emails --delay 30s
   kairos publish emails --body-file mail.json --attr trace=abc
+  kairos publish exports '{"account":7}' --group account-7
   kairos publish emails --file jobs.jsonl`,
 		Args: queueArgs(cobra.RangeArgs(1, 2), 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			fl := cmd.Flags()
 			f.hasDelay, f.hasTTL, f.hasTries = fl.Changed("delay"), fl.Changed("ttl"), fl.Changed("tries")
-			f.hasPriority = fl.Changed("priority")
+			f.hasPriority, f.hasGroup = fl.Changed("priority"), fl.Changed("group")
 			opts, err := f.options()
 			if err != nil {
 				return err
@@ -113,6 +116,7 @@ func (c *cli) publishCmd() *cobra.Command {
 	fl.IntVar(&f.tries, "tries", 0, "deliveries before the job goes to the dead letter, 1..65535 (default: the server's TriesNum, 1 unless configured)")
 	fl.StringArrayVar(&f.attrs, "attr", nil, "attribute key=value (repeatable, at most 16)")
 	fl.IntVar(&f.priority, "priority", 0, "priority within the queue, 0..255, higher first (Kairos; default 0)")
+	fl.StringVar(&f.group, "group", "", "the job's group in the queue, e.g. a customer ID: consumes serve the groups in turn (Kairos; default: none)")
 	fl.StringVar(&f.jobKey, "job-key", "", "idempotency key: a second publish with the same key publishes nothing (Kairos)")
 	fl.StringVar(&f.dueAt, "due-at", "", "when the job becomes consumable: RFC 3339 time or Unix milliseconds (Kairos; not with --delay)")
 	fl.StringVar(&f.traceParent, "traceparent", "", "W3C traceparent the job carries to its consumers (with tracing on, the parent of Kairos's publish span)")
@@ -146,6 +150,9 @@ func (f *publishFlags) options() ([]client.PublishOption, error) {
 			return nil, usagef("--priority must be 0..%d", client.MaxPriority)
 		}
 		opts = append(opts, client.Priority(f.priority))
+	}
+	if f.hasGroup {
+		opts = append(opts, client.Group(f.group))
 	}
 	if f.jobKey != "" {
 		opts = append(opts, client.JobKey(f.jobKey))

@@ -199,7 +199,7 @@ func (c *cli) rootCmd() *cobra.Command {
 	root.AddCommand(
 		c.publishCmd(), c.consumeCmd(), c.ackCmd(), c.peekCmd(), c.sizeCmd(), c.destroyCmd(),
 		c.deadletterCmd(), c.tokenCmd(), c.limitsCmd(), c.poolsCmd(), c.statsCmd(), c.versionCmd(),
-		c.releaseCmd(), c.touchCmd(), c.cancelCmd(), c.queueConfigCmd(), c.webhookCmd(), c.quotaCmd(), c.benchCmd(),
+		c.releaseCmd(), c.touchCmd(), c.cancelCmd(), c.queueConfigCmd(), c.queueGroupsCmd(), c.webhookCmd(), c.quotaCmd(), c.benchCmd(),
 		c.scheduleCmd(),
 	)
 	root.AddCommand(c.pauseCmds()...)
