@@ -50,9 +50,9 @@ type flightSpan struct {
 type flightLedger struct {
 	mu    sync.Mutex
 	spans []flightSpan
-	// empty counts deliveries whose certain span is empty (the answer came
-	// back after the TTR's end, or the ACK was sent before the answer was
-	// read: impossible, so a bug of the harness).
+	// empty counts deliveries whose certain span is empty: the answer came
+	// back after t0 + TTR (a long-poll that waited most of the TTR before
+	// the take), so the ledger cannot say when the job was in flight.
 	empty int
 }
 

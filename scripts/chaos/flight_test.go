@@ -118,7 +118,10 @@ func TestLimitsJudge(t *testing.T) {
 		{"the server above the limit", func(r *Limits) { r.ServerPeak["fair"] = 5 }, false},
 		{"the server's hash never seen", func(r *Limits) { r.ServerPeak = map[string]int{} }, false},
 		{"a slot leaked", func(r *Limits) { r.ServerLeft = 1 }, false},
-		{"the groups route did not answer", func(r *Limits) { r.ReportedLeft = -1 }, false},
+		{"the groups route counts one", func(r *Limits) { r.ReportedLeft = 1 }, false},
+		{"no groups route (501)", func(r *Limits) { r.ReportedLeft = -1 }, true},
+		{"a few deliveries unplaced", func(r *Limits) { r.Deliveries, r.EmptySpans = 100, 5 }, true},
+		{"too many deliveries unplaced", func(r *Limits) { r.Deliveries, r.EmptySpans = 100, 6 }, false},
 		{"a lost job", func(r *Limits) { r.Lost = 1 }, false},
 		{"a fault not done", func(r *Limits) { r.RedisKills = 0 }, false},
 	} {
