@@ -273,6 +273,9 @@ type Schedule struct {
 	Priority   int
 	Attributes map[string]string
 	Versioned  bool
+	// Group is the group of the jobs the schedule publishes ("" = the
+	// default group; ValidGroup, groups.go).
+	Group string
 
 	// State (read only): the next tick (zero while paused), the last tick
 	// fired and the ID of its job, how many ticks were fired, and when the

@@ -39,7 +39,8 @@ const (
 // first priority ID, published, consumed, acked, retried, dead (recent)}.
 var queueDetailScript = script(`
 local jp = KEYS[6]
-local ready = redis.call('LLEN', KEYS[1]) + redis.call('ZCARD', KEYS[2])
+-- gn: the ready entries of the queue's groups (groups_scripts.go).
+local ready = redis.call('LLEN', KEYS[1]) + redis.call('ZCARD', KEYS[2]) + (tonumber(redis.call('HGET', KEYS[5], 'gn')) or 0)
 local timer = redis.call('ZCARD', KEYS[3])
 local dead = redis.call('LLEN', KEYS[4])
 local paused = 0
@@ -70,14 +71,26 @@ return {ready, timer, dead, paused, inflight, exact, oldest, first, sums[1], sum
 `)
 
 // readyHeadsScript returns the IDs of the live jobs at a queue's consume
-// ends (ready_heads), for Stats.
+// ends (ready_heads), for Stats; in a tracked queue, those of the 16
+// groups next in its rotation too (the least served, where the oldest
+// ready job waits; groups_scripts.go).
 //
 //	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] job key prefix j/{T}ns/q/
 //
-// Returns {oldest list ID, first priority ID}, each empty when none.
+// Returns {oldest list ID, first priority ID, then the same per group},
+// each empty when none.
 var readyHeadsScript = script(`
 local oldest, first = ready_heads(KEYS[1], KEYS[2], KEYS[3])
-return {oldest, first}
+local out = {oldest, first}
+local gp = gpfx(KEYS[3])
+for _, g in ipairs(redis.call('ZRANGE', gp .. 'a', 0, 15)) do
+  if g ~= '' then
+    local o, f = ready_heads(gp .. 'q:' .. g, gp .. 'p:' .. g, KEYS[3])
+    out[#out + 1] = o
+    out[#out + 1] = f
+  end
+end
+return out
 `)
 
 // listJobsScript lists jobs of a queue from a cursor: the ready ones (the

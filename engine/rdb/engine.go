@@ -121,6 +121,7 @@ type Engine struct {
 	// is one call per group), and messages go out with SPUBLISH.
 	cluster  bool
 	pub      string        // PUBLISH, or SPUBLISH on a cluster
+	argPub   interface{}   // pub boxed once, for the ACK's arguments
 	retryFor time.Duration // Options.ClusterRetry on a cluster, else 0
 
 	names *memo[*queueNames] // {ns, q, ""} → the queue's key names
@@ -204,6 +205,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Engi
 	} else {
 		e.pub = "PUBLISH"
 	}
+	e.argPub = e.pub
 	if n, err := e.checkLayout(ctx); err != nil {
 		var le *LayoutError
 		if errors.As(err, &le) {
@@ -1720,7 +1722,7 @@ func (e *Engine) Size(ctx context.Context, ns, q string) (int64, error) {
 		return e.sizeSharded(ctx, sp, ns, q)
 	}
 	qn := e.names.get([3]string{ns, q})
-	n, err := e.run(ctx, sizeScript, []string{qn.ready, qn.prio, qn.jobPrefix}, sizeScanBudget).Int64()
+	n, err := e.run(ctx, sizeScript, []string{qn.ready, qn.prio, qn.jobPrefix, qn.config}, sizeScanBudget).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("size %s/%s: %w", ns, q, err)
 	}
@@ -1736,7 +1738,7 @@ func (e *Engine) Destroy(ctx context.Context, ns, q string) (int64, error) {
 		return e.destroySharded(ctx, sp, ns, q)
 	}
 	qn := e.names.get([3]string{ns, q})
-	keys := []string{qn.ready, qn.timer, qn.index, qn.prio, qn.jobPrefix, qn.usage}
+	keys := []string{qn.ready, qn.timer, qn.index, qn.prio, qn.jobPrefix, qn.usage, qn.config}
 	var total int64
 	for {
 		n, err := e.run(ctx, destroyScript, keys, destroyBatch, qn.member).Int64()
@@ -1911,9 +1913,11 @@ func (e *Engine) Stats(ctx context.Context) ([]engine.QueueStats, error) {
 	var out []engine.QueueStats
 	for ns, qs := range info {
 		cmds := make([][4]*redis.IntCmd, len(qs))
+		grouped := make([]*redis.SliceCmd, len(qs)) // the entries of the queue's groups (groups_scripts.go); HMGET: no redis.Nil
 		_, err := e.pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, q := range qs {
 				cmds[i] = [4]*redis.IntCmd{p.LLen(ctx, readyKey(ns, q)), p.ZCard(ctx, timerKey(ns, q)), p.LLen(ctx, deadKey(ns, q)), p.ZCard(ctx, prioKey(ns, q))}
+				grouped[i] = p.HMGet(ctx, configKey(ns, q), "gn")
 			}
 			return nil
 		})
@@ -1923,7 +1927,13 @@ func (e *Engine) Stats(ctx context.Context) ([]engine.QueueStats, error) {
 		stats := make([]engine.QueueStats, len(qs))
 		var ready []int // indexes of the queues with ready jobs
 		for i, q := range qs {
-			stats[i] = engine.QueueStats{Namespace: ns, Queue: q, Ready: cmds[i][0].Val() + cmds[i][3].Val(), Timer: cmds[i][1].Val(), DeadLetter: cmds[i][2].Val()}
+			var gn int64
+			if v := grouped[i].Val(); len(v) == 1 {
+				if s, ok := v[0].(string); ok {
+					gn, _ = strconv.ParseInt(s, 10, 64)
+				}
+			}
+			stats[i] = engine.QueueStats{Namespace: ns, Queue: q, Ready: cmds[i][0].Val() + cmds[i][3].Val() + gn, Timer: cmds[i][1].Val(), DeadLetter: cmds[i][2].Val()}
 			if stats[i].Ready > 0 {
 				ready = append(ready, i)
 			}
@@ -1981,7 +1991,7 @@ func (e *Engine) readyHeads(ctx context.Context, ns string, stats []engine.Queue
 	}
 	for k, i := range which {
 		res, err := cmds[k].Slice()
-		if err != nil || len(res) != 2 {
+		if err != nil || len(res) < 2 {
 			return fmt.Errorf("stats %s/%s: unexpected reply %v: %v", ns, stats[i].Queue, res, err)
 		}
 		for _, v := range res {

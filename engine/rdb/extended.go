@@ -102,7 +102,7 @@ func (e *Engine) ackCoalesced(ctx context.Context, batch []*batchCall[ackOp]) {
 		keys[1+i] = qn.jobPrefix + c.in.id
 		args[2*i], args[2*i+1] = c.in.id, c.in.nonce
 	}
-	args[2*len(batch)], args[2*len(batch)+1] = e.pub, qn.argChannel
+	args[2*len(batch)], args[2*len(batch)+1] = e.argPub, qn.argChannel
 	codes, err := e.runScript(ctx, ackManyScript, keys, args...).Int64Slice()
 	if err == nil && len(codes) != len(batch) {
 		err = fmt.Errorf("ack: %d results for %d jobs", len(codes), len(batch))

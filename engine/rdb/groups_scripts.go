@@ -20,7 +20,11 @@ import "github.com/redis/go-redis/v9"
 //	gp..'q:'..G  LIST  group G's ready list (packed entries, as q/)
 //	gp..'p:'..G  ZSET  group G's priority set (as p/)
 //
-// The default group '' keeps the queue's own q/ and p/. A queue is tracked
+// The default group '' keeps the queue's own q/ and p/. Config field gn
+// counts the entries of the other groups' ready lists and priority sets
+// (stale ones included, as LLEN does), so that a queue's size costs one
+// HGET more, not one per group: push_job and grp_flush add, consume
+// subtracts what it pops from them. A queue is tracked
 // once its config hash has grp = 1 (a grouped publish sets it): only then
 // does consume go through the rotation. A grouped job's value has flag 4
 // in its format byte (codec.go): byte 23 is the group's length L, bytes
@@ -89,6 +93,7 @@ local function push_job(qk, pk, ck, gp, g, prio, tries, id)
     push_ready(qk, pk, ck, prio, tries, id)
   else
     push_ready(gp .. 'q:' .. g, gp .. 'p:' .. g, ck, prio, tries, id)
+    redis.call('HINCRBY', ck, 'gn', 1)
     grp_join(gp, g)
   end
 end
@@ -107,12 +112,15 @@ end
 -- grp_flush pushes the entries grp_collect gathered to their groups'
 -- ready lists under prefix gp, in order, and puts the groups into the
 -- rotation.
-local function grp_flush(gp, gs)
+local function grp_flush(gp, ck, gs)
+  local n = 0
   for _, g in ipairs(gs) do
     local l = gs[g]
     for i = 1, #l, 256 do redis.call('LPUSH', gp .. 'q:' .. g, unpack(l, i, math.min(i + 255, #l))) end
+    n = n + #l
     grp_join(gp, g)
   end
+  if n > 0 then redis.call('HINCRBY', ck, 'gn', n) end
 end
 -- inflight_room is how many more jobs a tracked queue (group key prefix
 -- gp) may hand out now under its max_in_flight mif (config text, nil or

@@ -73,6 +73,9 @@ func TestGroups(t *testing.T) {
 			t.Run("weights", func(t *testing.T) { testGroupsWeights(t, e, client) })
 			t.Run("lifecycle", func(t *testing.T) { testGroupsLifecycle(t, e, clock) })
 			t.Run("ungrouped", func(t *testing.T) { testGroupsUngrouped(t, e, client) })
+			t.Run("counts", func(t *testing.T) { testGroupsCounts(t, e, client) })
+			t.Run("shards", func(t *testing.T) { testGroupsShards(t, e) })
+			t.Run("schedule", func(t *testing.T) { testGroupsSchedule(t, client) })
 		})
 	}
 }
@@ -134,20 +137,42 @@ func testGroupsFair(t *testing.T, e *Engine, big int) {
 	if n < 475 {
 		t.Fatalf("%d of the 500 jobs of small groups among the first 600 consumes, want >= 475", n)
 	}
-	// The rest of big is still there, in order, then the queue is empty.
+	// The rest of big is still there: peek, size and stats see it.
 	if j, err := e.PeekQueue(bg, ns, q); err != nil || j.Group != "big" {
 		t.Fatalf("peek after: %v %v", j, err)
+	}
+	if n, err := e.Size(bg, ns, q); err != nil || n != int64(big+500-600) {
+		t.Fatalf("size after = %d, %v; want %d", n, err, big+500-600)
+	}
+	stats, err := e.Stats(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := false
+	for _, st := range stats {
+		if st.Namespace == ns && st.Queue == q {
+			seen = true
+			if st.Ready != int64(big+500-600) || st.OldestReady.IsZero() {
+				t.Fatalf("stats %+v: want %d ready and the oldest one's time", st, big+500-600)
+			}
+		}
+	}
+	if !seen {
+		t.Fatalf("stats: no %s/%s", ns, q)
 	}
 }
 
 // testGroupsWeights: a group of weight 3 is served three jobs for each of
-// a group of weight 1 (config field w:G, as SetQueueConfig writes it).
+// a group of weight 1 (SetQueueConfig's GroupWeights: config field w:G).
 func testGroupsWeights(t *testing.T, e *Engine, client redis.UniversalClient) {
 	ns, q := "weights", "q"
 	publishGroup(t, e, ns, q, "heavy", 60, engine.MaxBulkPublish)
 	publishGroup(t, e, ns, q, "light", 60, engine.MaxBulkPublish)
-	if err := client.HSet(bg, e.names.get([3]string{ns, q}).config, "w:heavy", 3).Err(); err != nil {
+	if err := e.SetQueueConfig(bg, ns, q, engine.QueueConfig{GroupWeights: map[string]int{"heavy": 3}}); err != nil {
 		t.Fatal(err)
+	}
+	if w, err := client.HGet(bg, e.names.get([3]string{ns, q}).config, "w:heavy").Result(); err != nil || w != "3" {
+		t.Fatalf("config w:heavy = %q, %v", w, err)
 	}
 	jobs := consumeN(t, e, ns, q, 40, 7)
 	count := map[string]int{}
@@ -298,5 +323,193 @@ func testGroupsUngrouped(t *testing.T, e *Engine, client redis.UniversalClient) 
 	jobs := consumeN(t, e, ns, q, 2, 2)
 	if len(jobs) != 1 || jobs[0].ID != id || jobs[0].Group != "" {
 		t.Fatalf("consume: %v", jobs)
+	}
+}
+
+// testGroupsCounts: Size, Stats and QueueGroups count the jobs of a
+// queue's groups; Destroy deletes them and the group keys.
+func testGroupsCounts(t *testing.T, e *Engine, client redis.UniversalClient) {
+	ns, q := "counts", "q"
+	publishGroup(t, e, ns, q, "x", 5, engine.MaxBulkPublish)
+	publishGroup(t, e, ns, q, "y", 2, engine.MaxBulkPublish)
+	if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Group: "y", Priority: 4, Body: []byte("p"), Tries: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Body: []byte("d"), Tries: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := e.Size(bg, ns, q); err != nil || n != 11 {
+		t.Fatalf("size = %d, %v; want 11", n, err)
+	}
+	jobs := consumeN(t, e, ns, q, 4, 4) // one of each group and one more
+	if got := strings.Join(groupsOf(jobs), ","); got != ",x,y," {
+		t.Fatalf("consumed groups %q, want %q", got, ",x,y,")
+	}
+	if n, err := e.Size(bg, ns, q); err != nil || n != 7 {
+		t.Fatalf("size after 4 consumes = %d, %v; want 7", n, err)
+	}
+	stats, err := e.Stats(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, st := range stats {
+		if st.Namespace == ns && st.Queue == q {
+			found = true
+			if st.Ready != 7 || st.Timer != 4 {
+				t.Fatalf("stats: %+v, want 7 ready, 4 in the timer", st)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("stats: no %s/%s in %v", ns, q, stats)
+	}
+	if err := e.Ack(bg, ns, q, jobs[0].ID, jobs[0].Receipt); err != nil {
+		t.Fatal(err)
+	}
+	qg, err := e.QueueGroups(bg, ns, q, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// x: 5 published, y 3, '' 3; the consume order is '' x y '' (ties by
+	// name), and the first ('') was ACKed: x 4+1, y 2+1, '' 1+1.
+	want := []engine.GroupStats{{Group: "x", Ready: 4, InFlight: 1, Weight: 1}, {Group: "y", Ready: 2, InFlight: 1, Weight: 1}}
+	if qg.InFlight != 3 || qg.Total != 3 || !qg.Truncated || len(qg.Groups) != 2 || qg.Groups[0] != want[0] || qg.Groups[1] != want[1] {
+		t.Fatalf("QueueGroups = %+v, want in flight 3, total 3, truncated, groups %+v (consumed %v)", qg, want, groupsOf(jobs))
+	}
+	n, err := e.Destroy(bg, ns, q)
+	if err != nil || n != 10 { // 7 ready, 3 in flight
+		t.Fatalf("destroy = %d, %v; want 10", n, err)
+	}
+	if n, err := e.Size(bg, ns, q); err != nil || n != 0 {
+		t.Fatalf("size after destroy = %d, %v", n, err)
+	}
+	gp := groupKeyPrefix(ns, q)
+	if n, err := client.Exists(bg, gp+"a", gp+"b", gp+"i", gp+"c", gp+"q:x", gp+"q:y", gp+"p:y").Result(); err != nil || n != 0 {
+		t.Fatalf("%d group keys left after destroy (%v)", n, err)
+	}
+	if qg, err := e.QueueGroups(bg, ns, q, 10); err != nil || qg.Total != 0 || len(qg.Groups) != 0 || qg.InFlight != 0 {
+		t.Fatalf("QueueGroups after destroy = %+v, %v", qg, err)
+	}
+}
+
+// testGroupsShards: on a queue of 4 shards, each group's jobs are in one
+// shard (single, coalesced and bulk publishes, a bulk of several groups),
+// and consume is still fair.
+func testGroupsShards(t *testing.T, e *Engine) {
+	ns, q := "sharded", "hot"
+	if err := e.SetQueueConfig(bg, ns, q, engine.QueueConfig{Shards: 4}); err != nil {
+		t.Fatal(err)
+	}
+	shardOf := map[string]map[int]bool{}
+	note := func(g, id string) {
+		s, _ := engine.JobIDShard(id)
+		if shardOf[g] == nil {
+			shardOf[g] = map[int]bool{}
+		}
+		shardOf[g][s] = true
+	}
+	var mixed []*engine.PublishRequest
+	for g := 0; g < 8; g++ {
+		name := fmt.Sprintf("t%d", g)
+		for i := 0; i < 3; i++ {
+			id, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Group: name, Body: []byte(name), Tries: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			note(name, id)
+		}
+		reqs := []*engine.PublishRequest{{Namespace: ns, Queue: q, Group: name, Body: []byte(name), Tries: 1}, {Namespace: ns, Queue: q, Group: name, Body: []byte(name), Tries: 1}}
+		ids, err := e.PublishBatch(bg, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids {
+			note(name, id)
+		}
+		ids, errs := make([]string, 2), make([]error, 2)
+		e.PublishEach(bg, reqs, ids, errs)
+		for k, id := range ids {
+			if errs[k] != nil {
+				t.Fatal(errs[k])
+			}
+			note(name, id)
+		}
+		mixed = append(mixed, &engine.PublishRequest{Namespace: ns, Queue: q, Group: name, Body: []byte(name), Tries: 1})
+	}
+	ids, err := e.PublishBatch(bg, mixed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, id := range ids {
+		note(mixed[k].Group, id)
+	}
+	shards := map[int]bool{}
+	for g, ss := range shardOf {
+		if len(ss) != 1 {
+			t.Fatalf("group %s in shards %v, want one", g, ss)
+		}
+		for s := range ss {
+			if s != groupShard(g, 4) {
+				t.Fatalf("group %s in shard %d, want %d", g, s, groupShard(g, 4))
+			}
+			shards[s] = true
+		}
+	}
+	if len(shards) < 2 {
+		t.Fatalf("8 groups in shards %v, want at least 2", shards)
+	}
+	if n, err := e.Size(bg, ns, q); err != nil || n != 8*8 {
+		t.Fatalf("size = %d, %v; want %d", n, err, 8*8)
+	}
+	qg, err := e.QueueGroups(bg, ns, q, 100)
+	if err != nil || qg.Total != 8 {
+		t.Fatalf("QueueGroups = %+v, %v; want 8 groups", qg, err)
+	}
+	// Every group served in the first 3 rounds of consumes.
+	jobs := consumeN(t, e, ns, q, 24, 6)
+	served := map[string]int{}
+	for _, j := range jobs {
+		served[j.Group]++
+	}
+	if len(jobs) != 24 || len(served) != 8 {
+		t.Fatalf("24 consumes served %v", served)
+	}
+}
+
+// testGroupsSchedule: a schedule's template may carry a group; its ticks'
+// jobs are in it.
+func testGroupsSchedule(t *testing.T, client redis.UniversalClient) {
+	es, clock := schedEngines(t, client, 1)
+	e := es[0]
+	if _, err := e.PutSchedule(bg, &engine.Schedule{Namespace: "ns", Queue: "gq", Name: "bad", Spec: "@every 1s", Tries: 1, Group: "no/slash"}); !errors.Is(err, engine.ErrInvalid) {
+		t.Fatalf("bad group: %v, want ErrInvalid", err)
+	}
+	s, err := e.PutSchedule(bg, &engine.Schedule{Namespace: "ns", Queue: "gq", Name: "tick", Spec: "@every 1s", Tries: 1, Body: []byte("t"), Group: "tenant-a"})
+	if err != nil || s.Group != "tenant-a" {
+		t.Fatalf("put: %+v %v", s, err)
+	}
+	if got, err := e.GetSchedule(bg, "ns", "gq", "tick"); err != nil || got.Group != "tenant-a" {
+		t.Fatalf("get: %+v %v", got, err)
+	}
+	clock.Add(1500 * time.Millisecond)
+	if _, err := e.ScheduleOnce(bg); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(time.Second)
+	jobs := drainQueue(t, e, "gq")
+	if len(jobs) == 0 {
+		t.Fatal("no tick fired")
+	}
+	for _, j := range jobs {
+		if j.Group != "tenant-a" || string(j.Body) != "t" {
+			t.Fatalf("tick job %+v, want group tenant-a", j)
+		}
+	}
+	// Without a group again: the field goes.
+	if s, err := e.PutSchedule(bg, &engine.Schedule{Namespace: "ns", Queue: "gq", Name: "tick", Spec: "@every 1s", Tries: 1}); err != nil || s.Group != "" {
+		t.Fatalf("put without group: %+v %v", s, err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -263,6 +264,14 @@ func TestInFlightLimits(t *testing.T) {
 				}
 				pump()
 			})
+			one("a job expired in flight (reclaimer: timer scan)", engine.PublishRequest{Body: []byte("reclaimed")}, func(j *engine.Job) {
+				if err := client.Del(bg, jobKey(ns, q, j.ID)).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := e.ReclaimOnce(bg); err != nil {
+					t.Fatal(err)
+				}
+			})
 			one("a TTR expiry (pump: retry)", engine.PublishRequest{Body: []byte("retry")}, func(j *engine.Job) { pump() })
 			// The retried job is ready again: its next delivery's ACK
 			// frees its slot too.
@@ -397,7 +406,8 @@ func TestInFlightLimits(t *testing.T) {
 
 // TestQueueConfigLimits: SetQueueConfig validates the limits and weights,
 // splits max_in_flight over a sharded queue's shards (refusing a limit
-// below the shards), marks the queue tracked, and QueueConfig reads them
+// below the shards), whose consumes then hand out exactly the limit,
+// marks the queue tracked, and QueueConfig reads them
 // back; an untracked queue's ACK leaves no group key.
 func TestQueueConfigLimits(t *testing.T) {
 	m := miniredis.RunT(t)
@@ -424,7 +434,7 @@ func TestQueueConfigLimits(t *testing.T) {
 		})
 	}
 
-	want := engine.QueueConfig{Shards: 3, MaxInFlight: 7, GroupMaxInFlight: 2, GroupWeights: map[string]int{"big": 1, "vip": 5}}
+	want := engine.QueueConfig{Shards: 3, MaxInFlight: 7, GroupMaxInFlight: 3, GroupWeights: map[string]int{"big": 1, "vip": 5}}
 	if err := e.SetQueueConfig(bg, ns, "sh", want); err != nil {
 		t.Fatal(err)
 	}
@@ -432,7 +442,7 @@ func TestQueueConfigLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.MaxInFlight != 7 || got.GroupMaxInFlight != 2 || got.Shards != 3 || len(got.GroupWeights) != 2 || got.GroupWeights["vip"] != 5 || got.GroupWeights["big"] != 1 {
+	if got.MaxInFlight != 7 || got.GroupMaxInFlight != 3 || got.Shards != 3 || len(got.GroupWeights) != 2 || got.GroupWeights["vip"] != 5 || got.GroupWeights["big"] != 1 {
 		t.Fatalf("QueueConfig: %+v, want %+v", got, want)
 	}
 	sum := 0
@@ -442,13 +452,32 @@ func TestQueueConfigLimits(t *testing.T) {
 			t.Fatal(err)
 		}
 		n, _ := strconv.Atoi(h["mif"])
-		if n < 2 || n > 3 || h["grp"] != "1" || h["gmif"] != "2" || h["w:vip"] != "5" {
-			t.Fatalf("shard %d config %v: want mif 2 or 3, grp 1, gmif 2, w:vip 5", i, h)
+		if n < 2 || n > 3 || h["grp"] != "1" || h["gmif"] != "3" || h["w:vip"] != "5" {
+			t.Fatalf("shard %d config %v: want mif 2 or 3, grp 1, gmif 3, w:vip 5", i, h)
 		}
 		sum += n
 	}
 	if sum != 7 {
 		t.Fatalf("the shards' max_in_flight add up to %d, want 7", sum)
+	}
+	// The shards together hand out exactly 7 (each shard's default
+	// group is limited to 3 too: the default group spreads over the
+	// shards).
+	for i := range 30 {
+		if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: "sh", Tries: 1, Body: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	delivered := 0
+	for range 5 {
+		jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{"sh"}, Count: 10, TTR: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		delivered += len(jobs)
+	}
+	if delivered != 7 {
+		t.Fatalf("a sharded queue with max_in_flight 7 delivered %d, want 7", delivered)
 	}
 	// The weights are replaced, the limits removed; grp stays.
 	if err := e.SetQueueConfig(bg, ns, "sh", engine.QueueConfig{GroupWeights: map[string]int{"big": 3}}); err != nil {
@@ -475,7 +504,7 @@ func TestQueueConfigLimits(t *testing.T) {
 	}
 	if keys := m.Keys(); func() bool {
 		for _, k := range keys {
-			if len(k) > 2 && k[:2] == "g/" {
+			if strings.HasPrefix(k, "g/") && strings.Contains(k, "plain") {
 				return true
 			}
 		}

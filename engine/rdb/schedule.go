@@ -135,7 +135,7 @@ return 1
 //	ARGV[1..9] spec, tz, missed, body, ttl (ms), tries, priority,
 //	        attributes (JSON or ""), versioned ("1" or "0")
 //	ARGV[10] next tick (ms)   ARGV[11] now (ms)   ARGV[12] name
-//	ARGV[13] index member
+//	ARGV[13] index member   ARGV[14] the template's group ("" = none)
 //
 // Returns the hash (HGETALL).
 var putScheduleScript = script(schedIndexSrc + `
@@ -145,6 +145,11 @@ if paused then nxt = '0' end
 redis.call('HSET', KEYS[1], 'spec', ARGV[1], 'tz', ARGV[2], 'missed', ARGV[3], 'body', ARGV[4],
   'ttl', ARGV[5], 'tries', ARGV[6], 'prio', ARGV[7], 'attrs', ARGV[8], 'versioned', ARGV[9],
   'next', nxt, 'updated', ARGV[11])
+if ARGV[14] and ARGV[14] ~= '' then
+  redis.call('HSET', KEYS[1], 'group', ARGV[14])
+else
+  redis.call('HDEL', KEYS[1], 'group')
+end
 redis.call('HSETNX', KEYS[1], 'created', ARGV[11])
 redis.call('HSETNX', KEYS[1], 'paused', '0')
 redis.call('HINCRBY', KEYS[1], 'ver', 1)
@@ -217,6 +222,9 @@ func (e *Engine) PutSchedule(ctx context.Context, s *engine.Schedule) (*engine.S
 	if s.Tries == 0 || s.TTL < 0 || s.Priority < 0 || s.Priority > engine.MaxPriority || len(s.Body) > engine.MaxBodySize {
 		return nil, fmt.Errorf("schedule template: tries ≥ 1, ttl ≥ 0, priority 0..%d: %w", engine.MaxPriority, engine.ErrInvalid)
 	}
+	if s.Group != "" && !engine.ValidGroup(s.Group) {
+		return nil, fmt.Errorf("schedule template: group %q: 1..%d characters of [-_A-Za-z0-9]: %w", s.Group, engine.MaxGroupLength, engine.ErrInvalid)
+	}
 	tz := s.TZ
 	if tz == "" {
 		tz = "UTC"
@@ -239,7 +247,7 @@ func (e *Engine) PutSchedule(ctx context.Context, s *engine.Schedule) (*engine.S
 	keys := []string{key, scheduleNamesKey(s.Namespace, s.Queue), scheduleIndexKey(slotGroup(s.Namespace, s.Queue))}
 	res, err := e.run(ctx, putScheduleScript, keys,
 		s.Spec, tz, string(missed), s.Body, durMS(s.TTL), s.Tries, s.Priority, attrs, versioned,
-		ms(next), ms(now), s.Name, scheduleMember(s.Namespace, s.Queue, s.Name)).StringSlice()
+		ms(next), ms(now), s.Name, scheduleMember(s.Namespace, s.Queue, s.Name), s.Group).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("put schedule %s/%s/%s: %w", s.Namespace, s.Queue, s.Name, err)
 	}
@@ -509,8 +517,12 @@ func (e *Engine) fireDue(ctx context.Context, g int, member string) error {
 	}
 	req := &engine.PublishRequest{
 		Namespace: ns, Queue: q, Body: s.Body, Tries: s.Tries, Priority: s.Priority,
-		Attributes: s.Attributes, Versioned: s.Versioned, DueAt: plan.Tick,
+		Attributes: s.Attributes, Versioned: s.Versioned, DueAt: plan.Tick, Group: s.Group,
 	}
+	// A tick's job goes to the queue itself (shard 0 of a sharded queue),
+	// grouped or not: the fire is one script call with the schedule's
+	// keys, which are in shard 0's slot.
+
 	if s.TTL > 0 {
 		// The template's TTL counts from the tick.
 		req.TTL = s.TTL + max(plan.Tick.Sub(now), 0)
@@ -599,7 +611,7 @@ func decodeSchedule(ns, q, name string, h map[string]string) *engine.Schedule {
 	s := &engine.Schedule{
 		Namespace: ns, Queue: q, Name: name,
 		Spec: h["spec"], TZ: h["tz"], Missed: engine.MissedPolicy(h["missed"]),
-		Paused: h["paused"] == "1", Body: []byte(h["body"]), Versioned: h["versioned"] == "1",
+		Paused: h["paused"] == "1", Body: []byte(h["body"]), Versioned: h["versioned"] == "1", Group: h["group"],
 		Next: msTime(h["next"]), LastTick: msTime(h["last_tick"]), LastJob: h["last_job"],
 		Created: msTime(h["created"]), Updated: msTime(h["updated"]),
 	}

@@ -15,8 +15,10 @@ import (
 // the job is; the payload follows:
 //
 //	1      format: 1 the payload follows, 2 a trace context then the
-//	       payload (codec.go); set at publish, never rewritten (scripts
-//	       write the rest of the header at offset 1)
+//	       payload (codec.go); 5 and 6 the same with flag 4, the job's
+//	       group first (its length, then its name: groups_scripts.go);
+//	       set at publish, never rewritten (scripts write the rest of the
+//	       header at offset 1)
 //	2      state: r ready, d delayed, f in flight, x dead
 //	3-4    tries left, uint16 little endian
 //	5-6    deliveries so far, uint16
@@ -384,7 +386,7 @@ for i = 1, n do
   end
 end
 if #ready > 0 then redis.call('LPUSH', KEYS[1], unpack(ready)) end
-if gp then grp_flush(gp, gready) end
+if gp then grp_flush(gp, KEYS[5], gready) end
 if made > 0 then redis.call(pub, ARGV[2], made) end
 local earliest = 0
 if mindue then earliest = lower_index(KEYS[3], ARGV[1], mindue, ARGV[3], pub) end
@@ -524,7 +526,7 @@ for g = 1, m do
       end
     end
     if #ready > 0 then redis.call('LPUSH', qk, unpack(ready)) end
-    if gp then grp_flush(gp, gready) end
+    if gp then grp_flush(gp, ck, gready) end
     if made > 0 then
       redis.call(pub, chan, made)
       total = total + made
@@ -569,7 +571,7 @@ return {0, total, earliest}
 // Returns {more, earliest, popped, then per job: queue position (1-based),
 // id, tries left, payload, PTTL (ms, -1 = none), deliveries, receipt,
 // priority, format (header byte 1: 2 when the payload starts with a trace
-// context)}.
+// context; flag 4 when the job's group comes first)}.
 // more = 1 when the pop budget ran out first, 2 when every queue's ready
 // list and priority set are empty at the end, 3 when every queue is empty
 // or at its in-flight limit and one is at its limit ("limited": nothing
@@ -649,6 +651,7 @@ for i = 1, n do
       redis.call('ZADD', ak, fnum(grp_min(gp)), '')
     end
     local ws = {}
+    local gpop = 0
     local gmif = tonumber(cfg[5]) or 0
     local room = inflight_room(gp, cfg[4], want - got)
     if room < want - got then limited[i] = true end
@@ -674,6 +677,7 @@ for i = 1, n do
         if not e then
           redis.call('ZREM', ak, g)
         else
+          if g ~= '' then gpop = gpop + 1 end
           budget = budget - 1
           local id = take(i, k, e)
           if id then
@@ -691,6 +695,7 @@ for i = 1, n do
         end
       end
     end
+    if gpop > 0 then redis.call('HINCRBY', KEYS[k + 4], 'gn', -gpop) end
     if hit then touched[#touched + 1] = i end
     -- A limited queue that ran out of jobs before its room is not
     -- limited: it is empty, or its groups are blocked (below).
@@ -1354,11 +1359,13 @@ return out
 //
 //	KEYS[1] ready list   KEYS[2] timer   KEYS[3] the group's timer index   KEYS[4] priority set
 //	KEYS[5] job key prefix   KEYS[6] the group's usage hash
+//	KEYS[7] config (optional; its gn is cleared once done)
 //	ARGV[1] most entries   ARGV[2] index member
 //
-// Once done it deletes the queue's in-flight records (gp..'i', gp..'c')
-// and its blocked set (gp..'b'): no job of the queue is in flight any
-// more.
+// The ready jobs of a tracked queue's groups go too. Once done it deletes
+// the queue's in-flight records (gp..'i', gp..'c'), its rotation and its
+// blocked set (gp..'a', gp..'b'): no job of the queue is ready or in
+// flight any more.
 //
 // Returns the number of entries deleted (less than ARGV[1] when done).
 var destroyScript = script(`
@@ -1391,10 +1398,35 @@ if n < batch then
   if #ids > 0 then redis.call('ZREMRANGEBYRANK', KEYS[2], 0, #ids - 1) end
   n = n + #ids
 end
+-- A tracked queue's groups (groups_scripts.go): their ready jobs, group
+-- by group (rotation, then blocked set); a group leaves both once empty.
+local gp = gpfx(KEYS[5])
+while n < batch do
+  local g = redis.call('ZRANGE', gp .. 'a', 0, 0)[1] or redis.call('SRANDMEMBER', gp .. 'b')
+  if not g then break end
+  if g ~= '' then
+    local qk, pk = gp .. 'q:' .. g, gp .. 'p:' .. g
+    local es = redis.call('LRANGE', qk, -(batch - n), -1)
+    for _, e in ipairs(es) do drop(eid(e)) end
+    if #es > 0 then redis.call('LTRIM', qk, 0, -(#es + 1)) end
+    n = n + #es
+    if n < batch then
+      local ps = redis.call('ZRANGE', pk, 0, batch - n - 1)
+      for _, e in ipairs(ps) do drop(eid(e)) end
+      if #ps > 0 then redis.call('ZREMRANGEBYRANK', pk, 0, #ps - 1) end
+      n = n + #ps
+    end
+  end
+  if n < batch then
+    redis.call('ZREM', gp .. 'a', g)
+    redis.call('SREM', gp .. 'b', g)
+  end
+end
 if n < batch then
   redis.call('ZREM', KEYS[3], ARGV[2])
-  local gp = gpfx(KEYS[5])
-  redis.call('DEL', gp .. 'i', gp .. 'c', gp .. 'b')
+  redis.call('DEL', gp .. 'i', gp .. 'c', gp .. 'b', gp .. 'a')
+  -- The count of the groups' entries (gn) is 0 now.
+  if KEYS[7] then redis.call('HDEL', KEYS[7], 'gn') end
 end
 usage_add(KEYS[6], KEYS[5], -dj, -db)
 return n
@@ -1590,6 +1622,8 @@ return {removed, looked, left, cur[1], cur[2], cur[3], cur[4], again}
 // entries. It writes nothing: the size routes are public.
 //
 //	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] job key prefix
+//	KEYS[4] config (optional): its gn, the entries of the queue's groups
+//	        (groups_scripts.go), is added
 //	ARGV[1] most entries to look at
 //
 // Returns the count.
@@ -1626,7 +1660,9 @@ while budget > 0 and off < ln do
   if not all or #es == 0 then break end
   off = off + #es
 end
-return ln + zn - stale
+local gn = 0
+if KEYS[4] then gn = tonumber(redis.call('HGET', KEYS[4], 'gn')) or 0 end
+return ln + zn - stale + gn
 `)
 
 // allScripts are loaded by New so that a broken script fails at start and
@@ -1635,5 +1671,5 @@ var allScripts = []*redis.Script{
 	publishScript, publishManyScript, consumeScript, pumpScript, pumpPoolScript, pumpHeadsScript, peekQueueScript, peekJobScript, ackManyScript,
 	releaseScript, touchScript, respawnScript, respawnOneScript, deleteDeadScript,
 	deleteDeadOneScript, listDeadScript, listDeadPageScript, destroyScript, cancelKeyScript, reclaimScript, sizeScript, upgradeQueueScript,
-	queueDetailScript, readyHeadsScript, listJobsScript, importScript, recountScript, resumScript, setLimitsScript,
+	queueDetailScript, readyHeadsScript, listJobsScript, importScript, recountScript, resumScript, setLimitsScript, queueGroupsScript,
 }

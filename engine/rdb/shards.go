@@ -880,7 +880,7 @@ func (e *Engine) sizeSharded(ctx context.Context, sp *shardSpec, ns, q string) (
 	args := make([][]interface{}, len(sp.names))
 	for i, n := range sp.names {
 		qn := e.names.get([3]string{ns, n})
-		keys[i] = []string{qn.ready, qn.prio, qn.jobPrefix}
+		keys[i] = []string{qn.ready, qn.prio, qn.jobPrefix, qn.config}
 		args[i] = []interface{}{sizeScanBudget}
 	}
 	var total int64
