@@ -383,6 +383,9 @@ func (e *Engine) setShardConfig(ctx context.Context, ns, q string, cfg engine.Qu
 	if err != nil {
 		return fmt.Errorf("queue config %s/%s: %w", ns, q, execAbortCause(cmds, err))
 	}
+	if err := e.unblockGroups(ctx, ns, q); err != nil {
+		return err
+	}
 	if !cfg.Paused {
 		// Consumers waiting on a resumed queue must look again: as many
 		// as there were ready jobs when it resumed (jobs made ready since

@@ -223,3 +223,20 @@ end
 if any then redis.call('HSET', ck, 'grp', '1') end
 return 1
 `)
+
+// unblockScript puts up to ARGV[1] of a queue's blocked groups (gp..'b')
+// back into its rotation (gp..'a'), after its group_max_in_flight changed:
+// the consume script blocks again, before giving it a job, each group
+// still at the new limit (consumeScript), and a group under it would
+// otherwise wait for one of its jobs to leave flight.
+//
+//	KEYS[1] gp..'a'   KEYS[2] gp..'b'
+//	ARGV[1] most groups to move
+//
+// Returns how many it moved (fewer than ARGV[1] when the set is empty).
+var unblockScript = script(`
+local gp = string.sub(KEYS[1], 1, -2)
+local gs = redis.call('SPOP', KEYS[2], tonumber(ARGV[1]))
+for _, g in ipairs(gs) do grp_join(gp, g) end
+return #gs
+`)

@@ -1,6 +1,7 @@
 package rdb
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -90,6 +91,27 @@ func readLimits(h map[string]string, cfg *engine.QueueConfig) {
 				cfg.GroupWeights = make(map[string]int)
 			}
 			cfg.GroupWeights[g] = atoi(v)
+		}
+	}
+}
+
+// unblockBatch is how many blocked groups one unblockScript call moves.
+const unblockBatch = 1000
+
+// unblockGroups puts physical queue ns/q's blocked groups back into its
+// rotation after its limits were written (a raised or removed
+// group_max_in_flight frees them; consume blocks again the ones still at
+// the limit), a bounded batch per call.
+func (e *Engine) unblockGroups(ctx context.Context, ns, q string) error {
+	gp := groupKeyPrefix(ns, q)
+	keys := []string{gp + "a", gp + "b"}
+	for {
+		n, err := e.run(ctx, unblockScript, keys, unblockBatch).Int64()
+		if err != nil {
+			return fmt.Errorf("queue config %s/%s: unblock groups: %w", ns, q, err)
+		}
+		if n < unblockBatch {
+			return nil
 		}
 	}
 }

@@ -80,8 +80,9 @@ func waiting(e *Engine, ns, q string) int {
 // the limited queue is known empty meanwhile rather than looked at again
 // and again; group_max_in_flight 2 holds 2 jobs of each of three groups
 // and the default one, and the ACK of a blocked group's job wakes a
-// waiting consume with that group's next job; the counts are exact after
-// the mix, and Destroy drops them.
+// waiting consume with that group's next job, and raising the limit
+// frees the blocked groups; the counts are exact after the mix, and
+// Destroy drops them.
 func TestInFlightLimits(t *testing.T) {
 	for _, tier := range engineTiers {
 		t.Run(tier.name, func(t *testing.T) {
@@ -391,6 +392,19 @@ func TestInFlightLimits(t *testing.T) {
 			if sum != 8 {
 				t.Fatalf("after the mix: the groups' counts add up to %d, want 8", sum)
 			}
+			// Raising group_max_in_flight to 3 frees the blocked groups
+			// at once: one more job of each.
+			if err := e.SetQueueConfig(bg, ns, q, engine.QueueConfig{MaxInFlight: 20, GroupMaxInFlight: 3}); err != nil {
+				t.Fatal(err)
+			}
+			if jobs := consume(10); len(jobs) != 4 {
+				t.Fatalf("group_max_in_flight raised to 3: consume got %d jobs, want 4 (one per group)", len(jobs))
+			}
+			for _, g := range groups {
+				if n := perGroup("at the raised group limit")[g]; n != 3 {
+					t.Fatalf("group %q: %d in flight, want 3 (%v)", g, n, perGroup(""))
+				}
+			}
 
 			// Destroy drops the records.
 			if _, err := e.Destroy(bg, ns, q); err != nil {
@@ -511,5 +525,99 @@ func TestQueueConfigLimits(t *testing.T) {
 		return false
 	}() {
 		t.Fatalf("an untracked queue wrote group keys: %v", keys)
+	}
+}
+
+// TestInFlightLimitConcurrent: 16 consumers (coalesced consumes) take,
+// hold for a moment and ACK or release 150 jobs of a queue with
+// max_in_flight 4 and group_max_in_flight 2 over three groups; a ledger
+// of the jobs held (counted after the consume returns, uncounted before
+// the ACK: never more than are in flight) never exceeds either limit,
+// every job is ACKed once, and no slot is left taken.
+func TestInFlightLimitConcurrent(t *testing.T) {
+	for _, tier := range coalesceTiers {
+		t.Run(tier.name, func(t *testing.T) {
+			client := tier.client(t)
+			e := startEngine(t, client, newTestClock())
+			const ns, q, jobs = "limc", "q", 150
+			if err := e.SetQueueConfig(bg, ns, q, engine.QueueConfig{MaxInFlight: 4, GroupMaxInFlight: 2}); err != nil {
+				t.Fatal(err)
+			}
+			groups := []string{"x", "y", "z"}
+			reqs := make([]*engine.PublishRequest, jobs)
+			for i := range reqs {
+				reqs[i] = &engine.PublishRequest{Namespace: ns, Queue: q, Tries: 5, Group: groups[i%3], Body: []byte(strconv.Itoa(i))}
+			}
+			if _, err := e.PublishBatch(bg, reqs); err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			held, most := 0, 0
+			perGroup := map[string]int{}
+			acked := map[string]bool{}
+			var wg sync.WaitGroup
+			for c := range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for n := 0; ; n++ {
+						mu.Lock()
+						done := len(acked) == jobs
+						mu.Unlock()
+						if done {
+							return
+						}
+						js, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, Count: 1, TTR: time.Minute, Timeout: 100 * time.Millisecond})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if len(js) == 0 {
+							continue
+						}
+						j := js[0]
+						mu.Lock()
+						held++
+						perGroup[j.Group]++
+						most = max(most, held)
+						if held > 4 || perGroup[j.Group] > 2 {
+							t.Errorf("%d jobs held, %d of group %q: over the limits (4, 2)", held, perGroup[j.Group], j.Group)
+						}
+						mu.Unlock()
+						time.Sleep(time.Millisecond)
+						mu.Lock()
+						held--
+						perGroup[j.Group]--
+						mu.Unlock()
+						if (c+n)%5 == 0 {
+							if err := e.Release(bg, &engine.ReleaseRequest{Namespace: ns, Queue: q, ID: j.ID, Receipt: j.Receipt, KeepTry: true}); err != nil {
+								t.Error(err)
+							}
+							continue
+						}
+						if err := e.Ack(bg, ns, q, j.ID, j.Receipt); err != nil {
+							t.Error(err)
+						}
+						mu.Lock()
+						if acked[j.ID] {
+							t.Errorf("job %s ACKed twice", j.ID)
+						}
+						acked[j.ID] = true
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			if n, d := inFlightCounts(t, client, ns, q); n != 0 || d != 0 {
+				t.Fatalf("after every job was ACKed: %d in-flight records, %d in the default group; want 0", n, d)
+			}
+			if c, err := client.HLen(bg, groupKeyPrefix(ns, q)+"c").Result(); err != nil || c != 0 {
+				t.Fatalf("after every job was ACKed: %d groups counted in flight, %v", c, err)
+			}
+			t.Logf("at most %d held at once", most)
+			if most < 2 {
+				t.Errorf("at most %d held at once: the consumers never overlapped", most)
+			}
+		})
 	}
 }

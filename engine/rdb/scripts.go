@@ -1671,5 +1671,5 @@ var allScripts = []*redis.Script{
 	publishScript, publishManyScript, consumeScript, pumpScript, pumpPoolScript, pumpHeadsScript, peekQueueScript, peekJobScript, ackManyScript,
 	releaseScript, touchScript, respawnScript, respawnOneScript, deleteDeadScript,
 	deleteDeadOneScript, listDeadScript, listDeadPageScript, destroyScript, cancelKeyScript, reclaimScript, sizeScript, upgradeQueueScript,
-	queueDetailScript, readyHeadsScript, listJobsScript, importScript, recountScript, resumScript, setLimitsScript, queueGroupsScript,
+	queueDetailScript, readyHeadsScript, listJobsScript, importScript, recountScript, resumScript, setLimitsScript, unblockScript, queueGroupsScript,
 }
