@@ -107,11 +107,14 @@ type Limits struct {
 	// Deliveries seen by the consumers and the sweep, and what became of
 	// them: ACKed (204), released (204), let go (TTR), stale (409: the
 	// TTR ran out first).
-	Deliveries   int `json:"deliveries"`
-	Acked        int `json:"acked"`
-	Released     int `json:"released"`
-	LetGo        int `json:"let_go"`
-	Stale        int `json:"stale"`
+	Deliveries int `json:"deliveries"`
+	Acked      int `json:"acked"`
+	Released   int `json:"released"`
+	LetGo      int `json:"let_go"`
+	Stale      int `json:"stale"`
+	// AckUnknown: ACKs and releases still without a definite answer after
+	// ackPatience of retries (their jobs may count as lost).
+	AckUnknown   int `json:"ack_unknown"`
 	DeadLettered int `json:"dead_lettered"`
 	// Lost: acknowledged publishes never ACKed by a consumer nor found in
 	// the dead letter.
@@ -165,6 +168,10 @@ type limitsJob struct {
 	Group   *string `json:"group"` // absent for the default group
 }
 
+// ackPatience bounds the retries of one ACK or release: longer than any
+// restart of the scenario's servers and Redis.
+const ackPatience = 60 * time.Second
+
 // limitsRun is one run's state.
 type limitsRun struct {
 	lc      limitsConfig
@@ -175,7 +182,7 @@ type limitsRun struct {
 	fl      flightLedger
 	log     logrus.FieldLogger
 
-	deliveries, acked, released, letGo, stale, mismatches atomic.Int64
+	deliveries, acked, released, letGo, stale, mismatches, ackUnknown atomic.Int64
 
 	peakMu     sync.Mutex
 	serverPeak map[string]int
@@ -555,9 +562,12 @@ func (r *limitsRun) record(j limitsJob, t1 time.Time) (limitsBody, bool) {
 }
 
 // finish ACKs (or releases) one delivery with its receipt, retrying on
-// transport errors and 5xx over every server until a definite answer or
-// the TTR's end plus 3 s, and records its span. A 404 after an attempt
-// whose outcome is unknown is the ACK that attempt did.
+// transport errors and 5xx over every server until a definite answer
+// (at most ackPatience), and records its span. A 404 after an attempt whose
+// outcome is unknown is the ACK that attempt did: a job whose ACK was not
+// applied comes back after its TTR and is not gone. Giving up earlier would
+// leave an ACK that Redis applied (its answer lost with a killed server)
+// counted as none, and its job as lost.
 func (r *limitsRun) finish(k *kairosNode, j limitsJob, b limitsBody, t0, t1 time.Time, ttr time.Duration, release bool) {
 	path := "/" + j.Queue + "/job/" + j.JobID
 	method := http.MethodDelete
@@ -571,7 +581,7 @@ func (r *limitsRun) finish(k *kairosNode, j limitsJob, b limitsBody, t0, t1 time
 	}
 	sent := time.Now()
 	r.fl.add(b.Queue, b.Group, t1, deliveryEnd(t0, ttr, sent))
-	deadline := t1.Add(ttr + 3*time.Second)
+	deadline := time.Now().Add(ackPatience)
 	unknown := false
 	for n := 0; ; n++ {
 		srv := r.servers[(slices.Index(r.servers, k)+n)%len(r.servers)]
@@ -601,6 +611,8 @@ func (r *limitsRun) finish(k *kairosNode, j limitsJob, b limitsBody, t0, t1 time
 		unknown = true
 		r.w.led.count(&r.w.led.ackErrors)
 		if time.Now().After(deadline) {
+			r.ackUnknown.Add(1)
+			r.w.warn("limits: %s %s: no answer for %v", method, path, ackPatience)
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -793,6 +805,7 @@ func (r *limitsRun) fill(res *Limits) {
 	res.LostSeqs = seqs[:min(len(seqs), 20)]
 	res.Deliveries, res.Acked, res.Released = int(r.deliveries.Load()), int(r.acked.Load()), int(r.released.Load())
 	res.LetGo, res.Stale, res.Mismatches = int(r.letGo.Load()), int(r.stale.Load()), int(r.mismatches.Load())
+	res.AckUnknown = int(r.ackUnknown.Load())
 	limits := map[string]flightLimits{}
 	for _, q := range r.queues {
 		limits[q.Name] = flightLimits{MaxInFlight: q.MaxInFlight, GroupMaxInFlight: q.GroupMaxInFlight}
@@ -853,7 +866,7 @@ func (res *Limits) judge(lc limitsConfig) {
 			res.ServerLeft, res.ServerCounts, res.ReportedLeft)
 	}
 	if res.Lost > 0 {
-		fail("%d acknowledged jobs lost, e.g. seqs %v", res.Lost, res.LostSeqs)
+		fail("%d acknowledged jobs lost, e.g. seqs %v (%d ACKs or releases never answered)", res.Lost, res.LostSeqs, res.AckUnknown)
 	}
 	if res.Residual > 0 {
 		fail("%d jobs left after the drain", res.Residual)
@@ -879,9 +892,9 @@ func writeLimits(out io.Writer, r Limits) {
 	fmt.Fprintf(out, "\nlimits: %s, %d consumers, TTR %d ms, %.0f s of chaos (%d server SIGKILLs, %d redis SIGKILLs), drain %.1f s\n",
 		r.Setup, r.Consumers, r.TTRMs, r.ChaosS, r.ServerKills, r.RedisKills, r.DrainS)
 	fmt.Fprintf(out, "deliveries the ledger could not place (answered after t0 + TTR): %d\n", r.EmptySpans)
-	fmt.Fprintf(out, "publishes acknowledged %s of %s; deliveries %s: ACKed %s, released %s, let go %s, stale %d; dead-lettered %d; lost %d; residual %d\n",
+	fmt.Fprintf(out, "publishes acknowledged %s of %s; deliveries %s: ACKed %s, released %s, let go %s, stale %d, unanswered %d; dead-lettered %d; lost %d; residual %d\n",
 		formatCount(r.Acknowledged), formatCount(r.Attempted), formatCount(r.Deliveries), formatCount(r.Acked),
-		formatCount(r.Released), formatCount(r.LetGo), r.Stale, r.DeadLettered, r.Lost, r.Residual)
+		formatCount(r.Released), formatCount(r.LetGo), r.Stale, r.AckUnknown, r.DeadLettered, r.Lost, r.Residual)
 	fmt.Fprintf(out, "server in flight: most seen %v; after the drain %d (per-group counts %d, GET …/groups %d)\n", r.ServerPeak, r.ServerLeft, r.ServerCounts, r.ReportedLeft)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "queue\tgroup\tlimit\tdeliveries\tpeak\tat limit s\tviolations\t")
