@@ -73,7 +73,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.scenarios, "scenario", "all", "comma-separated scenarios, or all: "+strings.Join(scenarioNames(), ", "))
 	fs.DurationVar(&o.duration, "duration", 45*time.Second, "chaos time of each scenario (deadletter runs half of it; failover at least 10 s per failover)")
-	fs.DurationVar(&o.timeout, "timeout", 18*time.Minute, "abort everything after this long (make chaos takes about 13 minutes)")
+	fs.DurationVar(&o.timeout, "timeout", 21*time.Minute, "abort everything after this long (make chaos takes about 16 minutes)")
 	fs.IntVar(&o.serverKills, "server-kills", 32, "kairos-server SIGKILLs in the server-kill scenario")
 	fs.IntVar(&o.redisKills, "redis-kills", 6, "redis-server SIGKILLs in each redis-kill scenario")
 	fs.IntVar(&o.flushes, "flushes", 8, "SCRIPT FLUSHes in the flush-pause scenario")
@@ -166,7 +166,7 @@ func catalog(o options) []scenario {
 			Duration: max(d, time.Duration(o.failovers)*10*time.Second), Failovers: o.failovers, LossExpected: true},
 		// The same failovers with the durability option: a publish is
 		// acknowledged only once the replica has it, so nothing is lost.
-		// Opt-in (by name): it would push "all" (about 13 minutes) further.
+		// Opt-in (by name): it would push "all" (about 16 minutes) further.
 		{Name: "failover-wait", Sentinel: true, Fsync: "always", Tries: 10, TTR: 1, WaitReplicas: 1,
 			Duration: max(d, time.Duration(o.failovers)*10*time.Second), Failovers: o.failovers, OptIn: true},
 		// Redis Cluster (cluster.go): slot moves of the busy queues' slots
