@@ -359,8 +359,9 @@ func (e *Engine) setShardConfig(ctx context.Context, ns, q string, cfg engine.Qu
 	k := configKey(ns, q)
 	var ready, prio *redis.IntCmd
 	limits := limitArgs(cfg, mifq)
+	var tracked *redis.Cmd
 	cmds, err := e.txPipelined(ctx, func(p redis.Pipeliner) error {
-		p.EvalSha(ctx, setLimitsScript.Hash(), []string{k}, limits...)
+		tracked = p.EvalSha(ctx, setLimitsScript.Hash(), []string{k}, limits...)
 		if cfg.Backoff != nil {
 			p.HSet(ctx, k, "backoff", luaBackoff(cfg.Backoff), "backoff_text", cfg.Backoff.String())
 		} else {
@@ -382,6 +383,12 @@ func (e *Engine) setShardConfig(ctx context.Context, ns, q string, cfg engine.Qu
 	})
 	if err != nil {
 		return fmt.Errorf("queue config %s/%s: %w", ns, q, execAbortCause(cmds, err))
+	}
+	if n, _ := tracked.Int64(); n == 2 {
+		// Tracked from now on: the jobs in flight count from now on too.
+		if err := e.recordInFlight(ctx, ns, q); err != nil {
+			return err
+		}
 	}
 	if err := e.unblockGroups(ctx, ns, q); err != nil {
 		return err

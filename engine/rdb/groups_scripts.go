@@ -198,7 +198,7 @@ end
 //	ARGV[3] gmif (group_max_in_flight; 0 = none)
 //	ARGV[4…] pairs group, weight
 //
-// Returns 1.
+// Returns 2 when this made the queue tracked (grp was not set), else 1.
 var setLimitsScript = redis.NewScript(`
 local ck = KEYS[1]
 local old = {}
@@ -220,7 +220,7 @@ for i = 4, #ARGV - 1, 2 do
   redis.call('HSET', ck, 'w:' .. ARGV[i], ARGV[i + 1])
   any = true
 end
-if any then redis.call('HSET', ck, 'grp', '1') end
+if any and redis.call('HSET', ck, 'grp', '1') == 1 then return 2 end
 return 1
 `)
 
@@ -239,4 +239,55 @@ local gp = string.sub(KEYS[1], 1, -2)
 local gs = redis.call('SPOP', KEYS[2], tonumber(ARGV[1]))
 for _, g in ipairs(gs) do grp_join(gp, g) end
 return #gs
+`)
+
+// recordInFlightScript records the jobs in flight of a queue that has
+// just become tracked (setLimitsScript returned 2), delivered before it
+// was: a window of its timer, ordered by (score, member) from the cursor
+// (score, member) the previous call returned, so that entries removed or
+// added meanwhile move no other entry past the cursor. A job already
+// recorded (by a consume since the queue became tracked) is left as it
+// is, so a window looked at twice counts nothing twice.
+//
+//	KEYS[1] timer t/{T}ns/q   KEYS[2] job key prefix j/{T}ns/q/
+//	ARGV[1] cursor score ('-inf' to start)   ARGV[2] cursor member ('' to start)
+//	ARGV[3] most entries
+//
+// Returns {recorded, next score, next member}, an empty score once the
+// timer was read to its end.
+var recordInFlightScript = script(`
+local tk, jp, lim = KEYS[1], KEYS[2], tonumber(ARGV[3])
+local gp = gpfx(jp)
+local ids, last, lastm = {}, ARGV[1], ARGV[2]
+local sc = last
+if last ~= '-inf' then
+  -- The rest of the cursor's score, then the scores above it.
+  local same = redis.call('ZRANGEBYSCORE', tk, last, last)
+  for _, m in ipairs(same) do
+    if m > lastm and #ids < lim then ids[#ids + 1] = m end
+  end
+end
+if #ids < lim then
+  local lo = '-inf'
+  if last ~= '-inf' then lo = '(' .. last end
+  local rest = redis.call('ZRANGEBYSCORE', tk, lo, '+inf', 'WITHSCORES', 'LIMIT', 0, lim - #ids)
+  for i = 1, #rest, 2 do
+    ids[#ids + 1] = rest[i]
+    sc = rest[i + 1]
+  end
+end
+local n = 0
+for _, id in ipairs(ids) do
+  local jk = jp .. id
+  local h = redis.call('GETRANGE', jk, 0, 21)
+  if #h == 22 and string.sub(h, 2, 2) == 'f' then
+    local g = job_group(jk, h)
+    if redis.call('HSETNX', gp .. 'i', id, g) == 1 then
+      redis.call('HINCRBY', gp .. 'c', g, 1)
+      n = n + 1
+    end
+  end
+end
+if #ids < lim then return {n, '', ''} end
+return {n, sc, ids[#ids]}
 `)

@@ -1,6 +1,7 @@
 package rdb
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -76,6 +77,8 @@ func TestGroups(t *testing.T) {
 			t.Run("counts", func(t *testing.T) { testGroupsCounts(t, e, client) })
 			t.Run("shards", func(t *testing.T) { testGroupsShards(t, e) })
 			t.Run("schedule", func(t *testing.T) { testGroupsSchedule(t, client) })
+			t.Run("wake", func(t *testing.T) { testGroupsWake(t, client) })
+			t.Run("reclaim", func(t *testing.T) { testGroupsReclaim(t, e, client) })
 		})
 	}
 }
@@ -511,5 +514,90 @@ func testGroupsSchedule(t *testing.T, client redis.UniversalClient) {
 	// Without a group again: the field goes.
 	if s, err := e.PutSchedule(bg, &engine.Schedule{Namespace: "ns", Queue: "gq", Name: "tick", Spec: "@every 1s", Tries: 1}); err != nil || s.Group != "" {
 		t.Fatalf("put without group: %+v %v", s, err)
+	}
+}
+
+// testGroupsWake: a consumer waiting on a tracked queue with nothing ready
+// gets a grouped job published meanwhile at once, not at its timeout.
+func testGroupsWake(t *testing.T, client redis.UniversalClient) {
+	// The sweep is an hour long, so that only the publish's message can
+	// wake the consumer before its timeout (as TestInstancesSharePool).
+	e, err := New(bg, client, Options{Now: newTestClock().Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waiters.sweepEvery = time.Hour
+	ctx, cancel := context.WithCancel(bg)
+	ran := make(chan struct{})
+	go func() { defer close(ran); _ = e.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-ran })
+	ns, q := "wake", "q"
+	publishGroup(t, e, ns, q, "first", 1, 1)
+	if jobs := consumeN(t, e, ns, q, 2, 2); len(jobs) != 1 {
+		t.Fatalf("consume: %v", jobs)
+	}
+	got := make(chan []*engine.Job, 1)
+	go func() {
+		jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, Count: 1, TTR: time.Minute, Timeout: 10 * time.Second})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- jobs
+	}()
+	time.Sleep(100 * time.Millisecond) // the consumer waits (or, if not yet, finds the job)
+	start := time.Now()
+	publishGroup(t, e, ns, q, "second", 1, 1)
+	select {
+	case jobs := <-got:
+		if len(jobs) != 1 || jobs[0].Group != "second" {
+			t.Fatalf("woken consume: %v", jobs)
+		}
+		t.Logf("woken %v after the publish", time.Since(start))
+	case <-time.After(8 * time.Second):
+		t.Fatal("waiting consumer not woken by a grouped publish")
+	}
+}
+
+// testGroupsReclaim: the reclaimer cuts the entries of gone jobs at the
+// consume ends of a queue's groups, without a consumer; the count gn and
+// the rotation follow.
+func testGroupsReclaim(t *testing.T, e *Engine, client redis.UniversalClient) {
+	ns, q := "reclaim", "q"
+	publishGroup(t, e, ns, q, "gone", 5, engine.MaxBulkPublish)
+	publishGroup(t, e, ns, q, "kept", 2, engine.MaxBulkPublish)
+	qn := e.names.get([3]string{ns, q})
+	gp := groupKeyPrefix(ns, q)
+	es, err := client.LRange(bg, gp+"q:gone", 0, -1).Result()
+	if err != nil || len(es) != 5 {
+		t.Fatalf("group list: %d entries, %v", len(es), err)
+	}
+	for _, en := range es { // the jobs go (as by their TTL); their entries stay
+		_, id, err := unpackEntry(en)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := client.Del(bg, qn.jobPrefix+id).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := New(bg, client, Options{Now: newTestClock().Now}) // a reclaim state of its own
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.ReclaimOnce(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := client.Exists(bg, gp+"q:gone").Result(); err != nil || n != 0 {
+		t.Fatalf("stale group list left after reclaim (%+v): %d %v", st, n, err)
+	}
+	if _, err := client.ZScore(bg, gp+"a", "gone").Result(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("empty group still in the rotation: %v", err)
+	}
+	if n, err := e.Size(bg, ns, q); err != nil || n != 2 {
+		t.Fatalf("size after reclaim = %d, %v; want 2", n, err)
+	}
+	if jobs := consumeN(t, e, ns, q, 3, 3); len(jobs) != 2 || jobs[0].Group != "kept" {
+		t.Fatalf("consume after reclaim: %v", jobs)
 	}
 }

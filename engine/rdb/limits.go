@@ -115,3 +115,27 @@ func (e *Engine) unblockGroups(ctx context.Context, ns, q string) error {
 		}
 	}
 }
+
+// recordBatch is how many timer entries one recordInFlightScript call
+// looks at.
+const recordBatch = 1000
+
+// recordInFlight records the jobs in flight of physical queue ns/q, which
+// has just become tracked, delivered before it was (recordInFlightScript):
+// a limit set on a queue with jobs in flight counts them. It reads the
+// queue's whole timer (delayed jobs too), a bounded window per call.
+func (e *Engine) recordInFlight(ctx context.Context, ns, q string) error {
+	keys := []string{timerKey(ns, q), jobKeyPrefix(ns, q)}
+	score, member := "-inf", ""
+	for {
+		res, err := e.run(ctx, recordInFlightScript, keys, score, member, recordBatch).Slice()
+		if err != nil || len(res) != 3 {
+			return fmt.Errorf("queue config %s/%s: record the jobs in flight: %v %w", ns, q, res, err)
+		}
+		score, _ = res[1].(string)
+		member, _ = res[2].(string)
+		if score == "" {
+			return nil
+		}
+	}
+}

@@ -621,3 +621,94 @@ func TestInFlightLimitConcurrent(t *testing.T) {
 		})
 	}
 }
+
+// TestLimitsCountJobsInFlight: limits set on a queue with jobs in flight
+// (delivered before it was tracked) count them: recordInFlightScript
+// records each in-flight job of the timer once, also when its windows
+// cut a run of entries with one score (a batch consume's) and skip the
+// delayed ones; and the limit then holds, freeing as those jobs leave.
+func TestLimitsCountJobsInFlight(t *testing.T) {
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = client.Close() })
+	e := startEngine(t, client, newTestClock())
+	const ns = "pre"
+	setup := func(q string) []*engine.Job {
+		t.Helper()
+		for i := range 8 {
+			r := &engine.PublishRequest{Namespace: ns, Queue: q, Tries: 1, Body: []byte(strconv.Itoa(i))}
+			if i >= 5 {
+				r.Delay = time.Hour
+			}
+			if _, err := e.Publish(bg, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range 3 {
+			if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Tries: 1, Body: []byte(fmt.Sprint("r", i))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, Count: 5, TTR: time.Minute})
+		if err != nil || len(jobs) != 5 {
+			t.Fatalf("consume: %d, %v", len(jobs), err)
+		}
+		return jobs
+	}
+
+	// The script alone, two entries a window.
+	setup("direct")
+	if err := client.HSet(bg, configKey(ns, "direct"), "grp", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{timerKey(ns, "direct"), jobKeyPrefix(ns, "direct")}
+	score, member, total, calls := "-inf", "", int64(0), 0
+	for score != "" {
+		res, err := recordInFlightScript.Run(bg, client, keys, score, member, 2).Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := res[0].(int64)
+		total += n
+		score, _ = res[1].(string)
+		member, _ = res[2].(string)
+		if calls++; calls > 20 {
+			t.Fatal("the cursor does not advance")
+		}
+	}
+	if n, d := inFlightCounts(t, client, ns, "direct"); total != 5 || n != 5 || d != 5 {
+		t.Fatalf("recorded %d, %d records, default group count %d; want 5 each", total, n, d)
+	}
+
+	// Through SetQueueConfig: max_in_flight 6 with 5 in flight leaves 1.
+	held := setup("cfg")
+	if err := e.SetQueueConfig(bg, ns, "cfg", engine.QueueConfig{MaxInFlight: 6}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := inFlightCounts(t, client, ns, "cfg"); n != 5 {
+		t.Fatalf("%d in-flight records after the limit was set, want 5", n)
+	}
+	consume := func() int {
+		jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{"cfg"}, Count: 10, TTR: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(jobs)
+	}
+	if n := consume(); n != 1 {
+		t.Fatalf("consume under max_in_flight 6 with 5 in flight: %d jobs, want 1", n)
+	}
+	if err := e.Ack(bg, ns, "cfg", held[0].ID, held[0].Receipt); err != nil {
+		t.Fatal(err)
+	}
+	if n := consume(); n != 1 {
+		t.Fatalf("consume after the ACK of a job delivered before the limit: %d jobs, want 1", n)
+	}
+	// Setting the config again records nothing twice.
+	if err := e.SetQueueConfig(bg, ns, "cfg", engine.QueueConfig{MaxInFlight: 6}); err != nil {
+		t.Fatal(err)
+	}
+	if n, d := inFlightCounts(t, client, ns, "cfg"); n != 6 || d != 6 {
+		t.Fatalf("%d in-flight records, default group count %d; want 6", n, d)
+	}
+}

@@ -1468,7 +1468,8 @@ return id
 // case. The reply says when to look again: the shortest PTTL of the live
 // jobs found at the ends (nothing can expire at an end before), at most
 // 60 s for a job without TTL, 30 s for an empty structure, 0 when the
-// budget ran out.
+// budget ran out. The consume ends of the 16 groups next in a tracked
+// queue's rotation are cut the same way (groups_scripts.go).
 //
 // With ARGV[2] > 0, one window of ARGV[2] entries of each structure at its
 // cursor (ARGV[3..6]; lists counted from the right end, sets by rank):
@@ -1601,6 +1602,21 @@ if win == 0 then
   tail(KEYS[1], ready_live)
   zhead(KEYS[2], ready_live)
   tail(KEYS[4], dead_live)
+  -- A tracked queue's groups (groups_scripts.go): the consume ends of the
+  -- 16 groups next in its rotation; what goes leaves the count gn, and a
+  -- group left empty leaves the rotation.
+  local gp = gpfx(jp)
+  local before = removed
+  for _, g in ipairs(redis.call('ZRANGE', gp .. 'a', 0, 15)) do
+    if budget <= 0 then break end
+    if g ~= '' then
+      local qk, pk = gp .. 'q:' .. g, gp .. 'p:' .. g
+      tail(qk, ready_live)
+      zhead(pk, ready_live)
+      if redis.call('LLEN', qk) == 0 and redis.call('ZCARD', pk) == 0 then redis.call('ZREM', gp .. 'a', g) end
+    end
+  end
+  if removed > before then redis.call('HINCRBY', KEYS[7], 'gn', before - removed) end
 else
   again = 0
   if budget > 0 then cur[1] = lwindow(KEYS[1], cur[1], ready_live) end
@@ -1671,5 +1687,5 @@ var allScripts = []*redis.Script{
 	publishScript, publishManyScript, consumeScript, pumpScript, pumpPoolScript, pumpHeadsScript, peekQueueScript, peekJobScript, ackManyScript,
 	releaseScript, touchScript, respawnScript, respawnOneScript, deleteDeadScript,
 	deleteDeadOneScript, listDeadScript, listDeadPageScript, destroyScript, cancelKeyScript, reclaimScript, sizeScript, upgradeQueueScript,
-	queueDetailScript, readyHeadsScript, listJobsScript, importScript, recountScript, resumScript, setLimitsScript, unblockScript, queueGroupsScript,
+	queueDetailScript, readyHeadsScript, listJobsScript, importScript, recountScript, resumScript, setLimitsScript, unblockScript, recordInFlightScript, queueGroupsScript,
 }
