@@ -26,10 +26,12 @@ type ScheduleSpec struct {
 
 // ScheduleJob is what each tick publishes.
 type ScheduleJob struct {
-	Body       []byte
-	TTL        time.Duration // counted from the tick; 0 = forever
-	Tries      int
-	Priority   int
+	Body     []byte
+	TTL      time.Duration // counted from the tick; 0 = forever
+	Tries    int
+	Priority int
+	// Group is the jobs' group in the queue ("" = the default group).
+	Group      string
 	Versioned  bool
 	Attributes map[string]string
 }
@@ -69,6 +71,7 @@ type wireSchedule struct {
 		TTLMS      int64             `json:"ttl_ms"`
 		Tries      int               `json:"tries"`
 		Priority   int               `json:"priority"`
+		Group      string            `json:"group"`
 		Versioned  bool              `json:"versioned"`
 		Attributes map[string]string `json:"attributes"`
 	} `json:"job"`
@@ -82,7 +85,7 @@ func (w *wireSchedule) schedule() *Schedule {
 		CreatedAt: w.CreatedAt, UpdatedAt: w.UpdatedAt,
 		Job: ScheduleJob{
 			Body: w.Job.Data, TTL: time.Duration(w.Job.TTLMS) * time.Millisecond, Tries: w.Job.Tries,
-			Priority: w.Job.Priority, Versioned: w.Job.Versioned, Attributes: w.Job.Attributes,
+			Priority: w.Job.Priority, Group: w.Job.Group, Versioned: w.Job.Versioned, Attributes: w.Job.Attributes,
 		},
 	}
 	if w.NextAt != nil {
@@ -122,7 +125,7 @@ func (c *Client) scheduleCall(ctx context.Context, method, path string, q url.Va
 
 // PutSchedule creates or replaces schedule name of queue: each tick of spec
 // publishes body with the publish options TTL (counted from the tick),
-// Tries, Priority and Attributes. Delay, DueAt and JobKey do not apply (a
+// Tries, Priority, Group and Attributes. Delay, DueAt and JobKey do not apply (a
 // tick's job is due at the tick and published once by the servers). A
 // replace keeps the schedule's state and whether it is paused. The token
 // needs publish rights on the queue. Kairos extension.

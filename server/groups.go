@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -59,18 +60,33 @@ func (s *Server) listGroups(c *gin.Context) {
 		s.failAdmin(c, err)
 		return
 	}
-	g, err := s.grouperOf(pool)
+	out, err := s.queueGroups(c.Request.Context(), pool, ns, q, limit)
 	if err != nil {
 		s.failAdmin(c, err)
 		return
 	}
-	out, err := g.QueueGroups(c.Request.Context(), ns, q, limit)
+	writeJSON(c, http.StatusOK, groupsResponse{Namespace: ns, Queue: q, QueueGroups: out})
+}
+
+// queueGroups reads a queue's groups for the groups route and the
+// dashboard. A group is limited while its jobs in flight are at the
+// queue's group_max_in_flight, whether or not the engine has moved it out
+// of its rotation yet (it does so when the rotation reaches it).
+func (s *Server) queueGroups(ctx context.Context, pool, ns, q string, limit int) (engine.QueueGroups, error) {
+	g, err := s.grouperOf(pool)
 	if err != nil {
-		s.failAdmin(c, err)
-		return
+		return engine.QueueGroups{}, err
+	}
+	out, err := g.QueueGroups(ctx, ns, q, limit)
+	if err != nil {
+		return engine.QueueGroups{}, err
 	}
 	if out.Groups == nil {
 		out.Groups = []engine.GroupStats{}
 	}
-	writeJSON(c, http.StatusOK, groupsResponse{Namespace: ns, Queue: q, QueueGroups: out})
+	for i := range out.Groups {
+		st := &out.Groups[i]
+		st.Limited = st.Limited || out.GroupMaxInFlight > 0 && st.InFlight >= int64(out.GroupMaxInFlight)
+	}
+	return out, nil
 }

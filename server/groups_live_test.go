@@ -106,6 +106,20 @@ func testGroupsOverHTTP(t *testing.T, backend string, client redis.UniversalClie
 	}
 	t.Run("fair", func(t *testing.T) { testGroupsFair(t, l, big, hdr) })
 	t.Run("limits", func(t *testing.T) { testGroupsLimits(t, l, hdr) })
+	t.Run("schedule", func(t *testing.T) {
+		// A schedule's template carries a group (its ticks: engine/rdb's
+		// TestScheduleGroup).
+		r := liveDo(t, "PUT", l.api+"/api/ns/sq/schedule/s1?cron=@hourly&group=shop-1", strings.NewReader("x"), hdr)
+		if r.status != http.StatusOK || !strings.Contains(r.body, `"priority":0,"group":"shop-1","versioned":false`) {
+			t.Fatalf("PUT schedule with a group: %d %s", r.status, r.body)
+		}
+		if r = liveDo(t, "GET", l.api+"/api/ns/sq/schedule/s1", nil, hdr); !strings.Contains(r.body, `"group":"shop-1"`) {
+			t.Fatalf("GET schedule: %d %s", r.status, r.body)
+		}
+		if r = liveDo(t, "PUT", l.api+"/api/ns/sq/schedule/s1?cron=@hourly&group=a.b", strings.NewReader("x"), hdr); r.status != http.StatusBadRequest || r.body != `{"error":"invalid group"}` {
+			t.Fatalf("PUT schedule with an invalid group: %d %s", r.status, r.body)
+		}
+	})
 }
 
 // testGroupsFair: big (20,000) jobs of group big, then 50 of each of ten
@@ -275,5 +289,11 @@ func testGroupsLimits(t *testing.T, l *live, hdr map[string]string) {
 	r = liveDo(t, "GET", l.admin+"/queue/ns/glim/groups", nil, nil)
 	if r.status != http.StatusOK || !strings.Contains(r.body, `"in_flight":6,"max_in_flight":0,"group_max_in_flight":2,`) || strings.Count(r.body, `"limited":true`) != 3 {
 		t.Fatalf("GET groups at the limits: %d %s", r.status, r.body)
+	}
+	// The dashboard's queue page shows the same.
+	r = liveDo(t, "GET", l.admin+"/ui/queue/default/ns/glim", nil, nil)
+	if r.status != http.StatusOK || !strings.Contains(r.body, `<b id="groups-inflight">6</b>`) || !strings.Contains(r.body, `<b id="group-max-in-flight">2</b>`) ||
+		strings.Count(r.body, `<tr data-group=`) != 3 || strings.Count(r.body, `at its limit`) != 3 {
+		t.Fatalf("the queue page at the limits: %d %s", r.status, r.body)
 	}
 }

@@ -52,6 +52,7 @@ type jobTemplate struct {
 	TTLMS      int64             `json:"ttl_ms"`
 	Tries      uint16            `json:"tries"`
 	Priority   int               `json:"priority"`
+	Group      string            `json:"group,omitempty"` // issue #32: absent for the default group
 	Versioned  bool              `json:"versioned"`
 	Attributes map[string]string `json:"attributes"`
 }
@@ -78,7 +79,7 @@ func renderSchedule(s *engine.Schedule) scheduleJSON {
 		LastJobID: s.LastJob, Fired: s.Fired, CreatedAt: s.Created.UTC(), UpdatedAt: s.Updated.UTC(),
 		Job: jobTemplate{
 			Data: s.Body, TTL: int64(s.TTL / time.Second), TTLMS: s.TTL.Milliseconds(), Tries: s.Tries,
-			Priority: s.Priority, Versioned: s.Versioned, Attributes: s.Attributes,
+			Priority: s.Priority, Group: s.Group, Versioned: s.Versioned, Attributes: s.Attributes,
 		},
 	}
 }
@@ -136,7 +137,7 @@ func parseScheduleSpec(c *gin.Context) (spec, tz string, missed engine.MissedPol
 }
 
 // putSchedule serves PUT /api/:namespace/:queue/schedule/:name: the body
-// is the job's, the publish parameters (ttl, ttl_ms, tries, priority,
+// is the job's, the publish parameters (ttl, ttl_ms, tries, priority, group,
 // Enable-Job-Version and Job-Attr-*) its template; cron, tz and missed
 // the schedule's. A replace keeps the schedule's state and pause.
 func (s *Server) putSchedule(c *gin.Context, sc engine.Scheduler, ns, q, name string) error {
@@ -170,7 +171,7 @@ func (s *Server) putSchedule(c *gin.Context, sc engine.Scheduler, ns, q, name st
 	out, err := sc.PutSchedule(c.Request.Context(), &engine.Schedule{
 		Namespace: ns, Queue: q, Name: name,
 		Spec: spec, TZ: tz, Missed: missed,
-		Body: body, TTL: ext.ttl, Tries: p.tries, Priority: ext.priority,
+		Body: body, TTL: ext.ttl, Tries: p.tries, Priority: ext.priority, Group: ext.group,
 		Attributes: p.attributes, Versioned: p.versioned,
 	})
 	if err != nil {

@@ -622,7 +622,15 @@ type queuePage struct {
 	Schedules      []scheduleView
 	SchedulesOn    bool
 	SchedulesError string
+	// Groups are the queue's biggest groups and its limits (issue #32),
+	// nil when it has neither groups nor limits or the engine keeps none;
+	// GroupsError is set when they could not be read.
+	Groups      *engine.QueueGroups
+	GroupsError string
 }
+
+// groupsOnPage is how many groups the queue page shows.
+const groupsOnPage = 20
 
 // deadPager holds the links of the dead letter's pages on the queue page
 // ("" when there is no such page). The page shows the newest death first;
@@ -900,6 +908,15 @@ func (d *dashboard) queue(c *gin.Context) {
 	p.DeadReason = string(dq.Reason)
 	p.DeadError = dq.Error
 	p.DeadPager = newDeadPager(p.Base, dq, dead)
+	if _, err := d.s.grouperOf(pool); err == nil {
+		qg, err := d.s.queueGroups(ctx, pool, ns, q, groupsOnPage)
+		switch {
+		case err != nil:
+			p.GroupsError = errMessage(ctx, err)
+		case qg.Total > 0 || qg.MaxInFlight > 0 || qg.GroupMaxInFlight > 0:
+			p.Groups = &qg
+		}
+	}
 	if sc, ok := x.(engine.Scheduler); ok {
 		p.SchedulesOn = true
 		list, err := sc.ListSchedules(ctx, ns, q)
@@ -920,6 +937,7 @@ func (d *dashboard) queue(c *gin.Context) {
 	// link (?new=1), back from one of its forms (a flash), or refreshed
 	// live while shown.
 	if !setUp(c) && p.Row.Ready == 0 && p.Row.Timer == 0 && p.Row.Dead == 0 && !p.Config.Paused && p.Config.Backoff == nil && p.Config.DeadTTL == 0 && p.Config.Shards <= 1 &&
+		p.Config.MaxInFlight == 0 && p.Config.GroupMaxInFlight == 0 && len(p.Config.GroupWeights) == 0 &&
 		(p.Webhook == nil || !p.Webhook.Subscribed) && len(p.Schedules) == 0 {
 		known, err := queueRegistered(ctx, x, ns, q)
 		if err != nil {
@@ -972,6 +990,7 @@ type jobView struct {
 	Tries                  uint16
 	Deliveries             int
 	Priority               int
+	Group                  string
 	TTL                    string
 	DueAt                  time.Time
 	DueIn                  string
@@ -998,7 +1017,7 @@ type kv struct{ Key, Value string }
 
 func newJobView(j *engine.Job, ns, q string, now time.Time) *jobView {
 	v := &jobView{Namespace: ns, Queue: q, ID: j.ID, State: string(j.State), Tries: j.Tries, Deliveries: j.Deliveries,
-		Priority: j.Priority, DueAt: j.DueAt, DeadReason: string(j.DeadReason), DeadAt: j.DeadAt, BodySize: len(j.Body)}
+		Priority: j.Priority, Group: j.Group, DueAt: j.DueAt, DeadReason: string(j.DeadReason), DeadAt: j.DeadAt, BodySize: len(j.Body)}
 	if j.TTL > 0 {
 		v.TTL = j.TTL.Round(time.Second).String()
 	} else {

@@ -155,7 +155,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (a *App, err err
 	if err := a.importLmstfy(ctx, imports); err != nil {
 		return nil, err
 	}
-	a.Registry.MustRegister(rdb.NewStatsCollector(all...), rdb.NewRedisCollector(all...))
+	a.Registry.MustRegister(rdb.NewStatsCollector(all...), rdb.NewRedisCollector(all...), rdb.NewLimitsCollector(all...))
 	admin, err := a.connect(ctx, "AdminRedis", cfg.AdminRedis)
 	if err != nil {
 		return nil, err

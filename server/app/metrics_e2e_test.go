@@ -244,6 +244,11 @@ func metricsTraffic(t *testing.T, e *e2e) {
 	doHTTP(t, http.MethodPut, e.API+"/api/capped/q", capped, []byte("1"), nil).wantStatus(t, http.StatusCreated)
 	doHTTP(t, http.MethodPut, e.API+"/api/capped/q", capped, []byte("2"), nil).wantStatus(t, http.StatusTooManyRequests)
 
+	// A queue with a max_in_flight (issue #32): its in flight and limit.
+	e.admin(t, http.MethodPut, "/queue/"+e.NS+"/limited-q/config", `{"max_in_flight":2}`).wantStatus(t, http.StatusOK)
+	e.publish(t, "limited-q", "", "l")
+	e.consume(t, "limited-q", "ttr=600")
+
 	e.publish(t, "work", "", "a")
 	delayed := e.publish(t, "work", "delay=60", "later")
 	j := e.consume(t, "work", "ttr=30")

@@ -336,6 +336,18 @@ func TestE2EOpenAPIEveryOperation(t *testing.T) {
 	o.adm(400, put, "/queue/oa/q/config", `{"backoff":"every minute"}`, nil)
 	o.adm(400, get, "/queue/oa/q/config?pool=nope", "", nil)
 
+	// Groups and in-flight limits (issue #32): a grouped job's JSON, the
+	// limits in the config, the groups route.
+	o.adm(200, put, "/queue/oa/grp/config", `{"max_in_flight":3,"group_max_in_flight":2,"group_weights":{"vip":2}}`, nil)
+	o.adm(400, put, "/queue/oa/grp/config", `{"group_weights":{"vip":0}}`, nil)
+	o.pub(201, put, "grp", "group=vip", []byte("g"), nil)
+	o.pub(400, put, "grp", "group=a.b", []byte("g"), nil)
+	if r := o.pub(200, get, "grp", "timeout=0", nil, nil); !strings.Contains(string(r.Body), `"group":"vip"`) {
+		t.Fatalf("consume of a grouped job: %v", r)
+	}
+	o.adm(200, get, "/queue/oa/grp/groups?limit=5", "", nil)
+	o.adm(400, get, "/queue/oa/grp/groups?limit=0", "", nil)
+
 	// Webhooks, to a receiver that checks each delivery against the
 	// description's jobDelivery webhook and accepts it.
 	delivered := make(chan error, 10)

@@ -410,6 +410,9 @@ func (m *Manager) post(ctx context.Context, s Subscription, j *engine.Job) (resu
 	h.Set("X-Kairos-Namespace", s.Namespace)
 	h.Set("X-Kairos-Queue", s.Queue)
 	h.Set("X-Kairos-Delivery", strconv.Itoa(j.Deliveries))
+	if j.Group != "" {
+		h.Set("X-Kairos-Group", j.Group) // issue #32: absent for the default group
+	}
 	h.Set("X-Kairos-Timestamp", ts)
 	h.Set("X-Kairos-Signature", Sign(s.Secret, ts, j.Body))
 	tp, tstate := j.TraceParent, j.TraceState

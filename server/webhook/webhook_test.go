@@ -317,7 +317,8 @@ func job(id string, deliveries int, body string) *engine.Job {
 }
 
 // TestDelivery: the POST carries the body and every documented header with
-// a valid signature; a 2xx is ACKed with the delivery's receipt.
+// a valid signature (X-Kairos-Group for a grouped job); a 2xx is ACKed with
+// the delivery's receipt.
 func TestDelivery(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	type seen struct {
@@ -334,7 +335,9 @@ func TestDelivery(t *testing.T) {
 	t.Cleanup(recv.Close)
 	h := startManager(t, Options{Now: func() time.Time { return now }})
 	h.subscribe(t, Subscription{URL: recv.URL + "/hook"})
-	h.eng.jobs <- job("J1", 3, "hello")
+	j1 := job("J1", 3, "hello")
+	j1.Group = "shop-1"
+	h.eng.jobs <- j1
 	h.eng.waitSettled(t, 1)
 	s := <-got
 	if s.method != http.MethodPost || s.body != "hello" {
@@ -346,6 +349,7 @@ func TestDelivery(t *testing.T) {
 		"X-Kairos-Namespace": "ns",
 		"X-Kairos-Queue":     "q",
 		"X-Kairos-Delivery":  "3",
+		"X-Kairos-Group":     "shop-1",
 		"X-Kairos-Timestamp": "1700000000",
 		"X-Kairos-Signature": "sha256=babfa8b593140ee3160bea38210f8fea6712e1f6e073328eb52c4e965bc0ab8d",
 	} {

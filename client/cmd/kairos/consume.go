@@ -180,6 +180,9 @@ func (c *cli) printJob(j *client.Job) error {
 	if j.Priority != 0 {
 		fmt.Fprintf(&b, " priority=%d", j.Priority)
 	}
+	if j.Group != "" {
+		fmt.Fprintf(&b, " group=%s", j.Group)
+	}
 	if j.Deliveries != 0 {
 		fmt.Fprintf(&b, " deliveries=%d", j.Deliveries)
 	}

@@ -138,6 +138,48 @@ func TestExtensionCommands(t *testing.T) {
 
 // TestPublishTraceParent: publish --traceparent stores it with the job,
 // and consume prints it (and its JSON carries both).
+// TestGroupCommands (issue #32): publish --group, the group in a job's
+// header, queue-config's limits and weights, queue-groups.
+func TestGroupCommands(t *testing.T) {
+	_, env, _ := setup(t)
+	if r := kairos(t, env, "", "queue-config", "gq", "--max-in-flight", "3", "--group-max-in-flight", "1", "--group-weight", "vip=4", "--group-weight", "b=2").want(t, exitOK); r.stdout != "backoff=none dead_ttl=0s paused=false shards=1 max_in_flight=3 group_max_in_flight=1 group_weights=b=2,vip=4\n" {
+		t.Fatalf("queue-config limits: %q", r.stdout)
+	}
+	if r := kairos(t, env, "", "--json", "queue-config", "gq").want(t, exitOK); r.stdout != `{"backoff":"none","dead_ttl_ms":0,"group_max_in_flight":1,"group_weights":{"b":2,"vip":4},"max_in_flight":3,"paused":false,"shards":1}`+"\n" {
+		t.Fatalf("queue-config --json: %q", r.stdout)
+	}
+	kairos(t, env, "", "queue-config", "gq", "--group-weight", "vip").want(t, exitUsage)
+	kairos(t, env, "", "queue-config", "gq", "--group-weight", "vip=1", "--clear-group-weights").want(t, exitUsage)
+	kairos(t, env, "", "queue-config", "gq", "--max-in-flight", "-1").want(t, exitUsage)
+	for _, g := range []string{"vip", "vip", "vip", "b", "b"} {
+		kairos(t, env, "", "publish", "gq", "x", "--group", g).want(t, exitOK)
+	}
+	kairos(t, env, "", "publish", "gq", "x", "--group", "a b").want(t, exitUsage)
+	// Which group the rotation serves first is the engine's; either way
+	// the consumed job names it, and it is then at its limit of 1.
+	r := kairos(t, env, "", "consume", "gq", "--wait", "0").want(t, exitOK)
+	want := "in flight 1, max_in_flight 3, group_max_in_flight 1, 2 groups\n" +
+		"GROUP  READY  IN FLIGHT  WEIGHT  LIMITED\n"
+	switch {
+	case strings.Contains(r.stdout, " group=vip\n"):
+		want += "vip    2      1          4       true\n" +
+			"b      2      0          2       false\n"
+	case strings.Contains(r.stdout, " group=b\n"):
+		want += "vip    3      0          4       false\n" +
+			"b      1      1          2       true\n"
+	default:
+		t.Fatalf("consume: %q", r.stdout)
+	}
+	r = kairos(t, env, "", "queue-groups", "gq").want(t, exitOK)
+	if r.stdout != want {
+		t.Fatalf("queue-groups:\n%s\nwant\n%s", r.stdout, want)
+	}
+	kairos(t, env, "", "queue-groups", "gq", "--limit", "0").want(t, exitUsage)
+	if r := kairos(t, env, "", "queue-config", "gq", "--clear-group-weights", "--max-in-flight", "0").want(t, exitOK); r.stdout != "backoff=none dead_ttl=0s paused=false shards=1 group_max_in_flight=1\n" {
+		t.Fatalf("queue-config clear: %q", r.stdout)
+	}
+}
+
 func TestPublishTraceParent(t *testing.T) {
 	_, env, _ := setup(t)
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

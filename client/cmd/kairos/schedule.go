@@ -34,7 +34,7 @@ queue.`,
 descriptor ("@every 30s", "@hourly", "@daily"); --tz the IANA time zone it is
 read in (default UTC); --missed what happens to ticks missed while no server
 ran: skip (default) or last (fire the latest once). The body and --ttl,
---tries, --priority and --attr are the job's, as for publish; its TTL counts
+--tries, --priority, --group and --attr are the job's, as for publish; its TTL counts
 from the tick. A replace keeps the schedule's state and pause.`,
 		Example: `  kairos schedule set reports nightly '{"report":"daily"}' --cron '0 2 * * *' --tz Europe/Berlin --ttl 1h
   kairos schedule set metrics flush --cron '@every 30s' --body-file flush.json`,
@@ -44,7 +44,7 @@ from the tick. A replace keeps the schedule's state and pause.`,
 				return usagef("--cron is required")
 			}
 			fl := cmd.Flags()
-			f.hasTTL, f.hasTries, f.hasPriority = fl.Changed("ttl"), fl.Changed("tries"), fl.Changed("priority")
+			f.hasTTL, f.hasTries, f.hasPriority, f.hasGroup = fl.Changed("ttl"), fl.Changed("tries"), fl.Changed("priority"), fl.Changed("group")
 			opts, err := f.options()
 			if err != nil {
 				return err
@@ -72,6 +72,7 @@ from the tick. A replace keeps the schedule's state and pause.`,
 	fl.IntVar(&f.tries, "tries", 0, "deliveries of each job, 1..65535 (default: the server's TriesNum)")
 	fl.StringArrayVar(&f.attrs, "attr", nil, "attribute key=value (repeatable, at most 16)")
 	fl.IntVar(&f.priority, "priority", 0, "priority of each job within the queue, 0..255")
+	fl.StringVar(&f.group, "group", "", "each job's group in the queue (default: none)")
 	fl.StringVar(&f.bodyFile, "body-file", "", "read the body from this file (- for stdin)")
 	serverDefault(fl, "ttl")
 
