@@ -94,8 +94,9 @@ return out
 `)
 
 // listJobsScript lists jobs of a queue from a cursor: the ready ones (the
-// priority set, then the ready list from its consume end) or the timer's
-// (by due time) of one state.
+// priority set, then the ready list from its consume end, then those of
+// the 100 groups next in a tracked queue's rotation) or the timer's (by
+// due time) of one state.
 //
 //	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] timer   KEYS[4] job key prefix
 //	ARGV[2] list: ready, delayed, in_flight, scheduled
@@ -128,16 +129,34 @@ local function take(id, want)
 end
 local pos = cur
 if list == 'ready' then
-  local np = redis.call('ZCARD', KEYS[2])
-  local total = np + redis.call('LLEN', KEYS[1])
+  -- The priority set and ready list of the queue, then those of the 100
+  -- groups next in a tracked queue's rotation (groups_scripts.go), one
+  -- after the other: the cursor counts entries across them.
+  local parts = {{KEYS[2], true}, {KEYS[1], false}}
+  local gp = gpfx(jp)
+  for _, g in ipairs(redis.call('ZRANGE', gp .. 'a', 0, 99)) do
+    if g ~= '' then
+      parts[#parts + 1] = {gp .. 'p:' .. g, true}
+      parts[#parts + 1] = {gp .. 'q:' .. g, false}
+    end
+  end
+  local total = 0
+  for _, pt in ipairs(parts) do
+    if pt[2] then pt[3] = redis.call('ZCARD', pt[1]) else pt[3] = redis.call('LLEN', pt[1]) end
+    pt[4] = total
+    total = total + pt[3]
+  end
+  local k = 1
   while n < lim and budget > 0 and pos < total do
-    local chunk = math.min(100, budget)
+    while pos >= parts[k][4] + parts[k][3] do k = k + 1 end
+    local pt = parts[k]
+    local i = pos - pt[4]
+    local chunk = math.min(100, budget, pt[3] - i)
     local es
-    if pos < np then
-      es = redis.call('ZRANGE', KEYS[2], pos, math.min(pos + chunk, np) - 1)
+    if pt[2] then
+      es = redis.call('ZRANGE', pt[1], i, i + chunk - 1)
     else
-      local i = pos - np
-      local got = redis.call('LRANGE', KEYS[1], -(i + chunk), -(i + 1))
+      local got = redis.call('LRANGE', pt[1], -(i + chunk), -(i + 1))
       es = {}
       for j = #got, 1, -1 do es[#es + 1] = got[j] end
     end

@@ -78,6 +78,7 @@ func TestGroups(t *testing.T) {
 			t.Run("shards", func(t *testing.T) { testGroupsShards(t, e) })
 			t.Run("schedule", func(t *testing.T) { testGroupsSchedule(t, client) })
 			t.Run("wake", func(t *testing.T) { testGroupsWake(t, client) })
+			t.Run("keyed", func(t *testing.T) { testGroupsKeyed(t, e) })
 			t.Run("reclaim", func(t *testing.T) { testGroupsReclaim(t, e, client) })
 		})
 	}
@@ -346,6 +347,27 @@ func testGroupsCounts(t *testing.T, e *Engine, client redis.UniversalClient) {
 	if n, err := e.Size(bg, ns, q); err != nil || n != 11 {
 		t.Fatalf("size = %d, %v; want 11", n, err)
 	}
+	// The dashboard's ready list pages through the groups too.
+	listed := map[string]int{}
+	for cursor, pages := int64(0), 0; ; pages++ {
+		if pages > 10 {
+			t.Fatal("ready list does not end")
+		}
+		jobs, next, err := e.ListJobs(bg, ns, q, engine.ListReady, cursor, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range jobs {
+			listed[j.Group]++
+		}
+		if next == 0 {
+			break
+		}
+		cursor = next
+	}
+	if listed[""] != 3 || listed["x"] != 5 || listed["y"] != 3 {
+		t.Fatalf("ready list by group: %v, want '' 3, x 5, y 3", listed)
+	}
 	jobs := consumeN(t, e, ns, q, 4, 4) // one of each group and one more
 	if got := strings.Join(groupsOf(jobs), ","); got != ",x,y," {
 		t.Fatalf("consumed groups %q, want %q", got, ",x,y,")
@@ -599,5 +621,35 @@ func testGroupsReclaim(t *testing.T, e *Engine, client redis.UniversalClient) {
 	}
 	if jobs := consumeN(t, e, ns, q, 3, 3); len(jobs) != 2 || jobs[0].Group != "kept" {
 		t.Fatalf("consume after reclaim: %v", jobs)
+	}
+}
+
+// testGroupsKeyed: a publish with an idempotency key or a caller's ID, and
+// a re-publish that replaces a job, put grouped jobs in their group.
+func testGroupsKeyed(t *testing.T, e *Engine) {
+	ns, q := "keyed", "q"
+	id, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Group: "k", Key: "order-1", Body: []byte("v1"), Tries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Group: "k", Key: "order-1", Body: []byte("v1"), Tries: 1}); !errors.Is(err, engine.ErrKeyExists) || again != id {
+		t.Fatalf("keyed again: %q %v, want %q and ErrKeyExists", again, err, id)
+	}
+	// Re-publish: the new job replaces the first, in its group.
+	id2, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Group: "k", Replaces: id, Body: []byte("v2"), Tries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := engine.NewJobID(time.Now(), 0, false)
+	if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: q, Group: "other", ID: own, Body: []byte("own"), Tries: 1}); err != nil {
+		t.Fatal(err)
+	}
+	jobs := consumeN(t, e, ns, q, 3, 3)
+	got := map[string]string{}
+	for _, j := range jobs {
+		got[j.ID] = j.Group + ":" + string(j.Body)
+	}
+	if len(jobs) != 2 || got[id2] != "k:v2" || got[own] != "other:own" {
+		t.Fatalf("consumed %v, want %s k:v2 and %s other:own", got, id2, own)
 	}
 }
