@@ -65,7 +65,7 @@ cover:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./engine/...
 
-## chaos: the full chaos suite (doc/reliability.md): kills, flushes, pauses, failovers, Redis Cluster slot moves and master kills, consumer drops, a noisy neighbour; about 13 minutes. ARGS= passes more flags (ARGS='-scenario noisy' runs one)
+## chaos: the full chaos suite (doc/reliability.md): kills, flushes, pauses, failovers, Redis Cluster slot moves and master kills, consumer drops, a noisy neighbour, in-flight limits under kills; about 16 minutes. ARGS= passes more flags (ARGS='-scenario noisy' runs one)
 chaos:
 	scripts/install-redis.sh
 	$(GO) run ./scripts/chaos -scenario all -duration 40s $(ARGS)

@@ -49,6 +49,11 @@ type Config struct {
 	BulkSize int
 	// Queues spreads the publish scenario over this many queues (default 1).
 	Queues int
+	// Groups, when > 0, puts the jobs the counted scenarios publish first
+	// (consume's) in that many groups of their queue (issue #32): each bulk
+	// publish carries group=g<k>, the groups in turn. 0 publishes no group,
+	// lmstfy's API only.
+	Groups int
 	// Publishers is the number of valid publishers of the flood scenario
 	// (default DefaultFloodPublishers); Concurrency is its flood's clients.
 	Publishers int
@@ -526,6 +531,7 @@ func fill(ctx context.Context, c *client, queue string, n, delay int) error {
 	var mu sync.Mutex
 	next := atomic.Int64{}
 	path, query := escQueue(queue), publishQuery(delay)
+	groups := c.cfg.Groups
 	for w := 0; w < 8; w++ {
 		wg.Add(1)
 		go func() {
@@ -545,7 +551,11 @@ func fill(ctx context.Context, c *client, queue string, n, delay int) error {
 					bodies = append(bodies, c.body(i))
 				}
 				body = bulkBody(body, bodies)
-				if err := cn.bulk(ctx, path, query, body); err != nil {
+				q := query
+				if groups > 0 {
+					q += "&group=g" + strconv.FormatInt(from/int64(c.cfg.BulkSize)%int64(groups), 10)
+				}
+				if err := cn.bulk(ctx, path, q, body); err != nil {
 					mu.Lock()
 					if firstErr == nil {
 						firstErr = err

@@ -5,10 +5,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -127,5 +129,38 @@ func TestDelayProxy(t *testing.T) {
 	}
 	if d := time.Since(start); d > 2*delay+200*time.Millisecond {
 		t.Errorf("10 pipelined echoes took %v: the proxy serialises", d)
+	}
+}
+
+// TestConsumeGroups: with Groups set, the consume scenario's fill puts
+// each bulk publish in a group, the groups in turn; without, no group.
+func TestConsumeGroups(t *testing.T) {
+	for _, groups := range []int{0, 3} {
+		var mu sync.Mutex
+		seen := map[string]int{}
+		ceiling := &Ceiling{}
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/bulk") {
+				mu.Lock()
+				seen[r.URL.Query().Get("group")]++
+				mu.Unlock()
+			}
+			ceiling.ServeHTTP(w, r)
+		}))
+		cfg := Config{Addr: srv.URL, Concurrency: 2, Duration: 200 * time.Millisecond, Jobs: 64 * 6, BulkSize: 64, Groups: groups}
+		if _, err := ConsumeAck(context.Background(), cfg); err != nil {
+			srv.Close()
+			t.Fatalf("groups %d: %v", groups, err)
+		}
+		srv.Close()
+		want := map[string]int{"": 6}
+		if groups == 3 {
+			want = map[string]int{"g0": 2, "g1": 2, "g2": 2}
+		}
+		mu.Lock()
+		if !maps.Equal(seen, want) {
+			t.Errorf("groups %d: bulk publishes by group %v, want %v", groups, seen, want)
+		}
+		mu.Unlock()
 	}
 }

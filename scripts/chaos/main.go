@@ -59,6 +59,7 @@ type options struct {
 	waitCostN   int
 	soak        soakConfig
 	noisy       noisyConfig
+	limits      limitsConfig
 	serverBin   string
 	redisBin    string
 	jsonOnly    bool
@@ -72,7 +73,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.scenarios, "scenario", "all", "comma-separated scenarios, or all: "+strings.Join(scenarioNames(), ", "))
 	fs.DurationVar(&o.duration, "duration", 45*time.Second, "chaos time of each scenario (deadletter runs half of it; failover at least 10 s per failover)")
-	fs.DurationVar(&o.timeout, "timeout", 18*time.Minute, "abort everything after this long (make chaos takes about 13 minutes)")
+	fs.DurationVar(&o.timeout, "timeout", 21*time.Minute, "abort everything after this long (make chaos takes about 16 minutes)")
 	fs.IntVar(&o.serverKills, "server-kills", 32, "kairos-server SIGKILLs in the server-kill scenario")
 	fs.IntVar(&o.redisKills, "redis-kills", 6, "redis-server SIGKILLs in each redis-kill scenario")
 	fs.IntVar(&o.flushes, "flushes", 8, "SCRIPT FLUSHes in the flush-pause scenario")
@@ -97,6 +98,17 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.noisy.Factor, "noisy-factor", o.noisy.Factor, "a noisy phase's quiet p99s may be this many times the baseline's …")
 	fs.DurationVar(&o.noisy.Floor, "noisy-floor", o.noisy.Floor, "… or the baseline's plus this, whichever is more")
 	fs.IntVar(&o.noisy.NoisyWriteLimit, "noisy-write-limit", o.noisy.NoisyWriteLimit, "rate limit of the noisy token, publish requests per second (0: none, an unbounded flood)")
+	o.limits = defaultLimitsConfig()
+	fs.IntVar(&o.limits.Servers, "limits-servers", o.limits.Servers, "kairos-servers of the limits scenario, on one Redis")
+	fs.IntVar(&o.limits.Consumers, "limits-consumers", o.limits.Consumers, "consumers of the limits scenario (spread over its servers)")
+	fs.IntVar(&o.limits.Rate, "limits-rate", o.limits.Rate, "publishes per second of the limits scenario")
+	fs.IntVar(&o.limits.MaxInFlight, "limits-max-in-flight", o.limits.MaxInFlight, "max_in_flight of the limits scenario's queue fair")
+	fs.IntVar(&o.limits.GroupMax, "limits-group-max-in-flight", o.limits.GroupMax, "group_max_in_flight of the queue fair")
+	fs.IntVar(&o.limits.Groups, "limits-groups", o.limits.Groups, "named groups of the queue fair (it also has jobs of the default group)")
+	fs.IntVar(&o.limits.CappedMax, "limits-capped-max-in-flight", o.limits.CappedMax, "max_in_flight of the queue capped (no group limit)")
+	fs.DurationVar(&o.limits.TTR, "limits-ttr", o.limits.TTR, "TTR of the limits scenario's deliveries")
+	fs.IntVar(&o.limits.ServerKills, "limits-server-kills", o.limits.ServerKills, "kairos-server SIGKILLs in the limits scenario (its servers in turn)")
+	fs.IntVar(&o.limits.RedisKills, "limits-redis-kills", o.limits.RedisKills, "redis-server SIGKILLs (restarted from the AOF) in the limits scenario")
 	fs.StringVar(&o.serverBin, "server-bin", "", "kairos-server binary (default: go build it into the temporary directory)")
 	fs.StringVar(&o.redisBin, "redis-bin", "", "redis-server binary (default: from PATH)")
 	fs.BoolVar(&o.jsonOnly, "json", false, "print only the JSON lines (no table)")
@@ -120,6 +132,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.noisy.Phase < 2*time.Second || o.noisy.Quiet <= 0 || o.noisy.QuietRate <= 0 || o.noisy.Burst < burstPer || o.noisy.Factor < 1 || o.noisy.Floor < 0 || o.noisy.NoisyWriteLimit < 0 {
 		return o, errors.New("-noisy-phase must be at least 2s, -noisy-quiet and -noisy-quiet-rate positive, -noisy-burst at least 64, -noisy-factor at least 1, -noisy-floor and -noisy-write-limit not negative")
 	}
+	if o.limits.Servers < 1 || o.limits.Consumers < 1 || o.limits.Rate < 1 || o.limits.MaxInFlight < 1 || o.limits.GroupMax < 0 ||
+		o.limits.Groups < 1 || o.limits.CappedMax < 1 || o.limits.TTR < 100*time.Millisecond || o.limits.ServerKills < 0 || o.limits.RedisKills < 0 {
+		return o, errors.New("-limits-servers, -consumers, -rate, -max-in-flight, -groups and -capped-max-in-flight must be positive, -limits-ttr at least 100ms, the rest not negative")
+	}
+	o.limits.Duration = o.duration
 	o.soak.TTLs = []int{10, 30}
 	o.soak.Every = min(10*time.Second, max(2*time.Second, o.soak.Duration/24))
 	return o, nil
@@ -131,7 +148,7 @@ func scenarioNames() []string {
 	for _, sc := range catalog(options{duration: time.Second}) {
 		names = append(names, sc.Name)
 	}
-	return append(names, "noisy", "wait-cost", "soak", "ci", "ci-cluster")
+	return append(names, "noisy", "limits", "wait-cost", "soak", "ci", "ci-cluster")
 }
 
 // catalog is every scenario, in the order "all" runs them (all but the
@@ -149,7 +166,7 @@ func catalog(o options) []scenario {
 			Duration: max(d, time.Duration(o.failovers)*10*time.Second), Failovers: o.failovers, LossExpected: true},
 		// The same failovers with the durability option: a publish is
 		// acknowledged only once the replica has it, so nothing is lost.
-		// Opt-in (by name): it would push "all" (about 13 minutes) further.
+		// Opt-in (by name): it would push "all" (about 16 minutes) further.
 		{Name: "failover-wait", Sentinel: true, Fsync: "always", Tries: 10, TTR: 1, WaitReplicas: 1,
 			Duration: max(d, time.Duration(o.failovers)*10*time.Second), Failovers: o.failovers, OptIn: true},
 		// Redis Cluster (cluster.go): slot moves of the busy queues' slots
@@ -206,7 +223,7 @@ func (o options) selected() ([]scenario, error) {
 		case "ci-cluster":
 			out = append(out, ciClusterScenario(min(o.duration, 15*time.Second)))
 			continue
-		case "wait-cost", "soak", "noisy":
+		case "wait-cost", "soak", "noisy", "limits":
 			continue
 		}
 		i := slices.IndexFunc(all, func(sc scenario) bool { return sc.Name == name })
@@ -232,6 +249,17 @@ func (o options) wantWaitCost() bool {
 func (o options) wantNoisy() bool {
 	for _, name := range strings.Split(o.scenarios, ",") {
 		if n := strings.TrimSpace(name); n == "all" || n == "noisy" {
+			return true
+		}
+	}
+	return false
+}
+
+// wantLimits reports whether the limits scenario (limits.go) is asked
+// for: by name, or with all.
+func (o options) wantLimits() bool {
+	for _, name := range strings.Split(o.scenarios, ",") {
+		if n := strings.TrimSpace(name); n == "all" || n == "limits" {
 			return true
 		}
 	}
@@ -272,7 +300,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	startInfo := machineInfo(ctx, o.redisBin)
 	start := time.Now()
-	results, wc, soak, noisy, werr := runAll(ctx, o, log, stdout)
+	var lims []Limits
+	results, wc, soak, noisy, werr := runAll(ctx, o, log, stdout, &lims)
 	if !o.jsonOnly && len(results) > 0 {
 		fmt.Fprintf(stdout, "\n%s; %s; ran %v; load average at the end %s\n\n",
 			start.UTC().Format("2006-01-02 15:04 UTC"), startInfo, time.Since(start).Round(time.Second), loadAverage())
@@ -280,6 +309,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if !o.jsonOnly && noisy != nil {
 		writeNoisy(stdout, *noisy)
+	}
+	if !o.jsonOnly {
+		for _, l := range lims {
+			writeLimits(stdout, l)
+		}
 	}
 	if !o.jsonOnly && wc != nil {
 		writeWaitCost(stdout, *wc)
@@ -302,13 +336,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if noisy != nil && !noisy.Pass {
 		return 1
 	}
+	for _, l := range lims {
+		if !l.Pass {
+			return 1
+		}
+	}
 	return 0
 }
 
 // runAll runs the selected scenarios in a temporary directory, printing
 // each JSON line as it comes; the directory is removed unless -keep (or a
-// failure) asks to keep it.
-func runAll(ctx context.Context, o options, log logrus.FieldLogger, stdout io.Writer) (results []Result, wc *WaitCost, soak *Soak, noisy *Noisy, err error) {
+// failure) asks to keep it. The limits scenario's report goes to lims.
+func runAll(ctx context.Context, o options, log logrus.FieldLogger, stdout io.Writer, lims *[]Limits) (results []Result, wc *WaitCost, soak *Soak, noisy *Noisy, err error) {
 	dir, err := os.MkdirTemp("", "kairos-chaos-")
 	if err != nil {
 		return nil, nil, nil, nil, err
@@ -334,7 +373,7 @@ func runAll(ctx context.Context, o options, log logrus.FieldLogger, stdout io.Wr
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	if rc.ServerBin == "" && (len(scs) > 0 || o.wantSoak() || o.wantNoisy()) {
+	if rc.ServerBin == "" && (len(scs) > 0 || o.wantSoak() || o.wantNoisy() || o.wantLimits()) {
 		log.Info("building kairos-server")
 		if rc.ServerBin, err = buildServer(ctx, dir); err != nil {
 			return nil, nil, nil, nil, err
@@ -371,6 +410,21 @@ func runAll(ctx context.Context, o options, log logrus.FieldLogger, stdout io.Wr
 		}
 		log.WithField("scenario", "noisy").Infof("quiet namespaces: acknowledged %d, lost %d, pass %v", r.Acknowledged, r.Lost, r.Pass)
 		noisy = &r
+	}
+	if o.wantLimits() {
+		r, err := runLimits(ctx, rc, o.limits)
+		if err != nil {
+			keep = true
+			return results, nil, nil, noisy, fmt.Errorf("limits: %w", err)
+		}
+		if !r.Pass {
+			keep = true
+		}
+		if err := enc.Encode(r); err != nil {
+			return results, nil, nil, noisy, err
+		}
+		log.WithField("scenario", "limits").Infof("acknowledged %d, lost %d, violations %d, pass %v", r.Acknowledged, r.Lost, r.violations(), r.Pass)
+		*lims = append(*lims, r)
 	}
 	if o.wantWaitCost() {
 		m, err := measureWaitCost(ctx, rc, o.waitCostN)

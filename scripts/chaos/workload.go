@@ -31,6 +31,9 @@ type workloadConfig struct {
 	// more; the last consumer takes up to 8 jobs a request. Droppers take
 	// jobs and never ACK them, or cut their connection mid-request.
 	Publishers, Consumers, Droppers int
+	// Extensions sends X-Kairos-Extensions: 1 with every request (consume
+	// answers carry receipts).
+	Extensions bool
 }
 
 // bulkSize is how many jobs the bulk publisher sends per request.
@@ -113,6 +116,9 @@ func (w *workload) do(ctx context.Context, method, url string, body []byte, time
 		return response{}, err
 	}
 	req.Header.Set("X-Token", w.cfg.Token)
+	if w.cfg.Extensions {
+		req.Header.Set("X-Kairos-Extensions", "1")
+	}
 	resp, err := w.hc.Do(req)
 	if err != nil {
 		return response{}, err

@@ -82,6 +82,11 @@ groups) with PUT /queue/NS/Q/config {"shards":K} on --admin-addr before the
 scenario publishes to it; the bench fails if the server does not answer
 "shards": K.
 
+--groups N puts the jobs the consume scenario publishes first in N groups of
+its queue (group= on each bulk publish, in turn); --max-in-flight N and
+--group-max-in-flight M set the queue's limits the same way as --shards
+(doc/performance.md, "Fair groups and in-flight limits").
+
 "kairos bench delay-proxy --to HOST:PORT --delay 1ms" forwards TCP to HOST:PORT
 with that delay each way and prints its address: point the server's AdminRedis
 at it to measure the flood scenario with the admin Redis 1 ms away.`
@@ -160,7 +165,7 @@ func (c *cli) benchCmd() *cobra.Command {
 	var cfg bench.Config
 	var ceiling bool
 	var redisAddr, redisCPUAddr string
-	var runs, preload, serverPID, shards int
+	var runs, preload, serverPID, shards, maxInFlight, groupMaxInFlight int
 	var shardsPool string
 	cmd := &cobra.Command{
 		Use:   "bench [scenario...]",
@@ -239,6 +244,16 @@ func (c *cli) benchCmd() *cobra.Command {
 					ns = "bench" // bench.Config's default
 				}
 				cfg.PrepareQueue = c.setShards(ns, shardsPool, shards)
+			}
+			if maxInFlight < 0 || groupMaxInFlight < 0 || cfg.Groups < 0 {
+				return usagef("--max-in-flight, --group-max-in-flight and --groups must not be negative")
+			}
+			if maxInFlight > 0 || groupMaxInFlight > 0 {
+				ns := cfg.Namespace
+				if ns == "" {
+					ns = "bench" // bench.Config's default
+				}
+				cfg.PrepareQueue = c.setLimits(ns, shardsPool, maxInFlight, groupMaxInFlight, cfg.PrepareQueue)
 			}
 			var ceil *bench.CeilingProcess
 			if ceiling {
@@ -323,7 +338,10 @@ func (c *cli) benchCmd() *cobra.Command {
 	f.IntVar(&serverPID, "server-pid", 0, "PID of the server under test, on this machine: print its CPU µs per job (/proc/PID/stat)")
 	f.StringVar(&redisCPUAddr, "redis", "", "the server's Redis (HOST:PORT, a redis:// URL, or a cluster's seeds HOST:PORT,...): print its CPU µs per job (INFO cpu), per master on a cluster; each measured phase waits until it runs no snapshot or AOF rewrite")
 	f.IntVar(&shards, "shards", 0, "set each bench queue's shards to this (PUT /queue/NS/Q/config on --admin-addr) before publishing to it; 0 leaves them")
-	f.StringVar(&shardsPool, "shards-pool", "", "the pool of the queues --shards configures (the admin API's ?pool=; default: the default pool)")
+	f.StringVar(&shardsPool, "shards-pool", "", "the pool of the queues --shards (and --max-in-flight) configures (the admin API's ?pool=; default: the default pool)")
+	f.IntVar(&cfg.Groups, "groups", 0, "put the jobs the consume scenario publishes first in this many groups (group= on each bulk publish, in turn); 0: no group")
+	f.IntVar(&maxInFlight, "max-in-flight", 0, "set each bench queue's max_in_flight (PUT /queue/NS/Q/config on --admin-addr) before publishing to it; 0 leaves it")
+	f.IntVar(&groupMaxInFlight, "group-max-in-flight", 0, "the same for group_max_in_flight")
 	cmd.AddCommand(c.ceilingServerCmd(), c.delayProxyCmd())
 	return cmd
 }
