@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,8 +18,15 @@ import (
 	"github.com/kairos-dev/kairos/server/app"
 )
 
-// TestMain stops the Redis Cluster the tests share (redistest.SharedCluster).
-func TestMain(m *testing.M) { redistest.Main(m) }
+// TestMain stops the Redis Cluster the tests share (redistest.SharedCluster)
+// and removes the kairos-server binary they share (buildServer).
+func TestMain(m *testing.M) {
+	code := redistest.Run(m)
+	if builtServer.dir != "" {
+		_ = os.RemoveAll(builtServer.dir)
+	}
+	os.Exit(code)
+}
 
 // TestE2ECluster runs the end-to-end tests on a real 6-node Redis Cluster
 // (3 masters, 1 replica each; redistest.SharedCluster), the default pool
