@@ -160,6 +160,7 @@ func TestE2EClusterFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a failover takes the node timeout (3s) and more")
 	}
+	t.Parallel() // a cluster of its own; mostly waits on the failover
 	c := redistest.StartCluster(t)
 	k := startKairos(t, clusterConfig(c))
 	waitReady(t, k.API, http.StatusOK, 5*time.Second)

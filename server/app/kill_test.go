@@ -357,6 +357,7 @@ func randomPause() time.Duration { return 300*time.Millisecond + rand.N(500*time
 // TestKillServer SIGKILLs kairos-server at random moments, at least 5
 // times, while jobs flow; no acknowledged job may be lost.
 func TestKillServer(t *testing.T) {
+	t.Parallel() // a Redis and a server of its own; mostly waits on restarts
 	rs := redistest.StartWith(t, redistest.Options{AppendOnly: true, AppendFsync: "always"})
 	bin := buildServer(t)
 	p := newServerProc(t, bin, rs.Addr)
@@ -385,6 +386,7 @@ func TestKillServer(t *testing.T) {
 // TestKillRedis SIGKILLs the redis-server (AOF, appendfsync always) 3
 // times while jobs flow and restarts it; no acknowledged job may be lost.
 func TestKillRedis(t *testing.T) {
+	t.Parallel() // a Redis and a server of its own; mostly waits on restarts
 	rs := redistest.StartWith(t, redistest.Options{AppendOnly: true, AppendFsync: "always"})
 	bin := buildServer(t)
 	p := newServerProc(t, bin, rs.Addr)
