@@ -25,13 +25,20 @@ run:
 # Where the dashboard's browser tests (server/app TestDashboardBrowser) write their screenshots.
 SCREENSHOTS ?= $(CURDIR)/bin/dashboard-screenshots
 
+# The packages whose tests take longest (server/app's end-to-end and browser
+# tests about 5 minutes on 2 cores, engine/rdb about 3), named before ./...:
+# go test runs -p (the number of cores) packages at a time, giving the first
+# named the first free slot, so these overlap the many short ones instead of
+# starting late and ending the run alone. go test runs each package once.
+SLOW_TESTS := ./server/app ./engine/rdb ./server ./scripts/chaos
+
 ## test: every package with -race and the real-Redis tier (installs redis-server if missing; builds lmstfy v1.0.16 once for the import tests) and the dashboard's browser tests (installs chromium and the npm packages if missing), the event loops' tests again without -race (their raw system calls), the fuzz targets briefly
 test:
 	scripts/install-redis.sh
 	scripts/install-chromium.sh
 	scripts/build-lmstfy.sh >/dev/null || echo "lmstfy was not built: the lmstfy import tests skip (they fail with CI=true or REQUIRE_LMSTFY=1)"
 	rm -rf $(SCREENSHOTS)
-	KAIROS_SCREENSHOTS=$(SCREENSHOTS) $(GO) test -race -count=1 -timeout 9m ./...
+	KAIROS_SCREENSHOTS=$(SCREENSHOTS) $(GO) test -race -count=1 -timeout 9m $(SLOW_TESTS) ./...
 	@echo "dashboard screenshots: $(SCREENSHOTS)"
 	$(GO) test -count=1 -run Loop ./server
 	FUZZTIME=2s scripts/fuzz.sh

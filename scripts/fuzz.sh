@@ -22,21 +22,21 @@ if [ ${#pkgs[@]} -eq 0 ]; then
 	pkgs=(./...)
 fi
 
-# `go test -list` prints each package's matching tests, then "ok  <pkg> …".
-targets=()
-names=()
-while read -r line; do
-	case "$line" in
-	Fuzz*) names+=("$line") ;;
-	ok*)
-		pkg=$(awk '{print $2}' <<<"$line")
-		for n in "${names[@]}"; do
-			targets+=("$pkg $n")
-		done
-		names=()
-		;;
-	esac
-done < <("$GO" test -run '^$' -list '^Fuzz' "${pkgs[@]}")
+# The targets are read from the sources, not from `go test -list`, which
+# compiles and links every package's test binary without -race (so none of
+# `make test`'s earlier builds serve it) only to print their names. `go
+# list` applies the build constraints and names each package's test files;
+# a target is a top-level `func FuzzX(f *testing.F)`, the form `go test
+# -fuzz` runs.
+list_targets() {
+	local pkg dir files f
+	while read -r pkg dir files; do
+		for f in $files; do
+			sed -nE 's/^func (Fuzz[A-Za-z0-9_]*)\([A-Za-z_][A-Za-z0-9_]* \*testing\.F\).*/\1/p' "$dir/$f"
+		done | sort -u | sed "s|^|$pkg |"
+	done < <("$GO" list -f '{{.ImportPath}} {{.Dir}} {{join .TestGoFiles " "}} {{join .XTestGoFiles " "}}' "${pkgs[@]}")
+}
+mapfile -t targets < <(list_targets)
 
 if [ ${#targets[@]} -eq 0 ]; then
 	echo "fuzz.sh: no fuzz targets found in ${pkgs[*]}" >&2

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +16,43 @@ import (
 
 	"github.com/kairos-dev/kairos/engine/rdb/redistest"
 )
+
+// TestMain removes the kairos-server binary serverBin built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		_ = os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+// built is the kairos-server binary of this checkout that the chaos tests
+// share: one go build (its link alone takes seconds) instead of one per
+// test.
+var built struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
+// serverBin builds kairos-server at its first call and returns its path.
+func serverBin(t *testing.T) string {
+	t.Helper()
+	built.once.Do(func() {
+		built.dir, built.err = os.MkdirTemp("", "kairos-chaos-test-")
+		if built.err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		built.bin, built.err = buildServer(ctx, built.dir)
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return built.bin
+}
 
 // TestChaosCI is the short chaos run of every `go test ./...`: at least 10
 // SIGKILLs of a real kairos-server, one SCRIPT FLUSH and one CLIENT PAUSE
@@ -23,14 +62,12 @@ import (
 // that the entries of expired jobs of unconsumed queues are reclaimed.
 // `make chaos` is the full suite, `make soak` the long soak.
 func TestChaosCI(t *testing.T) {
+	t.Parallel()
 	redisBin := redistest.Binary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	bin, err := buildServer(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := serverBin(t)
 	log := logrus.New()
 	log.Out = testWriter{t}
 	log.SetFormatter(&logrus.TextFormatter{DisableTimestamp: true})
@@ -89,14 +126,12 @@ func TestChaosCI(t *testing.T) {
 // lost job, a job left behind, or a disruption not done. `make chaos` runs
 // the full cluster scenarios.
 func TestChaosClusterCI(t *testing.T) {
+	t.Parallel()
 	redisBin, _ := redistest.ClusterBinaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	bin, err := buildServer(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := serverBin(t)
 	log := logrus.New()
 	log.Out = testWriter{t}
 	log.SetFormatter(&logrus.TextFormatter{DisableTimestamp: true})

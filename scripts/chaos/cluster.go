@@ -74,7 +74,7 @@ func clusterPorts(n int, avoid map[int]bool) ([]int, error) {
 		}
 		hold = append(hold, l)
 		p := l.Addr().(*net.TCPAddr).Port
-		if p+10000 > 65535 || avoid[p] || avoid[p+10000] {
+		if p+10000 > 65535 {
 			continue
 		}
 		bus, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+10000))
@@ -82,7 +82,9 @@ func clusterPorts(n int, avoid map[int]bool) ([]int, error) {
 			continue
 		}
 		hold = append(hold, bus)
-		avoid[p], avoid[p+10000] = true, true
+		if !claimPorts(avoid, p, p+10000) {
+			continue
+		}
 		ports = append(ports, p)
 	}
 	return ports, nil

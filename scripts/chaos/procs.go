@@ -180,12 +180,39 @@ func freePort(avoid map[int]bool) (int, error) {
 		}
 		port := l.Addr().(*net.TCPAddr).Port
 		_ = l.Close()
-		if !avoid[port] {
-			avoid[port] = true
+		if claimPorts(avoid, port) {
 			return port, nil
 		}
 	}
 	return 0, errors.New("free port: no new port after 20 tries")
+}
+
+// claimed holds every port this process handed out, so that two runs in
+// one process (the package's tests run in parallel) never pick the same
+// one: a run leaves a killed process's port free until it restarts it
+// there.
+var claimed struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// claimPorts marks ports as taken, in avoid and for the whole process, and
+// reports whether none of them was taken before (then nothing is marked).
+func claimPorts(avoid map[int]bool, ports ...int) bool {
+	claimed.Lock()
+	defer claimed.Unlock()
+	for _, p := range ports {
+		if avoid[p] || claimed.ports[p] {
+			return false
+		}
+	}
+	if claimed.ports == nil {
+		claimed.ports = make(map[int]bool)
+	}
+	for _, p := range ports {
+		avoid[p], claimed.ports[p] = true, true
+	}
+	return true
 }
 
 // waitFor calls check every interval until it returns nil, ctx ends or

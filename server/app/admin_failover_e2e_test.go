@@ -40,6 +40,7 @@ func TestE2EAdminRedisFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a failover takes the cluster node timeout (3s) and more")
 	}
+	t.Parallel() // clusters of its own; mostly waits on the failovers
 	t.Run("token master", func(t *testing.T) { adminFailover(t, false) })
 	t.Run("legacy scope master", func(t *testing.T) { adminFailover(t, true) })
 }
@@ -182,6 +183,7 @@ func TestE2EClusterManualFailoverWait(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster of its own and fails a master over")
 	}
+	t.Parallel() // a cluster of its own; mostly waits on the failover
 	c := redistest.StartCluster(t)
 	cfg := clusterConfig(c)
 	pool := cfg.Pool["default"]

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,8 +18,15 @@ import (
 	"github.com/kairos-dev/kairos/server/app"
 )
 
-// TestMain stops the Redis Cluster the tests share (redistest.SharedCluster).
-func TestMain(m *testing.M) { redistest.Main(m) }
+// TestMain stops the Redis Cluster the tests share (redistest.SharedCluster)
+// and removes the kairos-server binary they share (buildServer).
+func TestMain(m *testing.M) {
+	code := redistest.Run(m)
+	if builtServer.dir != "" {
+		_ = os.RemoveAll(builtServer.dir)
+	}
+	os.Exit(code)
+}
 
 // TestE2ECluster runs the end-to-end tests on a real 6-node Redis Cluster
 // (3 masters, 1 replica each; redistest.SharedCluster), the default pool
@@ -152,6 +160,7 @@ func TestE2EClusterFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a failover takes the node timeout (3s) and more")
 	}
+	t.Parallel() // a cluster of its own; mostly waits on the failover
 	c := redistest.StartCluster(t)
 	k := startKairos(t, clusterConfig(c))
 	waitReady(t, k.API, http.StatusOK, 5*time.Second)

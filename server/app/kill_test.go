@@ -26,25 +26,48 @@ import (
 // and check that every publish the server acknowledged with 201 is
 // delivered at least once.
 
-// buildServer builds the kairos-server binary of this checkout into a
-// temporary directory.
+// buildServer returns the kairos-server binary of this checkout, built at
+// the first call of the test binary into a temporary directory that
+// TestMain removes: the tests that run the real binary share one build
+// (its link alone takes seconds on a loaded machine).
 func buildServer(tb testing.TB) string {
 	tb.Helper()
+	builtServer.once.Do(func() { builtServer.bin, builtServer.err = goBuildServer() })
+	if builtServer.err != nil {
+		tb.Fatal(builtServer.err)
+	}
+	return builtServer.bin
+}
+
+// builtServer is buildServer's one build.
+var builtServer struct {
+	once sync.Once
+	dir  string // removed by TestMain
+	bin  string
+	err  error
+}
+
+func goBuildServer() (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
-		tb.Fatalf("go env GOMOD: %v", err)
+		return "", fmt.Errorf("go env GOMOD: %v", err)
 	}
 	gomod := strings.TrimSpace(string(out))
 	if gomod == "" || gomod == os.DevNull {
-		tb.Fatalf("go env GOMOD: not in a module")
+		return "", fmt.Errorf("go env GOMOD: not in a module")
 	}
-	bin := filepath.Join(tb.TempDir(), "kairos-server")
+	dir, err := os.MkdirTemp("", "kairos-app-test-")
+	if err != nil {
+		return "", err
+	}
+	builtServer.dir = dir
+	bin := filepath.Join(dir, "kairos-server")
 	cmd := exec.Command("go", "build", "-o", bin, "./server/cmd/kairos-server")
 	cmd.Dir = filepath.Dir(gomod)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("go build ./server/cmd/kairos-server: %v\n%s", err, out)
+		return "", fmt.Errorf("go build ./server/cmd/kairos-server: %v\n%s", err, out)
 	}
-	return bin
+	return bin, nil
 }
 
 // serverProc runs the kairos-server binary on fixed ports, so that it can
@@ -334,6 +357,7 @@ func randomPause() time.Duration { return 300*time.Millisecond + rand.N(500*time
 // TestKillServer SIGKILLs kairos-server at random moments, at least 5
 // times, while jobs flow; no acknowledged job may be lost.
 func TestKillServer(t *testing.T) {
+	t.Parallel() // a Redis and a server of its own; mostly waits on restarts
 	rs := redistest.StartWith(t, redistest.Options{AppendOnly: true, AppendFsync: "always"})
 	bin := buildServer(t)
 	p := newServerProc(t, bin, rs.Addr)
@@ -362,6 +386,7 @@ func TestKillServer(t *testing.T) {
 // TestKillRedis SIGKILLs the redis-server (AOF, appendfsync always) 3
 // times while jobs flow and restarts it; no acknowledged job may be lost.
 func TestKillRedis(t *testing.T) {
+	t.Parallel() // a Redis and a server of its own; mostly waits on restarts
 	rs := redistest.StartWith(t, redistest.Options{AppendOnly: true, AppendFsync: "always"})
 	bin := buildServer(t)
 	p := newServerProc(t, bin, rs.Addr)

@@ -429,6 +429,12 @@ var shared struct {
 //
 //	func TestMain(m *testing.M) { redistest.Main(m) }
 func Main(m *testing.M) {
+	os.Exit(Run(m))
+}
+
+// Run is Main without the exit: it returns m.Run's code, for a TestMain
+// that has more to clean up after the tests.
+func Run(m *testing.M) int {
 	shared.Lock()
 	shared.main = true
 	shared.Unlock()
@@ -439,7 +445,7 @@ func Main(m *testing.M) {
 		shared.cluster = nil
 	}
 	shared.Unlock()
-	os.Exit(code)
+	return code
 }
 
 // SharedCluster returns the test binary's one cluster, starting it at the
