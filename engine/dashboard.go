@@ -110,6 +110,14 @@ type QueueDetail struct {
 	// sees a job die, or a consumer come back, without waiting for the
 	// minute to end. Latency is not read.
 	Current Counts
+	// MaxInFlight is the queue's max_in_flight (0: none) and
+	// LimitInFlight its jobs in flight as the limit counts them (every
+	// shard; read only when it has a limit). AtLimit is true while the
+	// limit holds back ready jobs: it (a shard's part of it, for a sharded
+	// queue) is reached and ready jobs wait, so consumes get nothing from
+	// it until a job leaves flight (issue #32).
+	MaxInFlight, LimitInFlight int64
+	AtLimit                    bool
 }
 
 // RecentMinutes is the window of QueueDetail.Recent.

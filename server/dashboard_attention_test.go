@@ -16,8 +16,10 @@ import (
 
 // TestDashboardAttention: the overview lists what needs an operator (a
 // namespace at its quota, a backlog nobody consumes, a dead letter
-// growing, an old ready job on a consumed queue, a namespace near its
-// quota, a paused queue, in that order) and nothing else; the queues
+// growing, an old ready job on a consumed queue, a queue held at its
+// max_in_flight with ready jobs, a namespace near its quota, a paused
+// queue, in that order) and nothing else (a queue under its
+// max_in_flight is not listed); the queues
 // table and GET /queues sort by the oldest ready job and the recent
 // rates. The server's and the engine's clock is moved: jobs are published
 // minutes "ago", their history written then.
@@ -88,6 +90,18 @@ func TestDashboardAttention(t *testing.T) {
 			publish("tight", "q", 1, tight, "")
 			flush()
 			at(0)
+			// throttled: 2 of its 3 jobs in flight, its max_in_flight: held
+			// with a ready job waiting. wide: 1 of 3 in flight, not listed
+			// (both named after the others: the sorts below tie them last).
+			for q, limit := range map[string]int{"throttled": 2, "wide": 3} {
+				publish("shop", q, 3, tok, "")
+				if r := liveDo(t, "PUT", l.admin+"/queue/shop/"+q+"/config", strings.NewReader(fmt.Sprintf(`{"max_in_flight":%d}`, limit)), admin); r.status != http.StatusOK {
+					t.Fatalf("max_in_flight of %s: %d %s", q, r.status, r.body)
+				}
+			}
+			consume("throttled")
+			consume("throttled")
+			consume("wide")
 			// Quotas: tight at its quota, shop just above 90 % of its own.
 			if r := liveDo(t, "PUT", l.admin+"/quota/tight", strings.NewReader(`{"max_jobs":1}`), admin); r.status != http.StatusOK {
 				t.Fatalf("quota: %d %s", r.status, r.body)
@@ -110,12 +124,13 @@ func TestDashboardAttention(t *testing.T) {
 				got = append(got, strings.Trim(m[1]+"/"+m[2], "/")+": "+m[3])
 			}
 			want := []string{"tight: quota full", "shop/stuck: not consumed", "shop/dying: dead letter growing",
-				"shop/slow: old ready job", "shop: near quota", "shop/held: paused"}
+				"shop/slow: old ready job", "shop/throttled: at in-flight limit", "shop: near quota", "shop/held: paused"}
 			if strings.Join(got, "; ") != strings.Join(want, "; ") {
 				t.Errorf("attention list:\n got %q\nwant %q", got, want)
 			}
 			for _, text := range []string{"3 ready and nothing consumed since", "the oldest has waited 12m0s", "1 job died since",
-				`href="/ui/queue/default/shop/stuck"`, "paused: consumers get nothing (1 ready)"} {
+				`href="/ui/queue/default/shop/stuck"`, "paused: consumers get nothing (1 ready)",
+				"2 in flight, its max_in_flight is 2: 1 ready wait for a slot"} {
 				if !strings.Contains(r.body, text) {
 					t.Errorf("overview: no %q", text)
 				}

@@ -3,9 +3,10 @@ package server
 // The overview's attention list (doc/dashboard.md, "Needs attention"):
 // what needs an operator now, across every pool and namespace. Queues are
 // judged from their activity (dashboard_cache.go: paused, oldest ready
-// job, the counts of the recent minutes), read for every queue of the pool
-// at most once per the activity cache's lifetime; pools and namespaces
-// from what the overview reads anyway (readiness, quotas).
+// job, the counts of the recent minutes, whether its max_in_flight holds
+// back ready jobs), read for every queue of the pool at most once per the
+// activity cache's lifetime; pools and namespaces from what the overview
+// reads anyway (readiness, quotas).
 
 import (
 	"context"
@@ -39,12 +40,13 @@ const (
 	whyStuck        = "not consumed"
 	whyDeadGrowing  = "dead letter growing"
 	whyFallingBehnd = "old ready job"
+	whyAtLimit      = "at in-flight limit"
 	whyQuotaNear    = "near quota" // namespace
 	whyPaused       = "paused"
 )
 
 var whyRank = map[string]int{whyPoolDown: 0, whyPoolFull: 1, whyPoolReserve: 2, whyQuotaFull: 3, whyStuck: 4,
-	whyDeadGrowing: 5, whyFallingBehnd: 6, whyQuotaNear: 7, whyPaused: 8}
+	whyDeadGrowing: 5, whyFallingBehnd: 6, whyAtLimit: 7, whyQuotaNear: 8, whyPaused: 9}
 
 // attentionRow is one line of the list: a pool, a namespace or a queue,
 // and why.
@@ -183,8 +185,9 @@ func (a *attentionList) judgeNamespace(pool string, v *nsView) {
 }
 
 // judgeQueue lists a queue whose backlog is not consumed, whose dead
-// letter grows, whose oldest ready job has waited long, or that is
-// paused.
+// letter grows, whose oldest ready job has waited long, that is held at
+// its max_in_flight with ready jobs waiting (throttled: by design, but
+// the operator should know), or that is paused.
 func (a *attentionList) judgeQueue(pool, ns string, q *engine.QueueDetail, now time.Time) {
 	var age time.Duration
 	if q.Ready > 0 && !q.OldestReady.IsZero() {
@@ -203,6 +206,14 @@ func (a *attentionList) judgeQueue(pool, ns string, q *engine.QueueDetail, now t
 			"; the oldest has waited " + waited, true})
 	case age >= attentionAge:
 		why = append(why, attentionWhy{whyFallingBehnd, "the oldest ready job has waited " + waited + " though consumers take jobs", false})
+	}
+	if q.AtLimit && !q.Paused {
+		part := ""
+		if q.LimitInFlight < q.MaxInFlight {
+			part = " (a shard is at its part of it)"
+		}
+		why = append(why, attentionWhy{whyAtLimit, strconv.FormatInt(q.LimitInFlight, 10) + " in flight, its max_in_flight is " +
+			strconv.FormatInt(q.MaxInFlight, 10) + part + ": " + strconv.FormatInt(q.Ready, 10) + " ready wait for a slot", false})
 	}
 	if died > 0 {
 		jobs := " jobs died since "

@@ -38,15 +38,28 @@ const (
 //
 // Returns {ready, timer, dead, paused, in flight, exact, oldest list ID,
 // first priority ID, published, consumed, acked, retried, dead (recent),
-// then the same five of the current minute (0 without ARGV[1])}.
+// then the same five of the current minute (0 without ARGV[1]), then
+// max_in_flight (mifq), the jobs in flight it counts and 1 when the
+// queue is held at its limit with ready jobs (else 0)}.
 var queueDetailScript = script(`
 local jp = KEYS[6]
--- gn: the ready entries of the queue's groups (groups_scripts.go).
-local ready = redis.call('LLEN', KEYS[1]) + redis.call('ZCARD', KEYS[2]) + (tonumber(redis.call('HGET', KEYS[5], 'gn')) or 0)
+-- gn: the ready entries of the queue's groups; grp, mif, mifq: whether
+-- the queue is tracked, this physical queue's part of max_in_flight and
+-- the queue's (groups_scripts.go, limits.go).
+local cfg = redis.call('HMGET', KEYS[5], 'paused', 'gn', 'grp', 'mif', 'mifq')
+local ready = redis.call('LLEN', KEYS[1]) + redis.call('ZCARD', KEYS[2]) + (tonumber(cfg[2]) or 0)
 local timer = redis.call('ZCARD', KEYS[3])
 local dead = redis.call('LLEN', KEYS[4])
 local paused = 0
-if redis.call('HGET', KEYS[5], 'paused') == '1' then paused = 1 end
+if cfg[1] == '1' then paused = 1 end
+-- In flight as the limit counts it (read only for a queue with a limit),
+-- and held: the consume script gives this queue nothing while its ready
+-- jobs wait (consumeScript's room, inflight_room).
+local mif, mifq, counted, held = tonumber(cfg[4]) or 0, tonumber(cfg[5]) or 0, 0, 0
+if cfg[3] == '1' and (mif > 0 or mifq > 0) then
+  counted = redis.call('HLEN', gpfx(jp) .. 'i')
+  if mif > 0 and counted >= mif and ready > 0 then held = 1 end
+end
 local inflight, exact = 0, 1
 local ids = {}
 if timer <= tonumber(ARGV[2]) then
@@ -73,7 +86,7 @@ for i = 4, #ARGV - 1, 2 do
   for k = 1, 5 do to[k] = to[k] + (tonumber(v[k]) or 0) end
 end
 return {ready, timer, dead, paused, inflight, exact, oldest, first, sums[1], sums[2], sums[3], sums[4], sums[5],
-  cur[1], cur[2], cur[3], cur[4], cur[5]}
+  cur[1], cur[2], cur[3], cur[4], cur[5], mifq, counted, held}
 `)
 
 // readyHeadsScript returns the IDs of the live jobs at a queue's consume
@@ -354,6 +367,9 @@ func (e *Engine) details(ctx context.Context, ns string, queues []string, split 
 		o.InFlight += d.InFlight
 		o.Delayed += d.Delayed
 		o.InFlightExact = o.InFlightExact && d.InFlightExact
+		o.MaxInFlight = max(o.MaxInFlight, d.MaxInFlight)
+		o.LimitInFlight += d.LimitInFlight
+		o.AtLimit = o.AtLimit || d.AtLimit
 		if !d.OldestReady.IsZero() && (o.OldestReady.IsZero() || d.OldestReady.Before(o.OldestReady)) {
 			o.OldestReady = d.OldestReady
 		}
@@ -414,15 +430,16 @@ func (e *Engine) queueDetails(ctx context.Context, ns string, queues []string, s
 	out := make([]engine.QueueDetail, len(queues))
 	for i, q := range queues {
 		res, err := cmds[i].Slice()
-		if err != nil || len(res) != 18 {
+		if err != nil || len(res) != 21 {
 			return nil, fmt.Errorf("queue details %s/%s: unexpected reply %v: %v", ns, q, res, err)
 		}
 		n := func(k int) int64 { v, _ := res[k].(int64); return v }
 		d := engine.QueueDetail{
 			QueueStats: engine.QueueStats{Namespace: ns, Queue: q, Ready: n(0), Timer: n(1), DeadLetter: n(2)},
 			Paused:     n(3) == 1, InFlight: n(4), InFlightExact: n(5) == 1,
-			Recent:  engine.Counts{Published: n(8), Consumed: n(9), Acked: n(10), Retried: n(11), Dead: n(12)},
-			Current: engine.Counts{Published: n(13), Consumed: n(14), Acked: n(15), Retried: n(16), Dead: n(17)},
+			Recent:      engine.Counts{Published: n(8), Consumed: n(9), Acked: n(10), Retried: n(11), Dead: n(12)},
+			Current:     engine.Counts{Published: n(13), Consumed: n(14), Acked: n(15), Retried: n(16), Dead: n(17)},
+			MaxInFlight: n(18), LimitInFlight: n(19), AtLimit: n(20) == 1,
 		}
 		d.InFlight = min(d.InFlight, d.Timer)
 		d.Delayed = d.Timer - d.InFlight

@@ -13,8 +13,8 @@ import (
 // TestDashboardOverviewBrowser drives issue #33's overview and small
 // defects in headless Chromium against a real server on a real
 // redis-server: a queue with a backlog nobody consumes, one whose jobs
-// die and a paused one are listed as needing attention (the dying one
-// appearing by live refresh); the queues table sorts by the oldest ready
+// die, one held at its max_in_flight and a paused one are listed as
+// needing attention (the dying one appearing by live refresh); the queues table sorts by the oldest ready
 // job and the rates; the charts end at the last complete point; the page
 // says "stale" while Redis does not answer (CLIENT PAUSE) and "live"
 // again after; every page fits 390 px; dark mode follows the system; the
@@ -42,8 +42,15 @@ func TestDashboardOverviewBrowser(t *testing.T) {
 		}
 	}
 	e.publish(t, "orders", "", `{"order":1}`, nil)
+	// throttled: max_in_flight 1, one of its 2 jobs in flight (TTR 10 min).
+	r := doHTTP(t, http.MethodPut, e.Admin+"/queue/"+e.NS+"/throttled/config", "", []byte(`{"max_in_flight":1}`), e.basic())
+	r.wantStatus(t, http.StatusOK)
+	e.publish(t, "throttled", "", `{"x":1}`, nil)
+	e.publish(t, "throttled", "", `{"x":2}`, nil)
+	r = doHTTP(t, http.MethodGet, e.API+"/api/"+e.NS+"/throttled?ttr=600&timeout=0", e.Token, nil, nil)
+	r.wantStatus(t, http.StatusOK)
 	e.publish(t, "held", "", `{"x":1}`, nil)
-	r := doHTTP(t, http.MethodPut, e.Admin+"/queue/"+e.NS+"/held/config", "", []byte(`{"paused":true}`), e.basic())
+	r = doHTTP(t, http.MethodPut, e.Admin+"/queue/"+e.NS+"/held/config", "", []byte(`{"paused":true}`), e.basic())
 	r.wantStatus(t, http.StatusOK)
 	// A token scoped to publishing to orders.
 	r = doHTTP(t, http.MethodPost, e.Admin+"/token/"+e.NS+"?description=scoped&queues=orders&roles=publish", "", nil, e.basic())

@@ -84,6 +84,9 @@ await step('the overview lists the unconsumed backlog and the paused queue; a jo
   assert.equal((await stuck.locator('td.con').textContent()).trim(), '0');
   assert.equal(await stuck.locator('a').getAttribute('href'), `/ui/queue/default/${NS}/sms-send`);
   assert.match(await attention('held').getAttribute('data-why'), /paused/);
+  const throttled = attention('throttled');
+  assert.match(await throttled.getAttribute('data-why'), /at in-flight limit/);
+  assert.match(await throttled.locator('td.why').textContent(), /1 in flight, its max_in_flight is 1: 1 ready wait for a slot/);
   assert.equal(await attention('orders').count(), 0, 'a queue consumed in time (just published) is not listed');
   // A job dies now: nacked with its last try.
   let r = await fetch(`${API}/api/${NS}/failing?tries=1`, { method: 'PUT', headers: tok, body: 'x' });
@@ -96,9 +99,11 @@ await step('the overview lists the unconsumed backlog and the paused queue; a jo
   await dying.waitFor({ timeout: 20000 }); // the history flush (5 s), then the live refresh
   assert.match(await dying.getAttribute('data-why'), /dead letter growing/);
   assert.match(await dying.locator('td.why').textContent(), /1 job died since/);
-  // Most urgent first: the unconsumed backlog, the dying jobs, the paused queue.
+  // Most urgent first: the unconsumed backlog, the dying jobs, the
+  // throttled queue, the paused one.
   const order = await page.locator('#attention-list tbody tr').evaluateAll((rows) => rows.map((r) => r.dataset.queue || r.dataset.ns));
-  assert.deepEqual(order.filter((q) => ['sms-send', 'failing', 'held'].includes(q)), ['sms-send', 'failing', 'held']);
+  const listed = ['sms-send', 'failing', 'throttled', 'held'];
+  assert.deepEqual(order.filter((q) => listed.includes(q)), listed);
   await shot(page, 'attention');
 });
 
