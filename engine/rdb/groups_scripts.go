@@ -173,14 +173,15 @@ end
 -- 1 when the group left the blocked set (a waiter may get its job). A
 -- group is blocked only at its limit (consume) and takes no job while
 -- blocked, so the free that takes it below its limit is one whose count
--- was at least gmif: the others skip the SREM, unless the limits changed
--- since (cfg.unb) or there is no group limit (the set then only holds
--- groups blocked under an older limit, until unblockScript empties it).
+-- was at least gmif: the others skip the SREM (all of them when there is
+-- no group limit: nothing is blocked), unless the group limit changed
+-- since (cfg.unb: the set may hold groups blocked under the old one until
+-- unblockScript empties it).
 local function inflight_drop(gp, cfg, id, g)
   redis.call('HDEL', gp .. 'i', id)
   local c = redis.call('HINCRBY', gp .. 'c', g, -1)
   if c <= 0 then redis.call('HDEL', gp .. 'c', g) end
-  if cfg.gmif > 0 and c + 1 < cfg.gmif and not cfg.unb then return 0 end
+  if not cfg.unb and (cfg.gmif <= 0 or c + 1 < cfg.gmif) then return 0 end
   if redis.call('SREM', gp .. 'b', g) == 1 then
     grp_join(gp, g)
     return 1
