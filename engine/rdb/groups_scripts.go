@@ -133,10 +133,11 @@ local function inflight_room(gp, mif, want)
   return want
 end
 -- inflight_take records job id of group g in flight (gp..'i', gp..'c')
--- and returns the group's jobs in flight.
-local function inflight_take(gp, id, g)
+-- when the queue has no group_max_in_flight (consume reserves the
+-- group's slot first when it has one: inflight_reserve).
+local function inflight_take(gp, id, g, gmif)
   redis.call('HSET', gp .. 'i', id, g)
-  return redis.call('HINCRBY', gp .. 'c', g, 1)
+  if gmif <= 0 then redis.call('HINCRBY', gp .. 'c', g, 1) end
 end
 -- inflight_block takes group g out of the rotation while it is at its
 -- group_max_in_flight: inflight_free puts it back.
@@ -144,40 +145,87 @@ local function inflight_block(gp, g)
   redis.call('ZREM', gp .. 'a', g)
   redis.call('SADD', gp .. 'b', g)
 end
--- inflight_drop frees the slot of job id of group g, in flight in the
--- queue of group key prefix gp and config hash ck (inflight_free).
-local function inflight_drop(gp, ck, id, g)
-  redis.call('HDEL', gp .. 'i', id)
+-- inflight_reserve counts one more job of group g in flight, under its
+-- group_max_in_flight gmif (> 0), before consume pops it: the group's
+-- count after, or false (count unchanged) when the group is at its limit
+-- (a limit lowered since its last job). One HINCRBY where a read and an
+-- increment were two; inflight_unreserve undoes it when the pop gives no
+-- job.
+local function inflight_reserve(gp, g, gmif)
+  local c = redis.call('HINCRBY', gp .. 'c', g, 1)
+  if c <= gmif then return c end
+  redis.call('HINCRBY', gp .. 'c', g, -1)
+  return false
+end
+local function inflight_unreserve(gp, g)
   if redis.call('HINCRBY', gp .. 'c', g, -1) <= 0 then redis.call('HDEL', gp .. 'c', g) end
-  local wake = 0
+end
+-- inflight_cfg reads, once per script, what freeing slots needs of config
+-- hash ck: mif (max_in_flight, 0 = none), gmif (group_max_in_flight, 0 =
+-- none) and unb (set while SetQueueConfig's unblockScript has not yet
+-- emptied the blocked set after a limit change).
+local function inflight_cfg(ck)
+  local c = redis.call('HMGET', ck, 'mif', 'gmif', 'unb')
+  return {mif = tonumber(c[1]) or 0, gmif = tonumber(c[2]) or 0, unb = c[3] == '1'}
+end
+-- inflight_drop frees the slot of job id of group g, in flight in the
+-- queue of group key prefix gp and limits cfg (inflight_cfg), and returns
+-- 1 when the group left the blocked set (a waiter may get its job). A
+-- group is blocked only at its limit (consume) and takes no job while
+-- blocked, so the free that takes it below its limit is one whose count
+-- was at least gmif: the others skip the SREM (all of them when there is
+-- no group limit: nothing is blocked), unless the group limit changed
+-- since (cfg.unb: the set may hold groups blocked under the old one until
+-- unblockScript empties it).
+local function inflight_drop(gp, cfg, id, g)
+  redis.call('HDEL', gp .. 'i', id)
+  local c = redis.call('HINCRBY', gp .. 'c', g, -1)
+  if c <= 0 then redis.call('HDEL', gp .. 'c', g) end
+  if not cfg.unb and (cfg.gmif <= 0 or c + 1 < cfg.gmif) then return 0 end
   if redis.call('SREM', gp .. 'b', g) == 1 then
     grp_join(gp, g)
-    wake = 1
+    return 1
   end
-  local mif = tonumber(redis.call('HGET', ck, 'mif'))
-  if mif and mif > 0 and redis.call('HLEN', gp .. 'i') == mif - 1 then wake = 1 end
-  return wake
+  return 0
+end
+-- inflight_room_freed is how many of a queue's max_in_flight slots the
+-- n slots just freed made available (one HLEN after them all): waiters
+-- to wake. 0 when the queue has no max_in_flight or is still at or above
+-- it (a limit lowered since).
+local function inflight_room_freed(gp, cfg, n)
+  if cfg.mif <= 0 or n == 0 then return 0 end
+  local l = redis.call('HLEN', gp .. 'i')
+  local r = math.max(cfg.mif - l, 0) - math.max(cfg.mif - l - n, 0)
+  if r < 0 then return 0 end
+  return r
 end
 -- inflight_free frees the slot of job id of the queue whose group key
 -- prefix is gp and config hash ck, if the job was in flight there (for
--- an untracked queue: one HGET, nothing else). It returns 1 when a
--- consumer waiting on the queue may now get a job (the job's group was
--- blocked at its limit, or the queue was at its max_in_flight), else 0:
--- the caller publishes on the queue's ready channel (inflight_wake).
+-- an untracked queue: one HGET, nothing else). It returns how many
+-- consumers waiting on the queue may now get a job (the job's group was
+-- blocked at its limit, or the queue was at its max_in_flight): the
+-- caller publishes on the queue's ready channel (inflight_wake).
 local function inflight_free(gp, ck, id)
   local g = redis.call('HGET', gp .. 'i', id)
   if not g then return 0 end
-  return inflight_drop(gp, ck, id, g)
+  local cfg = inflight_cfg(ck)
+  return inflight_drop(gp, cfg, id, g) + inflight_room_freed(gp, cfg, 1)
 end
 -- inflight_free_many is inflight_free for the jobs ids (a table) of one
--- queue: one HMGET for them all (an untracked queue's whole cost), and
--- the number of waiters to wake.
+-- queue: one HMGET for them all (an untracked queue's whole cost), one
+-- read of the config and one HLEN for the batch, and the number of
+-- waiters to wake.
 local function inflight_free_many(gp, ck, ids)
   local gs = redis.call('HMGET', gp .. 'i', unpack(ids))
-  local wake = 0
+  local wake, n, cfg = 0, 0, nil
   for i = 1, #ids do
-    if gs[i] then wake = wake + inflight_drop(gp, ck, ids[i], gs[i]) end
+    if gs[i] then
+      if not cfg then cfg = inflight_cfg(ck) end
+      wake = wake + inflight_drop(gp, cfg, ids[i], gs[i])
+      n = n + 1
+    end
   end
+  if cfg then wake = wake + inflight_room_freed(gp, cfg, n) end
   return wake
 end
 -- inflight_wake wakes n waiters of a queue (command pub on its ready
@@ -206,6 +254,10 @@ for _, f in ipairs(redis.call('HKEYS', ck)) do
   if string.sub(f, 1, 2) == 'w:' then old[#old + 1] = f end
 end
 if #old > 0 then redis.call('HDEL', ck, unpack(old)) end
+-- unb: the blocked set may hold groups blocked under another
+-- group_max_in_flight until unblockScript empties it (inflight_drop then
+-- looks at the set on every free).
+if (redis.call('HGET', ck, 'gmif') or '0') ~= ARGV[3] then redis.call('HSET', ck, 'unb', '1') end
 local names = {'mif', 'mifq', 'gmif'}
 local any = false
 for i = 1, 3 do
@@ -220,6 +272,8 @@ for i = 4, #ARGV - 1, 2 do
   redis.call('HSET', ck, 'w:' .. ARGV[i], ARGV[i + 1])
   any = true
 end
+-- ws: the queue has weights (consume reads them only then).
+if #ARGV >= 5 then redis.call('HSET', ck, 'ws', '1') else redis.call('HDEL', ck, 'ws') end
 if any and redis.call('HSET', ck, 'grp', '1') == 1 then return 2 end
 return 1
 `)
@@ -228,9 +282,11 @@ return 1
 // back into its rotation (gp..'a'), after its group_max_in_flight changed:
 // the consume script blocks again, before giving it a job, each group
 // still at the new limit (consumeScript), and a group under it would
-// otherwise wait for one of its jobs to leave flight.
+// otherwise wait for one of its jobs to leave flight. The call that
+// finds the set empty clears the config's unb (setLimitsScript): every
+// group blocked from then on was blocked under the limit in force.
 //
-//	KEYS[1] gp..'a'   KEYS[2] gp..'b'
+//	KEYS[1] gp..'a'   KEYS[2] gp..'b'   KEYS[3] config
 //	ARGV[1] most groups to move
 //
 // Returns how many it moved (fewer than ARGV[1] when the set is empty).
@@ -238,6 +294,7 @@ var unblockScript = script(`
 local gp = string.sub(KEYS[1], 1, -2)
 local gs = redis.call('SPOP', KEYS[2], tonumber(ARGV[1]))
 for _, g in ipairs(gs) do grp_join(gp, g) end
+if #gs < tonumber(ARGV[1]) then redis.call('HDEL', KEYS[3], 'unb') end
 return #gs
 `)
 

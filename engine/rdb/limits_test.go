@@ -373,11 +373,13 @@ func TestInFlightLimits(t *testing.T) {
 			if err := e.Ack(bg, ns, q, ackB.ID, ackB.Receipt); err != nil {
 				t.Fatal(err)
 			}
+			var woken []*engine.Job
 			select {
 			case jobs := <-got:
 				if len(jobs) != 1 || jobs[0].Group != "gb" {
 					t.Fatalf("the waiting consumer got %d jobs after gb's ACK, want one of gb", len(jobs))
 				}
+				woken = jobs
 				t.Logf("woken %v after the ACK of a blocked group's job", time.Since(start))
 			case <-time.After(10 * time.Second):
 				t.Fatal("the waiting consumer was not woken by the ACK of a blocked group's job")
@@ -397,13 +399,54 @@ func TestInFlightLimits(t *testing.T) {
 			if err := e.SetQueueConfig(bg, ns, q, engine.QueueConfig{MaxInFlight: 20, GroupMaxInFlight: 3}); err != nil {
 				t.Fatal(err)
 			}
-			if jobs := consume(10); len(jobs) != 4 {
-				t.Fatalf("group_max_in_flight raised to 3: consume got %d jobs, want 4 (one per group)", len(jobs))
+			raised := consume(10)
+			if len(raised) != 4 {
+				t.Fatalf("group_max_in_flight raised to 3: consume got %d jobs, want 4 (one per group)", len(raised))
 			}
 			for _, g := range groups {
 				if n := perGroup("at the raised group limit")[g]; n != 3 {
 					t.Fatalf("group %q: %d in flight, want 3 (%v)", g, n, perGroup(""))
 				}
+			}
+			// Lowering it to 1 gives nothing (each group holds 3: consume
+			// reserves a slot, finds the group over its limit and blocks
+			// it, the counts unchanged); gb's jobs leave flight one by
+			// one, and only the third ACK takes it under the limit.
+			if err := e.SetQueueConfig(bg, ns, q, engine.QueueConfig{MaxInFlight: 20, GroupMaxInFlight: 1}); err != nil {
+				t.Fatal(err)
+			}
+			if v, err := client.HExists(bg, configKey(ns, q), "unb").Result(); err != nil || v {
+				t.Fatalf("after SetQueueConfig the config still marks the blocked set as unsettled (unb): %v, %v", v, err)
+			}
+			if jobs := consume(10); len(jobs) != 0 {
+				t.Fatalf("group_max_in_flight lowered to 1: consume got %d jobs, want 0", len(jobs))
+			}
+			for _, g := range groups {
+				if n := perGroup("over the lowered group limit")[g]; n != 3 {
+					t.Fatalf("group %q: %d in flight after consumes over the lowered limit, want 3 (%v)", g, n, perGroup(""))
+				}
+			}
+			var gb []*engine.Job
+			for _, j := range append(append(append([]*engine.Job{}, inGroups...), woken...), raised...) {
+				if j.Group == "gb" && j != ackB {
+					gb = append(gb, j)
+				}
+			}
+			if len(gb) != 3 {
+				t.Fatalf("%d jobs of gb in flight, want 3", len(gb))
+			}
+			pub(engine.PublishRequest{Body: []byte("gb 4"), Group: "gb"})
+			for i, j := range gb {
+				if err := e.Ack(bg, ns, q, j.ID, j.Receipt); err != nil {
+					t.Fatal(err)
+				}
+				jobs := consume(10)
+				if want := map[bool]int{true: 1, false: 0}[i == 2]; len(jobs) != want || (want == 1 && jobs[0].Group != "gb") {
+					t.Fatalf("after %d ACKs of gb at group_max_in_flight 1: consume got %d jobs, want %d of gb", i+1, len(jobs), want)
+				}
+			}
+			if n := perGroup("gb back under the limit")["gb"]; n != 1 {
+				t.Fatalf("group gb: %d in flight, want 1 (%v)", n, perGroup(""))
 			}
 
 			// Destroy drops the records.

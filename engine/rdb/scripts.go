@@ -636,7 +636,7 @@ for i = 1, n do
   -- priority job (push_ready sets seq first): queues that never use
   -- priorities skip the ZPOPMIN, and whether it is tracked (grp: it has
   -- groups or limits, groups_scripts.go), with its limits.
-  local cfg = redis.call('HMGET', KEYS[k + 4], 'paused', 'seq', 'grp', 'mif', 'gmif')
+  local cfg = redis.call('HMGET', KEYS[k + 4], 'paused', 'seq', 'grp', 'mif', 'gmif', 'ws')
   tracked[i] = cfg[3] == '1'
   if cfg[1] ~= '1' and cfg[3] == '1' then
     -- A tracked queue serves its groups in turn: the group of the lowest
@@ -650,9 +650,10 @@ for i = 1, n do
     local gp = gpfx(KEYS[k + 6])
     local ak = gp .. 'a'
     -- The default group (the queue's own q/ and p/) joins lazily: ungrouped
-    -- publishes are those of an untracked queue.
-    if not redis.call('ZSCORE', ak, '') and redis.call('SISMEMBER', gp .. 'b', '') == 0
-        and (redis.call('LLEN', KEYS[k + 1]) > 0 or redis.call('ZCARD', KEYS[k + 3]) > 0) then
+    -- publishes are those of an untracked queue. Its lists first: they
+    -- are empty in most grouped queues (p/ is only when seq is set).
+    if (redis.call('LLEN', KEYS[k + 1]) > 0 or (cfg[2] and redis.call('ZCARD', KEYS[k + 3]) > 0))
+        and not redis.call('ZSCORE', ak, '') and redis.call('SISMEMBER', gp .. 'b', '') == 0 then
       redis.call('ZADD', ak, fnum(grp_min(gp)), '')
     end
     local ws = {}
@@ -666,8 +667,11 @@ for i = 1, n do
       local top = redis.call('ZRANGE', ak, 0, 0, 'WITHSCORES')
       if #top == 0 then break end
       local g, sc = top[1], tonumber(top[2])
-      if gmif > 0 and (tonumber(redis.call('HGET', gp .. 'c', g)) or 0) >= gmif then
-        -- At its limit (a take below, or a limit lowered since).
+      -- With a group limit, the group's slot is reserved before the pop
+      -- (inflight_reserve); false: at its limit (a limit lowered since).
+      local c = 0
+      if gmif > 0 then c = inflight_reserve(gp, g, gmif) end
+      if not c then
         inflight_block(gp, g)
         budget = budget - 1
       else
@@ -679,24 +683,35 @@ for i = 1, n do
           if #p > 0 then e = p[1] end
         end
         if not e then e = redis.call('RPOP', qk) end
+        local id = false
         if not e then
           redis.call('ZREM', ak, g)
         else
           if g ~= '' then gpop = gpop + 1 end
           budget = budget - 1
-          local id = take(i, k, e)
-          if id then
-            hit = true
-            took = took + 1
-            inflight_take(gp, id, g)
+          id = take(i, k, e)
+        end
+        if id then
+          hit = true
+          took = took + 1
+          inflight_take(gp, id, g, gmif)
+          if gmif > 0 and c >= gmif then
+            -- At its limit now: out of the rotation at once, rather than
+            -- at its next turn.
+            inflight_block(gp, g)
+          else
             local w = ws[g]
             if not w then
-              w = tonumber(redis.call('HGET', KEYS[k + 4], 'w:' .. g)) or 1
+              w = 1
+              -- Weights are read only when the queue has some (ws).
+              if cfg[6] then w = tonumber(redis.call('HGET', KEYS[k + 4], 'w:' .. g)) or 1 end
               if w < 1 then w = 1 end
               ws[g] = w
             end
             redis.call('ZADD', ak, fnum(sc + 1 / w), g)
           end
+        elseif gmif > 0 then
+          inflight_unreserve(gp, g)
         end
       end
     end
@@ -738,8 +753,9 @@ if out[1] == 0 then
     -- max_in_flight reached, make it limited: nothing for now.
     if limited[i] then
       lim = true
-    elseif redis.call('LLEN', KEYS[k + 1]) > 0 or redis.call('ZCARD', KEYS[k + 3]) > 0
-        or (tracked[i] ~= false and redis.call('EXISTS', gpfx(KEYS[k + 6]) .. 'a') == 1) then
+    elseif (tracked[i] and redis.call('EXISTS', gpfx(KEYS[k + 6]) .. 'a') == 1)
+        or redis.call('LLEN', KEYS[k + 1]) > 0 or redis.call('ZCARD', KEYS[k + 3]) > 0
+        or (tracked[i] == nil and redis.call('EXISTS', gpfx(KEYS[k + 6]) .. 'a') == 1) then
       out[1] = 0
       break
     elseif tracked[i] and redis.call('EXISTS', gpfx(KEYS[k + 6]) .. 'b') == 1 then
