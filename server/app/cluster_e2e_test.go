@@ -72,6 +72,7 @@ func TestE2ECluster(t *testing.T) {
 		{"DashboardHTTP", TestDashboardHTTP},
 		{"Shards", TestE2EShards},
 		{"Quota", TestE2EQuota},
+		{"Groups", TestE2EGroups},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !onCluster(t) {
