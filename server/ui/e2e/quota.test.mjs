@@ -3,67 +3,10 @@
 // and the live refresh of both when consumers make room. Started by the Go
 // test TestDashboardQuotaBrowser (server/app), which sets the quota,
 // publishes until the quota refuses, and passes the fixtures in KAIROS_E2E.
-import { chromium } from 'playwright-core';
-import { mkdirSync } from 'node:fs';
-import { join } from 'node:path';
 import assert from 'node:assert/strict';
+import { start } from './harness.mjs';
 
-const env = JSON.parse(process.env.KAIROS_E2E || '{}');
-const shots = process.env.KAIROS_SCREENSHOTS;
-mkdirSync(shots, { recursive: true });
-const ADMIN = env.admin;
-const API = env.api;
-
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM,
-  headless: true,
-  args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
-});
-const context = await browser.newContext({
-  httpCredentials: { username: env.user, password: env.password },
-  viewport: { width: 1280, height: 900 },
-});
-const page = await context.newPage();
-page.setDefaultTimeout(30000);
-const consoleErrors = [];
-page.on('console', (m) => {
-  if (m.type() === 'error' && !m.text().startsWith('Failed to load resource')) consoleErrors.push(m.text());
-});
-page.on('pageerror', (e) => consoleErrors.push(String(e)));
-const badResponses = [];
-page.on('response', (r) => { if (r.status() >= 400) badResponses.push(`${r.status()} ${new URL(r.url()).pathname}`); });
-
-async function waitText(loc, want, timeout) {
-  const end = Date.now() + timeout;
-  let got;
-  while (Date.now() < end) {
-    got = (await loc.textContent()).trim();
-    if (want instanceof RegExp ? want.test(got) : got === want) return;
-    await page.waitForTimeout(100);
-  }
-  throw new Error(`text ${JSON.stringify(got)} after ${timeout} ms, want ${JSON.stringify(want)}`);
-}
-
-let n = 0;
-async function shot(name) {
-  n++;
-  const file = join(shots, `quota-${String(n).padStart(2, '0')}-${name}.png`);
-  await page.screenshot({ path: file, fullPage: true });
-  console.log(`screenshot: ${file}`);
-}
-
-async function step(name, fn) {
-  const t0 = Date.now();
-  try {
-    await fn();
-    console.log(`ok   ${name} (${Date.now() - t0} ms)`);
-  } catch (e) {
-    console.log(`FAIL ${name}: ${e && e.stack || e}`);
-    try { await page.screenshot({ path: join(shots, `FAILED-quota-${name.replace(/\W+/g, '-')}.png`), fullPage: true }); } catch {}
-    await browser.close();
-    process.exit(1);
-  }
-}
+const { env, ADMIN, API, browser, page, consoleErrors, badResponses, waitText, shot, step } = await start('quota');
 
 const max = env.max_jobs;
 const held = env.jobs; // at or above max: the quota refused the last publish
