@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kairos-dev/kairos/engine"
@@ -43,22 +42,7 @@ func TestLimitsCollector(t *testing.T) {
 			}
 		}
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewLimitsCollector(e))
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]string{}
-	for _, f := range fams {
-		for _, m := range f.GetMetric() {
-			var labels []string
-			for _, l := range m.GetLabel() {
-				labels = append(labels, l.GetName()+"="+l.GetValue())
-			}
-			got[fmt.Sprint(f.GetName(), labels)] = fmt.Sprint(m.GetGauge().GetValue())
-		}
-	}
+	got := gatherGauges(t, NewLimitsCollector(e))
 	want := map[string]string{
 		"kairos_queue_in_flight[namespace=lm pool=default queue=lim]":         "2",
 		"kairos_queue_max_in_flight[namespace=lm pool=default queue=lim]":     "3",

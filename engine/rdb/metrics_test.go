@@ -161,22 +161,7 @@ func TestTimerSizesPerPool(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewStatsCollector(e))
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]string{}
-	for _, f := range fams {
-		for _, m := range f.GetMetric() {
-			var labels []string
-			for _, l := range m.GetLabel() {
-				labels = append(labels, l.GetName()+"="+l.GetValue())
-			}
-			got[fmt.Sprint(f.GetName(), labels)] = fmt.Sprint(m.GetGauge().GetValue())
-		}
-	}
+	got := gatherGauges(t, NewStatsCollector(e))
 	for k, v := range map[string]string{
 		"infra_lmstfy_redis_timer_sizes[pool=default]":                      "3",
 		"kairos_queue_timer_sizes[namespace=ts pool=default queue=a]":       "2",
@@ -338,4 +323,27 @@ func TestOldestReadySeconds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// gatherGauges registers c alone and returns its gauges' values, keyed by
+// the metric's name and its labels (name=value, in order).
+func gatherGauges(t *testing.T, c prometheus.Collector) map[string]string {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			got[fmt.Sprint(f.GetName(), labels)] = fmt.Sprint(m.GetGauge().GetValue())
+		}
+	}
+	return got
 }
