@@ -52,6 +52,11 @@ const (
 	// pump, the others wait): a pool whose big queues hold still costs
 	// Redis little more than their passes once in that time.
 	reconcileBigAgain = 30 * time.Second
+	// reconcileBigRetry is how long a queue whose pass was given up (it
+	// changed meanwhile) waits for its next one: a queue published to
+	// without pause gives up every pass, and retrying at once cost a
+	// publish benchmark 8 % of its rate (round P, doc/performance.md).
+	reconcileBigRetry = 5 * time.Second
 )
 
 // bigPass is the state of a chunked recount under way: the connection
@@ -118,6 +123,11 @@ func (e *Engine) bigStep(ctx context.Context, budget int, since time.Time, st *R
 			st.Aborted++
 			err = nil
 			done = true
+			if r.bigAt == nil {
+				r.bigAt = map[[2]string]time.Time{}
+			}
+			// As if it had applied reconcileBigRetry before the usual wait ends.
+			r.bigAt[r.pass.q] = time.Now().Add(reconcileBigRetry - reconcileBigAgain)
 		}
 		if err != nil || done {
 			e.closePass()

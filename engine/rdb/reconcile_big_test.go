@@ -351,6 +351,9 @@ func testReconcileBig(t *testing.T, client redis.UniversalClient, m *miniredis.M
 // that the counts are not below what Redis holds.
 func loadBig(t *testing.T, e *Engine, client redis.UniversalClient, ns, q string, step func() ReconcileStats) {
 	ctx := bg
+	e.ten.reconMu.Lock()
+	e.ten.recon.bigAt = nil // the passes given up before wait reconcileBigRetry: start at once
+	e.ten.reconMu.Unlock()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var ops atomic.Int64
@@ -401,6 +404,15 @@ func loadBig(t *testing.T, e *Engine, client redis.UniversalClient, ns, q string
 	wg.Wait()
 	if during.Aborted == 0 {
 		t.Fatalf("no pass given up while the queue changed: %+v", during)
+	}
+	// A queue whose pass was given up waits reconcileBigRetry, not the
+	// next step, for its next pass (a queue published to without pause
+	// would otherwise be read again and again for nothing).
+	e.ten.reconMu.Lock()
+	at, ok := e.ten.recon.bigAt[[2]string{ns, q}]
+	e.ten.reconMu.Unlock()
+	if wait := time.Until(at.Add(reconcileBigAgain)); !ok || wait <= 0 || wait > reconcileBigRetry && during.Passes == 0 {
+		t.Fatalf("after a pass given up, the queue's next pass is in %v (recorded %v), want within %v", wait, ok, reconcileBigRetry)
 	}
 	if u, want := queueUsage(t, client, ns, q), truthQueue(t, client, ns, q); u.Jobs < want.Jobs || u.Bytes < want.Bytes {
 		t.Fatalf("usage %+v below what Redis holds %+v after passes under load (%+v)", u, want, during)
