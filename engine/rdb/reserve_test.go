@@ -175,6 +175,10 @@ func reserveScenario(t *testing.T, e *Engine, q, quietQ, smallQ string, mem func
 	if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: "noisy", Queue: q, Body: body, Tries: 1}); !errors.Is(err, engine.ErrPoolFull) {
 		t.Fatalf("noisy's publish in the reserve after quiet's: %v", err)
 	}
+	// A schedule's tick is a publish too: noisy's is missed (its next
+	// moves on, nothing fired), small's fires into the reserve.
+	scheduleTicks(t, e, q, "small", smallQ)
+
 	acked := 0
 	for acked < 200 {
 		jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: "quiet", Queues: []string{quietQ}, TTR: time.Minute, Count: 50})
@@ -359,5 +363,64 @@ func TestHeavyByNode(t *testing.T) {
 	}
 	if heavy[5] != nil {
 		t.Error("group 5 (no reserve) has a heavy map")
+	}
+}
+
+// scheduleTicks puts a schedule ticking every second on noisy's queue q
+// and on namespace quiet's quietQ, runs the scheduler until both handled
+// their first tick, and checks that the reserve refused noisy's (missed:
+// next moved on, nothing fired, no job) and let quiet's fire; then
+// deletes both schedules and the jobs of quietQ.
+func scheduleTicks(t *testing.T, e *Engine, q, quiet, quietQ string) {
+	t.Helper()
+	put := func(ns, queue string) *engine.Schedule {
+		s, err := e.PutSchedule(bg, &engine.Schedule{Namespace: ns, Queue: queue, Name: "tick", Spec: "@every 1s", Body: []byte("tick"), Tries: 1, TTL: time.Hour})
+		if err != nil {
+			t.Fatalf("put %s's schedule: %v", ns, err)
+		}
+		return s
+	}
+	noisy := put("noisy", q)
+	put(quiet, quietQ)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// The engine's own scheduler runs too: either may handle a tick.
+		_, err := e.ScheduleOnce(bg)
+		gn, _ := e.GetSchedule(bg, "noisy", q, "tick")
+		gq, _ := e.GetSchedule(bg, quiet, quietQ, "tick")
+		if gn != nil && gq != nil && gn.Next.After(noisy.Next) && gq.Fired > 0 {
+			if gn.Fired != 0 || gn.LastJob != "" {
+				t.Fatalf("noisy's tick fired in the reserve: %+v", gn)
+			}
+			if _, err := e.PeekJob(bg, quiet, quietQ, gq.LastJob); err != nil {
+				t.Fatalf("quiet's tick job %s: %v", gq.LastJob, err)
+			}
+			// The schedules gone, their jobs out of the way of quiet's
+			// 200 (ticks the engine's own scheduler fired meanwhile too).
+			for _, s := range [][2]string{{"noisy", q}, {quiet, quietQ}} {
+				if err := e.DeleteSchedule(bg, s[0], s[1], "tick"); err != nil {
+					t.Fatalf("delete %s's schedule: %v", s[0], err)
+				}
+			}
+			for _, list := range []engine.JobList{engine.ListScheduled, engine.ListReady} {
+				jobs, _, err := e.ListJobs(bg, quiet, quietQ, list, 0, 100)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, j := range jobs {
+					if err := e.Delete(bg, quiet, quietQ, j.ID); err != nil {
+						t.Fatalf("delete quiet's tick job %s: %v", j.ID, err)
+					}
+				}
+			}
+			if n, err := e.Size(bg, quiet, quietQ); err != nil || n != 0 {
+				t.Fatalf("quiet's queue after its ticks were deleted: size %d, %v", n, err)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ticks not handled within 10s: noisy %+v, quiet %+v (last error %v)", gn, gq, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -81,7 +81,9 @@ end
 // or it was replaced, paused or deleted): nothing written; otherwise
 // publishScript's reply, and the schedule and its index entry moved on
 // when that is {0, …}, or {-3, limit} (the namespace's quota refused the
-// job: the tick is missed rather than tried again and again).
+// job: the tick is missed rather than tried again and again). A tick the
+// memory reserve refuses (admitMemory, before the script) is missed the
+// same way, by skipScheduleScript.
 var fireScheduleScript = script(schedIndexSrc + `
 local function publish(KEYS, ARGV)
 ` + publishSrc + `
@@ -526,6 +528,15 @@ func (e *Engine) fireDue(ctx context.Context, g int, member string) error {
 	if s.TTL > 0 {
 		// The template's TTL counts from the tick.
 		req.TTL = s.TTL + max(plan.Tick.Sub(now), 0)
+	}
+	if err := e.admitMemory(ns, q, jobBytes(req)); err != nil {
+		// The memory reserve refuses the namespace (it holds at least its
+		// share of a node in its reserve): the tick is missed, as when
+		// its quota refuses it, rather than tried again and again.
+		if _, serr := e.run(ctx, skipScheduleScript, []string{key, index}, h["next"], h["ver"], newNext, member).Int64(); serr != nil {
+			return serr
+		}
+		return fmt.Errorf("schedule %s: tick missed: %w", member, err)
 	}
 	for attempt := 0; ; attempt++ {
 		qn, keys, args, id, err := e.publishCall(req, now)
