@@ -16,9 +16,10 @@ package server
 //     client) are not browsers' and pass.
 //  3. Account: with [Accounts], HTTP basic auth (plain passwords compared
 //     in constant time, bcrypt hashes with bcrypt), on every route but the
-//     open ones of adminRules; the account's name goes into the context
-//     under gin.AuthUserKey (as gin.BasicAuth puts it), its role under
-//     AuthRoleKey.
+//     open ones of adminRules (a client address with too many failed
+//     logins is refused for a while: admin_login.go); the account's name
+//     goes into the context under gin.AuthUserKey (as gin.BasicAuth puts
+//     it), its role under AuthRoleKey.
 //  4. Role and namespaces: adminRules gives each route the least role it
 //     needs and where its namespace comes from; an account limited to some
 //     namespaces is refused the others, and the routes that span every
@@ -28,6 +29,7 @@ package server
 // route cannot be forgotten.
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -223,8 +225,17 @@ func (s *Server) adminDoor(c *gin.Context) {
 		c.Next()
 		return
 	}
+	client := clientKey(r)
+	if wait := s.logins.blocked(client); wait > 0 {
+		c.Header("Retry-After", retryAfter(wait))
+		s.refuse(c, http.StatusTooManyRequests, fmt.Sprintf("too many failed logins from %s: try again in %s", client, retryAfter(wait)+"s"), "logins")
+		return
+	}
 	user, access, ok := s.authenticate(r)
 	if !ok {
+		if _, _, sent := r.BasicAuth(); sent {
+			s.logins.failed(client)
+		}
 		c.Header("WWW-Authenticate", basicRealm)
 		c.AbortWithStatus(http.StatusUnauthorized)
 		return
@@ -362,7 +373,7 @@ func (s *Server) authenticate(r *http.Request) (string, config.AccountAccess, bo
 		return "", config.AccountAccess{}, false
 	}
 	want, known := s.cfg.Accounts[user]
-	if !known || !s.passwords.check(user, want, pass) {
+	if !known || !s.passwords.check(r.Context(), s.logins, user, want, pass) {
 		return "", config.AccountAccess{}, false
 	}
 	return user, s.cfg.Access(user), true
@@ -384,7 +395,10 @@ const (
 	passwordCacheMax = 256
 )
 
-func (p *passwordChecker) check(user, want, got string) bool {
+// check compares got with user's password want. A bcrypt comparison
+// waits for one of guard's slots (at most half the
+// CPUs compare at once); it fails when ctx ends first.
+func (p *passwordChecker) check(ctx context.Context, guard *loginGuard, user, want, got string) bool {
 	if !config.IsBcryptHash(want) {
 		a, b := sha256.Sum256([]byte(want)), sha256.Sum256([]byte(got))
 		return subtle.ConstantTimeCompare(a[:], b[:]) == 1
@@ -397,7 +411,13 @@ func (p *passwordChecker) check(user, want, got string) bool {
 	if hit && now.Before(exp) {
 		return true
 	}
-	if bcrypt.CompareHashAndPassword([]byte(want), []byte(got)) != nil {
+	release, err := guard.slot(ctx)
+	if err != nil {
+		return false
+	}
+	err = bcrypt.CompareHashAndPassword([]byte(want), []byte(got))
+	release()
+	if err != nil {
 		return false
 	}
 	p.mu.Lock()

@@ -10,8 +10,10 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"golang.org/x/crypto/bcrypt"
@@ -357,6 +359,9 @@ func testAdminRoleMatrix(t *testing.T, protect bool) {
 			"nsop":   {Role: config.RoleOperator, Namespaces: []string{"ns"}},
 		}
 	}})
+	// The matrix sends thousands of wrong passwords from one address:
+	// the failed-login throttle (TestAdminLoginThrottle) is not its subject.
+	l.srv.logins.limit = 1 << 30
 	type account struct {
 		name, user, pass, role, ns string
 		limited, valid             bool
@@ -542,5 +547,115 @@ func TestAdminHostAllowed(t *testing.T) {
 		if got := env.srv.adminHostAllowed(req); got != tc.ok {
 			t.Errorf("AdminHost %q, AdminHosts %q, Host %q: %v, want %v", tc.adminHost, tc.hosts, tc.host, got, tc.ok)
 		}
+	}
+}
+
+// TestAdminLoginThrottle: a client address that fails loginFailMax logins
+// is refused with 429 and Retry-After, the right password included, until
+// the window has passed; another address logs in meanwhile; requests
+// without credentials (a browser asking for the login dialog) and logins
+// that succeed do not count.
+func TestAdminLoginThrottle(t *testing.T) {
+	env := newEnv(t, withConfig(func(c *config.Config) {
+		c.Accounts = map[string]string{"bob": "pw"}
+		c.AccountAccess = map[string]config.AccountAccess{"bob": {Role: config.RoleOperator}}
+	}))
+	now := time.Unix(1_800_000_000, 0)
+	env.srv.logins.now = func() time.Time { return now }
+	r := gin.New()
+	r.Use(env.srv.adminDoor)
+	r.GET("/queue/:namespace/:queue/config", func(c *gin.Context) { c.Status(200) })
+	try := func(addr, user, pass string) *httptest.ResponseRecorder {
+		req := request{method: "GET", target: "/queue/ns/q/config"}.build(t)
+		req.RemoteAddr = addr
+		if user != "" {
+			req.SetBasicAuth(user, pass)
+		}
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, req)
+		return w
+	}
+	const attacker, other = "192.0.2.7:40000", "192.0.2.8:40000"
+	for i := 0; i < 3; i++ {
+		if w := try(attacker, "", ""); w.Code != 401 {
+			t.Fatalf("no credentials: %d, want 401", w.Code)
+		}
+	}
+	for i := 0; i < loginFailMax; i++ {
+		if w := try(attacker, "bob", "guess"+strconv.Itoa(i)); w.Code != 401 {
+			t.Fatalf("failed login %d: %d, want 401", i+1, w.Code)
+		}
+		if i == 4 {
+			if w := try(attacker, "bob", "pw"); w.Code != 200 {
+				t.Fatalf("the right password after 5 failures: %d, want 200", w.Code)
+			}
+		}
+	}
+	w := try(attacker, "bob", "pw")
+	if w.Code != 429 || w.Header().Get("Retry-After") != "60" || !strings.Contains(w.Body.String(), `"error":"too many failed logins from 192.0.2.7`) {
+		t.Fatalf("after %d failures: %d Retry-After %q %s, want 429, 60 and the error", loginFailMax, w.Code, w.Header().Get("Retry-After"), w.Body)
+	}
+	if w := try(other, "bob", "pw"); w.Code != 200 {
+		t.Fatalf("another address: %d, want 200", w.Code)
+	}
+	// Another port of the same address is the same client; an IPv6
+	// address is counted by its /64.
+	if w := try("192.0.2.7:40001", "bob", "pw"); w.Code != 429 {
+		t.Fatalf("same address, another port: %d, want 429", w.Code)
+	}
+	now = now.Add(45 * time.Second)
+	if w := try(attacker, "bob", "pw"); w.Code != 429 || w.Header().Get("Retry-After") != "15" {
+		t.Fatalf("45 s later: %d Retry-After %q, want 429 and 15", w.Code, w.Header().Get("Retry-After"))
+	}
+	now = now.Add(15 * time.Second)
+	if w := try(attacker, "bob", "pw"); w.Code != 200 {
+		t.Fatalf("after the window: %d, want 200", w.Code)
+	}
+	for i := 0; i < loginFailMax; i++ {
+		try("[2001:db8::1]:5000", "bob", "nope")
+	}
+	if w := try("[2001:db8::2]:5000", "bob", "pw"); w.Code != 429 {
+		t.Fatalf("the same IPv6 /64: %d, want 429", w.Code)
+	}
+	if w := try("[2001:db8:0:1::1]:5000", "bob", "pw"); w.Code != 200 {
+		t.Fatalf("another IPv6 /64: %d, want 200", w.Code)
+	}
+}
+
+// TestLoginGuardBounded: the failures of at most loginGuardMax addresses
+// are kept, and bcrypt comparisons wait for a slot, giving up with their
+// request's context.
+func TestLoginGuardBounded(t *testing.T) {
+	g := newLoginGuard()
+	for i := 0; i < loginGuardMax+5; i++ {
+		g.failed("10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256))
+	}
+	if n := len(g.fails); n > loginGuardMax {
+		t.Fatalf("%d addresses kept, want at most %d", n, loginGuardMax)
+	}
+	var held []func()
+	for i := 0; i < cap(g.slots); i++ {
+		release, err := g.slot(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, release)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := g.slot(ctx); err == nil {
+		t.Fatal("a slot beyond the limit was given")
+	}
+	var p passwordChecker
+	hash, err := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.check(ctx, g, "bob", string(hash), "pw") {
+		t.Fatal("a bcrypt comparison ran with every slot taken and its context over")
+	}
+	held[0]()
+	if !p.check(context.Background(), g, "bob", string(hash), "pw") {
+		t.Fatal("the right password refused with a slot free")
 	}
 }

@@ -155,8 +155,10 @@ type Server struct {
 	auditMetrics *auditMetrics
 	// quotaMetrics count the publishes refused for room (quota_metrics.go).
 	quotaMetrics *quotaMetrics
-	// passwords checks the admin accounts' passwords (admin_door.go).
+	// passwords checks the admin accounts' passwords (admin_door.go);
+	// logins throttles the failed ones (admin_login.go).
 	passwords passwordChecker
+	logins    *loginGuard
 	// sizes and activity cache whole-namespace reads for the dashboard
 	// (dashboard_cache.go).
 	sizes    *nsCache[engine.QueueStats]
@@ -248,6 +250,7 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 	}
 
 	s := &Server{
+		logins:     newLoginGuard(),
 		cfg:        cfg,
 		engines:    deps.Engines,
 		tokens:     deps.Tokens,
