@@ -14,6 +14,7 @@ type jobRec struct {
 	deliveries int   // consumer deliveries recorded
 	first      int64 // Unix ms of the first delivery
 	ackOK      bool  // a consumer's ACK was answered 204
+	notFound   bool  // a consumer's ACK was answered 404 at once
 	afterAck   int   // deliveries after a successful ACK
 	dead       bool  // found in the dead letter at the drain
 }
@@ -84,6 +85,16 @@ func (l *ledger) ackDone(seq int64) {
 	defer l.mu.Unlock()
 	if r := l.jobs[seq]; r != nil {
 		r.ackOK = true
+	}
+}
+
+// notFound records an ACK of seq answered 404 at its first definite
+// answer: it did not delete the job.
+func (l *ledger) notFound(seq int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r := l.jobs[seq]; r != nil {
+		r.notFound = true
 	}
 }
 
