@@ -8,7 +8,8 @@
 // What may be retried depends on the call: Refused errors ran nothing and
 // may be retried for any command; Unsent errors were never sent; a broken
 // or timed-out connection (Unreachable) may have run the command, so only
-// reads retry it.
+// reads retry it. Dialer keeps go-redis itself from sending a command
+// again after its connection broke (conn.go).
 package redisretry
 
 import (
