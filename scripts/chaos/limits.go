@@ -134,11 +134,17 @@ type Limits struct {
 	// the dead letter.
 	Lost     int     `json:"lost"`
 	LostSeqs []int64 `json:"lost_seqs,omitempty"`
-	// AfterAck: deliveries of a job after its ACK was answered 204.
-	AfterAck   int `json:"after_ack"`
-	Phantom    int `json:"phantom"`
-	Mismatches int `json:"mismatches"` // answers whose queue or group is not the job's
-	Residual   int `json:"residual"`
+	// AfterAck: deliveries of a job after its ACK was answered 204 (or
+	// inferred), by a consume sent after that answer. AfterAckOverlap:
+	// deliveries answered after it by a consume sent before it, whose
+	// take may have come first (a consume answered late, whose TTR ran out
+	// meanwhile while another consumer took and ACKed the job); not a
+	// failure (Redis's AOF tells them apart: -keep).
+	AfterAck        int `json:"after_ack"`
+	AfterAckOverlap int `json:"after_ack_overlap"`
+	Phantom         int `json:"phantom"`
+	Mismatches      int `json:"mismatches"` // answers whose queue or group is not the job's
+	Residual        int `json:"residual"`
 
 	Scopes []FlightScope `json:"scopes"`
 	// EmptySpans counts deliveries answered after t0 + TTR (a long-poll
@@ -499,7 +505,7 @@ func (r *limitsRun) consumer(ctx context.Context, i int) {
 			continue
 		}
 		for _, j := range jobs {
-			b, ok := r.record(j, t1)
+			b, ok := r.record(j, t0, t1)
 			if !ok {
 				continue
 			}
@@ -552,9 +558,9 @@ func (r *limitsRun) consume(ctx context.Context, k *kairosNode, queues string, t
 	}
 }
 
-// record enters a delivery answered at t1 in the publish ledger; ok is
-// false for a body that is not the scenario's.
-func (r *limitsRun) record(j limitsJob, t1 time.Time) (limitsBody, bool) {
+// record enters a delivery of a consume sent at t0 and answered at t1 in
+// the publish ledger; ok is false for a body that is not the scenario's.
+func (r *limitsRun) record(j limitsJob, t0, t1 time.Time) (limitsBody, bool) {
 	var b limitsBody
 	if err := json.Unmarshal(j.Data, &b); err != nil || b.Seq <= 0 {
 		r.w.warn("limits: job %s: body %q is not the scenario's: %v", j.JobID, j.Data, err)
@@ -562,7 +568,7 @@ func (r *limitsRun) record(j limitsJob, t1 time.Time) (limitsBody, bool) {
 		return b, false
 	}
 	r.deliveries.Add(1)
-	if !r.w.led.deliver(b.Seq, t1) {
+	if !r.w.led.deliverTaken(b.Seq, t0, t1) {
 		r.w.warn("limits: job %s carries seq %d, never published", j.JobID, b.Seq)
 	}
 	got := "" // the default group: no "group" in the answer
@@ -674,7 +680,7 @@ func (r *limitsRun) sweep(ctx context.Context, dead bool) error {
 			}
 			got += len(jobs)
 			for _, j := range jobs {
-				b, ok := r.record(j, t1)
+				b, ok := r.record(j, t0, t1)
 				if !ok {
 					continue
 				}
@@ -812,7 +818,7 @@ func (r *limitsRun) sample(ctx context.Context) {
 func (r *limitsRun) fill(res *Limits) {
 	c := r.w.led.summarize()
 	res.Attempted, res.Acknowledged, res.DeadLettered = c.Attempted, c.Acknowledged, c.DeadLettered
-	res.AfterAck, res.Phantom = c.AfterAck, c.Phantom
+	res.AfterAck, res.AfterAckOverlap, res.Phantom = c.AfterAck, c.AfterAckOverlap, c.Phantom
 	res.PublishErrors, res.ConsumeErrors, res.AckErrors = c.PublishErrors, c.ConsumeErrors, c.AckErrors
 	l := r.w.led
 	l.mu.Lock()
@@ -923,6 +929,9 @@ func writeLimits(out io.Writer, r Limits) {
 	fmt.Fprintf(out, "publishes acknowledged %s of %s; deliveries %s: ACKed %s (%d of them 404 after an unknown outcome), released %s, let go %s, stale %d, not found %d, unanswered %d; dead-lettered %d; lost %d; residual %d\n",
 		formatCount(r.Acknowledged), formatCount(r.Attempted), formatCount(r.Deliveries), formatCount(r.Acked), r.AckInferred,
 		formatCount(r.Released), formatCount(r.LetGo), r.Stale, r.AckNotFound, r.AckUnknown, r.DeadLettered, r.Lost, r.Residual)
+	if r.AfterAckOverlap > 0 {
+		fmt.Fprintf(out, "deliveries answered after the job's ACK by a consume sent before it (taken before it, or after: see the AOF): %d\n", r.AfterAckOverlap)
+	}
 	fmt.Fprintf(out, "server in flight: most seen %v; after the drain %d (per-group counts %d, GET …/groups %d)\n", r.ServerPeak, r.ServerLeft, r.ServerCounts, r.ReportedLeft)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "queue\tgroup\tlimit\tdeliveries\tpeak\tat limit s\tviolations\t")
