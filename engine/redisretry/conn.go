@@ -61,7 +61,7 @@ type lostConn struct{ net.Conn }
 func (c *lostConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if err != nil {
-		err = &LostError{op: "read", cause: err}
+		err = &LostError{Op: "read", Err: err}
 	}
 	return n, err
 }
@@ -69,7 +69,7 @@ func (c *lostConn) Read(b []byte) (int, error) {
 func (c *lostConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
 	if err != nil {
-		err = &LostError{op: "write", cause: err}
+		err = &LostError{Op: "write", Err: err}
 	}
 	return n, err
 }
@@ -84,20 +84,16 @@ func (c *lostConnFD) SyscallConn() (syscall.RawConn, error) { return c.sc.Syscal
 
 // LostError is a read or a write that failed on a connection to Redis
 // already made (a connection that broke or timed out): the command may
-// have run. It does not unwrap to its cause (an io.EOF, a reset, a net.Error
-// timeout), so that go-redis does not send the command again; Cause gives
-// it.
+// have run. It has no Unwrap: go-redis would find its cause (an io.EOF, a
+// reset, a net.Error timeout) and send the command again.
 type LostError struct {
-	op    string
-	cause error
+	Op  string // "read" or "write"
+	Err error  // the connection's error
 }
 
 func (e *LostError) Error() string {
-	return "redis connection lost (the command may have run): " + e.op + ": " + e.cause.Error()
+	return "redis connection lost (the command may have run): " + e.Op + ": " + e.Err.Error()
 }
-
-// Cause is the error of the read or the write.
-func (e *LostError) Cause() error { return e.cause }
 
 // Lost reports whether err is (or wraps) a *LostError.
 func Lost(err error) bool {

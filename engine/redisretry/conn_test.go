@@ -198,7 +198,7 @@ func TestDialerLost(t *testing.T) {
 				t.Fatalf("INCR sent %d times, want once", n)
 			}
 			var l *LostError
-			if !errors.As(err, &l) || l.Cause() == nil {
+			if !errors.As(err, &l) || l.Err == nil {
 				t.Fatalf("error %v (%T), want a *LostError", err, err)
 			}
 			if !Unreachable(err) || Unsent(err) || Refused(err) || !Failover(err) {
