@@ -17,6 +17,7 @@ import (
 
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/engine/redisretry"
 	"github.com/kairos-dev/kairos/server/webhook"
 )
 
@@ -172,6 +173,8 @@ func unavailable(ctx context.Context, err error) bool {
 		return true
 	case redis.HasErrorPrefix(err, "MISCONF"), redis.HasErrorPrefix(err, "NOREPLICAS"), redis.HasErrorPrefix(err, "BUSY"),
 		redis.HasErrorPrefix(err, "CLUSTERDOWN"), redis.HasErrorPrefix(err, "TRYAGAIN"):
+		return true
+	case redisretry.Lost(err): // a connection that broke or timed out mid-command
 		return true
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):

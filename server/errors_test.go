@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/kairos-dev/kairos/auth"
 	"github.com/kairos-dev/kairos/engine"
+	"github.com/kairos-dev/kairos/engine/redisretry"
 )
 
 // TestUnavailableErrors: the one classification of outages. Every error
@@ -34,6 +36,10 @@ func TestUnavailableErrors(t *testing.T) {
 		{"reset", ctx, fmt.Errorf("consume: %w", syscall.ECONNRESET), errUnavailable},
 		{"other", ctx, fmt.Errorf("size: %w", errors.New("x")), errInternal},
 		{"eof", ctx, fmt.Errorf("size: %w", io.EOF), errUnavailable},
+		// A connection lost after the command was sent (redisretry.Dialer):
+		// it may have run, and the client decides.
+		{"lost", ctx, fmt.Errorf("ack: %w", &redisretry.LostError{Op: "read", Err: io.EOF}), errUnavailable},
+		{"lost timeout", ctx, fmt.Errorf("publish: %w", &redisretry.LostError{Op: "read", Err: os.ErrDeadlineExceeded}), errUnavailable},
 		{"pool timeout", ctx, fmt.Errorf("ack: %w", redis.ErrPoolTimeout), errUnavailable},
 		{"client closed", ctx, fmt.Errorf("ack: %w", redis.ErrClosed), errUnavailable},
 		{"redis deadline", ctx, fmt.Errorf("ack: %w", context.DeadlineExceeded), errUnavailable},

@@ -942,7 +942,8 @@ func (e *Engine) publishValid(ctx context.Context, reqs []*engine.PublishRequest
 // ownEarlierWrite reports whether the job key a publish found taken holds
 // value, the job this very publish wrote: go-redis sends a script again
 // after a read timeout or a broken connection (a Redis stalled for longer
-// than its read timeout), and the first run may have gone through. A job
+// than its read timeout), and the first run may have gone through (not
+// with the server's clients, whose redisretry.Dialer stops that re-send). A job
 // ID has 64 random bits, so the key of another job is all but impossible;
 // a fresh ID would publish the job twice.
 func (e *Engine) ownEarlierWrite(ctx context.Context, key string, value interface{}) bool {

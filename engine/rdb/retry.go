@@ -30,11 +30,13 @@ import (
 // twice.
 //
 // (A script whose reply was lost to a timeout or a broken connection may
-// have run; go-redis re-sends it, and the scripts are written for that: a
-// publish finds its own job key (SET NX, ownEarlierWrite) and reports
-// success, a consume takes other jobs while those of the lost reply come
-// back after their TTR, an ACK or a nack with a receipt finds the job gone
-// or the receipt spent.)
+// have run, so it is not retried here. The server's clients do not
+// re-send it either (redisretry.Dialer: the caller gets a
+// redisretry.LostError, a 503). go-redis's own dialer does, and the
+// scripts are written for that: a publish finds its own job key (SET NX,
+// ownEarlierWrite) and reports success, a consume takes other jobs while
+// those of the lost reply come back after their TTR, an ACK or a nack with
+// a receipt finds the job gone or the receipt spent.)
 //
 // A script never runs on half a slot: one whose keys are split between the
 // source and the target of a migration is refused (TRYAGAIN on the source

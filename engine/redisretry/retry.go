@@ -8,7 +8,8 @@
 // What may be retried depends on the call: Refused errors ran nothing and
 // may be retried for any command; Unsent errors were never sent; a broken
 // or timed-out connection (Unreachable) may have run the command, so only
-// reads retry it.
+// reads retry it. Dialer keeps go-redis itself from sending a command
+// again after its connection broke (conn.go).
 package redisretry
 
 import (
@@ -58,14 +59,15 @@ func Unsent(err error) bool {
 }
 
 // Unreachable reports whether err is a connection failure after which the
-// command may or may not have run: a connection that broke or timed out,
+// command may or may not have run: a connection that broke or timed out
+// (a LostError, or its cause from a connection that Dialer did not make),
 // on top of Unsent. Only an idempotent command (a read) is retried on it.
 // A context that ended is not one: the caller gave up.
 func Unreachable(err error) bool {
 	switch {
 	case err == nil:
 		return false
-	case Unsent(err): // a dial error may wrap the dial's own deadline
+	case Unsent(err), Lost(err): // a dial error may wrap the dial's own deadline
 		return true
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return false

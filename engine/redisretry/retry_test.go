@@ -44,6 +44,8 @@ func TestClassify(t *testing.T) {
 		{read, false, false, true, true},
 		{io.EOF, false, false, true, true},
 		{timeout, false, false, true, true},
+		{fmt.Errorf("ack: %w", &LostError{Op: "read", Err: io.EOF}), false, false, true, true},
+		{&LostError{Op: "read", Err: timeout}, false, false, true, true},
 		{redisError("WRONGTYPE Operation against a key holding the wrong kind of value"), false, false, false, false},
 		{redisError("ERR Error running script"), false, false, false, false},
 		{redis.Nil, false, false, false, false},

@@ -232,6 +232,25 @@ func TestUnionLength(t *testing.T) {
 	}
 }
 
+// TestLedgerAfterAck: a delivery answered after the job's ACK counts as
+// after it when its consume was sent after the ACK's answer, and as an
+// overlap (its take may have come first) when it was sent before.
+func TestLedgerAfterAck(t *testing.T) {
+	l := newLedger()
+	l.sent(1, 9_000, 9_000)
+	l.published([]int64{1}, time.Millisecond)
+	before := time.Now()
+	l.deliverTaken(1, before, time.Now())
+	l.ackDone(1)
+	l.deliverTaken(1, before, time.Now()) // sent before the ACK, answered after
+	l.ackDone(1)                          // a second ACK keeps the first's time
+	l.deliverTaken(1, time.Now(), time.Now())
+	c := l.summarize()
+	if c.AfterAck != 1 || c.AfterAckOverlap != 1 || c.Duplicates != 2 {
+		t.Fatalf("after ACK %d, overlap %d, duplicates %d; want 1, 1, 2", c.AfterAck, c.AfterAckOverlap, c.Duplicates)
+	}
+}
+
 // TestLedgerSummarize checks every figure of the report on a small,
 // hand-made history.
 func TestLedgerSummarize(t *testing.T) {

@@ -14,7 +14,10 @@ type jobRec struct {
 	deliveries int   // consumer deliveries recorded
 	first      int64 // Unix ms of the first delivery
 	ackOK      bool  // a consumer's ACK was answered 204
+	ackAt      int64 // Unix ns of that answer (the first)
+	notFound   bool  // a consumer's ACK was answered 404 at once
 	afterAck   int   // deliveries after a successful ACK
+	overlap    int   // deliveries answered after it, of a consume sent before it
 	dead       bool  // found in the dead letter at the drain
 }
 
@@ -60,6 +63,17 @@ func (l *ledger) published(seqs []int64, latency time.Duration) {
 // deliver records a delivery of seq at now; it reports whether seq was
 // ever sent.
 func (l *ledger) deliver(seq int64, now time.Time) bool {
+	return l.deliverTaken(seq, time.Time{}, now)
+}
+
+// deliverTaken records a delivery of seq by a consume sent at t0 (zero:
+// unknown) and answered at now. A delivery answered after the job's
+// successful ACK counts as after it (afterAck) unless its consume was sent
+// before that ACK's answer: then the take may have come first (a consume
+// answered late, whose TTR ran out meanwhile, the job going to a consumer
+// that ACKed it), and it counts as an overlap. Redis's AOF tells the two
+// apart; the ledger cannot.
+func (l *ledger) deliverTaken(seq int64, t0, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lastDeliv = now
@@ -68,7 +82,11 @@ func (l *ledger) deliver(seq int64, now time.Time) bool {
 		l.phantom++
 		return false
 	}
-	if r.ackOK {
+	switch {
+	case !r.ackOK:
+	case !t0.IsZero() && t0.UnixNano() < r.ackAt:
+		r.overlap++
+	default:
 		r.afterAck++
 	}
 	r.deliveries++
@@ -82,8 +100,18 @@ func (l *ledger) deliver(seq int64, now time.Time) bool {
 func (l *ledger) ackDone(seq int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if r := l.jobs[seq]; r != nil && !r.ackOK {
+		r.ackOK, r.ackAt = true, time.Now().UnixNano()
+	}
+}
+
+// notFound records an ACK of seq answered 404 at its first definite
+// answer: it did not delete the job.
+func (l *ledger) notFound(seq int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if r := l.jobs[seq]; r != nil {
-		r.ackOK = true
+		r.notFound = true
 	}
 }
 
@@ -152,6 +180,7 @@ type counts struct {
 	LostSent           []int64 // Unix ms each lost job was sent
 	Duplicates         int     // deliveries beyond the first, of any job
 	AfterAck           int     // deliveries after a successful ACK
+	AfterAckOverlap    int     // deliveries answered after it, of a consume sent before it
 	UnackedDelivered   int     // jobs whose publish got no 201 but were delivered
 	Phantom            int
 	Early              int // first deliveries before the intended due time
@@ -190,6 +219,7 @@ func (l *ledger) summarize() counts {
 			c.Duplicates += r.deliveries - 1
 		}
 		c.AfterAck += r.afterAck
+		c.AfterAckOverlap += r.overlap
 		if !r.acked {
 			if r.deliveries > 0 {
 				c.UnackedDelivered++

@@ -114,17 +114,37 @@ type Limits struct {
 	Stale      int `json:"stale"`
 	// AckUnknown: ACKs and releases still without a definite answer after
 	// ackPatience of retries (their jobs may count as lost).
-	AckUnknown   int `json:"ack_unknown"`
+	AckUnknown int `json:"ack_unknown"`
+	// AckInferred: ACKs answered 404 after an attempt whose outcome was
+	// unknown (a transport error, a 5xx), counted as ACKed: that attempt
+	// deleted the job, for a job in flight under this receipt leaves no
+	// other way (but a loss, which this count would hide: it says how
+	// many ACKs the ledger inferred). Kairos never sends an ACK to Redis
+	// twice itself (a connection lost mid-command answers 503), so a 404
+	// to an ACK's first definite answer is about the job, not the ACK.
+	AckInferred int `json:"ack_inferred"`
+	// AckNotFound: ACKs answered 404 at once (no earlier attempt): this
+	// delivery's ACK did not delete the job; its job counts as lost
+	// unless another delivery's ACK or the dead letter accounts for it.
+	// LostNotFound: the lost jobs among them.
+	AckNotFound  int `json:"ack_not_found"`
+	LostNotFound int `json:"lost_not_found"`
 	DeadLettered int `json:"dead_lettered"`
 	// Lost: acknowledged publishes never ACKed by a consumer nor found in
 	// the dead letter.
 	Lost     int     `json:"lost"`
 	LostSeqs []int64 `json:"lost_seqs,omitempty"`
-	// AfterAck: deliveries of a job after its ACK was answered 204.
-	AfterAck   int `json:"after_ack"`
-	Phantom    int `json:"phantom"`
-	Mismatches int `json:"mismatches"` // answers whose queue or group is not the job's
-	Residual   int `json:"residual"`
+	// AfterAck: deliveries of a job after its ACK was answered 204 (or
+	// inferred), by a consume sent after that answer. AfterAckOverlap:
+	// deliveries answered after it by a consume sent before it, whose
+	// take may have come first (a consume answered late, whose TTR ran out
+	// meanwhile while another consumer took and ACKed the job); not a
+	// failure (Redis's AOF tells them apart: -keep).
+	AfterAck        int `json:"after_ack"`
+	AfterAckOverlap int `json:"after_ack_overlap"`
+	Phantom         int `json:"phantom"`
+	Mismatches      int `json:"mismatches"` // answers whose queue or group is not the job's
+	Residual        int `json:"residual"`
 
 	Scopes []FlightScope `json:"scopes"`
 	// EmptySpans counts deliveries answered after t0 + TTR (a long-poll
@@ -183,6 +203,7 @@ type limitsRun struct {
 	log     logrus.FieldLogger
 
 	deliveries, acked, released, letGo, stale, mismatches, ackUnknown atomic.Int64
+	ackInferred, ackNotFound                                          atomic.Int64
 
 	peakMu     sync.Mutex
 	serverPeak map[string]int
@@ -484,7 +505,7 @@ func (r *limitsRun) consumer(ctx context.Context, i int) {
 			continue
 		}
 		for _, j := range jobs {
-			b, ok := r.record(j, t1)
+			b, ok := r.record(j, t0, t1)
 			if !ok {
 				continue
 			}
@@ -537,9 +558,9 @@ func (r *limitsRun) consume(ctx context.Context, k *kairosNode, queues string, t
 	}
 }
 
-// record enters a delivery answered at t1 in the publish ledger; ok is
-// false for a body that is not the scenario's.
-func (r *limitsRun) record(j limitsJob, t1 time.Time) (limitsBody, bool) {
+// record enters a delivery of a consume sent at t0 and answered at t1 in
+// the publish ledger; ok is false for a body that is not the scenario's.
+func (r *limitsRun) record(j limitsJob, t0, t1 time.Time) (limitsBody, bool) {
 	var b limitsBody
 	if err := json.Unmarshal(j.Data, &b); err != nil || b.Seq <= 0 {
 		r.w.warn("limits: job %s: body %q is not the scenario's: %v", j.JobID, j.Data, err)
@@ -547,7 +568,7 @@ func (r *limitsRun) record(j limitsJob, t1 time.Time) (limitsBody, bool) {
 		return b, false
 	}
 	r.deliveries.Add(1)
-	if !r.w.led.deliver(b.Seq, t1) {
+	if !r.w.led.deliverTaken(b.Seq, t0, t1) {
 		r.w.warn("limits: job %s carries seq %d, never published", j.JobID, b.Seq)
 	}
 	got := "" // the default group: no "group" in the answer
@@ -565,9 +586,11 @@ func (r *limitsRun) record(j limitsJob, t1 time.Time) (limitsBody, bool) {
 // transport errors and 5xx over every server until a definite answer
 // (at most ackPatience), and records its span. A 404 after an attempt whose
 // outcome is unknown is the ACK that attempt did: a job whose ACK was not
-// applied comes back after its TTR and is not gone. Giving up earlier would
-// leave an ACK that Redis applied (its answer lost with a killed server)
-// counted as none, and its job as lost.
+// applied comes back after its TTR and is not gone (ack_inferred). Giving
+// up earlier would leave an ACK that Redis applied (its answer lost with a
+// killed server or Redis) counted as none, and its job as lost. A 404 at
+// once did not delete the job (ack_not_found): a server never sends an ACK
+// to Redis twice itself, and a 503 says its outcome is unknown.
 func (r *limitsRun) finish(k *kairosNode, j limitsJob, b limitsBody, t0, t1 time.Time, ttr time.Duration, release bool) {
 	path := "/" + j.Queue + "/job/" + j.JobID
 	method := http.MethodDelete
@@ -599,9 +622,15 @@ func (r *limitsRun) finish(k *kairosNode, j limitsJob, b limitsBody, t0, t1 time
 			r.stale.Add(1)
 			return
 		case err == nil && resp.status == http.StatusNotFound:
-			if unknown && !release {
+			switch {
+			case release: // the job is gone: another delivery's ACK, or lost
+			case unknown:
 				r.acked.Add(1)
+				r.ackInferred.Add(1)
 				r.w.led.ackDone(b.Seq)
+			default:
+				r.ackNotFound.Add(1)
+				r.w.led.notFound(b.Seq)
 			}
 			return
 		case err == nil && resp.status < 500:
@@ -651,7 +680,7 @@ func (r *limitsRun) sweep(ctx context.Context, dead bool) error {
 			}
 			got += len(jobs)
 			for _, j := range jobs {
-				b, ok := r.record(j, t1)
+				b, ok := r.record(j, t0, t1)
 				if !ok {
 					continue
 				}
@@ -789,7 +818,7 @@ func (r *limitsRun) sample(ctx context.Context) {
 func (r *limitsRun) fill(res *Limits) {
 	c := r.w.led.summarize()
 	res.Attempted, res.Acknowledged, res.DeadLettered = c.Attempted, c.Acknowledged, c.DeadLettered
-	res.AfterAck, res.Phantom = c.AfterAck, c.Phantom
+	res.AfterAck, res.AfterAckOverlap, res.Phantom = c.AfterAck, c.AfterAckOverlap, c.Phantom
 	res.PublishErrors, res.ConsumeErrors, res.AckErrors = c.PublishErrors, c.ConsumeErrors, c.AckErrors
 	l := r.w.led
 	l.mu.Lock()
@@ -797,6 +826,9 @@ func (r *limitsRun) fill(res *Limits) {
 	for s, j := range l.jobs {
 		if j.acked && !j.ackOK && !j.dead {
 			seqs = append(seqs, s)
+			if j.notFound {
+				res.LostNotFound++
+			}
 		}
 	}
 	l.mu.Unlock()
@@ -806,6 +838,7 @@ func (r *limitsRun) fill(res *Limits) {
 	res.Deliveries, res.Acked, res.Released = int(r.deliveries.Load()), int(r.acked.Load()), int(r.released.Load())
 	res.LetGo, res.Stale, res.Mismatches = int(r.letGo.Load()), int(r.stale.Load()), int(r.mismatches.Load())
 	res.AckUnknown = int(r.ackUnknown.Load())
+	res.AckInferred, res.AckNotFound = int(r.ackInferred.Load()), int(r.ackNotFound.Load())
 	limits := map[string]flightLimits{}
 	for _, q := range r.queues {
 		limits[q.Name] = flightLimits{MaxInFlight: q.MaxInFlight, GroupMaxInFlight: q.GroupMaxInFlight}
@@ -866,7 +899,8 @@ func (res *Limits) judge(lc limitsConfig) {
 			res.ServerLeft, res.ServerCounts, res.ReportedLeft)
 	}
 	if res.Lost > 0 {
-		fail("%d acknowledged jobs lost, e.g. seqs %v (%d ACKs or releases never answered)", res.Lost, res.LostSeqs, res.AckUnknown)
+		fail("%d acknowledged jobs lost, e.g. seqs %v (%d ACKs or releases never answered; %d of the lost jobs' ACKs answered 404 at once)",
+			res.Lost, res.LostSeqs, res.AckUnknown, res.LostNotFound)
 	}
 	if res.Residual > 0 {
 		fail("%d jobs left after the drain", res.Residual)
@@ -892,9 +926,12 @@ func writeLimits(out io.Writer, r Limits) {
 	fmt.Fprintf(out, "\nlimits: %s, %d consumers, TTR %d ms, %.0f s of chaos (%d server SIGKILLs, %d redis SIGKILLs), drain %.1f s\n",
 		r.Setup, r.Consumers, r.TTRMs, r.ChaosS, r.ServerKills, r.RedisKills, r.DrainS)
 	fmt.Fprintf(out, "deliveries the ledger could not place (answered after t0 + TTR): %d\n", r.EmptySpans)
-	fmt.Fprintf(out, "publishes acknowledged %s of %s; deliveries %s: ACKed %s, released %s, let go %s, stale %d, unanswered %d; dead-lettered %d; lost %d; residual %d\n",
-		formatCount(r.Acknowledged), formatCount(r.Attempted), formatCount(r.Deliveries), formatCount(r.Acked),
-		formatCount(r.Released), formatCount(r.LetGo), r.Stale, r.AckUnknown, r.DeadLettered, r.Lost, r.Residual)
+	fmt.Fprintf(out, "publishes acknowledged %s of %s; deliveries %s: ACKed %s (%d of them 404 after an unknown outcome), released %s, let go %s, stale %d, not found %d, unanswered %d; dead-lettered %d; lost %d; residual %d\n",
+		formatCount(r.Acknowledged), formatCount(r.Attempted), formatCount(r.Deliveries), formatCount(r.Acked), r.AckInferred,
+		formatCount(r.Released), formatCount(r.LetGo), r.Stale, r.AckNotFound, r.AckUnknown, r.DeadLettered, r.Lost, r.Residual)
+	if r.AfterAckOverlap > 0 {
+		fmt.Fprintf(out, "deliveries answered after the job's ACK by a consume sent before it (taken before it, or after: see the AOF): %d\n", r.AfterAckOverlap)
+	}
 	fmt.Fprintf(out, "server in flight: most seen %v; after the drain %d (per-group counts %d, GET …/groups %d)\n", r.ServerPeak, r.ServerLeft, r.ServerCounts, r.ReportedLeft)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "queue\tgroup\tlimit\tdeliveries\tpeak\tat limit s\tviolations\t")

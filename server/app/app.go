@@ -26,6 +26,7 @@ import (
 	"github.com/kairos-dev/kairos/engine"
 	"github.com/kairos-dev/kairos/engine/migration"
 	"github.com/kairos-dev/kairos/engine/rdb"
+	"github.com/kairos-dev/kairos/engine/redisretry"
 	"github.com/kairos-dev/kairos/engine/tracing"
 	"github.com/kairos-dev/kairos/server"
 	"github.com/kairos-dev/kairos/server/audit"
@@ -227,6 +228,18 @@ func (a *App) connect(ctx context.Context, key string, rc config.RedisConf) (red
 	// fails on Redis < 7.2 (6.2 is supported); go-redis ignores the error,
 	// but the command metrics would count it. It only names the library in
 	// CLIENT LIST.
+	//
+	// Dialer: go-redis would send a command again after its connection
+	// broke or timed out once it was written (MaxRetries, and a cluster
+	// client's MaxRedirects), and Redis may have run it: an ACK sent again
+	// answers "job not found", a token created again "token exists". The
+	// connections of redisretry.Dialer fail such a command at once with a
+	// redisretry.LostError (a 503 with Retry-After); go-redis still retries
+	// what ran nothing (a refused dial, LOADING, TRYAGAIN, CLUSTERDOWN…)
+	// and follows MOVED and ASK. Every client of the server (the pools'
+	// engines and their loops, the token store, the throttler, the admin
+	// data) comes from here.
+	dialer := redisretry.Dialer(redisretry.DialTimeout)
 	var client redis.UniversalClient
 	node := rc.Addr // the command metrics' node label
 	switch {
@@ -242,7 +255,7 @@ func (a *App) connect(ctx context.Context, key string, rc config.RedisConf) (red
 				"[Kairos] Embedded = true: " + embeddedList(sections) + " in an in-memory Redis embedded in the process. " +
 					"NOTHING THERE IS DURABLE: it is lost when the server stops. For real use give each an Addr and remove Embedded.")
 		}
-		client = redis.NewClient(&redis.Options{Addr: a.embedded.Addr(), PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1, ContextTimeoutEnabled: true, DisableIdentity: true})
+		client = redis.NewClient(&redis.Options{Addr: a.embedded.Addr(), Dialer: dialer, PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1, ContextTimeoutEnabled: true, DisableIdentity: true})
 		node = a.embedded.Addr()
 	case rc.IsCluster():
 		// PoolSize and MaxActiveConns apply per node: a server holds at
@@ -251,17 +264,17 @@ func (a *App) connect(ctx context.Context, key string, rc config.RedisConf) (red
 		// and reloads the slot map itself.
 		node = strings.Join(rc.Endpoints(), ",")
 		client = redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: rc.Endpoints(), Password: rc.Password, PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1,
+			Addrs: rc.Endpoints(), Dialer: dialer, Password: rc.Password, PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1,
 			ContextTimeoutEnabled: true, DisableIdentity: true,
 		})
 	case rc.IsSentinel():
 		node = rc.MasterName
 		client = redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName: rc.MasterName, SentinelAddrs: rc.Endpoints(), Password: rc.Password,
+			MasterName: rc.MasterName, SentinelAddrs: rc.Endpoints(), Dialer: dialer, Password: rc.Password,
 			SentinelPassword: rc.SentinelPassword, DB: rc.DB, PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1, ContextTimeoutEnabled: true, DisableIdentity: true,
 		})
 	default:
-		client = redis.NewClient(&redis.Options{Addr: rc.Addr, Password: rc.Password, DB: rc.DB, PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1, ContextTimeoutEnabled: true, DisableIdentity: true})
+		client = redis.NewClient(&redis.Options{Addr: rc.Addr, Dialer: dialer, Password: rc.Password, DB: rc.DB, PoolSize: size, MaxActiveConns: size, PipelinePoolSize: -1, ContextTimeoutEnabled: true, DisableIdentity: true})
 	}
 	client.AddHook(a.metrics.CommandHook(node))
 	a.clients = append(a.clients, client)
