@@ -32,9 +32,15 @@ import (
 // evicting policy (Redis evicts rather than refuses), has no reserve.
 //
 // Between two polls an engine adds what it publishes to the node's last
-// figure (each job's body plus jobOverhead), so that a fast publisher
-// meets the threshold within a few jobs of it rather than a poll late;
-// what other servers publish meanwhile is seen at the next poll.
+// figure (each job's body plus jobOverhead, scaled by what the node grew
+// per such byte), so that a fast publisher meets the threshold within a
+// few jobs of it rather than a poll late; what other servers publish
+// meanwhile is seen at the next poll. So that this estimate never runs
+// far on counted bytes alone (on a loaded machine a poll may come late,
+// and a fast namespace fills a small reserve within one poll interval),
+// a publish that takes it past half the room left at the last poll asks
+// for a poll at once (the node's wake point): polls come closer as the
+// node fills.
 //
 // A namespace's share, on a node: the namespaces weigh their stored bytes
 // in the node's slot groups (the engine's usage counts, tenancy.go) plus
@@ -47,9 +53,11 @@ import (
 // the namespaces holding jobs on it, so that the namespace that filled a
 // master is refused there even when others hold more on other masters.
 // The usage is read at each poll while a node is within twice its
-// reserve of maxmemory (or two poll intervals of its last growth), not
-// otherwise; a publish that finds a node in its reserve before any usage
-// was read asks for a poll at once.
+// reserve of maxmemory (or two poll intervals of its last growth) and,
+// once read, until it is four reserves below; not otherwise. A publish
+// that finds a node in its reserve before the usage was read asks for a
+// poll at once and waits for it (memoryWaitMax at most): nobody is let
+// into the reserve, nor refused, on a guess.
 
 const (
 	// memoryPollEvery is how often an engine reads INFO memory from each
@@ -314,7 +322,7 @@ func (e *Engine) pollMemory(ctx context.Context) {
 	if !reserved {
 		st = nil // no node has a reserve: publishes skip the check
 	}
-	if old := r.state.Swap(st); old != nil {
+	if old := r.state.Swap(st); old != nil && old.next != nil {
 		close(old.next) // publishes waiting for the usage look again
 	}
 }
