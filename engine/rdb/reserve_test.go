@@ -219,46 +219,28 @@ func reserveScenario(t *testing.T, e *Engine, q, quietQ, smallQ string, mem func
 }
 
 // TestAdmitMemory: the decision alone, on a node whose figures are set:
-// below the wake point everyone publishes; past it a poll is asked for
-// (once); at the threshold the heavy namespace is refused (its bytes not
-// counted) and the others are admitted, their bytes counted; while the
-// usage is unknown a publish waits for the poll that reads it, and is
-// refused or admitted by that poll's figures; when the usage could not be
-// read nobody waits nor is refused.
+// below the threshold everyone publishes; at it, the heavy namespace is
+// refused (its bytes not counted) and the others are admitted, their
+// bytes counted; while the usage is unknown nobody is refused.
 func TestAdmitMemory(t *testing.T) {
 	e := &Engine{pool: "p"}
-	e.reserve = &reserve{frac: 0.1, nodes: map[string]*memNode{}, wake: make(chan struct{}, 1), waitMax: time.Hour}
+	e.reserve = &reserve{frac: 0.1, nodes: map[string]*memNode{}, wake: make(chan struct{}, 1)}
 	n := e.reserve.node("")
-	n.scale.Store(1 << 10)
 	n.max.Store(1000)
 	n.threshold.Store(900)
 	n.used.Store(900 - 2*jobOverhead)
-	n.wakeAt.Store(900 - jobOverhead)
-	known := func() *memState {
-		st := &memState{nodes: []*memNode{n}, known: true, next: make(chan struct{})}
-		for g := range st.group {
-			st.group[g] = n
-			st.heavy[g] = map[string]bool{"noisy": true}
-		}
-		return st
+	n.wakeAt.Store(900) // no wake point below the threshold (TestAdmitMemoryWaits)
+	n.scale.Store(1 << 10)
+	st := &memState{nodes: []*memNode{n}, known: true}
+	for g := range st.group {
+		st.group[g] = n
+		st.heavy[g] = map[string]bool{"noisy": true}
 	}
-	st := known()
 	e.reserve.state.Store(st)
-	woken := func() bool {
-		select {
-		case <-e.reserve.wake:
-			return true
-		default:
-			return false
-		}
-	}
 
 	admit := func(ns string) error { return e.admitMemory(ns, "q", jobOverhead) }
 	if err := admit("noisy"); err != nil {
 		t.Fatalf("noisy below the threshold: %v", err)
-	}
-	if w := woken(); !w || n.wakeAt.Load() != 900 {
-		t.Fatalf("past the wake point: poll asked for %v, wake point %d (want the threshold, 900)", w, n.wakeAt.Load())
 	}
 	if e.InReserve() {
 		t.Fatal("InReserve below the threshold")
@@ -281,38 +263,15 @@ func TestAdmitMemory(t *testing.T) {
 	if got := n.pending.Load(); got != 4*jobOverhead {
 		t.Fatalf("pending %d, want %d", got, 4*jobOverhead)
 	}
-	if woken() {
-		t.Fatal("a poll asked for in the reserve with the usage known")
+	// Unknown usage: admitted, and a poll is asked for.
+	e.reserve.state.Store(&memState{group: st.group, nodes: st.nodes})
+	if err := admit("noisy"); err != nil {
+		t.Fatalf("noisy with the usage unknown: %v", err)
 	}
-
-	// Unknown usage: each publish asks for a poll and waits for it, its
-	// bytes not counted meanwhile; the poll's figures decide.
-	for _, tc := range []struct {
-		ns     string
-		refuse bool
-	}{{"noisy", true}, {"quiet", false}} {
-		unknown := &memState{group: st.group, nodes: st.nodes, next: make(chan struct{})}
-		e.reserve.state.Store(unknown)
-		res := make(chan error, 1)
-		go func() { res <- admit(tc.ns) }()
-		<-e.reserve.wake
-		if got := n.pending.Load(); got != 4*jobOverhead {
-			t.Fatalf("%s waiting: pending %d, want %d (its bytes not counted)", tc.ns, got, 4*jobOverhead)
-		}
-		e.reserve.state.Store(known())
-		close(unknown.next)
-		err := <-res
-		if tc.refuse != (err != nil) || err != nil && !errors.As(err, &pf) {
-			t.Fatalf("%s after the poll: %v, want refused %v", tc.ns, err, tc.refuse)
-		}
-	}
-	if got := n.pending.Load(); got != 5*jobOverhead {
-		t.Fatalf("pending %d, want %d (quiet's admitted)", got, 5*jobOverhead)
-	}
-	// The usage could not be read: admitted at once, a poll asked for.
-	e.reserve.state.Store(&memState{group: st.group, nodes: st.nodes, usageFailed: true, next: make(chan struct{})})
-	if err, w := admit("noisy"), woken(); err != nil || !w {
-		t.Fatalf("noisy with the usage unreadable: %v, poll asked for %v", err, w)
+	select {
+	case <-e.reserve.wake:
+	default:
+		t.Fatal("no poll asked for with the usage unknown")
 	}
 	// No reserve: nothing is looked at.
 	e.reserve.state.Store(nil)
@@ -465,5 +424,108 @@ func scheduleTicks(t *testing.T, e *Engine, q, quiet, quietQ string) {
 			t.Fatalf("ticks not handled within 10s: noisy %+v, quiet %+v (last error %v)", gn, gq, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestAdmitMemoryWaits: as TestAdmitMemory, with a wake point and a
+// wait: below the wake point everyone publishes; past it a poll is asked
+// for (once); at the threshold the heavy namespace is refused and the
+// others are admitted; while the usage is unknown a publish waits for the
+// poll that reads it, and is refused or admitted by that poll's figures
+// (TestAdmitMemory: admitted when the wait is over); when the usage could
+// not be read nobody waits nor is refused.
+func TestAdmitMemoryWaits(t *testing.T) {
+	e := &Engine{pool: "p"}
+	e.reserve = &reserve{frac: 0.1, nodes: map[string]*memNode{}, wake: make(chan struct{}, 1), waitMax: time.Hour}
+	n := e.reserve.node("")
+	n.scale.Store(1 << 10)
+	n.max.Store(1000)
+	n.threshold.Store(900)
+	n.used.Store(900 - 2*jobOverhead)
+	n.wakeAt.Store(900 - jobOverhead)
+	known := func() *memState {
+		st := &memState{nodes: []*memNode{n}, known: true, next: make(chan struct{})}
+		for g := range st.group {
+			st.group[g] = n
+			st.heavy[g] = map[string]bool{"noisy": true}
+		}
+		return st
+	}
+	st := known()
+	e.reserve.state.Store(st)
+	woken := func() bool {
+		select {
+		case <-e.reserve.wake:
+			return true
+		default:
+			return false
+		}
+	}
+
+	admit := func(ns string) error { return e.admitMemory(ns, "q", jobOverhead) }
+	if err := admit("noisy"); err != nil {
+		t.Fatalf("noisy below the threshold: %v", err)
+	}
+	if w := woken(); !w || n.wakeAt.Load() != 900 {
+		t.Fatalf("past the wake point: poll asked for %v, wake point %d (want the threshold, 900)", w, n.wakeAt.Load())
+	}
+	if e.InReserve() {
+		t.Fatal("InReserve below the threshold")
+	}
+	var pf *engine.PoolFullError
+	if err := admit("noisy"); !errors.As(err, &pf) || !pf.Reserve || pf.Pool != "p" || !errors.Is(err, engine.ErrPoolFull) {
+		t.Fatalf("noisy at the threshold: %v, want the reserve's PoolFullError", err)
+	}
+	if got := n.pending.Load(); got != jobOverhead {
+		t.Fatalf("pending %d after a refusal, want %d (the admitted job only)", got, jobOverhead)
+	}
+	if !e.InReserve() {
+		t.Fatal("InReserve false after a refusal")
+	}
+	for i := 0; i < 3; i++ {
+		if err := admit("quiet"); err != nil {
+			t.Fatalf("quiet in the reserve: %v", err)
+		}
+	}
+	if got := n.pending.Load(); got != 4*jobOverhead {
+		t.Fatalf("pending %d, want %d", got, 4*jobOverhead)
+	}
+	if woken() {
+		t.Fatal("a poll asked for in the reserve with the usage known")
+	}
+
+	// Unknown usage: each publish asks for a poll and waits for it, its
+	// bytes not counted meanwhile; the poll's figures decide.
+	for _, tc := range []struct {
+		ns     string
+		refuse bool
+	}{{"noisy", true}, {"quiet", false}} {
+		unknown := &memState{group: st.group, nodes: st.nodes, next: make(chan struct{})}
+		e.reserve.state.Store(unknown)
+		res := make(chan error, 1)
+		go func() { res <- admit(tc.ns) }()
+		<-e.reserve.wake
+		if got := n.pending.Load(); got != 4*jobOverhead {
+			t.Fatalf("%s waiting: pending %d, want %d (its bytes not counted)", tc.ns, got, 4*jobOverhead)
+		}
+		e.reserve.state.Store(known())
+		close(unknown.next)
+		err := <-res
+		if tc.refuse != (err != nil) || err != nil && !errors.As(err, &pf) {
+			t.Fatalf("%s after the poll: %v, want refused %v", tc.ns, err, tc.refuse)
+		}
+	}
+	if got := n.pending.Load(); got != 5*jobOverhead {
+		t.Fatalf("pending %d, want %d (quiet's admitted)", got, 5*jobOverhead)
+	}
+	// The usage could not be read: admitted at once, a poll asked for.
+	e.reserve.state.Store(&memState{group: st.group, nodes: st.nodes, usageFailed: true, next: make(chan struct{})})
+	if err, w := admit("noisy"), woken(); err != nil || !w {
+		t.Fatalf("noisy with the usage unreadable: %v, poll asked for %v", err, w)
+	}
+	// No reserve: nothing is looked at.
+	e.reserve.state.Store(nil)
+	if err := admit("noisy"); err != nil || e.InReserve() {
+		t.Fatalf("no reserve: %v, InReserve %v", err, e.InReserve())
 	}
 }
