@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -527,5 +528,147 @@ func TestAdmitMemoryWaits(t *testing.T) {
 	e.reserve.state.Store(nil)
 	if err := admit("noisy"); err != nil || e.InReserve() {
 		t.Fatalf("no reserve: %v, InReserve %v", err, e.InReserve())
+	}
+}
+
+// pollHook holds INFO (held: entered is signalled, then it waits for
+// release) and fails the usage read (failUsage) of the engine's polls.
+type pollHook struct {
+	mu        sync.Mutex
+	held      bool
+	entered   chan struct{}
+	release   chan struct{}
+	failUsage bool
+}
+
+func (h *pollHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *pollHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.mu.Lock()
+		held := h.held && cmd.Name() == "info"
+		h.mu.Unlock()
+		if held {
+			h.entered <- struct{}{}
+			<-h.release
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *pollHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.mu.Lock()
+		fail := h.failUsage
+		h.mu.Unlock()
+		for _, c := range cmds {
+			if fail && c.Name() == "hgetall" {
+				return errors.New("usage read failed by the test")
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h *pollHook) set(held, failUsage bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.held, h.failUsage = held, failUsage
+}
+
+// TestReservePoll: pollMemory on a real redis-server (maxmemory 64mb),
+// its INFO held and its usage read failed by a hook. A poll sets the wake
+// point half way from the estimate to the threshold; the bytes counted
+// before a poll stay in the estimate while its INFO is under way (a slow
+// reply does not make the estimate drop) and leave it once the figure is
+// in; in the reserve, a usage read that fails with no figures yet lets
+// publishes in without waiting, one that succeeds refuses the heavy
+// namespace, and one that fails later keeps those figures.
+func TestReservePoll(t *testing.T) {
+	srv := redistest.StartWith(t, redistest.Options{Extra: []string{"maxmemory 64mb", "maxmemory-policy noeviction"}})
+	client := srv.Client()
+	hook := &pollHook{entered: make(chan struct{}), release: make(chan struct{})}
+	client.AddHook(hook)
+	e, err := New(bg, client, Options{Pool: "default", MemoryReserve: 0.10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.reserve.waitMax = time.Hour // a publish that waited would not come back
+	e.pollMemory(bg)
+	st := e.reserve.state.Load()
+	g := slotGroup("noisy", "q")
+	if st == nil || st.group[g] == nil {
+		t.Fatal("no reserve after a poll of a redis-server with maxmemory")
+	}
+	n := st.group[g]
+	used, threshold := n.used.Load(), n.threshold.Load()
+	if st.known || n.wakeAt.Load() != threshold-(threshold-used)/2 {
+		t.Fatalf("far below the threshold: usage read %v, wake point %d; want none read, %d", st.known, n.wakeAt.Load(), threshold-(threshold-used)/2)
+	}
+
+	// 1 MB counted, then a poll whose INFO is held.
+	if err := e.admitMemory("noisy", "q", 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	est := n.estimate()
+	if est < used+1<<20 {
+		t.Fatalf("estimate %d after 1 MB counted on %d", est, used)
+	}
+	hook.set(true, false)
+	done := make(chan struct{})
+	go func() { defer close(done); e.pollMemory(bg) }()
+	<-hook.entered
+	if got := n.estimate(); got < est {
+		t.Fatalf("estimate %d while the poll's INFO is under way, was %d: the counted bytes left it", got, est)
+	}
+	hook.set(false, false)
+	hook.release <- struct{}{}
+	<-done
+	if p := n.pending.Load(); p != 0 {
+		t.Fatalf("pending %d after the poll, want 0 (in the figure read)", p)
+	}
+
+	// The node in its reserve: maxmemory just above what it holds.
+	if err := client.ConfigSet(bg, "maxmemory", strconv.FormatInt(n.used.Load()*21/20, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	k := usageKey(g)
+	if err := client.HSet(bg, k, usageJobs("noisy"), 10, usageBytes("noisy"), 40960, usageJobs("quiet"), 1, usageBytes("quiet"), 100).Err(); err != nil {
+		t.Fatal(err)
+	}
+	admit := func(ns string) error {
+		res := make(chan error, 1)
+		go func() { res <- e.admitMemory(ns, "q", jobOverhead) }()
+		select {
+		case err := <-res:
+			return err
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s's publish still waiting after 30s", ns)
+			return nil
+		}
+	}
+	var pf *engine.PoolFullError
+	for _, tc := range []struct {
+		step          string
+		failUsage     bool
+		known, failed bool
+		noisyRefused  bool
+	}{
+		{"the usage unreadable, none read before", true, false, true, false},
+		{"the usage read", false, true, false, true},
+		{"the usage unreadable again: the last figures stand", true, true, false, true},
+	} {
+		hook.set(false, tc.failUsage)
+		e.pollMemory(bg)
+		st := e.reserve.state.Load()
+		if st.known != tc.known || st.usageFailed != tc.failed || !e.InReserve() {
+			t.Fatalf("%s: usage known %v, failed %v, InReserve %v; want %v, %v, true", tc.step, st.known, st.usageFailed, e.InReserve(), tc.known, tc.failed)
+		}
+		if err := admit("noisy"); tc.noisyRefused != (err != nil) || err != nil && (!errors.As(err, &pf) || !pf.Reserve) {
+			t.Fatalf("%s: noisy's publish: %v, want refused %v", tc.step, err, tc.noisyRefused)
+		}
+		if err := admit("quiet"); err != nil {
+			t.Fatalf("%s: quiet's publish: %v", tc.step, err)
+		}
 	}
 }
