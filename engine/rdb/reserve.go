@@ -214,6 +214,7 @@ func (r *reserve) wakeUp() {
 // new state.
 func (e *Engine) pollMemory(ctx context.Context) {
 	r := e.reserve
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, memoryPollTimeout)
 	defer cancel()
 	type polled struct {
@@ -316,7 +317,7 @@ func (e *Engine) pollMemory(ctx context.Context) {
 			}
 		}
 	}
-	if ctx.Err() == nil {
+	if parent.Err() == nil { // not stopping: a poll that timed out is logged
 		r.logOnce(e, msg)
 	}
 	if !reserved {
