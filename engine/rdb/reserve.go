@@ -32,9 +32,15 @@ import (
 // evicting policy (Redis evicts rather than refuses), has no reserve.
 //
 // Between two polls an engine adds what it publishes to the node's last
-// figure (each job's body plus jobOverhead), so that a fast publisher
-// meets the threshold within a few jobs of it rather than a poll late;
-// what other servers publish meanwhile is seen at the next poll.
+// figure (each job's body plus jobOverhead, scaled by what the node grew
+// per such byte), so that a fast publisher meets the threshold within a
+// few jobs of it rather than a poll late; what other servers publish
+// meanwhile is seen at the next poll. So that this estimate never runs
+// far on counted bytes alone (on a loaded machine a poll may come late,
+// and a fast namespace fills a small reserve within one poll interval),
+// a publish that takes it past half the room left at the last poll asks
+// for a poll at once (the node's wake point): polls come closer as the
+// node fills.
 //
 // A namespace's share, on a node: the namespaces weigh their stored bytes
 // in the node's slot groups (the engine's usage counts, tenancy.go) plus
@@ -47,9 +53,11 @@ import (
 // the namespaces holding jobs on it, so that the namespace that filled a
 // master is refused there even when others hold more on other masters.
 // The usage is read at each poll while a node is within twice its
-// reserve of maxmemory (or two poll intervals of its last growth), not
-// otherwise; a publish that finds a node in its reserve before any usage
-// was read asks for a poll at once.
+// reserve of maxmemory (or two poll intervals of its last growth) and,
+// once read, until it is four reserves below; not otherwise. A publish
+// that finds a node in its reserve before the usage was read asks for a
+// poll at once and waits for it (memoryWaitMax at most): nobody is let
+// into the reserve, nor refused, on a guess.
 
 const (
 	// memoryPollEvery is how often an engine reads INFO memory from each
@@ -61,6 +69,20 @@ const (
 	memoryPollIdle = 2 * time.Second
 	// memoryPollMin is the least time between two polls.
 	memoryPollMin = 25 * time.Millisecond
+	// memoryPollTimeout bounds one poll (INFO memory of every master,
+	// then the usage): well beyond a poll interval, so that a loaded
+	// machine, on which a reply may take a few hundred milliseconds, still
+	// gets its figures rather than keep stale ones.
+	memoryPollTimeout = 2 * time.Second
+	// memoryWaitMax bounds how long a publish meeting a node in its
+	// reserve before the usage was read there waits for a poll that reads
+	// it; it is then admitted.
+	memoryWaitMax = time.Second
+	// scaleUnknown is a node's scale until a poll measured it: what Redis
+	// grows by per byte counted is about 1.25 for 4 KB bodies (allocator
+	// size classes) and more for small ones; counting more until it is
+	// measured makes the first polls come early rather than late.
+	scaleUnknown = 2 << 10
 	// jobOverhead estimates what a stored job costs Redis beyond its body
 	// (its key, its queue or timer entry, allocator rounding), in bytes.
 	jobOverhead = 256
@@ -82,6 +104,12 @@ type memNode struct {
 	// and jobOverhead (allocator size classes), and other servers publish
 	// too.
 	scale atomic.Int64
+	// wakeAt is the estimate at which a publish asks for a poll at once:
+	// half way from the estimate at the last poll to the threshold, so
+	// that polls come closer together as the node nears its reserve and
+	// the estimate never runs far on pending bytes alone; the threshold
+	// itself once the node is within reserve/16 of it or in it.
+	wakeAt atomic.Int64
 	// growth is how much the memory grew over the last poll interval.
 	growth atomic.Int64
 	polled bool // the node was read once (its used is a figure to grow from)
@@ -99,6 +127,16 @@ type memState struct {
 	// their share on the group's node (usage read at this poll; nil when
 	// no node was near its reserve, or the group has none).
 	heavy [slotGroups]map[string]bool
+	// known: heavy holds figures (read at this poll, or kept from an
+	// earlier one when this poll's read failed).
+	known bool
+	// usageFailed: this poll could not read the usage and no earlier
+	// figures stand; publishes in the reserve are admitted rather than
+	// wait for it.
+	usageFailed bool
+	// next is closed when a poll replaces this state: a publish waiting
+	// for the usage waits on it.
+	next chan struct{}
 }
 
 // reserve is an engine's view of its pool's memory.
@@ -111,6 +149,8 @@ type reserve struct {
 
 	// wake asks for a poll before the next tick.
 	wake chan struct{}
+	// waitMax is memoryWaitMax (a test waits longer).
+	waitMax time.Duration
 
 	mu    sync.Mutex
 	nodes map[string]*memNode // by address ("" on a single Redis)
@@ -123,7 +163,7 @@ func newReserve(e *Engine, frac float64) *reserve {
 	if frac <= 0 {
 		return nil
 	}
-	return &reserve{frac: frac, nodes: make(map[string]*memNode), wake: make(chan struct{}, 1), usage: e.usageByGroup}
+	return &reserve{frac: frac, nodes: make(map[string]*memNode), wake: make(chan struct{}, 1), waitMax: memoryWaitMax, usage: e.usageByGroup}
 }
 
 // runReserve polls the pool's memory until ctx is done.
@@ -174,7 +214,8 @@ func (r *reserve) wakeUp() {
 // new state.
 func (e *Engine) pollMemory(ctx context.Context) {
 	r := e.reserve
-	ctx, cancel := context.WithTimeout(ctx, memoryPollEvery)
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, memoryPollTimeout)
 	defer cancel()
 	type polled struct {
 		addr string
@@ -193,7 +234,8 @@ func (e *Engine) pollMemory(ctx context.Context) {
 	} else {
 		masters = []polled{{"", e.rdb}}
 	}
-	st := &memState{}
+	st := &memState{next: make(chan struct{})}
+	prev := r.state.Load()
 	byAddr := make(map[string]*memNode, len(masters))
 	var wg sync.WaitGroup
 	var problem atomic.Pointer[string]
@@ -204,22 +246,30 @@ func (e *Engine) pollMemory(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// What this engine publishes from now on adds to the figure
-			// read below (what it published during the call is counted
-			// twice until the next poll: the safe side).
-			pending := n.pending.Swap(0)
+			// What this engine published until now is in the figure read
+			// below, and taken off pending once it is stored (what it
+			// publishes during the call is counted twice until the next
+			// poll: the safe side). Until then the estimate still counts
+			// it: a reply that takes long does not let it drop.
+			pending := n.pending.Load()
 			info, err := m.c.Info(ctx, "memory").Result()
 			if err != nil {
-				n.pending.Add(pending)
 				msg := "read INFO memory of node " + m.addr + ": " + err.Error()
 				problem.Store(&msg)
 				return
 			}
 			used, max := memoryFigures(info)
 			n.calibrate(used, pending)
-			n.used.Store(used)
+			threshold := int64(float64(max) * (1 - r.frac))
 			n.max.Store(max)
-			n.threshold.Store(int64(float64(max) * (1 - r.frac)))
+			n.threshold.Store(threshold)
+			n.used.Store(used)
+			n.pending.Add(-pending)
+			wakeAt := threshold
+			if room := threshold - n.estimate(); room > (max-threshold)/16 {
+				wakeAt -= room / 2
+			}
+			n.wakeAt.Store(wakeAt)
 		}()
 	}
 	wg.Wait()
@@ -244,29 +294,38 @@ func (e *Engine) pollMemory(ctx context.Context) {
 		}
 		st.group[g], reserved = n, true
 		// Usage is read from twice the reserve below maxmemory on, and
-		// earlier when two intervals at the last growth would get there.
-		if max := n.max.Load(); n.estimate()+2*n.growth.Load() >= max-2*(max-n.threshold.Load()) {
+		// earlier when two intervals at the last growth would get there;
+		// once read, until the node is four reserves below maxmemory (a
+		// poll interval of slow growth must not drop it).
+		max, est := n.max.Load(), n.estimate()
+		res := max - n.threshold.Load()
+		if est+2*n.growth.Load() >= max-2*res || prev != nil && prev.heavy[g] != nil && est >= max-4*res {
 			near = true
 		}
 	}
 	if near {
-		if per, err := r.usage(ctx); err == nil {
-			st.heavy = heavyByNode(&st.group, &per)
+		per, err := r.usage(ctx)
+		if err == nil {
+			st.heavy, st.known = heavyByNode(&st.group, &per), true
 		} else {
 			msg = "read the namespaces' usage: " + err.Error()
-			if prev := r.state.Load(); prev != nil {
+			if prev != nil && prev.known {
 				// Keep the last figures rather than let everyone in.
-				st.heavy = prev.heavy
+				st.heavy, st.known = prev.heavy, true
+			} else {
+				st.usageFailed = true
 			}
 		}
 	}
-	if ctx.Err() == nil {
+	if parent.Err() == nil { // not stopping: a poll that timed out is logged
 		r.logOnce(e, msg)
 	}
 	if !reserved {
 		st = nil // no node has a reserve: publishes skip the check
 	}
-	r.state.Store(st)
+	if old := r.state.Swap(st); old != nil && old.next != nil {
+		close(old.next) // publishes waiting for the usage look again
+	}
 }
 
 // calibrate sets the node's growth and scale from a poll that read used
@@ -292,7 +351,7 @@ func (r *reserve) node(addr string) *memNode {
 	n := r.nodes[addr]
 	if n == nil {
 		n = &memNode{addr: addr}
-		n.scale.Store(1 << 10)
+		n.scale.Store(scaleUnknown)
 		r.nodes[addr] = n
 	}
 	return n
@@ -398,7 +457,8 @@ func heavyNamespaces(all map[string]engine.Usage) map[string]bool {
 // admitMemory refuses a publish of jobs weighing bytes into queue ns/q
 // when its node is in its reserve and ns holds at least its share (a
 // *engine.PoolFullError whose Reserve is set); otherwise it counts the
-// bytes as pending on the node and returns nil.
+// bytes as pending on the node and returns nil. It runs on every publish:
+// below the node's wake point it costs a few atomic operations.
 func (e *Engine) admitMemory(ns, q string, bytes int64) error {
 	if e.reserve == nil {
 		return nil
@@ -412,21 +472,63 @@ func (e *Engine) admitMemory(ns, q string, bytes int64) error {
 	if n == nil {
 		return nil
 	}
-	if n.used.Load()+n.pending.Add(bytes)*n.scale.Load()>>10 < n.threshold.Load() {
+	if n.used.Load()+n.pending.Add(bytes)*n.scale.Load()>>10 < n.wakeAt.Load() {
 		return nil
 	}
-	heavy := st.heavy[g]
-	if heavy == nil {
+	return e.admitNear(st, g, n, ns, bytes)
+}
+
+// admitNear is admitMemory past the node's wake point, bytes counted as
+// pending: below the threshold the publish is admitted and a poll asked
+// for; in the reserve the namespaces holding at least their share are
+// refused, and while the usage is not known there (not read at the last
+// poll) the publish waits, its bytes not counted, for a poll that reads
+// it (at most memoryWaitMax, then it is admitted): nobody is let in, nor
+// refused, on a guess.
+func (e *Engine) admitNear(st *memState, g int, n *memNode, ns string, bytes int64) error {
+	r := e.reserve
+	var wait *time.Timer
+	for {
+		threshold := n.threshold.Load()
+		if n.estimate() < threshold {
+			if w := n.wakeAt.Load(); w < threshold && n.wakeAt.CompareAndSwap(w, threshold) {
+				r.wakeUp() // once per poll: the poll sets the next wake point
+			}
+			return nil
+		}
+		if st.known {
+			if !st.heavy[g][ns] {
+				return nil
+			}
+			n.pending.Add(-bytes)
+			n.refused.Store(time.Now().UnixNano())
+			return &engine.PoolFullError{Pool: e.pool, Reserve: true, Err: errInReserve}
+		}
 		// In the reserve before a poll read the usage: poll now.
-		e.reserve.wakeUp()
-		return nil
+		if st.usageFailed {
+			r.wakeUp()
+			return nil
+		}
+		n.pending.Add(-bytes)
+		r.wakeUp()
+		if wait == nil {
+			wait = time.NewTimer(r.waitMax)
+			defer wait.Stop()
+		}
+		select {
+		case <-st.next:
+		case <-wait.C:
+			n.pending.Add(bytes)
+			return nil
+		}
+		if st = r.state.Load(); st == nil {
+			return nil
+		}
+		if n = st.group[g]; n == nil {
+			return nil
+		}
+		n.pending.Add(bytes)
 	}
-	if !heavy[ns] {
-		return nil
-	}
-	n.pending.Add(-bytes)
-	n.refused.Store(time.Now().UnixNano())
-	return &engine.PoolFullError{Pool: e.pool, Reserve: true, Err: errInReserve}
 }
 
 // jobBytes is what publishing r adds to a node, as admitMemory counts it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -229,7 +230,9 @@ func TestAdmitMemory(t *testing.T) {
 	n.max.Store(1000)
 	n.threshold.Store(900)
 	n.used.Store(900 - 2*jobOverhead)
-	st := &memState{nodes: []*memNode{n}}
+	n.wakeAt.Store(900) // no wake point below the threshold (TestAdmitMemoryWaits)
+	n.scale.Store(1 << 10)
+	st := &memState{nodes: []*memNode{n}, known: true}
 	for g := range st.group {
 		st.group[g] = n
 		st.heavy[g] = map[string]bool{"noisy": true}
@@ -422,5 +425,250 @@ func scheduleTicks(t *testing.T, e *Engine, q, quiet, quietQ string) {
 			t.Fatalf("ticks not handled within 10s: noisy %+v, quiet %+v (last error %v)", gn, gq, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestAdmitMemoryWaits: as TestAdmitMemory, with a wake point and a
+// wait: below the wake point everyone publishes; past it a poll is asked
+// for (once); at the threshold the heavy namespace is refused and the
+// others are admitted; while the usage is unknown a publish waits for the
+// poll that reads it, and is refused or admitted by that poll's figures
+// (TestAdmitMemory: admitted when the wait is over); when the usage could
+// not be read nobody waits nor is refused.
+func TestAdmitMemoryWaits(t *testing.T) {
+	e := &Engine{pool: "p"}
+	e.reserve = &reserve{frac: 0.1, nodes: map[string]*memNode{}, wake: make(chan struct{}, 1), waitMax: time.Hour}
+	n := e.reserve.node("")
+	n.scale.Store(1 << 10)
+	n.max.Store(1000)
+	n.threshold.Store(900)
+	n.used.Store(900 - 2*jobOverhead)
+	n.wakeAt.Store(900 - jobOverhead)
+	known := func() *memState {
+		st := &memState{nodes: []*memNode{n}, known: true, next: make(chan struct{})}
+		for g := range st.group {
+			st.group[g] = n
+			st.heavy[g] = map[string]bool{"noisy": true}
+		}
+		return st
+	}
+	st := known()
+	e.reserve.state.Store(st)
+	woken := func() bool {
+		select {
+		case <-e.reserve.wake:
+			return true
+		default:
+			return false
+		}
+	}
+
+	admit := func(ns string) error { return e.admitMemory(ns, "q", jobOverhead) }
+	if err := admit("noisy"); err != nil {
+		t.Fatalf("noisy below the threshold: %v", err)
+	}
+	if w := woken(); !w || n.wakeAt.Load() != 900 {
+		t.Fatalf("past the wake point: poll asked for %v, wake point %d (want the threshold, 900)", w, n.wakeAt.Load())
+	}
+	if e.InReserve() {
+		t.Fatal("InReserve below the threshold")
+	}
+	var pf *engine.PoolFullError
+	if err := admit("noisy"); !errors.As(err, &pf) || !pf.Reserve || pf.Pool != "p" || !errors.Is(err, engine.ErrPoolFull) {
+		t.Fatalf("noisy at the threshold: %v, want the reserve's PoolFullError", err)
+	}
+	if got := n.pending.Load(); got != jobOverhead {
+		t.Fatalf("pending %d after a refusal, want %d (the admitted job only)", got, jobOverhead)
+	}
+	if !e.InReserve() {
+		t.Fatal("InReserve false after a refusal")
+	}
+	for i := 0; i < 3; i++ {
+		if err := admit("quiet"); err != nil {
+			t.Fatalf("quiet in the reserve: %v", err)
+		}
+	}
+	if got := n.pending.Load(); got != 4*jobOverhead {
+		t.Fatalf("pending %d, want %d", got, 4*jobOverhead)
+	}
+	if woken() {
+		t.Fatal("a poll asked for in the reserve with the usage known")
+	}
+
+	// Unknown usage: each publish asks for a poll and waits for it, its
+	// bytes not counted meanwhile; the poll's figures decide.
+	for _, tc := range []struct {
+		ns     string
+		refuse bool
+	}{{"noisy", true}, {"quiet", false}} {
+		unknown := &memState{group: st.group, nodes: st.nodes, next: make(chan struct{})}
+		e.reserve.state.Store(unknown)
+		res := make(chan error, 1)
+		go func() { res <- admit(tc.ns) }()
+		<-e.reserve.wake
+		if got := n.pending.Load(); got != 4*jobOverhead {
+			t.Fatalf("%s waiting: pending %d, want %d (its bytes not counted)", tc.ns, got, 4*jobOverhead)
+		}
+		e.reserve.state.Store(known())
+		close(unknown.next)
+		err := <-res
+		if tc.refuse != (err != nil) || err != nil && !errors.As(err, &pf) {
+			t.Fatalf("%s after the poll: %v, want refused %v", tc.ns, err, tc.refuse)
+		}
+	}
+	if got := n.pending.Load(); got != 5*jobOverhead {
+		t.Fatalf("pending %d, want %d (quiet's admitted)", got, 5*jobOverhead)
+	}
+	// The usage could not be read: admitted at once, a poll asked for.
+	e.reserve.state.Store(&memState{group: st.group, nodes: st.nodes, usageFailed: true, next: make(chan struct{})})
+	if err, w := admit("noisy"), woken(); err != nil || !w {
+		t.Fatalf("noisy with the usage unreadable: %v, poll asked for %v", err, w)
+	}
+	// No reserve: nothing is looked at.
+	e.reserve.state.Store(nil)
+	if err := admit("noisy"); err != nil || e.InReserve() {
+		t.Fatalf("no reserve: %v, InReserve %v", err, e.InReserve())
+	}
+}
+
+// pollHook holds INFO (held: entered is signalled, then it waits for
+// release) and fails the usage read (failUsage) of the engine's polls.
+type pollHook struct {
+	mu        sync.Mutex
+	held      bool
+	entered   chan struct{}
+	release   chan struct{}
+	failUsage bool
+}
+
+func (h *pollHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *pollHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.mu.Lock()
+		held := h.held && cmd.Name() == "info"
+		h.mu.Unlock()
+		if held {
+			h.entered <- struct{}{}
+			<-h.release
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *pollHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.mu.Lock()
+		fail := h.failUsage
+		h.mu.Unlock()
+		for _, c := range cmds {
+			if fail && c.Name() == "hgetall" {
+				return errors.New("usage read failed by the test")
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h *pollHook) set(held, failUsage bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.held, h.failUsage = held, failUsage
+}
+
+// TestReservePoll: pollMemory on a real redis-server (maxmemory 64mb),
+// its INFO held and its usage read failed by a hook. A poll sets the wake
+// point half way from the estimate to the threshold; the bytes counted
+// before a poll stay in the estimate while its INFO is under way (a slow
+// reply does not make the estimate drop) and leave it once the figure is
+// in; in the reserve, a usage read that fails with no figures yet lets
+// publishes in without waiting, one that succeeds refuses the heavy
+// namespace, and one that fails later keeps those figures.
+func TestReservePoll(t *testing.T) {
+	srv := redistest.StartWith(t, redistest.Options{Extra: []string{"maxmemory 64mb", "maxmemory-policy noeviction"}})
+	client := srv.Client()
+	hook := &pollHook{entered: make(chan struct{}), release: make(chan struct{})}
+	client.AddHook(hook)
+	e, err := New(bg, client, Options{Pool: "default", MemoryReserve: 0.10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.reserve.waitMax = time.Hour // a publish that waited would not come back
+	e.pollMemory(bg)
+	st := e.reserve.state.Load()
+	g := slotGroup("noisy", "q")
+	if st == nil || st.group[g] == nil {
+		t.Fatal("no reserve after a poll of a redis-server with maxmemory")
+	}
+	n := st.group[g]
+	used, threshold := n.used.Load(), n.threshold.Load()
+	if st.known || n.wakeAt.Load() != threshold-(threshold-used)/2 {
+		t.Fatalf("far below the threshold: usage read %v, wake point %d; want none read, %d", st.known, n.wakeAt.Load(), threshold-(threshold-used)/2)
+	}
+
+	// 1 MB counted, then a poll whose INFO is held.
+	if err := e.admitMemory("noisy", "q", 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	est := n.estimate()
+	if est < used+1<<20 {
+		t.Fatalf("estimate %d after 1 MB counted on %d", est, used)
+	}
+	hook.set(true, false)
+	done := make(chan struct{})
+	go func() { defer close(done); e.pollMemory(bg) }()
+	<-hook.entered
+	if got := n.estimate(); got < est {
+		t.Fatalf("estimate %d while the poll's INFO is under way, was %d: the counted bytes left it", got, est)
+	}
+	hook.set(false, false)
+	hook.release <- struct{}{}
+	<-done
+	if p := n.pending.Load(); p != 0 {
+		t.Fatalf("pending %d after the poll, want 0 (in the figure read)", p)
+	}
+
+	// The node in its reserve: maxmemory just above what it holds.
+	if err := client.ConfigSet(bg, "maxmemory", strconv.FormatInt(n.used.Load()*21/20, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	k := usageKey(g)
+	if err := client.HSet(bg, k, usageJobs("noisy"), 10, usageBytes("noisy"), 40960, usageJobs("quiet"), 1, usageBytes("quiet"), 100).Err(); err != nil {
+		t.Fatal(err)
+	}
+	admit := func(ns string) error {
+		res := make(chan error, 1)
+		go func() { res <- e.admitMemory(ns, "q", jobOverhead) }()
+		select {
+		case err := <-res:
+			return err
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s's publish still waiting after 30s", ns)
+			return nil
+		}
+	}
+	var pf *engine.PoolFullError
+	for _, tc := range []struct {
+		step          string
+		failUsage     bool
+		known, failed bool
+		noisyRefused  bool
+	}{
+		{"the usage unreadable, none read before", true, false, true, false},
+		{"the usage read", false, true, false, true},
+		{"the usage unreadable again: the last figures stand", true, true, false, true},
+	} {
+		hook.set(false, tc.failUsage)
+		e.pollMemory(bg)
+		st := e.reserve.state.Load()
+		if st.known != tc.known || st.usageFailed != tc.failed || !e.InReserve() {
+			t.Fatalf("%s: usage known %v, failed %v, InReserve %v; want %v, %v, true", tc.step, st.known, st.usageFailed, e.InReserve(), tc.known, tc.failed)
+		}
+		if err := admit("noisy"); tc.noisyRefused != (err != nil) || err != nil && (!errors.As(err, &pf) || !pf.Reserve) {
+			t.Fatalf("%s: noisy's publish: %v, want refused %v", tc.step, err, tc.noisyRefused)
+		}
+		if err := admit("quiet"); err != nil {
+			t.Fatalf("%s: quiet's publish: %v", tc.step, err)
+		}
 	}
 }
