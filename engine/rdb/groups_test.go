@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -229,10 +230,10 @@ func testGroupsLifecycle(t *testing.T, e *Engine, clock *testClock) {
 	for _, j := range jobs {
 		bodies = append(bodies, string(j.Body))
 	}
-	// The default group ('') joins the rotation at the same virtual time
-	// as a and b, and ties go by name.
-	if got := strings.Join(bodies, " "); got != "d0 a2 b0 a1 a0" {
-		t.Fatalf("order %q, want %q", got, "d0 a2 b0 a1 a0")
+	// Groups join the rotation in the order they became non-empty: a and
+	// b on publish, the default group ('') at its first consume.
+	if got := strings.Join(bodies, " "); got != "a2 b0 d0 a1 a0" {
+		t.Fatalf("order %q, want %q", got, "a2 b0 d0 a1 a0")
 	}
 	for _, j := range jobs {
 		if err := e.Ack(bg, ns, q, j.ID, j.Receipt); err != nil {
@@ -321,7 +322,7 @@ func testGroupsUngrouped(t *testing.T, e *Engine, client redis.UniversalClient) 
 	if grp, _ := client.HGet(bg, qn.config, "grp").Result(); grp != "" {
 		t.Fatalf("ungrouped queue tracked: grp = %q", grp)
 	}
-	if n, err := client.Exists(bg, groupKeyPrefix(ns, q)+"a").Result(); err != nil || n != 0 {
+	if n, err := client.Exists(bg, groupKeyPrefix(ns, q)+"r", groupKeyPrefix(ns, q)+"m").Result(); err != nil || n != 0 {
 		t.Fatalf("ungrouped queue has a rotation: %d %v", n, err)
 	}
 	jobs := consumeN(t, e, ns, q, 2, 2)
@@ -369,8 +370,8 @@ func testGroupsCounts(t *testing.T, e *Engine, client redis.UniversalClient) {
 		t.Fatalf("ready list by group: %v, want '' 3, x 5, y 3", listed)
 	}
 	jobs := consumeN(t, e, ns, q, 4, 4) // one of each group and one more
-	if got := strings.Join(groupsOf(jobs), ","); got != ",x,y," {
-		t.Fatalf("consumed groups %q, want %q", got, ",x,y,")
+	if got := strings.Join(groupsOf(jobs), ","); got != "x,y,,x" {
+		t.Fatalf("consumed groups %q, want %q", got, "x,y,,x")
 	}
 	if n, err := e.Size(bg, ns, q); err != nil || n != 7 {
 		t.Fatalf("size after 4 consumes = %d, %v; want 7", n, err)
@@ -398,9 +399,10 @@ func testGroupsCounts(t *testing.T, e *Engine, client redis.UniversalClient) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// x: 5 published, y 3, '' 3; the consume order is '' x y '' (ties by
-	// name), and the first ('') was ACKed: x 4+1, y 2+1, '' 1+1.
-	want := []engine.GroupStats{{Group: "x", Ready: 4, InFlight: 1, Weight: 1}, {Group: "y", Ready: 2, InFlight: 1, Weight: 1}}
+	// x: 5 published, y 3, '' 3; the consume order is x y '' x (the order
+	// they joined), and the first (x) was ACKed: x 3+1, y 2+1, '' 2+1 (a
+	// tie with y, by name).
+	want := []engine.GroupStats{{Group: "x", Ready: 3, InFlight: 1, Weight: 1}, {Group: "", Ready: 2, InFlight: 1, Weight: 1}}
 	if qg.InFlight != 3 || qg.Total != 3 || !qg.Truncated || len(qg.Groups) != 2 || qg.Groups[0] != want[0] || qg.Groups[1] != want[1] {
 		t.Fatalf("QueueGroups = %+v, want in flight 3, total 3, truncated, groups %+v (consumed %v)", qg, want, groupsOf(jobs))
 	}
@@ -412,7 +414,7 @@ func testGroupsCounts(t *testing.T, e *Engine, client redis.UniversalClient) {
 		t.Fatalf("size after destroy = %d, %v", n, err)
 	}
 	gp := groupKeyPrefix(ns, q)
-	if n, err := client.Exists(bg, gp+"a", gp+"b", gp+"i", gp+"c", gp+"q:x", gp+"q:y", gp+"p:y").Result(); err != nil || n != 0 {
+	if n, err := client.Exists(bg, gp+"r", gp+"m", gp+"a", gp+"b", gp+"i", gp+"c", gp+"q:x", gp+"q:y", gp+"p:y").Result(); err != nil || n != 0 {
 		t.Fatalf("%d group keys left after destroy (%v)", n, err)
 	}
 	if qg, err := e.QueueGroups(bg, ns, q, 10); err != nil || qg.Total != 0 || len(qg.Groups) != 0 || qg.InFlight != 0 {
@@ -613,8 +615,11 @@ func testGroupsReclaim(t *testing.T, e *Engine, client redis.UniversalClient) {
 	if n, err := client.Exists(bg, gp+"q:gone").Result(); err != nil || n != 0 {
 		t.Fatalf("stale group list left after reclaim (%+v): %d %v", st, n, err)
 	}
-	if _, err := client.ZScore(bg, gp+"a", "gone").Result(); !errors.Is(err, redis.Nil) {
-		t.Fatalf("empty group still in the rotation: %v", err)
+	if rot, err := client.LRange(bg, gp+"r", 0, -1).Result(); err != nil || slices.Contains(rot, "gone") {
+		t.Fatalf("empty group still in the rotation: %q %v", rot, err)
+	}
+	if _, err := client.HGet(bg, gp+"m", "gone").Result(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("empty group still a member of the rotation: %v", err)
 	}
 	if n, err := e.Size(bg, ns, q); err != nil || n != 2 {
 		t.Fatalf("size after reclaim = %d, %v; want 2", n, err)
