@@ -81,6 +81,7 @@ func TestGroups(t *testing.T) {
 			t.Run("wake", func(t *testing.T) { testGroupsWake(t, client) })
 			t.Run("keyed", func(t *testing.T) { testGroupsKeyed(t, e) })
 			t.Run("reclaim", func(t *testing.T) { testGroupsReclaim(t, e, client) })
+			t.Run("upgrade", func(t *testing.T) { testGroupsUpgrade(t, e, client) })
 		})
 	}
 }
@@ -656,5 +657,48 @@ func testGroupsKeyed(t *testing.T, e *Engine) {
 	}
 	if len(jobs) != 2 || got[id2] != "k:v2" || got[own] != "other:own" {
 		t.Fatalf("consumed %v, want %s k:v2 and %s other:own", got, id2, own)
+	}
+}
+
+// testGroupsUpgrade: groups that servers of the layout before (the
+// rotation as the sorted set g/…/a) joined, unblocked or joined a second
+// time are served by this version, each once a round, and the old
+// rotation goes (a rolling upgrade; doc/design.md).
+func testGroupsUpgrade(t *testing.T, e *Engine, client redis.UniversalClient) {
+	ns, q := "upg", "q"
+	for _, g := range []string{"both", "new", "old", "freed"} {
+		publishGroup(t, e, ns, q, g, 3, 3)
+	}
+	gp := groupKeyPrefix(ns, q)
+	p := client.TxPipeline()
+	// old: joined by an older server only (its first job published there).
+	p.LRem(bg, gp+"r", 1, "old")
+	p.HDel(bg, gp+"m", "old")
+	// both: in both rotations.
+	// freed: blocked by this version, unblocked by an older server (out of
+	// the blocked set, joined to the old rotation).
+	p.LRem(bg, gp+"r", 1, "freed")
+	p.HSet(bg, gp+"m", "freed", -1)
+	p.ZAdd(bg, gp+"a", redis.Z{Score: 1, Member: "old"}, redis.Z{Score: 2, Member: "both"}, redis.Z{Score: 3, Member: "freed"})
+	if _, err := p.Exec(bg); err != nil {
+		t.Fatal(err)
+	}
+	qg, err := e.QueueGroups(bg, ns, q, 10)
+	if err != nil || qg.Total != 4 {
+		t.Fatalf("QueueGroups before = %+v, %v; want 4 groups", qg, err)
+	}
+	jobs := consumeN(t, e, ns, q, 13, 4)
+	if len(jobs) != 12 {
+		t.Fatalf("consumed %d jobs, want 12", len(jobs))
+	}
+	// Each group once a round: both and new from the rotation, then old
+	// and freed moved from the old one (both only once).
+	for r := 0; r < 3; r++ {
+		if got := strings.Join(groupsOf(jobs[4*r:4*r+4]), ","); got != "both,new,old,freed" {
+			t.Fatalf("round %d: groups %q, want both,new,old,freed", r, got)
+		}
+	}
+	if n, err := client.Exists(bg, gp+"a", gp+"r", gp+"m").Result(); err != nil || n != 0 {
+		t.Fatalf("%d rotation keys left once every group is empty (%v)", n, err)
 	}
 }
