@@ -674,10 +674,14 @@ for i = 1, n do
         inflight_block(gp, g)
         budget = budget - 1
       else
-        local qk, pk = KEYS[k + 1], KEYS[k + 3]
-        if g ~= '' then qk, pk = gp .. 'q:' .. g, gp .. 'p:' .. g end
+        -- The group's priority set is named only when the queue uses
+        -- priorities (seq).
+        local qk = KEYS[k + 1]
+        if g ~= '' then qk = gp .. 'q:' .. g end
         local e = false
         if cfg[2] then
+          local pk = KEYS[k + 3]
+          if g ~= '' then pk = gp .. 'p:' .. g end
           local p = redis.call('ZPOPMIN', pk)
           if #p > 0 then e = p[1] end
         end
