@@ -581,9 +581,10 @@ return {0, total, earliest}
 // list and priority set are empty at the end, 3 when every queue is empty
 // or at its in-flight limit and one is at its limit ("limited": nothing
 // for now; a freed slot publishes on the queue's ready channel), else 0.
-// A tracked queue (config grp = '1') serves its groups in turn, records
-// each job it hands out in flight (inflight_take) and gives no more than
-// its max_in_flight and group_max_in_flight allow. earliest = a group's
+// A tracked queue (config grp = '1') serves its groups in turn; a queue
+// with a limit (mif or gmif) records each job it hands out in flight
+// (inflight_take) and gives no more than its max_in_flight and
+// group_max_in_flight allow. earliest = a group's
 // new earliest due time when this call moved it earlier, else 0; popped =
 // the entries popped, stale ones included (lmstfy's queue_pop_jobs).
 var consumeScript = script(`
@@ -638,16 +639,23 @@ for i = 1, n do
   -- groups or limits, groups_scripts.go), with its limits.
   local cfg = redis.call('HMGET', KEYS[k + 4], 'paused', 'seq', 'grp', 'mif', 'gmif', 'ws')
   tracked[i] = cfg[3] == '1'
+  -- A queue with a limit records the jobs it hands out in flight (fl,
+  -- inflight_new; flushed once at the end of the queue's turn); one
+  -- without limits records nothing.
+  local gmif = tonumber(cfg[5]) or 0
+  local gp = gpfx(KEYS[k + 6])
+  local fl = false
+  if gmif > 0 or (tonumber(cfg[4]) or 0) > 0 then fl = inflight_new(gp, gmif) end
   if cfg[1] ~= '1' and cfg[3] == '1' then
     -- A tracked queue serves its groups in turn: the group at the head of
     -- the rotation gp..'r' moves to its tail and gives one job (a group
     -- of weight w > 1 goes back to the head until it gave w: weighted
-    -- round robin, doc/design.md). Each job taken is recorded in flight
-    -- (inflight_take); the queue gives no more than its max_in_flight
-    -- allows (room), and a group at its group_max_in_flight leaves the
-    -- rotation for gp..'b' until a slot of it frees (inflight_free).
+    -- round robin, doc/design.md). With a limit, each job taken is
+    -- recorded in flight (inflight_take); the queue gives no more than
+    -- its max_in_flight allows (room), and a group at its
+    -- group_max_in_flight leaves the rotation for gp..'b' until a slot of
+    -- it frees (inflight_free).
     local hit = false
-    local gp = gpfx(KEYS[k + 6])
     local rk = gp .. 'r'
     grp_migrate(gp)
     -- The default group (the queue's own q/ and p/) joins lazily: ungrouped
@@ -658,9 +666,11 @@ for i = 1, n do
     end
     local ws = {}
     local gpop = 0
-    local gmif = tonumber(cfg[5]) or 0
-    local room = inflight_room(gp, cfg[4], want - got)
-    if room < want - got then limited[i] = true end
+    local room = want - got
+    if fl then
+      room = inflight_room(gp, cfg[4], want - got)
+      if room < want - got then limited[i] = true end
+    end
     local took = 0
     while took < room do
       if budget <= 0 then out[1] = 1 break end
@@ -669,7 +679,7 @@ for i = 1, n do
       -- With a group limit, the group's slot is reserved before the pop
       -- (inflight_reserve); false: at its limit (a limit lowered since).
       local c = 0
-      if gmif > 0 then c = inflight_reserve(gp, g, gmif) end
+      if gmif > 0 then c = inflight_reserve(fl, g) end
       if not c then
         inflight_block(gp, g)
         budget = budget - 1
@@ -699,7 +709,7 @@ for i = 1, n do
         if id then
           hit = true
           took = took + 1
-          inflight_take(gp, id, g, gmif)
+          if fl then inflight_take(fl, id, g) end
           if gmif > 0 and c >= gmif then
             -- At its limit now: out of the rotation at once, rather than
             -- at its next turn.
@@ -720,19 +730,34 @@ for i = 1, n do
             end
           end
         elseif gmif > 0 then
-          inflight_unreserve(gp, g)
+          inflight_unreserve(fl, g)
         end
       end
     end
+    if fl then inflight_flush(fl) end
     if gpop > 0 then redis.call('HINCRBY', KEYS[k + 4], 'gn', -gpop) end
     if hit then touched[#touched + 1] = i end
     -- A limited queue that ran out of jobs before its room is not
     -- limited: it is empty, or its groups are blocked (below).
     if limited[i] and took < room and out[1] ~= 1 then limited[i] = nil end
   elseif cfg[1] ~= '1' then
+    -- A queue without groups: its one list (and priority set), and with
+    -- a limit no rotation either, its default group's count read once
+    -- for group_max_in_flight. At that limit the group is blocked
+    -- (gp..'b'), so that the free that takes it below wakes a waiter.
     local hit = false
     local pdone = not cfg[2]
-    while got < want do
+    local room, c0 = want - got, 0
+    if fl then
+      room = inflight_room(gp, cfg[4], want - got)
+      if gmif > 0 then
+        c0 = tonumber(redis.call('HGET', gp .. 'c', '')) or 0
+        room = math.min(room, math.max(gmif - c0, 0))
+      end
+      if room < want - got then limited[i] = true end
+    end
+    local took = 0
+    while took < room do
       if budget <= 0 then out[1] = 1 break end
       local e = false
       if not pdone then
@@ -742,7 +767,20 @@ for i = 1, n do
       if not e then e = redis.call('RPOP', KEYS[k + 1]) end
       if not e then break end
       budget = budget - 1
-      if take(i, k, e) then hit = true end
+      local id = take(i, k, e)
+      if id then
+        hit = true
+        took = took + 1
+        if fl then
+          inflight_take(fl, id, '')
+          if gmif > 0 then inflight_pend(fl, '', 1) end
+        end
+      end
+    end
+    if fl then
+      inflight_flush(fl)
+      if gmif > 0 and c0 + took >= gmif then redis.call('SADD', gp .. 'b', '') end
+      if limited[i] and took < room and out[1] ~= 1 then limited[i] = nil end
     end
     if hit then touched[#touched + 1] = i end
   end
