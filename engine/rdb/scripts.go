@@ -795,17 +795,19 @@ if out[1] == 0 then
   local lim = false
   for i = 1, n do
     local k = 6 * (i - 1)
-    -- A tracked queue's groups wait in its rotation (a queue this call
+    -- A tracked queue's groups wait in its rotation (or in that of the
+    -- layout before, until grp_migrate moved them; a queue this call
     -- did not reach may be tracked too); its blocked groups, or its
     -- max_in_flight reached, make it limited: nothing for now.
+    local gp = gpfx(KEYS[k + 6])
     if limited[i] then
       lim = true
-    elseif (tracked[i] and redis.call('EXISTS', gpfx(KEYS[k + 6]) .. 'r') == 1)
+    elseif (tracked[i] and redis.call('EXISTS', gp .. 'r', gp .. 'a') > 0)
         or redis.call('LLEN', KEYS[k + 1]) > 0 or redis.call('ZCARD', KEYS[k + 3]) > 0
-        or (tracked[i] == nil and redis.call('EXISTS', gpfx(KEYS[k + 6]) .. 'r') == 1) then
+        or (tracked[i] == nil and redis.call('EXISTS', gp .. 'r', gp .. 'a') > 0) then
       out[1] = 0
       break
-    elseif tracked[i] and redis.call('EXISTS', gpfx(KEYS[k + 6]) .. 'b') == 1 then
+    elseif tracked[i] and redis.call('EXISTS', gp .. 'b') == 1 then
       lim = true
     end
   end
