@@ -102,7 +102,7 @@ var readyHeadsScript = script(`
 local oldest, first = ready_heads(KEYS[1], KEYS[2], KEYS[3])
 local out = {oldest, first}
 local gp = gpfx(KEYS[3])
-for _, g in ipairs(redis.call('ZRANGE', gp .. 'a', 0, 15)) do
+for _, g in ipairs(redis.call('LRANGE', gp .. 'r', 0, 15)) do
   if g ~= '' then
     local o, f = ready_heads(gp .. 'q:' .. g, gp .. 'p:' .. g, KEYS[3])
     out[#out + 1] = o
@@ -153,7 +153,7 @@ if list == 'ready' then
   -- after the other: the cursor counts entries across them.
   local parts = {{KEYS[2], true}, {KEYS[1], false}}
   local gp = gpfx(jp)
-  for _, g in ipairs(redis.call('ZRANGE', gp .. 'a', 0, 99)) do
+  for _, g in ipairs(redis.call('LRANGE', gp .. 'r', 0, 99)) do
     if g ~= '' then
       parts[#parts + 1] = {gp .. 'p:' .. g, true}
       parts[#parts + 1] = {gp .. 'q:' .. g, false}

@@ -54,6 +54,9 @@ local function add(g)
     names[#names + 1] = g
   end
 end
+for _, g in ipairs(redis.call('LRANGE', gp .. 'r', 0, max - 1)) do add(g) end
+if redis.call('LLEN', gp .. 'r') > max then out[4] = 1 end
+-- The rotation of the layout before, until consume moved it (grp_migrate).
 for _, g in ipairs(redis.call('ZRANGE', gp .. 'a', 0, max - 1)) do add(g) end
 if redis.call('ZCARD', gp .. 'a') > max then out[4] = 1 end
 local blocked = redis.call('SRANDMEMBER', gp .. 'b', max)

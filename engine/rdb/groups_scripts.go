@@ -12,8 +12,15 @@ import "github.com/redis/go-redis/v9"
 // j/{T}ns/q/ (gpfx; the same slot, the documented exception of
 // doc/keys.md, as job keys and histories):
 //
-//	gp..'a'      ZSET  the groups in the rotation (ready jobs, not at their
-//	                   limit), score = the group's virtual time
+//	gp..'r'      LIST  the rotation: the groups with ready jobs not at their
+//	                   limit, the next to serve at the head
+//	gp..'m'      HASH  group -> its state: the jobs it took in its current
+//	                   turn (>= 0: it is in gp..'r', once), or -1: blocked
+//	                   (in gp..'b'); no field: in neither
+//	gp..'a'      ZSET  the rotation of the layout before (groups scored by
+//	                   virtual time): read only to move its groups to
+//	                   gp..'r' (grp_migrate; servers of that layout may
+//	                   still add to it in a rolling upgrade)
 //	gp..'b'      SET   the groups at group_max_in_flight (in-flight part)
 //	gp..'i'      HASH  job ID -> group of the jobs in flight (in-flight part)
 //	gp..'c'      HASH  group -> jobs in flight (in-flight part)
@@ -43,7 +50,7 @@ import "github.com/redis/go-redis/v9"
 // Limits, from the config hash: mif (max_in_flight of this physical
 // queue: a shard's part of the queue's) and gmif (group_max_in_flight). A
 // tracked queue with HLEN(gp..'i') >= mif gives nothing; a group with
-// gp..'c'[G] >= gmif leaves the rotation gp..'a' for the blocked set
+// gp..'c'[G] >= gmif leaves the rotation gp..'r' for the blocked set
 // gp..'b' and comes back when a slot of it frees, which wakes the
 // queue's waiting consumers.
 
@@ -55,8 +62,6 @@ const groupsLua = `
 local function gpfx(jp) return 'g' .. string.sub(jp, 2) end
 -- jprefix is the job key prefix of job key jk of job id.
 local function jprefix(jk, id) return string.sub(jk, 1, #jk - #id) end
--- fnum formats a group's virtual time (a fraction) for ZADD.
-local function fnum(x) return string.format('%.17g', x) end
 -- val_group is the group of job value v ('' = the default group): format
 -- flag 4 (formats 5 and 6) says the group follows the header.
 local function val_group(v)
@@ -70,20 +75,61 @@ local function job_group(jk, h)
   local s = redis.call('GETRANGE', jk, 22, 86)
   return string.sub(s, 2, 1 + string.byte(s, 1))
 end
--- grp_min is the lowest virtual time in the rotation gp..'a' (0 when it
--- is empty): a group entering the rotation starts there, with no credit
--- for the time it was away.
-local function grp_min(gp)
-  local m = redis.call('ZRANGE', gp .. 'a', 0, 0, 'WITHSCORES')
-  if #m == 0 then return 0 end
-  return tonumber(m[2])
-end
--- grp_join puts group g into the rotation of gp at the lowest virtual
--- time, unless it is there already or blocked (gp..'b').
+-- The rotation (doc/design.md "Fair groups") is the list gp..'r' of the
+-- groups to serve, the next at the head: consume moves the head to the
+-- tail with one LMOVE (O(1), whatever the number of groups) and pops a
+-- job of that group; a group of weight w (> 1) goes back to the head
+-- until it took w jobs in its turn (counted in gp..'m'). gp..'m' says
+-- whether a group is in the rotation (>= 0) or blocked (-1), so that a
+-- group is in the list at most once.
+--
+-- grp_join puts group g at the tail of the rotation of gp, unless it is
+-- there already or blocked: the groups that become non-empty are served
+-- in the order they did, each within one round of the groups already
+-- waiting, and a group that was idle gets no credit for it.
 local function grp_join(gp, g)
-  if redis.call('ZSCORE', gp .. 'a', g) then return end
-  if redis.call('SISMEMBER', gp .. 'b', g) == 1 then return end
-  redis.call('ZADD', gp .. 'a', fnum(grp_min(gp)), g)
+  if redis.call('HSETNX', gp .. 'm', g, 0) == 1 then redis.call('RPUSH', gp .. 'r', g) end
+end
+-- grp_unblock puts group g, just taken out of the blocked set gp..'b',
+-- back into the rotation (at its tail, as grp_join), unless it is in it
+-- already (a server of the layout before blocked it without taking it
+-- out: grp_migrate).
+local function grp_unblock(gp, g)
+  local st = redis.call('HGET', gp .. 'm', g)
+  if st and st ~= '-1' then return end
+  redis.call('HSET', gp .. 'm', g, 0)
+  redis.call('RPUSH', gp .. 'r', g)
+end
+-- grp_leave takes group g, which consume just moved to the tail of the
+-- rotation, out of it: its lists are empty (blocked false) or it is at
+-- its group_max_in_flight (blocked true: into gp..'b').
+local function grp_leave(gp, g, blocked)
+  redis.call('RPOP', gp .. 'r')
+  if blocked then
+    redis.call('HSET', gp .. 'm', g, -1)
+    redis.call('SADD', gp .. 'b', g)
+  else
+    redis.call('HDEL', gp .. 'm', g)
+  end
+end
+-- grp_migrate moves up to 100 groups of the rotation of the layout before
+-- (the sorted set gp..'a', lowest virtual time first) to the tail of the
+-- rotation gp..'r', when gp..'a' exists: servers of that layout join
+-- groups there until the last of them is gone (a rolling upgrade). A
+-- group in gp..'r' already stays where it is; one blocked (-1) stays
+-- blocked unless a server of the layout before unblocked it (no longer in
+-- gp..'b').
+local function grp_migrate(gp)
+  if redis.call('EXISTS', gp .. 'a') == 0 then return end
+  local p = redis.call('ZPOPMIN', gp .. 'a', 100)
+  for i = 1, #p, 2 do
+    local g = p[i]
+    local st = redis.call('HGET', gp .. 'm', g)
+    if not st or (st == '-1' and redis.call('SISMEMBER', gp .. 'b', g) == 0) then
+      redis.call('HSET', gp .. 'm', g, 0)
+      redis.call('RPUSH', gp .. 'r', g)
+    end
+  end
 end
 -- push_job puts a job made ready at the tail of its group (g, '' = the
 -- default group: the queue's ready list qk and priority set pk; else the
@@ -195,12 +241,10 @@ local function inflight_flush(t)
   end
   if #zero > 0 then redis.call('HDEL', t.gp .. 'c', unpack(zero)) end
 end
--- inflight_block takes group g out of the rotation while it is at its
--- group_max_in_flight: inflight_free puts it back.
-local function inflight_block(gp, g)
-  redis.call('ZREM', gp .. 'a', g)
-  redis.call('SADD', gp .. 'b', g)
-end
+-- inflight_block takes group g, which consume just moved to the tail of
+-- the rotation, out of it while it is at its group_max_in_flight:
+-- inflight_free puts it back.
+local function inflight_block(gp, g) grp_leave(gp, g, true) end
 -- inflight_cfg reads, once per script, what freeing slots needs of config
 -- hash ck: mif (max_in_flight, 0 = none), gmif (group_max_in_flight, 0 =
 -- none), unb (set while SetQueueConfig's unblockScript has not yet
@@ -226,7 +270,7 @@ local function inflight_drop(gp, cfg, g, k, zero)
   if c <= 0 then zero[#zero + 1] = g end
   if not cfg.unb and (cfg.gmif <= 0 or c + k < cfg.gmif) then return 0 end
   if redis.call('SREM', gp .. 'b', g) == 1 then
-    if cfg.grp then grp_join(gp, g) end
+    if cfg.grp then grp_unblock(gp, g) end
     return 1
   end
   return 0
@@ -344,14 +388,14 @@ return 1
 `)
 
 // unblockScript puts up to ARGV[1] of a queue's blocked groups (gp..'b')
-// back into its rotation (gp..'a'), after its group_max_in_flight changed:
+// back into its rotation (gp..'r'), after its group_max_in_flight changed:
 // the consume script blocks again, before giving it a job, each group
 // still at the new limit (consumeScript), and a group under it would
 // otherwise wait for one of its jobs to leave flight. The call that
 // finds the set empty clears the config's unb (setLimitsScript): every
 // group blocked from then on was blocked under the limit in force.
 //
-//	KEYS[1] gp..'a'   KEYS[2] gp..'b'   KEYS[3] config
+//	KEYS[1] gp..'r'   KEYS[2] gp..'b'   KEYS[3] config
 //	ARGV[1] most groups to move
 //
 // Returns how many it moved (fewer than ARGV[1] when the set is empty).
@@ -361,7 +405,7 @@ var unblockScript = script(`
 local gp = string.sub(KEYS[1], 1, -2)
 local gs = redis.call('SPOP', KEYS[2], tonumber(ARGV[1]))
 if redis.call('HGET', KEYS[3], 'grp') == '1' then
-  for _, g in ipairs(gs) do grp_join(gp, g) end
+  for _, g in ipairs(gs) do grp_unblock(gp, g) end
 end
 if #gs < tonumber(ARGV[1]) then redis.call('HDEL', KEYS[3], 'unb') end
 return #gs

@@ -104,7 +104,7 @@ const unblockBatch = 1000
 // the limit), a bounded batch per call.
 func (e *Engine) unblockGroups(ctx context.Context, ns, q string) error {
 	gp := groupKeyPrefix(ns, q)
-	keys := []string{gp + "a", gp + "b", configKey(ns, q)}
+	keys := []string{gp + "r", gp + "b", configKey(ns, q)}
 	for {
 		n, err := e.run(ctx, unblockScript, keys, unblockBatch).Int64()
 		if err != nil {

@@ -647,21 +647,22 @@ for i = 1, n do
   local fl = false
   if gmif > 0 or (tonumber(cfg[4]) or 0) > 0 then fl = inflight_new(gp, gmif) end
   if cfg[1] ~= '1' and cfg[3] == '1' then
-    -- A tracked queue serves its groups in turn: the group of the lowest
-    -- virtual time in the rotation gp..'a' gives one job, and its time
-    -- grows by 1/weight (weighted round robin, doc/design.md). With a
-    -- limit, each job taken is recorded in flight (inflight_take); the
-    -- queue gives no more than its max_in_flight allows (room), and a
-    -- group at its group_max_in_flight leaves the rotation for gp..'b'
-    -- until a slot of it frees (inflight_free).
+    -- A tracked queue serves its groups in turn: the group at the head of
+    -- the rotation gp..'r' moves to its tail and gives one job (a group
+    -- of weight w > 1 goes back to the head until it gave w: weighted
+    -- round robin, doc/design.md). With a limit, each job taken is
+    -- recorded in flight (inflight_take); the queue gives no more than
+    -- its max_in_flight allows (room), and a group at its
+    -- group_max_in_flight leaves the rotation for gp..'b' until a slot of
+    -- it frees (inflight_free).
     local hit = false
-    local ak = gp .. 'a'
+    local rk = gp .. 'r'
+    grp_migrate(gp)
     -- The default group (the queue's own q/ and p/) joins lazily: ungrouped
     -- publishes are those of an untracked queue. Its lists first: they
     -- are empty in most grouped queues (p/ is only when seq is set).
-    if (redis.call('LLEN', KEYS[k + 1]) > 0 or (cfg[2] and redis.call('ZCARD', KEYS[k + 3]) > 0))
-        and not redis.call('ZSCORE', ak, '') and redis.call('SISMEMBER', gp .. 'b', '') == 0 then
-      redis.call('ZADD', ak, fnum(grp_min(gp)), '')
+    if redis.call('LLEN', KEYS[k + 1]) > 0 or (cfg[2] and redis.call('ZCARD', KEYS[k + 3]) > 0) then
+      grp_join(gp, '')
     end
     local ws = {}
     local gpop = 0
@@ -673,9 +674,8 @@ for i = 1, n do
     local took = 0
     while took < room do
       if budget <= 0 then out[1] = 1 break end
-      local top = redis.call('ZRANGE', ak, 0, 0, 'WITHSCORES')
-      if #top == 0 then break end
-      local g, sc = top[1], tonumber(top[2])
+      local g = redis.call('LMOVE', rk, rk, 'LEFT', 'RIGHT')
+      if not g then break end
       -- With a group limit, the group's slot is reserved before the pop
       -- (inflight_reserve); false: at its limit (a limit lowered since).
       local c = 0
@@ -684,21 +684,27 @@ for i = 1, n do
         inflight_block(gp, g)
         budget = budget - 1
       else
-        local qk, pk = KEYS[k + 1], KEYS[k + 3]
-        if g ~= '' then qk, pk = gp .. 'q:' .. g, gp .. 'p:' .. g end
+        -- The group's priority set is named only when the queue uses
+        -- priorities (seq).
+        local qk = KEYS[k + 1]
+        if g ~= '' then qk = gp .. 'q:' .. g end
         local e = false
         if cfg[2] then
+          local pk = KEYS[k + 3]
+          if g ~= '' then pk = gp .. 'p:' .. g end
           local p = redis.call('ZPOPMIN', pk)
           if #p > 0 then e = p[1] end
         end
         if not e then e = redis.call('RPOP', qk) end
         local id = false
         if not e then
-          redis.call('ZREM', ak, g)
+          grp_leave(gp, g, false)
         else
           if g ~= '' then gpop = gpop + 1 end
           budget = budget - 1
           id = take(i, k, e)
+          -- A stale entry (its job gone) costs the group no turn.
+          if not id then redis.call('LMOVE', rk, rk, 'RIGHT', 'LEFT') end
         end
         if id then
           hit = true
@@ -708,16 +714,20 @@ for i = 1, n do
             -- At its limit now: out of the rotation at once, rather than
             -- at its next turn.
             inflight_block(gp, g)
-          else
+          elseif cfg[6] then
+            -- Weights are read only when the queue has some (ws).
             local w = ws[g]
             if not w then
-              w = 1
-              -- Weights are read only when the queue has some (ws).
-              if cfg[6] then w = tonumber(redis.call('HGET', KEYS[k + 4], 'w:' .. g)) or 1 end
-              if w < 1 then w = 1 end
+              w = tonumber(redis.call('HGET', KEYS[k + 4], 'w:' .. g)) or 1
               ws[g] = w
             end
-            redis.call('ZADD', ak, fnum(sc + 1 / w), g)
+            if w > 1 then
+              if redis.call('HINCRBY', gp .. 'm', g, 1) < w then
+                redis.call('LMOVE', rk, rk, 'RIGHT', 'LEFT')
+              else
+                redis.call('HSET', gp .. 'm', g, 0)
+              end
+            end
           end
         elseif gmif > 0 then
           inflight_unreserve(fl, g)
@@ -790,9 +800,9 @@ if out[1] == 0 then
     -- max_in_flight reached, make it limited: nothing for now.
     if limited[i] then
       lim = true
-    elseif (tracked[i] and redis.call('EXISTS', gpfx(KEYS[k + 6]) .. 'a') == 1)
+    elseif (tracked[i] and redis.call('EXISTS', gpfx(KEYS[k + 6]) .. 'r') == 1)
         or redis.call('LLEN', KEYS[k + 1]) > 0 or redis.call('ZCARD', KEYS[k + 3]) > 0
-        or (tracked[i] == nil and redis.call('EXISTS', gpfx(KEYS[k + 6]) .. 'a') == 1) then
+        or (tracked[i] == nil and redis.call('EXISTS', gpfx(KEYS[k + 6]) .. 'r') == 1) then
       out[1] = 0
       break
     elseif tracked[i] and redis.call('EXISTS', gpfx(KEYS[k + 6]) .. 'b') == 1 then
@@ -1086,7 +1096,7 @@ local function scan(qk, pk)
   return nil
 end
 local gp = gpfx(KEYS[3])
-for _, g in ipairs(redis.call('ZRANGE', gp .. 'a', 0, 15)) do
+for _, g in ipairs(redis.call('LRANGE', gp .. 'r', 0, 15)) do
   local r
   if g == '' then r = scan(KEYS[1], KEYS[2]) else r = scan(gp .. 'q:' .. g, gp .. 'p:' .. g) end
   if r then return r end
@@ -1428,7 +1438,8 @@ return out
 //
 // The ready jobs of a tracked queue's groups go too. Once done it deletes
 // the queue's in-flight records (gp..'i', gp..'c'), its rotation and its
-// blocked set (gp..'a', gp..'b'): no job of the queue is ready or in
+// blocked set (gp..'r', gp..'m', gp..'b'; gp..'a' of the layout before):
+// no job of the queue is ready or in
 // flight any more.
 //
 // Returns the number of entries deleted (less than ARGV[1] when done).
@@ -1464,10 +1475,20 @@ if n < batch then
   n = n + #ids
 end
 -- A tracked queue's groups (groups_scripts.go): their ready jobs, group
--- by group (rotation, then blocked set); a group leaves both once empty.
+-- by group (rotation, that of the layout before, then blocked set); a
+-- group leaves them once empty.
 local gp = gpfx(KEYS[5])
 while n < batch do
-  local g = redis.call('ZRANGE', gp .. 'a', 0, 0)[1] or redis.call('SRANDMEMBER', gp .. 'b')
+  local from = 'r'
+  local g = redis.call('LINDEX', gp .. 'r', 0)
+  if not g then
+    from = 'a'
+    g = redis.call('ZRANGE', gp .. 'a', 0, 0)[1]
+  end
+  if not g then
+    from = 'b'
+    g = redis.call('SRANDMEMBER', gp .. 'b')
+  end
   if not g then break end
   if g ~= '' then
     local qk, pk = gp .. 'q:' .. g, gp .. 'p:' .. g
@@ -1483,13 +1504,15 @@ while n < batch do
     end
   end
   if n < batch then
+    if from == 'r' then redis.call('LPOP', gp .. 'r') end
     redis.call('ZREM', gp .. 'a', g)
-    redis.call('SREM', gp .. 'b', g)
+    if from ~= 'r' then redis.call('SREM', gp .. 'b', g) end
+    redis.call('HDEL', gp .. 'm', g)
   end
 end
 if n < batch then
   redis.call('ZREM', KEYS[3], ARGV[2])
-  redis.call('DEL', gp .. 'i', gp .. 'c', gp .. 'b', gp .. 'a')
+  redis.call('DEL', gp .. 'i', gp .. 'c', gp .. 'b', gp .. 'r', gp .. 'm', gp .. 'a')
   -- The count of the groups' entries (gn) is 0 now.
   if KEYS[7] then redis.call('HDEL', KEYS[7], 'gn') end
 end
@@ -1673,13 +1696,16 @@ if win == 0 then
   -- group left empty leaves the rotation.
   local gp = gpfx(jp)
   local before = removed
-  for _, g in ipairs(redis.call('ZRANGE', gp .. 'a', 0, 15)) do
+  for _, g in ipairs(redis.call('LRANGE', gp .. 'r', 0, 15)) do
     if budget <= 0 then break end
     if g ~= '' then
       local qk, pk = gp .. 'q:' .. g, gp .. 'p:' .. g
       tail(qk, ready_live)
       zhead(pk, ready_live)
-      if redis.call('LLEN', qk) == 0 and redis.call('ZCARD', pk) == 0 then redis.call('ZREM', gp .. 'a', g) end
+      -- Among the first 16 of the rotation: LREM stops there.
+      if redis.call('LLEN', qk) == 0 and redis.call('ZCARD', pk) == 0 and redis.call('LREM', gp .. 'r', 1, g) > 0 then
+        redis.call('HDEL', gp .. 'm', g)
+      end
     end
   end
   if removed > before then redis.call('HINCRBY', KEYS[7], 'gn', before - removed) end
