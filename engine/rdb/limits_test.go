@@ -933,7 +933,7 @@ func TestLimitsTracking(t *testing.T) {
 				t.Fatal("the waiting consumer was not woken by the ACK")
 			}
 			pgp := groupKeyPrefix(ns, pq)
-			if n, err := client.Exists(bg, pgp+"a").Result(); err != nil || n != 0 {
+			if n, err := client.Exists(bg, pgp+"a", pgp+"r", pgp+"m").Result(); err != nil || n != 0 {
 				t.Fatalf("a queue without groups has a rotation: %d, %v", n, err)
 			}
 			if c, err := client.HGet(bg, pgp+"c", "").Result(); err != nil || c != "2" {
