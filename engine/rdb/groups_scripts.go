@@ -37,15 +37,20 @@ import "github.com/redis/go-redis/v9"
 // in its format byte (codec.go): byte 23 is the group's length L, bytes
 // 24..23+L the group, then what an ungrouped value holds after its header.
 
-// In-flight limits (the in-flight part): the consume script of a tracked
-// queue records every job it hands out (inflight_take): gp..'i' maps the
-// job's ID to its group, so the queue's jobs in flight are HLEN(gp..'i'),
-// and gp..'c' counts each group's. Every path where a job leaves flight
-// (ACK, release, the pump's TTR expiry and its entries of gone jobs, the
-// reclaimer's, CancelKey, re-publish's Replaces, Destroy) calls
-// inflight_free, which costs an untracked queue one HGET (HMGET for a
-// batch of ACKs): its jobs are never in gp..'i'. SetQueueConfig with a
-// limit or weights makes a queue tracked too (limits.go).
+// In-flight limits (the in-flight part): the consume script of a queue
+// with a limit (mif or gmif in its config; grouped or not) records every
+// job it hands out (inflight_take, written once per call by
+// inflight_flush): gp..'i' maps the job's ID to its group, so the
+// queue's jobs in flight are HLEN(gp..'i'), and gp..'c' counts each
+// group's; a queue without limits records nothing. Every path where a
+// job leaves flight (ACK, release, the pump's TTR expiry and its entries
+// of gone jobs, the reclaimer's, CancelKey, re-publish's Replaces,
+// Destroy) calls inflight_free, which costs a queue without records one
+// HGET (HMGET for a batch of ACKs). Every record in gp..'i' is counted
+// once in gp..'c': SetQueueConfig fills both for the jobs already out
+// when a queue gets its first limit (recordInFlightScript) and deletes
+// both when it loses its last (setLimitsScript), so a free never finds a
+// count without its record.
 //
 // Limits, from the config hash: mif (max_in_flight of this physical
 // queue: a shard's part of the queue's) and gmif (group_max_in_flight). A

@@ -14,7 +14,9 @@ import (
 // them as the consume script reads them: mif (this physical queue's part
 // of max_in_flight), mifq (the queue's max_in_flight as set, which
 // QueueConfig reports), gmif (group_max_in_flight) and w:G (group G's
-// weight); grp = '1' marks the queue tracked.
+// weight). A queue with mif or gmif records its jobs in flight
+// (groups_scripts.go); grp = '1' (set by grouped publishes only) puts it
+// through the rotation.
 
 // maxGroupWeights bounds the weights one queue's configuration may name,
 // so that writing (and reading) it stays one small step.
