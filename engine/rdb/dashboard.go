@@ -43,9 +43,9 @@ const (
 // queue is held at its limit with ready jobs (else 0)}.
 var queueDetailScript = script(`
 local jp = KEYS[6]
--- gn: the ready entries of the queue's groups; grp, mif, mifq: whether
--- the queue is tracked, this physical queue's part of max_in_flight and
--- the queue's (groups_scripts.go, limits.go).
+-- gn: the ready entries of the queue's groups; mif, mifq: this physical
+-- queue's part of max_in_flight and the queue's (groups_scripts.go,
+-- limits.go).
 local cfg = redis.call('HMGET', KEYS[5], 'paused', 'gn', 'grp', 'mif', 'mifq')
 local ready = redis.call('LLEN', KEYS[1]) + redis.call('ZCARD', KEYS[2]) + (tonumber(cfg[2]) or 0)
 local timer = redis.call('ZCARD', KEYS[3])
@@ -56,7 +56,7 @@ if cfg[1] == '1' then paused = 1 end
 -- and held: the consume script gives this queue nothing while its ready
 -- jobs wait (consumeScript's room, inflight_room).
 local mif, mifq, counted, held = tonumber(cfg[4]) or 0, tonumber(cfg[5]) or 0, 0, 0
-if cfg[3] == '1' and (mif > 0 or mifq > 0) then
+if mif > 0 or mifq > 0 then
   counted = redis.call('HLEN', gpfx(jp) .. 'i')
   if mif > 0 and counted >= mif and ready > 0 then held = 1 end
 end
@@ -102,7 +102,7 @@ var readyHeadsScript = script(`
 local oldest, first = ready_heads(KEYS[1], KEYS[2], KEYS[3])
 local out = {oldest, first}
 local gp = gpfx(KEYS[3])
-for _, g in ipairs(redis.call('ZRANGE', gp .. 'a', 0, 15)) do
+for _, g in ipairs(redis.call('LRANGE', gp .. 'r', 0, 15)) do
   if g ~= '' then
     local o, f = ready_heads(gp .. 'q:' .. g, gp .. 'p:' .. g, KEYS[3])
     out[#out + 1] = o
@@ -153,7 +153,7 @@ if list == 'ready' then
   -- after the other: the cursor counts entries across them.
   local parts = {{KEYS[2], true}, {KEYS[1], false}}
   local gp = gpfx(jp)
-  for _, g in ipairs(redis.call('ZRANGE', gp .. 'a', 0, 99)) do
+  for _, g in ipairs(redis.call('LRANGE', gp .. 'r', 0, 99)) do
     if g ~= '' then
       parts[#parts + 1] = {gp .. 'p:' .. g, true}
       parts[#parts + 1] = {gp .. 'q:' .. g, false}

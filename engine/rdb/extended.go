@@ -361,7 +361,8 @@ func (e *Engine) setShardConfig(ctx context.Context, ns, q string, cfg engine.Qu
 	limits := limitArgs(cfg, mifq)
 	var tracked *redis.Cmd
 	cmds, err := e.txPipelined(ctx, func(p redis.Pipeliner) error {
-		tracked = p.EvalSha(ctx, setLimitsScript.Hash(), []string{k}, limits...)
+		gp := groupKeyPrefix(ns, q)
+		tracked = p.EvalSha(ctx, setLimitsScript.Hash(), []string{k, gp + "i", gp + "c"}, limits...)
 		if cfg.Backoff != nil {
 			p.HSet(ctx, k, "backoff", luaBackoff(cfg.Backoff), "backoff_text", cfg.Backoff.String())
 		} else {
@@ -385,7 +386,7 @@ func (e *Engine) setShardConfig(ctx context.Context, ns, q string, cfg engine.Qu
 		return fmt.Errorf("queue config %s/%s: %w", ns, q, execAbortCause(cmds, err))
 	}
 	if n, _ := tracked.Int64(); n == 2 {
-		// Tracked from now on: the jobs in flight count from now on too.
+		// Limited from now on: the jobs already in flight count too.
 		if err := e.recordInFlight(ctx, ns, q); err != nil {
 			return err
 		}

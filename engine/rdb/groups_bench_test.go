@@ -136,21 +136,23 @@ func benchConsumeAck(b *testing.B, e *Engine, q string) {
 	m.stop(b)
 	b.ReportMetric(scriptUsec(b, e)/float64(b.N), "redis-script-µs/op")
 	b.ReportMetric(float64(retries.Load())/float64(b.N), "retries/op")
-	calls, by := commandCalls(b, e)
+	calls, by, usec := commandCalls(b, e)
 	b.ReportMetric(float64(calls)/float64(b.N), "redis-calls/op")
 	b.Logf("Redis commands per job (scripts' redis.call included): %s", formatCalls(by, b.N))
+	b.Logf("Redis µs per job by command (inside scripts included): %s", formatCalls(usec, b.N))
 }
 
 // commandCalls reads INFO commandstats since the last CONFIG RESETSTAT:
 // the commands Redis ran (those of scripts included, EVALSHA and the
-// INFO/CONFIG of the benchmark itself left out), in all and by name.
-func commandCalls(b *testing.B, e *Engine) (int64, map[string]int64) {
+// INFO/CONFIG of the benchmark itself left out), in all and by name, and
+// the µs Redis spent in each by name.
+func commandCalls(b *testing.B, e *Engine) (int64, map[string]int64, map[string]int64) {
 	b.Helper()
 	info, err := e.rdb.Info(bg, "commandstats").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
-	by := map[string]int64{}
+	by, usec := map[string]int64{}, map[string]int64{}
 	var total int64
 	for _, line := range strings.Split(info, "\r\n") {
 		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
@@ -170,9 +172,16 @@ func commandCalls(b *testing.B, e *Engine) (int64, map[string]int64) {
 				by[name] += n
 				total += n
 			}
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					b.Fatal(err)
+				}
+				usec[name] += n
+			}
 		}
 	}
-	return total, by
+	return total, by, usec
 }
 
 // formatCalls is by per job, the most frequent first.

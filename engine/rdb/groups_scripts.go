@@ -12,8 +12,15 @@ import "github.com/redis/go-redis/v9"
 // j/{T}ns/q/ (gpfx; the same slot, the documented exception of
 // doc/keys.md, as job keys and histories):
 //
-//	gp..'a'      ZSET  the groups in the rotation (ready jobs, not at their
-//	                   limit), score = the group's virtual time
+//	gp..'r'      LIST  the rotation: the groups with ready jobs not at their
+//	                   limit, the next to serve at the head
+//	gp..'m'      HASH  group -> its state: the jobs it took in its current
+//	                   turn (>= 0: it is in gp..'r', once), or -1: blocked
+//	                   (in gp..'b'); no field: in neither
+//	gp..'a'      ZSET  the rotation of the layout before (groups scored by
+//	                   virtual time): read only to move its groups to
+//	                   gp..'r' (grp_migrate; servers of that layout may
+//	                   still add to it in a rolling upgrade)
 //	gp..'b'      SET   the groups at group_max_in_flight (in-flight part)
 //	gp..'i'      HASH  job ID -> group of the jobs in flight (in-flight part)
 //	gp..'c'      HASH  group -> jobs in flight (in-flight part)
@@ -30,20 +37,25 @@ import "github.com/redis/go-redis/v9"
 // in its format byte (codec.go): byte 23 is the group's length L, bytes
 // 24..23+L the group, then what an ungrouped value holds after its header.
 
-// In-flight limits (the in-flight part): the consume script of a tracked
-// queue records every job it hands out (inflight_take): gp..'i' maps the
-// job's ID to its group, so the queue's jobs in flight are HLEN(gp..'i'),
-// and gp..'c' counts each group's. Every path where a job leaves flight
-// (ACK, release, the pump's TTR expiry and its entries of gone jobs, the
-// reclaimer's, CancelKey, re-publish's Replaces, Destroy) calls
-// inflight_free, which costs an untracked queue one HGET (HMGET for a
-// batch of ACKs): its jobs are never in gp..'i'. SetQueueConfig with a
-// limit or weights makes a queue tracked too (limits.go).
+// In-flight limits (the in-flight part): the consume script of a queue
+// with a limit (mif or gmif in its config; grouped or not) records every
+// job it hands out (inflight_take, written once per call by
+// inflight_flush): gp..'i' maps the job's ID to its group, so the
+// queue's jobs in flight are HLEN(gp..'i'), and gp..'c' counts each
+// group's; a queue without limits records nothing. Every path where a
+// job leaves flight (ACK, release, the pump's TTR expiry and its entries
+// of gone jobs, the reclaimer's, CancelKey, re-publish's Replaces,
+// Destroy) calls inflight_free, which costs a queue without records one
+// HGET (HMGET for a batch of ACKs). Every record in gp..'i' is counted
+// once in gp..'c': SetQueueConfig fills both for the jobs already out
+// when a queue gets its first limit (recordInFlightScript) and deletes
+// both when it loses its last (setLimitsScript), so a free never finds a
+// count without its record.
 //
 // Limits, from the config hash: mif (max_in_flight of this physical
 // queue: a shard's part of the queue's) and gmif (group_max_in_flight). A
 // tracked queue with HLEN(gp..'i') >= mif gives nothing; a group with
-// gp..'c'[G] >= gmif leaves the rotation gp..'a' for the blocked set
+// gp..'c'[G] >= gmif leaves the rotation gp..'r' for the blocked set
 // gp..'b' and comes back when a slot of it frees, which wakes the
 // queue's waiting consumers.
 
@@ -55,8 +67,6 @@ const groupsLua = `
 local function gpfx(jp) return 'g' .. string.sub(jp, 2) end
 -- jprefix is the job key prefix of job key jk of job id.
 local function jprefix(jk, id) return string.sub(jk, 1, #jk - #id) end
--- fnum formats a group's virtual time (a fraction) for ZADD.
-local function fnum(x) return string.format('%.17g', x) end
 -- val_group is the group of job value v ('' = the default group): format
 -- flag 4 (formats 5 and 6) says the group follows the header.
 local function val_group(v)
@@ -70,20 +80,61 @@ local function job_group(jk, h)
   local s = redis.call('GETRANGE', jk, 22, 86)
   return string.sub(s, 2, 1 + string.byte(s, 1))
 end
--- grp_min is the lowest virtual time in the rotation gp..'a' (0 when it
--- is empty): a group entering the rotation starts there, with no credit
--- for the time it was away.
-local function grp_min(gp)
-  local m = redis.call('ZRANGE', gp .. 'a', 0, 0, 'WITHSCORES')
-  if #m == 0 then return 0 end
-  return tonumber(m[2])
-end
--- grp_join puts group g into the rotation of gp at the lowest virtual
--- time, unless it is there already or blocked (gp..'b').
+-- The rotation (doc/design.md "Fair groups") is the list gp..'r' of the
+-- groups to serve, the next at the head: consume moves the head to the
+-- tail with one LMOVE (O(1), whatever the number of groups) and pops a
+-- job of that group; a group of weight w (> 1) goes back to the head
+-- until it took w jobs in its turn (counted in gp..'m'). gp..'m' says
+-- whether a group is in the rotation (>= 0) or blocked (-1), so that a
+-- group is in the list at most once.
+--
+-- grp_join puts group g at the tail of the rotation of gp, unless it is
+-- there already or blocked: the groups that become non-empty are served
+-- in the order they did, each within one round of the groups already
+-- waiting, and a group that was idle gets no credit for it.
 local function grp_join(gp, g)
-  if redis.call('ZSCORE', gp .. 'a', g) then return end
-  if redis.call('SISMEMBER', gp .. 'b', g) == 1 then return end
-  redis.call('ZADD', gp .. 'a', fnum(grp_min(gp)), g)
+  if redis.call('HSETNX', gp .. 'm', g, 0) == 1 then redis.call('RPUSH', gp .. 'r', g) end
+end
+-- grp_unblock puts group g, just taken out of the blocked set gp..'b',
+-- back into the rotation (at its tail, as grp_join), unless it is in it
+-- already (a server of the layout before blocked it without taking it
+-- out: grp_migrate).
+local function grp_unblock(gp, g)
+  local st = redis.call('HGET', gp .. 'm', g)
+  if st and st ~= '-1' then return end
+  redis.call('HSET', gp .. 'm', g, 0)
+  redis.call('RPUSH', gp .. 'r', g)
+end
+-- grp_leave takes group g, which consume just moved to the tail of the
+-- rotation, out of it: its lists are empty (blocked false) or it is at
+-- its group_max_in_flight (blocked true: into gp..'b').
+local function grp_leave(gp, g, blocked)
+  redis.call('RPOP', gp .. 'r')
+  if blocked then
+    redis.call('HSET', gp .. 'm', g, -1)
+    redis.call('SADD', gp .. 'b', g)
+  else
+    redis.call('HDEL', gp .. 'm', g)
+  end
+end
+-- grp_migrate moves up to 100 groups of the rotation of the layout before
+-- (the sorted set gp..'a', lowest virtual time first) to the tail of the
+-- rotation gp..'r', when gp..'a' exists: servers of that layout join
+-- groups there until the last of them is gone (a rolling upgrade). A
+-- group in gp..'r' already stays where it is; one blocked (-1) stays
+-- blocked unless a server of the layout before unblocked it (no longer in
+-- gp..'b').
+local function grp_migrate(gp)
+  if redis.call('EXISTS', gp .. 'a') == 0 then return end
+  local p = redis.call('ZPOPMIN', gp .. 'a', 100)
+  for i = 1, #p, 2 do
+    local g = p[i]
+    local st = redis.call('HGET', gp .. 'm', g)
+    if not st or (st == '-1' and redis.call('SISMEMBER', gp .. 'b', g) == 0) then
+      redis.call('HSET', gp .. 'm', g, 0)
+      redis.call('RPUSH', gp .. 'r', g)
+    end
+  end
 end
 -- push_job puts a job made ready at the tail of its group (g, '' = the
 -- default group: the queue's ready list qk and priority set pk; else the
@@ -132,58 +183,99 @@ local function inflight_room(gp, mif, want)
   if room < want then return room end
   return want
 end
--- inflight_take records job id of group g in flight (gp..'i', gp..'c')
--- when the queue has no group_max_in_flight (consume reserves the
--- group's slot first when it has one: inflight_reserve).
-local function inflight_take(gp, id, g, gmif)
-  redis.call('HSET', gp .. 'i', id, g)
-  if gmif <= 0 then redis.call('HINCRBY', gp .. 'c', g, 1) end
+-- inflight_new is the in-flight record of one consume call on a queue
+-- with a limit (group key prefix gp, group_max_in_flight gmif, 0 =
+-- none): inflight_reserve and inflight_take gather what the call takes,
+-- inflight_flush writes it, so that a call of n jobs costs one HSET of
+-- the in-flight hash and one HINCRBY per group rather than n of each.
+local function inflight_new(gp, gmif)
+  return {gp = gp, gmif = gmif, cnt = {}, pend = {}, gs = {}, rec = {}}
 end
--- inflight_block takes group g out of the rotation while it is at its
--- group_max_in_flight: inflight_free puts it back.
-local function inflight_block(gp, g)
-  redis.call('ZREM', gp .. 'a', g)
-  redis.call('SADD', gp .. 'b', g)
+-- inflight_pend adds d to group g's count change not yet written.
+local function inflight_pend(t, g, d)
+  local p = t.pend[g]
+  if not p then t.gs[#t.gs + 1] = g p = 0 end
+  t.pend[g] = p + d
 end
--- inflight_reserve counts one more job of group g in flight, under its
--- group_max_in_flight gmif (> 0), before consume pops it: the group's
+-- inflight_reserve counts one more job of group g in flight, under the
+-- group_max_in_flight t.gmif (> 0), before consume pops it: the group's
 -- count after, or false (count unchanged) when the group is at its limit
--- (a limit lowered since its last job). One HINCRBY where a read and an
--- increment were two; inflight_unreserve undoes it when the pop gives no
--- job.
-local function inflight_reserve(gp, g, gmif)
-  local c = redis.call('HINCRBY', gp .. 'c', g, 1)
-  if c <= gmif then return c end
-  redis.call('HINCRBY', gp .. 'c', g, -1)
-  return false
+-- (a limit lowered since its last job). The first of a call's reserves
+-- of a group is its HINCRBY (which reads the count); the others count in
+-- t until inflight_flush. inflight_unreserve undoes one when the pop
+-- gives no job.
+local function inflight_reserve(t, g)
+  local c = t.cnt[g]
+  if not c then
+    c = redis.call('HINCRBY', t.gp .. 'c', g, 1)
+    if c > t.gmif then
+      c = c - 1
+      t.cnt[g] = c
+      inflight_pend(t, g, -1)
+      return false
+    end
+    t.cnt[g] = c
+    return c
+  end
+  if c >= t.gmif then return false end
+  t.cnt[g] = c + 1
+  inflight_pend(t, g, 1)
+  return c + 1
 end
-local function inflight_unreserve(gp, g)
-  if redis.call('HINCRBY', gp .. 'c', g, -1) <= 0 then redis.call('HDEL', gp .. 'c', g) end
+local function inflight_unreserve(t, g)
+  t.cnt[g] = t.cnt[g] - 1
+  inflight_pend(t, g, -1)
 end
+-- inflight_take records job id of group g in flight (gp..'i'; its
+-- group's count too when the queue has no group_max_in_flight, else
+-- inflight_reserve counted it).
+local function inflight_take(t, id, g)
+  t.rec[#t.rec + 1] = id
+  t.rec[#t.rec + 1] = g
+  if t.gmif <= 0 then inflight_pend(t, g, 1) end
+end
+-- inflight_flush writes what inflight_take and inflight_reserve
+-- gathered: one HSET of the jobs, one HINCRBY per group whose count
+-- changed, and one HDEL of the groups whose count came back to 0.
+local function inflight_flush(t)
+  for i = 1, #t.rec, 512 do redis.call('HSET', t.gp .. 'i', unpack(t.rec, i, math.min(i + 511, #t.rec))) end
+  local zero = {}
+  for _, g in ipairs(t.gs) do
+    local d = t.pend[g]
+    if d ~= 0 and redis.call('HINCRBY', t.gp .. 'c', g, d) <= 0 then zero[#zero + 1] = g end
+  end
+  if #zero > 0 then redis.call('HDEL', t.gp .. 'c', unpack(zero)) end
+end
+-- inflight_block takes group g, which consume just moved to the tail of
+-- the rotation, out of it while it is at its group_max_in_flight:
+-- inflight_free puts it back.
+local function inflight_block(gp, g) grp_leave(gp, g, true) end
 -- inflight_cfg reads, once per script, what freeing slots needs of config
 -- hash ck: mif (max_in_flight, 0 = none), gmif (group_max_in_flight, 0 =
--- none) and unb (set while SetQueueConfig's unblockScript has not yet
--- emptied the blocked set after a limit change).
+-- none), unb (set while SetQueueConfig's unblockScript has not yet
+-- emptied the blocked set after a limit change) and grp (the queue
+-- serves through the rotation: a group that leaves the blocked set joins
+-- it; a queue without groups only blocks its default group).
 local function inflight_cfg(ck)
-  local c = redis.call('HMGET', ck, 'mif', 'gmif', 'unb')
-  return {mif = tonumber(c[1]) or 0, gmif = tonumber(c[2]) or 0, unb = c[3] == '1'}
+  local c = redis.call('HMGET', ck, 'mif', 'gmif', 'unb', 'grp')
+  return {mif = tonumber(c[1]) or 0, gmif = tonumber(c[2]) or 0, unb = c[3] == '1', grp = c[4] == '1'}
 end
--- inflight_drop frees the slot of job id of group g, in flight in the
--- queue of group key prefix gp and limits cfg (inflight_cfg), and returns
--- 1 when the group left the blocked set (a waiter may get its job). A
--- group is blocked only at its limit (consume) and takes no job while
--- blocked, so the free that takes it below its limit is one whose count
--- was at least gmif: the others skip the SREM (all of them when there is
--- no group limit: nothing is blocked), unless the group limit changed
--- since (cfg.unb: the set may hold groups blocked under the old one until
--- unblockScript empties it).
-local function inflight_drop(gp, cfg, id, g)
-  redis.call('HDEL', gp .. 'i', id)
-  local c = redis.call('HINCRBY', gp .. 'c', g, -1)
-  if c <= 0 then redis.call('HDEL', gp .. 'c', g) end
-  if not cfg.unb and (cfg.gmif <= 0 or c + 1 < cfg.gmif) then return 0 end
+-- inflight_drop frees k slots of group g in the queue of group key
+-- prefix gp and limits cfg (inflight_cfg), whose jobs the caller removed
+-- from gp..'i', adds g to zero when its count came back to 0 (the caller
+-- deletes those), and returns 1 when the group left the blocked set (a
+-- waiter may get its job). A group is blocked only at its limit
+-- (consume) and takes no job while blocked, so only a free whose count
+-- was at least gmif can take it below its limit: the others skip the
+-- SREM (all of them when there is no group limit: nothing is blocked),
+-- unless the group limit changed since (cfg.unb: the set may hold groups
+-- blocked under the old one until unblockScript empties it).
+local function inflight_drop(gp, cfg, g, k, zero)
+  local c = redis.call('HINCRBY', gp .. 'c', g, -k)
+  if c <= 0 then zero[#zero + 1] = g end
+  if not cfg.unb and (cfg.gmif <= 0 or c + k < cfg.gmif) then return 0 end
   if redis.call('SREM', gp .. 'b', g) == 1 then
-    grp_join(gp, g)
+    if cfg.grp then grp_unblock(gp, g) end
     return 1
   end
   return 0
@@ -201,7 +293,7 @@ local function inflight_room_freed(gp, cfg, n)
 end
 -- inflight_free frees the slot of job id of the queue whose group key
 -- prefix is gp and config hash ck, if the job was in flight there (for
--- an untracked queue: one HGET, nothing else). It returns how many
+-- a queue without limits: one HGET, nothing else). It returns how many
 -- consumers waiting on the queue may now get a job (the job's group was
 -- blocked at its limit, or the queue was at its max_in_flight): the
 -- caller publishes on the queue's ready channel (inflight_wake).
@@ -209,24 +301,38 @@ local function inflight_free(gp, ck, id)
   local g = redis.call('HGET', gp .. 'i', id)
   if not g then return 0 end
   local cfg = inflight_cfg(ck)
-  return inflight_drop(gp, cfg, id, g) + inflight_room_freed(gp, cfg, 1)
+  redis.call('HDEL', gp .. 'i', id)
+  local zero = {}
+  local wake = inflight_drop(gp, cfg, g, 1, zero)
+  if #zero > 0 then redis.call('HDEL', gp .. 'c', g) end
+  return wake + inflight_room_freed(gp, cfg, 1)
 end
 -- inflight_free_many is inflight_free for the jobs ids (a table) of one
--- queue: one HMGET for them all (an untracked queue's whole cost), one
--- read of the config and one HLEN for the batch, and the number of
--- waiters to wake.
+-- queue: one HMGET for them all (a queue without limits' whole cost),
+-- then one HDEL of the records, one HINCRBY per group, one HDEL of the
+-- counts back to 0, one read of the config and one HLEN for the batch,
+-- and the number of waiters to wake.
 local function inflight_free_many(gp, ck, ids)
   local gs = redis.call('HMGET', gp .. 'i', unpack(ids))
-  local wake, n, cfg = 0, 0, nil
+  local del, per, order = {}, {}, {}
   for i = 1, #ids do
-    if gs[i] then
-      if not cfg then cfg = inflight_cfg(ck) end
-      wake = wake + inflight_drop(gp, cfg, ids[i], gs[i])
-      n = n + 1
+    local g = gs[i]
+    if g then
+      del[#del + 1] = ids[i]
+      if not per[g] then
+        per[g] = 0
+        order[#order + 1] = g
+      end
+      per[g] = per[g] + 1
     end
   end
-  if cfg then wake = wake + inflight_room_freed(gp, cfg, n) end
-  return wake
+  if #del == 0 then return 0 end
+  local cfg = inflight_cfg(ck)
+  redis.call('HDEL', gp .. 'i', unpack(del))
+  local wake, zero = 0, {}
+  for _, g in ipairs(order) do wake = wake + inflight_drop(gp, cfg, g, per[g], zero) end
+  if #zero > 0 then redis.call('HDEL', gp .. 'c', unpack(zero)) end
+  return wake + inflight_room_freed(gp, cfg, #del)
 end
 -- inflight_wake wakes n waiters of a queue (command pub on its ready
 -- channel chan) after slots freed.
@@ -236,17 +342,22 @@ end
 `
 
 // setLimitsScript writes a physical queue's limits and group weights to
-// its config hash in one step, the weights replacing the ones it had, and
-// marks the queue tracked when it has any (grp is never cleared here: the
-// queue may hold grouped jobs).
+// its config hash in one step, the weights replacing the ones it had. A
+// queue with a limit (mif or gmif) records its jobs in flight; one whose
+// last limit this removes stops, and its records (gp..'i', gp..'c') go at
+// once, in the same step: no consume records a job from then on, and a
+// free then finds none to free, so no count can go below 0. The weights
+// do not mark the queue tracked (grp): they matter only to a queue whose
+// grouped publishes do.
 //
-//	KEYS[1] config c/{T}ns/q
+//	KEYS[1] config c/{T}ns/q   KEYS[2] gp..'i'   KEYS[3] gp..'c'
 //	ARGV[1] mif (this physical queue's part of max_in_flight; 0 = none)
 //	ARGV[2] mifq (the logical queue's max_in_flight, as set; 0 = none)
 //	ARGV[3] gmif (group_max_in_flight; 0 = none)
 //	ARGV[4…] pairs group, weight
 //
-// Returns 2 when this made the queue tracked (grp was not set), else 1.
+// Returns 2 when this gave the queue its first limit (the caller records
+// the jobs already in flight: recordInFlight), else 1.
 var setLimitsScript = redis.NewScript(`
 local ck = KEYS[1]
 local old = {}
@@ -254,46 +365,53 @@ for _, f in ipairs(redis.call('HKEYS', ck)) do
   if string.sub(f, 1, 2) == 'w:' then old[#old + 1] = f end
 end
 if #old > 0 then redis.call('HDEL', ck, unpack(old)) end
+local was = redis.call('HMGET', ck, 'mif', 'gmif')
+local had = (tonumber(was[1]) or 0) > 0 or (tonumber(was[2]) or 0) > 0
 -- unb: the blocked set may hold groups blocked under another
 -- group_max_in_flight until unblockScript empties it (inflight_drop then
 -- looks at the set on every free).
-if (redis.call('HGET', ck, 'gmif') or '0') ~= ARGV[3] then redis.call('HSET', ck, 'unb', '1') end
+if (was[2] or '0') ~= ARGV[3] then redis.call('HSET', ck, 'unb', '1') end
 local names = {'mif', 'mifq', 'gmif'}
-local any = false
 for i = 1, 3 do
   if ARGV[i] ~= '0' then
     redis.call('HSET', ck, names[i], ARGV[i])
-    any = true
   else
     redis.call('HDEL', ck, names[i])
   end
 end
 for i = 4, #ARGV - 1, 2 do
   redis.call('HSET', ck, 'w:' .. ARGV[i], ARGV[i + 1])
-  any = true
 end
 -- ws: the queue has weights (consume reads them only then).
 if #ARGV >= 5 then redis.call('HSET', ck, 'ws', '1') else redis.call('HDEL', ck, 'ws') end
-if any and redis.call('HSET', ck, 'grp', '1') == 1 then return 2 end
+if ARGV[1] ~= '0' or ARGV[3] ~= '0' then
+  if not had then return 2 end
+elseif had then
+  redis.call('DEL', KEYS[2], KEYS[3])
+end
 return 1
 `)
 
 // unblockScript puts up to ARGV[1] of a queue's blocked groups (gp..'b')
-// back into its rotation (gp..'a'), after its group_max_in_flight changed:
+// back into its rotation (gp..'r'), after its group_max_in_flight changed:
 // the consume script blocks again, before giving it a job, each group
 // still at the new limit (consumeScript), and a group under it would
 // otherwise wait for one of its jobs to leave flight. The call that
 // finds the set empty clears the config's unb (setLimitsScript): every
 // group blocked from then on was blocked under the limit in force.
 //
-//	KEYS[1] gp..'a'   KEYS[2] gp..'b'   KEYS[3] config
+//	KEYS[1] gp..'r'   KEYS[2] gp..'b'   KEYS[3] config
 //	ARGV[1] most groups to move
 //
 // Returns how many it moved (fewer than ARGV[1] when the set is empty).
+// A queue without groups (no grp) only leaves its default group's block:
+// it has no rotation.
 var unblockScript = script(`
 local gp = string.sub(KEYS[1], 1, -2)
 local gs = redis.call('SPOP', KEYS[2], tonumber(ARGV[1]))
-for _, g in ipairs(gs) do grp_join(gp, g) end
+if redis.call('HGET', KEYS[3], 'grp') == '1' then
+  for _, g in ipairs(gs) do grp_unblock(gp, g) end
+end
 if #gs < tonumber(ARGV[1]) then redis.call('HDEL', KEYS[3], 'unb') end
 return #gs
 `)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +81,7 @@ func TestGroups(t *testing.T) {
 			t.Run("wake", func(t *testing.T) { testGroupsWake(t, client) })
 			t.Run("keyed", func(t *testing.T) { testGroupsKeyed(t, e) })
 			t.Run("reclaim", func(t *testing.T) { testGroupsReclaim(t, e, client) })
+			t.Run("upgrade", func(t *testing.T) { testGroupsUpgrade(t, e, client) })
 		})
 	}
 }
@@ -229,10 +231,10 @@ func testGroupsLifecycle(t *testing.T, e *Engine, clock *testClock) {
 	for _, j := range jobs {
 		bodies = append(bodies, string(j.Body))
 	}
-	// The default group ('') joins the rotation at the same virtual time
-	// as a and b, and ties go by name.
-	if got := strings.Join(bodies, " "); got != "d0 a2 b0 a1 a0" {
-		t.Fatalf("order %q, want %q", got, "d0 a2 b0 a1 a0")
+	// Groups join the rotation in the order they became non-empty: a and
+	// b on publish, the default group ('') at its first consume.
+	if got := strings.Join(bodies, " "); got != "a2 b0 d0 a1 a0" {
+		t.Fatalf("order %q, want %q", got, "a2 b0 d0 a1 a0")
 	}
 	for _, j := range jobs {
 		if err := e.Ack(bg, ns, q, j.ID, j.Receipt); err != nil {
@@ -321,7 +323,7 @@ func testGroupsUngrouped(t *testing.T, e *Engine, client redis.UniversalClient) 
 	if grp, _ := client.HGet(bg, qn.config, "grp").Result(); grp != "" {
 		t.Fatalf("ungrouped queue tracked: grp = %q", grp)
 	}
-	if n, err := client.Exists(bg, groupKeyPrefix(ns, q)+"a").Result(); err != nil || n != 0 {
+	if n, err := client.Exists(bg, groupKeyPrefix(ns, q)+"r", groupKeyPrefix(ns, q)+"m").Result(); err != nil || n != 0 {
 		t.Fatalf("ungrouped queue has a rotation: %d %v", n, err)
 	}
 	jobs := consumeN(t, e, ns, q, 2, 2)
@@ -369,8 +371,8 @@ func testGroupsCounts(t *testing.T, e *Engine, client redis.UniversalClient) {
 		t.Fatalf("ready list by group: %v, want '' 3, x 5, y 3", listed)
 	}
 	jobs := consumeN(t, e, ns, q, 4, 4) // one of each group and one more
-	if got := strings.Join(groupsOf(jobs), ","); got != ",x,y," {
-		t.Fatalf("consumed groups %q, want %q", got, ",x,y,")
+	if got := strings.Join(groupsOf(jobs), ","); got != "x,y,,x" {
+		t.Fatalf("consumed groups %q, want %q", got, "x,y,,x")
 	}
 	if n, err := e.Size(bg, ns, q); err != nil || n != 7 {
 		t.Fatalf("size after 4 consumes = %d, %v; want 7", n, err)
@@ -398,9 +400,10 @@ func testGroupsCounts(t *testing.T, e *Engine, client redis.UniversalClient) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// x: 5 published, y 3, '' 3; the consume order is '' x y '' (ties by
-	// name), and the first ('') was ACKed: x 4+1, y 2+1, '' 1+1.
-	want := []engine.GroupStats{{Group: "x", Ready: 4, InFlight: 1, Weight: 1}, {Group: "y", Ready: 2, InFlight: 1, Weight: 1}}
+	// x: 5 published, y 3, '' 3; the consume order is x y '' x (the order
+	// they joined), and the first (x) was ACKed: x 3+1, y 2+1, '' 2+1 (a
+	// tie with y, by name).
+	want := []engine.GroupStats{{Group: "x", Ready: 3, InFlight: 1, Weight: 1}, {Group: "", Ready: 2, InFlight: 1, Weight: 1}}
 	if qg.InFlight != 3 || qg.Total != 3 || !qg.Truncated || len(qg.Groups) != 2 || qg.Groups[0] != want[0] || qg.Groups[1] != want[1] {
 		t.Fatalf("QueueGroups = %+v, want in flight 3, total 3, truncated, groups %+v (consumed %v)", qg, want, groupsOf(jobs))
 	}
@@ -412,7 +415,7 @@ func testGroupsCounts(t *testing.T, e *Engine, client redis.UniversalClient) {
 		t.Fatalf("size after destroy = %d, %v", n, err)
 	}
 	gp := groupKeyPrefix(ns, q)
-	if n, err := client.Exists(bg, gp+"a", gp+"b", gp+"i", gp+"c", gp+"q:x", gp+"q:y", gp+"p:y").Result(); err != nil || n != 0 {
+	if n, err := client.Exists(bg, gp+"r", gp+"m", gp+"a", gp+"b", gp+"i", gp+"c", gp+"q:x", gp+"q:y", gp+"p:y").Result(); err != nil || n != 0 {
 		t.Fatalf("%d group keys left after destroy (%v)", n, err)
 	}
 	if qg, err := e.QueueGroups(bg, ns, q, 10); err != nil || qg.Total != 0 || len(qg.Groups) != 0 || qg.InFlight != 0 {
@@ -613,8 +616,11 @@ func testGroupsReclaim(t *testing.T, e *Engine, client redis.UniversalClient) {
 	if n, err := client.Exists(bg, gp+"q:gone").Result(); err != nil || n != 0 {
 		t.Fatalf("stale group list left after reclaim (%+v): %d %v", st, n, err)
 	}
-	if _, err := client.ZScore(bg, gp+"a", "gone").Result(); !errors.Is(err, redis.Nil) {
-		t.Fatalf("empty group still in the rotation: %v", err)
+	if rot, err := client.LRange(bg, gp+"r", 0, -1).Result(); err != nil || slices.Contains(rot, "gone") {
+		t.Fatalf("empty group still in the rotation: %q %v", rot, err)
+	}
+	if _, err := client.HGet(bg, gp+"m", "gone").Result(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("empty group still a member of the rotation: %v", err)
 	}
 	if n, err := e.Size(bg, ns, q); err != nil || n != 2 {
 		t.Fatalf("size after reclaim = %d, %v; want 2", n, err)
@@ -651,5 +657,48 @@ func testGroupsKeyed(t *testing.T, e *Engine) {
 	}
 	if len(jobs) != 2 || got[id2] != "k:v2" || got[own] != "other:own" {
 		t.Fatalf("consumed %v, want %s k:v2 and %s other:own", got, id2, own)
+	}
+}
+
+// testGroupsUpgrade: groups that servers of the layout before (the
+// rotation as the sorted set g/…/a) joined, unblocked or joined a second
+// time are served by this version, each once a round, and the old
+// rotation goes (a rolling upgrade; doc/design.md).
+func testGroupsUpgrade(t *testing.T, e *Engine, client redis.UniversalClient) {
+	ns, q := "upg", "q"
+	for _, g := range []string{"both", "new", "old", "freed"} {
+		publishGroup(t, e, ns, q, g, 3, 3)
+	}
+	gp := groupKeyPrefix(ns, q)
+	p := client.TxPipeline()
+	// old: joined by an older server only (its first job published there).
+	p.LRem(bg, gp+"r", 1, "old")
+	p.HDel(bg, gp+"m", "old")
+	// both: in both rotations.
+	// freed: blocked by this version, unblocked by an older server (out of
+	// the blocked set, joined to the old rotation).
+	p.LRem(bg, gp+"r", 1, "freed")
+	p.HSet(bg, gp+"m", "freed", -1)
+	p.ZAdd(bg, gp+"a", redis.Z{Score: 1, Member: "old"}, redis.Z{Score: 2, Member: "both"}, redis.Z{Score: 3, Member: "freed"})
+	if _, err := p.Exec(bg); err != nil {
+		t.Fatal(err)
+	}
+	qg, err := e.QueueGroups(bg, ns, q, 10)
+	if err != nil || qg.Total != 4 {
+		t.Fatalf("QueueGroups before = %+v, %v; want 4 groups", qg, err)
+	}
+	jobs := consumeN(t, e, ns, q, 13, 4)
+	if len(jobs) != 12 {
+		t.Fatalf("consumed %d jobs, want 12", len(jobs))
+	}
+	// Each group once a round: both and new from the rotation, then old
+	// and freed moved from the old one (both only once).
+	for r := 0; r < 3; r++ {
+		if got := strings.Join(groupsOf(jobs[4*r:4*r+4]), ","); got != "both,new,old,freed" {
+			t.Fatalf("round %d: groups %q, want both,new,old,freed", r, got)
+		}
+	}
+	if n, err := client.Exists(bg, gp+"a", gp+"r", gp+"m").Result(); err != nil || n != 0 {
+		t.Fatalf("%d rotation keys left once every group is empty (%v)", n, err)
 	}
 }

@@ -14,7 +14,9 @@ import (
 // them as the consume script reads them: mif (this physical queue's part
 // of max_in_flight), mifq (the queue's max_in_flight as set, which
 // QueueConfig reports), gmif (group_max_in_flight) and w:G (group G's
-// weight); grp = '1' marks the queue tracked.
+// weight). A queue with mif or gmif records its jobs in flight
+// (groups_scripts.go); grp = '1' (set by grouped publishes only) puts it
+// through the rotation.
 
 // maxGroupWeights bounds the weights one queue's configuration may name,
 // so that writing (and reading) it stays one small step.
@@ -104,7 +106,7 @@ const unblockBatch = 1000
 // the limit), a bounded batch per call.
 func (e *Engine) unblockGroups(ctx context.Context, ns, q string) error {
 	gp := groupKeyPrefix(ns, q)
-	keys := []string{gp + "a", gp + "b", configKey(ns, q)}
+	keys := []string{gp + "r", gp + "b", configKey(ns, q)}
 	for {
 		n, err := e.run(ctx, unblockScript, keys, unblockBatch).Int64()
 		if err != nil {

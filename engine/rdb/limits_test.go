@@ -313,7 +313,7 @@ func TestInFlightLimits(t *testing.T) {
 			if err := e.Delete(bg, ns, q, replacement[0].ID); err != nil {
 				t.Fatal(err)
 			}
-			if err := e.SetQueueConfig(bg, ns, q, engine.QueueConfig{MaxInFlight: 10, GroupMaxInFlight: 2}); err != nil {
+			if err := e.SetQueueConfig(bg, ns, q, engine.QueueConfig{GroupMaxInFlight: 2}); err != nil {
 				t.Fatal(err)
 			}
 			groups := []string{"ga", "gb", "gc", ""}
@@ -509,8 +509,10 @@ func TestQueueConfigLimits(t *testing.T) {
 			t.Fatal(err)
 		}
 		n, _ := strconv.Atoi(h["mif"])
-		if n < 2 || n > 3 || h["grp"] != "1" || h["gmif"] != "3" || h["w:vip"] != "5" {
-			t.Fatalf("shard %d config %v: want mif 2 or 3, grp 1, gmif 3, w:vip 5", i, h)
+		// Limits and weights alone do not put a queue through the rotation
+		// (grp): only its grouped publishes do.
+		if n < 2 || n > 3 || h["grp"] != "" || h["gmif"] != "3" || h["w:vip"] != "5" {
+			t.Fatalf("shard %d config %v: want mif 2 or 3, no grp, gmif 3, w:vip 5", i, h)
 		}
 		sum += n
 	}
@@ -536,7 +538,7 @@ func TestQueueConfigLimits(t *testing.T) {
 	if delivered != 7 {
 		t.Fatalf("a sharded queue with max_in_flight 7 delivered %d, want 7", delivered)
 	}
-	// The weights are replaced, the limits removed; grp stays.
+	// The weights are replaced, the limits removed.
 	if err := e.SetQueueConfig(bg, ns, "sh", engine.QueueConfig{GroupWeights: map[string]int{"big": 3}}); err != nil {
 		t.Fatal(err)
 	}
@@ -544,7 +546,7 @@ func TestQueueConfigLimits(t *testing.T) {
 	if err != nil || got.MaxInFlight != 0 || got.GroupMaxInFlight != 0 || len(got.GroupWeights) != 1 || got.GroupWeights["big"] != 3 {
 		t.Fatalf("QueueConfig after the change: %+v, %v", got, err)
 	}
-	if h, _ := client.HGetAll(bg, configKey(ns, "sh")).Result(); h["grp"] != "1" || h["mif"] != "" || h["w:vip"] != "" {
+	if h, _ := client.HGetAll(bg, configKey(ns, "sh")).Result(); h["mif"] != "" || h["w:vip"] != "" || h["w:big"] != "3" {
 		t.Fatalf("config after the change: %v", h)
 	}
 
@@ -753,5 +755,190 @@ func TestLimitsCountJobsInFlight(t *testing.T) {
 	}
 	if n, d := inFlightCounts(t, client, ns, "cfg"); n != 6 || d != 6 {
 		t.Fatalf("%d in-flight records, default group count %d; want 6", n, d)
+	}
+}
+
+// TestLimitsTracking: on miniredis, a real Redis and the cluster, only a
+// queue with a limit records its jobs in flight (gp..'i', gp..'c'), and
+// the records stay exact through the transitions: a grouped queue
+// without limits writes none (the groups answer counts its jobs in flight
+// from the timer); limits set with jobs out count them; removing them
+// drops the records at once, and the frees of jobs taken while limited
+// then drive no count below 0; limits set again count what is out. A
+// queue without groups under group_max_in_flight blocks its default group
+// without a rotation, and the ACK that frees a slot wakes a waiter.
+func TestLimitsTracking(t *testing.T) {
+	for _, tier := range engineTiers {
+		t.Run(tier.name, func(t *testing.T) {
+			client := tier.client(t)
+			e := limitsEngine(t, client, newTestClock())
+			const ns, q = "trk", "q"
+			gp := groupKeyPrefix(ns, q)
+			records := func() (int64, map[string]string) {
+				t.Helper()
+				n, err := client.HLen(bg, gp+"i").Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				c, err := client.HGetAll(bg, gp+"c").Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n, c
+			}
+			held := map[string]*engine.Job{}
+			perGroup := func() map[string]int {
+				m := map[string]int{}
+				for _, j := range held {
+					m[j.Group]++
+				}
+				return m
+			}
+			// exact checks the records against the jobs held.
+			exact := func(when string) {
+				t.Helper()
+				n, c := records()
+				want := perGroup()
+				if n != int64(len(held)) || len(c) != len(want) {
+					t.Fatalf("%s: %d records, counts %v; want %d, %v", when, n, c, len(held), want)
+				}
+				for g, k := range want {
+					if c[g] != strconv.Itoa(k) {
+						t.Fatalf("%s: counts %v, want %v", when, c, want)
+					}
+				}
+			}
+			consume := func(count int) int {
+				t.Helper()
+				jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, Count: count, TTR: time.Minute})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, j := range jobs {
+					held[j.ID] = j
+				}
+				return len(jobs)
+			}
+			ack := func(n int) {
+				t.Helper()
+				for id, j := range held {
+					if n == 0 {
+						return
+					}
+					if err := e.Ack(bg, ns, q, j.ID, j.Receipt); err != nil {
+						t.Fatal(err)
+					}
+					delete(held, id)
+					n--
+				}
+			}
+			for i := range 30 {
+				r := &engine.PublishRequest{Namespace: ns, Queue: q, Tries: 1, Body: []byte(strconv.Itoa(i)), Group: []string{"x", "y", ""}[i%3]}
+				if _, err := e.Publish(bg, r); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			// Groups without limits: no record, the in flight per group
+			// from the timer.
+			if n := consume(6); n != 6 {
+				t.Fatalf("consume: %d jobs, want 6", n)
+			}
+			if n, err := client.Exists(bg, gp+"i", gp+"c").Result(); err != nil || n != 0 {
+				t.Fatalf("a queue without limits recorded its jobs in flight: %d keys, %v", n, err)
+			}
+			qg, err := e.QueueGroups(bg, ns, q, 10)
+			if err != nil || qg.InFlight != 6 || qg.Truncated {
+				t.Fatalf("groups: %+v, %v; want 6 in flight", qg, err)
+			}
+			want := perGroup()
+			for _, g := range qg.Groups {
+				if g.InFlight != int64(want[g.Group]) {
+					t.Fatalf("groups: %+v, want in flight %v", qg.Groups, want)
+				}
+			}
+
+			// Limits set: the jobs out are counted, and the group limit holds.
+			if err := e.SetQueueConfig(bg, ns, q, engine.QueueConfig{MaxInFlight: 20, GroupMaxInFlight: 3}); err != nil {
+				t.Fatal(err)
+			}
+			exact("limits set with 6 out")
+			consume(20)
+			if n := len(held); n != 9 {
+				t.Fatalf("%d held under group_max_in_flight 3 over 3 groups, want 9", n)
+			}
+			exact("at the group limits")
+			ack(2)
+			exact("after 2 ACKs")
+
+			// Limits removed with 7 out (taken while limited): the records
+			// go at once; their frees count nothing.
+			if err := e.SetQueueConfig(bg, ns, q, engine.QueueConfig{}); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := client.Exists(bg, gp+"i", gp+"c", gp+"b").Result(); err != nil || n != 0 {
+				t.Fatalf("limits removed: %d record keys left, %v", n, err)
+			}
+			ack(3)
+			consume(4)
+			if n, err := client.Exists(bg, gp+"i", gp+"c").Result(); err != nil || n != 0 {
+				t.Fatalf("frees and consumes after the limits went recorded something: %d keys, %v", n, err)
+			}
+
+			// Set again: exactly what is out, and every free brings it down.
+			if err := e.SetQueueConfig(bg, ns, q, engine.QueueConfig{GroupMaxInFlight: 4}); err != nil {
+				t.Fatal(err)
+			}
+			exact("limits set again")
+			consume(30)
+			exact("limits set again and a consume")
+			ack(len(held))
+			if n, err := client.Exists(bg, gp+"i", gp+"c").Result(); err != nil || n != 0 {
+				t.Fatalf("after every ACK: %d record keys, %v", n, err)
+			}
+
+			// A queue without groups: no rotation, its default group
+			// blocked at group_max_in_flight and woken by an ACK.
+			const pq = "plain"
+			if err := e.SetQueueConfig(bg, ns, pq, engine.QueueConfig{GroupMaxInFlight: 2}); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 5 {
+				if _, err := e.Publish(bg, &engine.PublishRequest{Namespace: ns, Queue: pq, Tries: 1, Body: []byte(strconv.Itoa(i))}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			jobs, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{pq}, Count: 5, TTR: time.Minute})
+			if err != nil || len(jobs) != 2 {
+				t.Fatalf("consume under group_max_in_flight 2: %d jobs, %v", len(jobs), err)
+			}
+			got := make(chan []*engine.Job, 1)
+			go func() {
+				js, err := e.Consume(bg, &engine.ConsumeRequest{Namespace: ns, Queues: []string{pq}, Count: 1, TTR: time.Minute, Timeout: 20 * time.Second})
+				if err != nil {
+					t.Error(err)
+				}
+				got <- js
+			}()
+			waitUntil(t, "the consumer to wait", func() bool { return waiting(e, ns, pq) == 1 })
+			if err := e.Ack(bg, ns, pq, jobs[0].ID, jobs[0].Receipt); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case js := <-got:
+				if len(js) != 1 {
+					t.Fatalf("the waiting consumer got %d jobs after the ACK, want 1", len(js))
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the waiting consumer was not woken by the ACK")
+			}
+			pgp := groupKeyPrefix(ns, pq)
+			if n, err := client.Exists(bg, pgp+"a", pgp+"r", pgp+"m").Result(); err != nil || n != 0 {
+				t.Fatalf("a queue without groups has a rotation: %d, %v", n, err)
+			}
+			if c, err := client.HGet(bg, pgp+"c", "").Result(); err != nil || c != "2" {
+				t.Fatalf("default group count %q, %v; want 2", c, err)
+			}
+		})
 	}
 }

@@ -581,9 +581,10 @@ return {0, total, earliest}
 // list and priority set are empty at the end, 3 when every queue is empty
 // or at its in-flight limit and one is at its limit ("limited": nothing
 // for now; a freed slot publishes on the queue's ready channel), else 0.
-// A tracked queue (config grp = '1') serves its groups in turn, records
-// each job it hands out in flight (inflight_take) and gives no more than
-// its max_in_flight and group_max_in_flight allow. earliest = a group's
+// A tracked queue (config grp = '1') serves its groups in turn; a queue
+// with a limit (mif or gmif) records each job it hands out in flight
+// (inflight_take) and gives no more than its max_in_flight and
+// group_max_in_flight allow. earliest = a group's
 // new earliest due time when this call moved it earlier, else 0; popped =
 // the entries popped, stale ones included (lmstfy's queue_pop_jobs).
 var consumeScript = script(`
@@ -638,92 +639,125 @@ for i = 1, n do
   -- groups or limits, groups_scripts.go), with its limits.
   local cfg = redis.call('HMGET', KEYS[k + 4], 'paused', 'seq', 'grp', 'mif', 'gmif', 'ws')
   tracked[i] = cfg[3] == '1'
+  -- A queue with a limit records the jobs it hands out in flight (fl,
+  -- inflight_new; flushed once at the end of the queue's turn); one
+  -- without limits records nothing.
+  local gmif = tonumber(cfg[5]) or 0
+  local gp = gpfx(KEYS[k + 6])
+  local fl = false
+  if gmif > 0 or (tonumber(cfg[4]) or 0) > 0 then fl = inflight_new(gp, gmif) end
   if cfg[1] ~= '1' and cfg[3] == '1' then
-    -- A tracked queue serves its groups in turn: the group of the lowest
-    -- virtual time in the rotation gp..'a' gives one job, and its time
-    -- grows by 1/weight (weighted round robin, doc/design.md). Each job
-    -- taken is recorded in flight (inflight_take); the queue gives no
-    -- more than its max_in_flight allows (room), and a group at its
-    -- group_max_in_flight leaves the rotation for gp..'b' until a slot
-    -- of it frees (inflight_free).
+    -- A tracked queue serves its groups in turn: the group at the head of
+    -- the rotation gp..'r' moves to its tail and gives one job (a group
+    -- of weight w > 1 goes back to the head until it gave w: weighted
+    -- round robin, doc/design.md). With a limit, each job taken is
+    -- recorded in flight (inflight_take); the queue gives no more than
+    -- its max_in_flight allows (room), and a group at its
+    -- group_max_in_flight leaves the rotation for gp..'b' until a slot of
+    -- it frees (inflight_free).
     local hit = false
-    local gp = gpfx(KEYS[k + 6])
-    local ak = gp .. 'a'
+    local rk = gp .. 'r'
+    grp_migrate(gp)
     -- The default group (the queue's own q/ and p/) joins lazily: ungrouped
     -- publishes are those of an untracked queue. Its lists first: they
     -- are empty in most grouped queues (p/ is only when seq is set).
-    if (redis.call('LLEN', KEYS[k + 1]) > 0 or (cfg[2] and redis.call('ZCARD', KEYS[k + 3]) > 0))
-        and not redis.call('ZSCORE', ak, '') and redis.call('SISMEMBER', gp .. 'b', '') == 0 then
-      redis.call('ZADD', ak, fnum(grp_min(gp)), '')
+    if redis.call('LLEN', KEYS[k + 1]) > 0 or (cfg[2] and redis.call('ZCARD', KEYS[k + 3]) > 0) then
+      grp_join(gp, '')
     end
     local ws = {}
     local gpop = 0
-    local gmif = tonumber(cfg[5]) or 0
-    local room = inflight_room(gp, cfg[4], want - got)
-    if room < want - got then limited[i] = true end
+    local room = want - got
+    if fl then
+      room = inflight_room(gp, cfg[4], want - got)
+      if room < want - got then limited[i] = true end
+    end
     local took = 0
     while took < room do
       if budget <= 0 then out[1] = 1 break end
-      local top = redis.call('ZRANGE', ak, 0, 0, 'WITHSCORES')
-      if #top == 0 then break end
-      local g, sc = top[1], tonumber(top[2])
+      local g = redis.call('LMOVE', rk, rk, 'LEFT', 'RIGHT')
+      if not g then break end
       -- With a group limit, the group's slot is reserved before the pop
       -- (inflight_reserve); false: at its limit (a limit lowered since).
       local c = 0
-      if gmif > 0 then c = inflight_reserve(gp, g, gmif) end
+      if gmif > 0 then c = inflight_reserve(fl, g) end
       if not c then
         inflight_block(gp, g)
         budget = budget - 1
       else
-        local qk, pk = KEYS[k + 1], KEYS[k + 3]
-        if g ~= '' then qk, pk = gp .. 'q:' .. g, gp .. 'p:' .. g end
+        -- The group's priority set is named only when the queue uses
+        -- priorities (seq).
+        local qk = KEYS[k + 1]
+        if g ~= '' then qk = gp .. 'q:' .. g end
         local e = false
         if cfg[2] then
+          local pk = KEYS[k + 3]
+          if g ~= '' then pk = gp .. 'p:' .. g end
           local p = redis.call('ZPOPMIN', pk)
           if #p > 0 then e = p[1] end
         end
         if not e then e = redis.call('RPOP', qk) end
         local id = false
         if not e then
-          redis.call('ZREM', ak, g)
+          grp_leave(gp, g, false)
         else
           if g ~= '' then gpop = gpop + 1 end
           budget = budget - 1
           id = take(i, k, e)
+          -- A stale entry (its job gone) costs the group no turn.
+          if not id then redis.call('LMOVE', rk, rk, 'RIGHT', 'LEFT') end
         end
         if id then
           hit = true
           took = took + 1
-          inflight_take(gp, id, g, gmif)
+          if fl then inflight_take(fl, id, g) end
           if gmif > 0 and c >= gmif then
             -- At its limit now: out of the rotation at once, rather than
             -- at its next turn.
             inflight_block(gp, g)
-          else
+          elseif cfg[6] then
+            -- Weights are read only when the queue has some (ws).
             local w = ws[g]
             if not w then
-              w = 1
-              -- Weights are read only when the queue has some (ws).
-              if cfg[6] then w = tonumber(redis.call('HGET', KEYS[k + 4], 'w:' .. g)) or 1 end
-              if w < 1 then w = 1 end
+              w = tonumber(redis.call('HGET', KEYS[k + 4], 'w:' .. g)) or 1
               ws[g] = w
             end
-            redis.call('ZADD', ak, fnum(sc + 1 / w), g)
+            if w > 1 then
+              if redis.call('HINCRBY', gp .. 'm', g, 1) < w then
+                redis.call('LMOVE', rk, rk, 'RIGHT', 'LEFT')
+              else
+                redis.call('HSET', gp .. 'm', g, 0)
+              end
+            end
           end
         elseif gmif > 0 then
-          inflight_unreserve(gp, g)
+          inflight_unreserve(fl, g)
         end
       end
     end
+    if fl then inflight_flush(fl) end
     if gpop > 0 then redis.call('HINCRBY', KEYS[k + 4], 'gn', -gpop) end
     if hit then touched[#touched + 1] = i end
     -- A limited queue that ran out of jobs before its room is not
     -- limited: it is empty, or its groups are blocked (below).
     if limited[i] and took < room and out[1] ~= 1 then limited[i] = nil end
   elseif cfg[1] ~= '1' then
+    -- A queue without groups: its one list (and priority set), and with
+    -- a limit no rotation either, its default group's count read once
+    -- for group_max_in_flight. At that limit the group is blocked
+    -- (gp..'b'), so that the free that takes it below wakes a waiter.
     local hit = false
     local pdone = not cfg[2]
-    while got < want do
+    local room, c0 = want - got, 0
+    if fl then
+      room = inflight_room(gp, cfg[4], want - got)
+      if gmif > 0 then
+        c0 = tonumber(redis.call('HGET', gp .. 'c', '')) or 0
+        room = math.min(room, math.max(gmif - c0, 0))
+      end
+      if room < want - got then limited[i] = true end
+    end
+    local took = 0
+    while took < room do
       if budget <= 0 then out[1] = 1 break end
       local e = false
       if not pdone then
@@ -733,7 +767,20 @@ for i = 1, n do
       if not e then e = redis.call('RPOP', KEYS[k + 1]) end
       if not e then break end
       budget = budget - 1
-      if take(i, k, e) then hit = true end
+      local id = take(i, k, e)
+      if id then
+        hit = true
+        took = took + 1
+        if fl then
+          inflight_take(fl, id, '')
+          if gmif > 0 then inflight_pend(fl, '', 1) end
+        end
+      end
+    end
+    if fl then
+      inflight_flush(fl)
+      if gmif > 0 and c0 + took >= gmif then redis.call('SADD', gp .. 'b', '') end
+      if limited[i] and took < room and out[1] ~= 1 then limited[i] = nil end
     end
     if hit then touched[#touched + 1] = i end
   end
@@ -748,17 +795,19 @@ if out[1] == 0 then
   local lim = false
   for i = 1, n do
     local k = 6 * (i - 1)
-    -- A tracked queue's groups wait in its rotation (a queue this call
+    -- A tracked queue's groups wait in its rotation (or in that of the
+    -- layout before, until grp_migrate moved them; a queue this call
     -- did not reach may be tracked too); its blocked groups, or its
     -- max_in_flight reached, make it limited: nothing for now.
+    local gp = gpfx(KEYS[k + 6])
     if limited[i] then
       lim = true
-    elseif (tracked[i] and redis.call('EXISTS', gpfx(KEYS[k + 6]) .. 'a') == 1)
+    elseif (tracked[i] and redis.call('EXISTS', gp .. 'r', gp .. 'a') > 0)
         or redis.call('LLEN', KEYS[k + 1]) > 0 or redis.call('ZCARD', KEYS[k + 3]) > 0
-        or (tracked[i] == nil and redis.call('EXISTS', gpfx(KEYS[k + 6]) .. 'a') == 1) then
+        or (tracked[i] == nil and redis.call('EXISTS', gp .. 'r', gp .. 'a') > 0) then
       out[1] = 0
       break
-    elseif tracked[i] and redis.call('EXISTS', gpfx(KEYS[k + 6]) .. 'b') == 1 then
+    elseif tracked[i] and redis.call('EXISTS', gp .. 'b') == 1 then
       lim = true
     end
   end
@@ -1049,7 +1098,7 @@ local function scan(qk, pk)
   return nil
 end
 local gp = gpfx(KEYS[3])
-for _, g in ipairs(redis.call('ZRANGE', gp .. 'a', 0, 15)) do
+for _, g in ipairs(redis.call('LRANGE', gp .. 'r', 0, 15)) do
   local r
   if g == '' then r = scan(KEYS[1], KEYS[2]) else r = scan(gp .. 'q:' .. g, gp .. 'p:' .. g) end
   if r then return r end
@@ -1391,7 +1440,8 @@ return out
 //
 // The ready jobs of a tracked queue's groups go too. Once done it deletes
 // the queue's in-flight records (gp..'i', gp..'c'), its rotation and its
-// blocked set (gp..'a', gp..'b'): no job of the queue is ready or in
+// blocked set (gp..'r', gp..'m', gp..'b'; gp..'a' of the layout before):
+// no job of the queue is ready or in
 // flight any more.
 //
 // Returns the number of entries deleted (less than ARGV[1] when done).
@@ -1427,10 +1477,20 @@ if n < batch then
   n = n + #ids
 end
 -- A tracked queue's groups (groups_scripts.go): their ready jobs, group
--- by group (rotation, then blocked set); a group leaves both once empty.
+-- by group (rotation, that of the layout before, then blocked set); a
+-- group leaves them once empty.
 local gp = gpfx(KEYS[5])
 while n < batch do
-  local g = redis.call('ZRANGE', gp .. 'a', 0, 0)[1] or redis.call('SRANDMEMBER', gp .. 'b')
+  local from = 'r'
+  local g = redis.call('LINDEX', gp .. 'r', 0)
+  if not g then
+    from = 'a'
+    g = redis.call('ZRANGE', gp .. 'a', 0, 0)[1]
+  end
+  if not g then
+    from = 'b'
+    g = redis.call('SRANDMEMBER', gp .. 'b')
+  end
   if not g then break end
   if g ~= '' then
     local qk, pk = gp .. 'q:' .. g, gp .. 'p:' .. g
@@ -1446,13 +1506,15 @@ while n < batch do
     end
   end
   if n < batch then
+    if from == 'r' then redis.call('LPOP', gp .. 'r') end
     redis.call('ZREM', gp .. 'a', g)
-    redis.call('SREM', gp .. 'b', g)
+    if from ~= 'r' then redis.call('SREM', gp .. 'b', g) end
+    redis.call('HDEL', gp .. 'm', g)
   end
 end
 if n < batch then
   redis.call('ZREM', KEYS[3], ARGV[2])
-  redis.call('DEL', gp .. 'i', gp .. 'c', gp .. 'b', gp .. 'a')
+  redis.call('DEL', gp .. 'i', gp .. 'c', gp .. 'b', gp .. 'r', gp .. 'm', gp .. 'a')
   -- The count of the groups' entries (gn) is 0 now.
   if KEYS[7] then redis.call('HDEL', KEYS[7], 'gn') end
 end
@@ -1636,13 +1698,16 @@ if win == 0 then
   -- group left empty leaves the rotation.
   local gp = gpfx(jp)
   local before = removed
-  for _, g in ipairs(redis.call('ZRANGE', gp .. 'a', 0, 15)) do
+  for _, g in ipairs(redis.call('LRANGE', gp .. 'r', 0, 15)) do
     if budget <= 0 then break end
     if g ~= '' then
       local qk, pk = gp .. 'q:' .. g, gp .. 'p:' .. g
       tail(qk, ready_live)
       zhead(pk, ready_live)
-      if redis.call('LLEN', qk) == 0 and redis.call('ZCARD', pk) == 0 then redis.call('ZREM', gp .. 'a', g) end
+      -- Among the first 16 of the rotation: LREM stops there.
+      if redis.call('LLEN', qk) == 0 and redis.call('ZCARD', pk) == 0 and redis.call('LREM', gp .. 'r', 1, g) > 0 then
+        redis.call('HDEL', gp .. 'm', g)
+      end
     end
   end
   if removed > before then redis.call('HINCRBY', KEYS[7], 'gn', before - removed) end
