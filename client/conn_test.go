@@ -573,3 +573,43 @@ func TestConnDifferential(t *testing.T) {
 		})
 	}
 }
+
+// TestBasePathPrefix: a server behind a path prefix ("https://host/kairos")
+// gets each request's path once under it, through either transport (the
+// prefix was sent twice, /kairos/kairos/api/…, until issue #34's work).
+func TestBasePathPrefix(t *testing.T) {
+	var paths []string
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.StripPrefix("/kairos", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+		switch {
+		case r.Method == http.MethodPut && r.URL.Path == "/api/ns/q":
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, `{"job_id":"j1","msg":"published"}`)
+		case r.Method == http.MethodDelete && r.URL.Path == "/api/ns/q/job/j1":
+			w.WriteHeader(http.StatusNoContent)
+		default:
+			http.NotFound(w, r)
+		}
+	})))
+	defer srv.Close()
+	for _, std := range []bool{false, true} {
+		opts := []client.Option{client.WithNamespace("ns"), client.WithToken("t")}
+		if std {
+			opts = append(opts, client.WithHTTPClient(&http.Client{}))
+		}
+		c, err := client.New(srv.URL+"/kairos/", opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxT(t)
+		if id, err := c.Publish(ctx, "q", []byte("x")); err != nil || id != "j1" {
+			t.Fatalf("std=%v: Publish: %q, %v (paths %q)", std, id, err, paths)
+		}
+		if err := c.Ack(ctx, "q", "j1"); err != nil {
+			t.Fatalf("std=%v: Ack: %v (paths %q)", std, err, paths)
+		}
+	}
+}
