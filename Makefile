@@ -32,7 +32,7 @@ SCREENSHOTS ?= $(CURDIR)/bin/dashboard-screenshots
 # starting late and ending the run alone. go test runs each package once.
 SLOW_TESTS := ./server/app ./engine/rdb ./server ./scripts/chaos
 
-## test: every package with -race and the real-Redis tier (installs redis-server if missing; builds lmstfy v1.0.16 once for the import tests) and the dashboard's browser tests (installs chromium and the npm packages if missing), the event loops' tests again without -race (their raw system calls), the fuzz targets briefly
+## test: every package with -race and the real-Redis tier (installs redis-server if missing; builds lmstfy v1.0.16 once for the import tests) and the dashboard's browser tests (installs chromium and the npm packages if missing), the event loops' tests again without -race (their raw system calls), the Go client's allocations per call (without -race, which allocates), the fuzz targets briefly
 test:
 	scripts/install-redis.sh
 	scripts/install-chromium.sh
@@ -41,6 +41,7 @@ test:
 	KAIROS_SCREENSHOTS=$(SCREENSHOTS) $(GO) test -race -count=1 -timeout 9m $(SLOW_TESTS) ./...
 	@echo "dashboard screenshots: $(SCREENSHOTS)"
 	$(GO) test -count=1 -run Loop ./server
+	$(GO) test -count=1 -run HotCallAllocs ./client
 	FUZZTIME=2s scripts/fuzz.sh
 	$(MAKE) peers-check
 

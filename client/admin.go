@@ -297,7 +297,6 @@ func (a *Admin) get(ctx context.Context, path string, q url.Values, out any) err
 // path joins escaped segments under the base URL.
 func (a *Admin) path(segments ...string) string {
 	var b strings.Builder
-	b.WriteString(a.t.base.Path)
 	for _, s := range segments {
 		b.WriteString("/")
 		b.WriteString(url.PathEscape(s))

@@ -14,7 +14,9 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -247,6 +249,10 @@ type transport struct {
 	headerHook func(ctx context.Context, h http.Header)
 	// fast, when set, sends the requests instead of hc (conn.go).
 	fast *fastTransport
+	// head is header rendered once for the fast transport (headText).
+	headOnce sync.Once
+	head     string
+	headErr  error
 }
 
 // newTransport parses addr ("host:port", "http://host:port",
@@ -355,10 +361,20 @@ func parseAddr(addr string) (*url.URL, error) {
 // request is one API call.
 type request struct {
 	method string
-	path   string // escaped, from the base URL's path on: /api/ns/q
+	// path, then tail's parts, is the escaped path from the base URL's
+	// path on: /api/ns/q (fullPath). The hot calls leave the parts apart
+	// so that the fast transport writes them without joining them.
+	path string
+	tail [3]string
+	// query, then params, are the query parameters: params for the hot
+	// calls (no map, no sorting, no allocation), query for the others.
 	query  url.Values
+	params params
 	body   []byte
 	header http.Header
+	// headText, when set, is header rendered for the fast transport
+	// ("Name: value\r\n" lines), once for many requests.
+	headText string
 	// form sends body as application/x-www-form-urlencoded.
 	form bool
 	// wait is how long the server may legitimately hold the request
@@ -375,13 +391,119 @@ type request struct {
 	want []int
 }
 
+// fullPath is r's path and tail joined.
+func (r *request) fullPath() string {
+	return r.path + r.tail[0] + r.tail[1] + r.tail[2]
+}
+
+// appendQuery appends r's query string (without '?').
+func (r *request) appendQuery(b []byte) []byte {
+	n := len(b)
+	if len(r.query) > 0 {
+		b = append(b, r.query.Encode()...)
+	}
+	if r.params.n > 0 && len(b) > n {
+		b = append(b, '&')
+	}
+	return r.params.appendTo(b)
+}
+
+// params are query parameters in the order they were added, rendered
+// without url.Values' map, sorting and strings: a publish has at most 9,
+// a consume 5, an ACK 1.
+type params struct {
+	n    int
+	kv   [10]param
+	more []param // past len(kv)
+}
+
+// param is one parameter: val, or num when isNum.
+type param struct {
+	key   string
+	val   string
+	num   int64
+	isNum bool
+}
+
+func (p *params) push(x param) {
+	if p.n < len(p.kv) {
+		p.kv[p.n] = x
+	} else {
+		p.more = append(p.more, x)
+	}
+	p.n++
+}
+
+// setIn sets p's parameters in q (a later value of a key replaces an
+// earlier one, as url.Values.Set).
+func (p *params) setIn(q url.Values) {
+	for i := range p.n {
+		x := p.at(i)
+		if x.isNum {
+			q.Set(x.key, strconv.FormatInt(x.num, 10))
+		} else {
+			q.Set(x.key, x.val)
+		}
+	}
+}
+
+// at is the i-th parameter.
+func (p *params) at(i int) *param {
+	if i < len(p.kv) {
+		return &p.kv[i]
+	}
+	return &p.more[i-len(p.kv)]
+}
+
+// add adds key=val.
+func (p *params) add(key, val string) { p.push(param{key: key, val: val}) }
+
+// addInt adds key=n.
+func (p *params) addInt(key string, n int64) { p.push(param{key: key, num: n, isNum: true}) }
+
+// appendTo appends "k=v&k=v", escaped as url.Values.Encode escapes.
+func (p *params) appendTo(b []byte) []byte {
+	for i := range p.n {
+		x := p.at(i)
+		if i > 0 {
+			b = append(b, '&')
+		}
+		b = appendQueryEscaped(b, x.key)
+		b = append(b, '=')
+		if x.isNum {
+			b = strconv.AppendInt(b, x.num, 10)
+		} else {
+			b = appendQueryEscaped(b, x.val)
+		}
+	}
+	return b
+}
+
+// appendQueryEscaped appends s escaped as url.QueryEscape does.
+func appendQueryEscaped(b []byte, s string) []byte {
+	const hex = "0123456789ABCDEF"
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.' || c == '~':
+			b = append(b, c)
+		case c == ' ':
+			b = append(b, '+')
+		default:
+			b = append(b, '%', hex[c>>4], hex[c&15])
+		}
+	}
+	return b
+}
+
 // response is a successful answer.
 type response struct {
-	status    int
-	header    http.Header
-	body      []byte
-	requestID string
+	status int
+	head   respHead
+	body   []byte
 }
+
+// requestID is the answer's X-Request-ID ("" without one).
+func (r *response) requestID() string { return string(r.head.requestID) }
 
 // do sends r, retrying as WithRetry describes, and returns the response when
 // its status is one of r.want, else an *APIError.
@@ -391,7 +513,7 @@ func (t *transport) do(ctx context.Context, r request) (*response, error) {
 	}
 	pause := t.backoff
 	for attempt := 0; ; attempt++ {
-		resp, retry, err := t.once(ctx, r)
+		resp, retry, err := t.once(ctx, &r)
 		if err == nil {
 			return resp, nil
 		}
@@ -412,22 +534,22 @@ func (t *transport) do(ctx context.Context, r request) (*response, error) {
 
 // once sends r once; retry reports whether sending it again is safe and
 // may help.
-func (t *transport) once(parent context.Context, r request) (*response, bool, error) {
-	ctx, cancel := context.WithTimeout(parent, r.wait+t.timeout)
-	defer cancel()
+func (t *transport) once(parent context.Context, r *request) (*response, bool, error) {
 	if t.fast != nil {
-		res, err := t.fastRoundTrip(parent, ctx, r)
+		res, err := t.fastRoundTrip(parent, r, time.Now().Add(r.wait+t.timeout))
 		if err != nil {
 			if errors.Is(err, ErrBadRequest) {
 				return nil, false, err // a header net/http would refuse too
 			}
 			return t.failed(parent, r, err)
 		}
-		return t.answer(r, res.status, res.header, res.body)
+		return t.answer(r, res.status, res.head, res.body)
 	}
-	u := t.base.String() + r.path
-	if len(r.query) > 0 {
-		u += "?" + r.query.Encode()
+	ctx, cancel := context.WithTimeout(parent, r.wait+t.timeout)
+	defer cancel()
+	u := t.base.String() + r.fullPath()
+	if len(r.query) > 0 || r.params.n > 0 {
+		u += "?" + string(r.appendQuery(nil))
 	}
 	var body io.Reader
 	if r.body != nil {
@@ -462,15 +584,15 @@ func (t *transport) once(parent context.Context, r request) (*response, bool, er
 	defer res.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(res.Body, maxBodyRead))
 	if err != nil {
-		err = fmt.Errorf("kairos: %s %s: read response: %w", r.method, r.path, err)
+		err = fmt.Errorf("kairos: %s %s: read response: %w", r.method, r.fullPath(), err)
 		return nil, r.idempotent && !isCtxErr(parent, err), err
 	}
-	return t.answer(r, res.StatusCode, res.Header, data)
+	return t.answer(r, res.StatusCode, headOf(res.Header), data)
 }
 
 // failed is once's outcome when the exchange failed (no answer).
-func (t *transport) failed(parent context.Context, r request, err error) (*response, bool, error) {
-	err = fmt.Errorf("kairos: %s %s: %w", r.method, r.path, err)
+func (t *transport) failed(parent context.Context, r *request, err error) (*response, bool, error) {
+	err = fmt.Errorf("kairos: %s %s: %w", r.method, r.fullPath(), err)
 	// A server certificate that does not verify will not verify on
 	// the next attempt either.
 	var certErr *tls.CertificateVerificationError
@@ -482,13 +604,13 @@ func (t *transport) failed(parent context.Context, r request, err error) (*respo
 
 // answer is once's outcome for an answer: a response when its status is
 // one of r.want, else an *APIError.
-func (t *transport) answer(r request, status int, header http.Header, data []byte) (*response, bool, error) {
+func (t *transport) answer(r *request, status int, head respHead, data []byte) (*response, bool, error) {
 	for _, s := range r.want {
 		if status == s {
-			return &response{status: status, header: header, body: data, requestID: header.Get("X-Request-ID")}, false, nil
+			return &response{status: status, head: head, body: data}, false, nil
 		}
 	}
-	apiErr := newAPIError(r.method, r.path, status, header, data)
+	apiErr := newAPIErrorHead(r.method, r.fullPath(), status, head, data)
 	retry := r.idempotent && status >= 500 && status != http.StatusInsufficientStorage ||
 		r.unavailableRetry && status == http.StatusServiceUnavailable && !apiErr.mayExist()
 	return nil, retry, apiErr
@@ -544,6 +666,9 @@ type Client struct {
 	namespace   string
 	token       string
 	publishKeys bool
+	// nsPath is "/api/<namespace>/", escaped: the start of every job
+	// call's path.
+	nsPath string
 }
 
 // New returns a client of the public API at addr ("127.0.0.1:7777",
@@ -561,19 +686,19 @@ func New(addr string, opts ...Option) (*Client, error) {
 	if s.token != "" {
 		t.header.Set("X-Token", s.token)
 	}
-	return &Client{t: t, namespace: s.namespace, token: s.token, publishKeys: s.publishKeys}, nil
+	return &Client{t: t, namespace: s.namespace, token: s.token, publishKeys: s.publishKeys,
+		nsPath: "/api/" + url.PathEscape(s.namespace) + "/"}, nil
 }
 
 // Namespace returns the namespace the client works in.
 func (c *Client) Namespace() string { return c.namespace }
 
-// apiPath is /api/<namespace>/<queue>[/<part>…], every segment escaped.
+// apiPath is /api/<namespace>/<queue>[/<part>…], every segment escaped
+// (queue already is), from the base URL's path on (the transports add
+// that path).
 func (c *Client) apiPath(queue string, parts ...string) string {
 	var b strings.Builder
-	b.WriteString(c.t.base.Path)
-	b.WriteString("/api/")
-	b.WriteString(url.PathEscape(c.namespace))
-	b.WriteString("/")
+	b.WriteString(c.nsPath)
 	b.WriteString(queue)
 	for _, p := range parts {
 		b.WriteString("/")
@@ -611,5 +736,9 @@ func queuesSegment(queues []string) (string, error) {
 }
 
 // extHeader asks Kairos for its extension fields (receipts in consumes,
-// state and times in peeks); lmstfy ignores it.
-var extHeader = http.Header{"X-Kairos-Extensions": {"1"}}
+// state and times in peeks); lmstfy ignores it. extHeaderText is it
+// rendered (request.headText).
+var (
+	extHeader     = http.Header{"X-Kairos-Extensions": {"1"}}
+	extHeaderText = "X-Kairos-Extensions: 1\r\n"
+)

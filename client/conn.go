@@ -12,10 +12,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/textproto"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -75,7 +73,27 @@ type fastConn struct {
 	raw  net.Conn // the TCP connection (under TLS)
 	br   *bufio.Reader
 	wbuf []byte
+	// hbuf collects the values of the response headers the client reads
+	// (respHead) while the head is read.
+	hbuf []byte
 	last time.Time // when it went back to the pool
+	// deadline is nc's deadline: the latest request's (the client's
+	// timeout, plus its long-poll), kept while the next requests' fall
+	// within a slack of it, since setting one costs a system call's worth
+	// of CPU per request (exchange).
+	deadline time.Time
+
+	// The caller's context is watched per connection, not per request:
+	// one context.AfterFunc stays registered while the requests on the
+	// connection come with the same context (a Worker's slots, a
+	// goroutine's loop), instead of a registration per request. The
+	// watcher cuts the connection's I/O only while a request of its
+	// context is in flight (active); wmu orders the two.
+	wmu       sync.Mutex
+	active    <-chan struct{} // Done of the context of the request in flight
+	poisoned  bool            // the watcher cut a request: the connection is not reused
+	watchDone <-chan struct{} // Done of the context watched
+	stopWatch func() bool
 }
 
 // newFastTransport returns the fast transport of base, or nil when the
@@ -108,9 +126,46 @@ func newFastTransport(base *url.URL, tlsCfg *tls.Config) *fastTransport {
 	return f
 }
 
-// get returns a pooled connection that is still open, or a new one;
-// reused tells which.
-func (f *fastTransport) get(ctx context.Context) (cn *fastConn, reused bool, err error) {
+// newFastConn wraps a dialed connection.
+func newFastConn(nc, raw net.Conn) *fastConn {
+	return &fastConn{nc: nc, raw: raw, br: bufio.NewReaderSize(nc, 4096), wbuf: make([]byte, 0, 1024)}
+}
+
+// watch makes the cancellation of ctx (whose Done is done) cut cn's I/O
+// while one of its requests is in flight, reusing the registration of
+// the connection's previous request when it came with the same context.
+func (cn *fastConn) watch(ctx context.Context, done <-chan struct{}) {
+	if cn.watchDone == done {
+		return
+	}
+	if cn.stopWatch != nil {
+		// The old watcher may be running: it cuts nothing, as no
+		// request of its context is in flight.
+		cn.stopWatch()
+	}
+	cn.watchDone = done
+	cn.stopWatch = context.AfterFunc(ctx, func() {
+		cn.wmu.Lock()
+		if cn.active == done {
+			_ = cn.nc.SetDeadline(aLongTimeAgo)
+			cn.poisoned = true
+		}
+		cn.wmu.Unlock()
+	})
+}
+
+// close closes cn and drops its context's watcher.
+func (cn *fastConn) close() {
+	if cn.stopWatch != nil {
+		cn.stopWatch()
+		cn.stopWatch, cn.watchDone = nil, nil
+	}
+	_ = cn.nc.Close()
+}
+
+// get returns a pooled connection that is still open, or a new one
+// dialed before due; reused tells which.
+func (f *fastTransport) get(ctx context.Context, due time.Time) (cn *fastConn, reused bool, err error) {
 	now := time.Now()
 	for {
 		f.mu.Lock()
@@ -127,22 +182,26 @@ func (f *fastTransport) get(ctx context.Context) (cn *fastConn, reused bool, err
 		if idle < connIdleTimeout && (idle < checkIdle && cn.br.Buffered() == 0 || cn.open()) {
 			return cn, true, nil
 		}
-		_ = cn.nc.Close()
+		cn.close()
 	}
-	raw, err := f.dialer.DialContext(ctx, "tcp", f.addr)
+	// Dialing and the TLS handshake are bounded by the request's
+	// deadline (the client's timeout) as well as by ctx.
+	dctx, cancel := context.WithDeadline(ctx, due)
+	defer cancel()
+	raw, err := f.dialer.DialContext(dctx, "tcp", f.addr)
 	if err != nil {
 		return nil, false, err
 	}
 	nc := raw
 	if f.tls != nil {
 		tc := tls.Client(raw, f.tls)
-		if err := tc.HandshakeContext(ctx); err != nil {
+		if err := tc.HandshakeContext(dctx); err != nil {
 			_ = raw.Close()
 			return nil, false, err
 		}
 		nc = tc
 	}
-	return &fastConn{nc: nc, raw: raw, br: bufio.NewReaderSize(nc, 4096), wbuf: make([]byte, 0, 1024)}, false, nil
+	return newFastConn(nc, raw), false, nil
 }
 
 // open reports whether an idle connection is still open: the server did
@@ -161,40 +220,48 @@ func (f *fastTransport) put(cn *fastConn) {
 	}
 	f.mu.Unlock()
 	if cn != nil {
-		_ = cn.nc.Close()
+		cn.close()
 	}
 }
 
 // fastResult is what one exchange gave.
 type fastResult struct {
 	status int
-	header http.Header
+	head   respHead
 	body   []byte
+	// keep: the connection may carry another request.
+	keep bool
 }
 
 // errReusedClosed is a pooled connection that the server closed before it
 // answered anything.
 var errReusedClosed = errors.New("kairos: the server closed a kept-alive connection")
 
-// fastRoundTrip sends r and reads its answer; ctx is parent with the
-// request's deadline.
-func (t *transport) fastRoundTrip(parent, ctx context.Context, r request) (fastResult, error) {
+// fastRoundTrip sends r and reads its answer; due is when the request
+// times out (the client's timeout after its long-poll).
+func (t *transport) fastRoundTrip(ctx context.Context, r *request, due time.Time) (fastResult, error) {
 	f := t.fast
 	for attempt := 0; ; attempt++ {
-		cn, reused, err := f.get(ctx)
+		if err := ctx.Err(); err != nil {
+			return fastResult{}, err
+		}
+		cn, reused, err := f.get(ctx, due)
 		if err != nil {
-			if ctx.Err() != nil {
+			switch {
+			case ctx.Err() != nil:
 				// A dial or handshake the context ended: net/http
 				// answers the context's error, not the dial's timeout.
 				err = ctx.Err()
+			case !time.Now().Before(due):
+				err = context.DeadlineExceeded // the client's timeout
 			}
 			return fastResult{}, err
 		}
-		res, err := t.exchange(parent, ctx, cn, r)
+		res, err := t.exchange(ctx, cn, r, due)
 		if err == nil {
 			return res, nil
 		}
-		_ = cn.nc.Close()
+		cn.close()
 		// A kept-alive connection the server closed under the request
 		// (its idle timeout, a restart) before answering: net/http
 		// retries such a request on a new connection when it is
@@ -210,26 +277,60 @@ func (t *transport) fastRoundTrip(parent, ctx context.Context, r request) (fastR
 }
 
 // exchange is one request and its answer on cn; cn goes back to the pool
-// when it can carry the next one.
-func (t *transport) exchange(parent, ctx context.Context, cn *fastConn, r request) (res fastResult, err error) {
-	deadline, _ := ctx.Deadline()
-	_ = cn.nc.SetDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { _ = cn.nc.SetDeadline(aLongTimeAgo) })
+// when it can carry the next one (on an error the caller closes it).
+//
+// The request's deadline is not a context.WithTimeout of its own, whose
+// timer and cancellation cost more CPU than the rest of a publish: the
+// connection's deadline is due (the client's timeout), or up to 1/16 of
+// the request's time bound later when the previous request on the
+// connection set it there, and the caller's context is watched by the
+// connection (fastConn.watch). What the caller sees is net/http's:
+// ctx.Err() when ctx ended, context.DeadlineExceeded when the client's
+// timeout passed.
+func (t *transport) exchange(ctx context.Context, cn *fastConn, r *request, due time.Time) (res fastResult, err error) {
+	if slack := (r.wait + t.timeout) >> 4; cn.deadline.Before(due) || cn.deadline.Sub(due) > slack {
+		cn.deadline = due.Add(slack)
+		if err := cn.nc.SetDeadline(cn.deadline); err != nil {
+			return res, err
+		}
+	}
+	done := ctx.Done()
+	if done != nil {
+		// After the deadline above, so that the watcher's cut is
+		// never undone by it.
+		cn.watch(ctx, done)
+		cn.wmu.Lock()
+		cn.active = done
+		cn.wmu.Unlock()
+	}
 	defer func() {
-		stop()
-		var ne net.Error
+		keep := err == nil
+		if done != nil {
+			cn.wmu.Lock()
+			cn.active = nil
+			keep = keep && !cn.poisoned
+			cn.wmu.Unlock()
+		}
 		switch {
 		case err == nil:
 		case ctx.Err() != nil:
 			err = ctx.Err() // as net/http reports it
-		case errors.As(err, &ne) && ne.Timeout() && !deadline.IsZero() && !time.Now().Before(deadline):
-			// The connection's deadline passed a moment before ctx's
-			// timer fires: answer as net/http does, once ctx is done.
-			<-ctx.Done()
-			err = ctx.Err()
+		case isTimeout(err) && !time.Now().Before(due):
+			err = context.DeadlineExceeded // as net/http reports the client's timeout
+		}
+		if err != nil {
+			return // the caller closes cn
+		}
+		if keep && res.keep {
+			t.fast.put(cn)
+		} else {
+			cn.close()
 		}
 	}()
-	b, err := t.appendRequest(cn.wbuf[:0], parent, r)
+	if err := ctx.Err(); err != nil {
+		return res, err // ended before the watcher was in place
+	}
+	b, err := t.appendRequest(cn.wbuf[:0], ctx, r)
 	if err != nil {
 		return res, err
 	}
@@ -252,18 +353,13 @@ func (t *transport) exchange(parent, ctx context.Context, cn *fastConn, r reques
 			return res, err
 		}
 	}
-	res, keep, err := readResponse(cn.br, r.method)
-	if err != nil {
-		return res, err
-	}
-	// stop false: the context ended as the answer came, and its deadline
-	// may be set on cn: not reused.
-	if stop() && keep {
-		t.fast.put(cn)
-	} else {
-		_ = cn.nc.Close()
-	}
-	return res, nil
+	return cn.readResponse(r.method)
+}
+
+// isTimeout reports whether err is a connection's deadline passing.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // isReset reports whether err is the server resetting the connection.
@@ -273,40 +369,38 @@ func isReset(err error) bool {
 
 // appendRequest renders r's head (request line and headers) as net/http
 // would send it.
-func (t *transport) appendRequest(b []byte, parent context.Context, r request) ([]byte, error) {
+func (t *transport) appendRequest(b []byte, ctx context.Context, r *request) ([]byte, error) {
 	f := t.fast
 	b = append(b, r.method...)
 	b = append(b, ' ')
 	b = append(b, f.prefix...)
 	b = append(b, r.path...)
-	if len(r.query) > 0 {
+	for _, p := range r.tail {
+		b = append(b, p...)
+	}
+	if len(r.query) > 0 || r.params.n > 0 {
 		b = append(b, '?')
-		b = append(b, r.query.Encode()...)
+		b = r.appendQuery(b)
 	}
 	b = append(b, " HTTP/1.1\r\nHost: "...)
 	b = append(b, f.host...)
 	b = append(b, "\r\n"...)
-	var err error
-	add := func(h http.Header) {
-		for k, vs := range h {
-			for _, v := range vs {
-				if !validHeader(k, v) {
-					err = argError("invalid header %s: %q", k, v)
-					return
-				}
-				b = append(append(append(append(b, k...), ": "...), v...), "\r\n"...)
-			}
-		}
-	}
-	add(t.header)
-	add(r.header)
-	if t.headerHook != nil {
-		h := make(http.Header)
-		t.headerHook(parent, h)
-		add(h)
-	}
+	head, err := t.headText()
 	if err != nil {
 		return nil, err
+	}
+	b = append(b, head...)
+	if r.headText != "" {
+		b = append(b, r.headText...)
+	} else if b, err = appendHeader(b, r.header); err != nil {
+		return nil, err
+	}
+	if t.headerHook != nil {
+		h := make(http.Header)
+		t.headerHook(ctx, h)
+		if b, err = appendHeader(b, h); err != nil {
+			return nil, err
+		}
 	}
 	if r.form {
 		b = append(b, "Content-Type: application/x-www-form-urlencoded\r\n"...)
@@ -322,6 +416,29 @@ func (t *transport) appendRequest(b []byte, parent context.Context, r request) (
 		b = append(b, "\r\n"...)
 	}
 	return append(b, "\r\n"...), nil
+}
+
+// appendHeader appends h's lines, or fails on one net/http would refuse.
+func appendHeader(b []byte, h http.Header) ([]byte, error) {
+	for k, vs := range h {
+		for _, v := range vs {
+			if !validHeader(k, v) {
+				return nil, argError("invalid header %s: %q", k, v)
+			}
+			b = append(append(append(append(b, k...), ": "...), v...), "\r\n"...)
+		}
+	}
+	return b, nil
+}
+
+// headText is the client's own headers (User-Agent, X-Token), rendered
+// once: they do not change after New.
+func (t *transport) headText() (string, error) {
+	t.headOnce.Do(func() {
+		b, err := appendHeader(nil, t.header)
+		t.head, t.headErr = string(b), err
+	})
+	return t.head, t.headErr
 }
 
 // validHeader reports whether a header can be written as is (net/http
@@ -343,116 +460,238 @@ func validHeader(k, v string) bool {
 	return true
 }
 
+// respHead holds what the client reads of a response's headers: the
+// first value of each (trimmed, as net/http does), or nil.
+type respHead struct {
+	requestID, retryAfter, traceParent, traceState []byte
+}
+
+// wantedHeaders are the headers of respHead, lower-case.
+var wantedHeaders = [...]string{"x-request-id", "retry-after", "traceparent", "tracestate"}
+
+// field returns the value of wantedHeaders[i].
+func (h *respHead) field(i int) *[]byte {
+	switch i {
+	case 0:
+		return &h.requestID
+	case 1:
+		return &h.retryAfter
+	case 2:
+		return &h.traceParent
+	default:
+		return &h.traceState
+	}
+}
+
+// headOf is the respHead of a net/http response's headers.
+func headOf(h http.Header) respHead {
+	var rh respHead
+	for i, k := range wantedHeaders {
+		if vs := h.Values(k); len(vs) > 0 {
+			*rh.field(i) = []byte(vs[0])
+		}
+	}
+	return rh
+}
+
 // readResponse reads one response to a request of method: its status,
-// headers and body, and whether the connection may carry another request.
-// A connection that ends before the first byte of the answer is
-// errReusedClosed.
-func readResponse(br *bufio.Reader, method string) (res fastResult, keep bool, err error) {
+// the headers of respHead and its body, and whether the connection may
+// carry another request (res.keep). A connection that ends before the
+// first byte of the answer is errReusedClosed. The wanted headers' values
+// share the body's allocation: a 204 without them allocates nothing.
+func (cn *fastConn) readResponse(method string) (res fastResult, err error) {
+	br := cn.br
+	var (
+		found                                      [len(wantedHeaders)]struct{ off, end int }
+		length                                     int64
+		lengths, encodings                         int
+		chunked, sawClose, sawKeepAlive, badLength bool
+	)
 	for {
 		line, err := readLine(br)
 		if err != nil {
 			if len(line) == 0 && (errors.Is(err, io.EOF) || isReset(err)) {
-				return res, false, errReusedClosed
+				return res, errReusedClosed
 			}
-			return res, false, err
+			return res, err
 		}
 		// "HTTP/1.1 200 OK"
 		if len(line) < 12 || string(line[:7]) != "HTTP/1." || line[8] != ' ' {
-			return res, false, fmt.Errorf("kairos: malformed status line %q", line)
+			return res, fmt.Errorf("kairos: malformed status line %q", line)
 		}
-		code, err := strconv.Atoi(string(line[9:12]))
-		if err != nil || code < 100 || len(line) > 12 && line[12] != ' ' {
-			return res, false, fmt.Errorf("kairos: malformed status line %q", line)
+		code := 0
+		for _, d := range line[9:12] {
+			if d < '0' || d > '9' {
+				return res, fmt.Errorf("kairos: malformed status line %q", line)
+			}
+			code = code*10 + int(d-'0')
 		}
-		keep = line[7] == '1'
+		if code < 100 || len(line) > 12 && line[12] != ' ' {
+			return res, fmt.Errorf("kairos: malformed status line %q", line)
+		}
+		res.keep = line[7] == '1'
 		res.status = code
-		res.header = make(http.Header, 8)
+		cn.hbuf = cn.hbuf[:0]
+		found = [len(wantedHeaders)]struct{ off, end int }{}
+		lengths, encodings, chunked, sawClose, sawKeepAlive, badLength = 0, 0, false, false, false, false
 		size := len(line)
 		for {
 			line, err := readLine(br)
 			if err != nil {
-				return res, false, err
+				return res, err
 			}
 			if len(line) == 0 {
 				break
 			}
 			if size += len(line); size > maxHeadBytes {
-				return res, false, errors.New("kairos: response head too large")
+				return res, errors.New("kairos: response head too large")
 			}
 			k, v, ok := bytes.Cut(line, []byte(":"))
 			if !ok {
-				return res, false, fmt.Errorf("kairos: malformed header line %q", line)
+				return res, fmt.Errorf("kairos: malformed header line %q", line)
 			}
-			key := textproto.CanonicalMIMEHeaderKey(string(k))
-			res.header[key] = append(res.header[key], string(bytes.TrimSpace(v)))
+			v = trimHeaderSpace(v)
+			switch {
+			case asciiEqualFold(k, "content-length"):
+				n, err := strconv.ParseInt(string(v), 10, 64)
+				if lengths == 0 {
+					length, badLength = n, err != nil || n < 0
+				}
+				lengths++
+			case asciiEqualFold(k, "transfer-encoding"):
+				encodings++
+				chunked = asciiEqualFold(v, "chunked")
+			case asciiEqualFold(k, "connection"):
+				sawClose = sawClose || hasToken(v, "close")
+				sawKeepAlive = sawKeepAlive || hasToken(v, "keep-alive")
+			default:
+				for i, name := range wantedHeaders {
+					if found[i].end == 0 && asciiEqualFold(k, name) {
+						found[i].off = len(cn.hbuf)
+						cn.hbuf = append(cn.hbuf, v...)
+						found[i].end = len(cn.hbuf) + 1 // +1: found, even empty
+						break
+					}
+				}
+			}
 		}
 		if code >= 200 || code == http.StatusSwitchingProtocols {
 			break
 		}
 		// 1xx: the answer follows.
 	}
-	h := res.header
 	// As net/http (shouldClose): "close" among the Connection header's
 	// tokens, in any case, ends the connection; an HTTP/1.0 answer keeps
 	// it only with "keep-alive".
-	if hasToken(h["Connection"], "close") {
-		keep = false
-	} else if !keep && hasToken(h["Connection"], "keep-alive") {
-		keep = true
+	if sawClose {
+		res.keep = false
+	} else if !res.keep && sawKeepAlive {
+		res.keep = true
+	}
+	// meta gives the wanted headers' values their place in buf, after
+	// the body.
+	meta := func(buf []byte) {
+		copy(buf, cn.hbuf)
+		for i, f := range found {
+			if f.end != 0 {
+				*res.head.field(i) = buf[f.off : f.end-1 : f.end-1]
+			}
+		}
+		if cap(cn.hbuf) > 4<<10 {
+			cn.hbuf = nil
+		}
 	}
 	switch {
 	case method == http.MethodHead || res.status == http.StatusNoContent || res.status == http.StatusNotModified || res.status < 200:
-		return res, keep, nil
-	case len(h["Transfer-Encoding"]) > 0:
-		if len(h["Transfer-Encoding"]) != 1 || !strings.EqualFold(h.Get("Transfer-Encoding"), "chunked") {
-			return res, false, fmt.Errorf("kairos: unsupported Transfer-Encoding %q", h["Transfer-Encoding"])
+		if len(cn.hbuf) > 0 {
+			meta(make([]byte, len(cn.hbuf)))
 		}
-		res.body, err = io.ReadAll(io.LimitReader(httputil.NewChunkedReader(br), maxBodyRead))
+		return res, nil
+	case encodings > 0:
+		if encodings != 1 || !chunked {
+			return res, fmt.Errorf("kairos: unsupported Transfer-Encoding")
+		}
+		body, err := io.ReadAll(io.LimitReader(httputil.NewChunkedReader(br), maxBodyRead))
 		if err != nil {
-			return res, false, err
+			return res, err
 		}
-		if len(res.body) >= maxBodyRead {
-			keep = false
+		if len(body) >= maxBodyRead {
+			res.keep = false
 		}
-		delete(h, "Transfer-Encoding")
-		return res, keep, nil
-	case len(h["Content-Length"]) > 0:
-		n, err := strconv.ParseInt(h.Get("Content-Length"), 10, 64)
-		if err != nil || n < 0 {
-			return res, false, fmt.Errorf("kairos: malformed Content-Length %q", h.Get("Content-Length"))
+		res.body = body
+		meta(make([]byte, len(cn.hbuf)))
+		return res, nil
+	case lengths > 0:
+		if badLength {
+			return res, fmt.Errorf("kairos: malformed Content-Length")
 		}
+		n := length
 		if n > maxBodyRead {
 			res.body, err = io.ReadAll(io.LimitReader(br, maxBodyRead))
-			return res, false, err
+			res.keep = false
+			meta(make([]byte, len(cn.hbuf)))
+			return res, err
 		}
-		res.body = make([]byte, n)
-		if _, err := io.ReadFull(br, res.body); err != nil {
-			return res, false, err
+		buf := make([]byte, int(n)+len(cn.hbuf))
+		if _, err := io.ReadFull(br, buf[:n]); err != nil {
+			return res, err
 		}
-		return res, keep, nil
+		res.body = buf[:n:n]
+		meta(buf[n:])
+		return res, nil
 	default:
 		// The body ends with the connection.
 		res.body, err = io.ReadAll(io.LimitReader(br, maxBodyRead))
-		return res, false, err
+		res.keep = false
+		meta(make([]byte, len(cn.hbuf)))
+		return res, err
 	}
 }
 
-// hasToken reports whether the comma-separated lists vs hold token, in
-// any case.
-func hasToken(vs []string, token string) bool {
-	for _, v := range vs {
-		for {
-			t, rest, more := strings.Cut(v, ",")
-			if strings.EqualFold(textproto.TrimString(t), token) {
-				return true
-			}
-			if !more {
-				break
-			}
-			v = rest
+// trimHeaderSpace trims a header value as net/textproto does.
+func trimHeaderSpace(v []byte) []byte {
+	for len(v) > 0 && isHeaderSpace(v[0]) {
+		v = v[1:]
+	}
+	for len(v) > 0 && isHeaderSpace(v[len(v)-1]) {
+		v = v[:len(v)-1]
+	}
+	return v
+}
+
+func isHeaderSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// asciiEqualFold reports whether b equals the lower-case ASCII s, in any
+// case.
+func asciiEqualFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range len(b) {
+		c := b[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != s[i] {
+			return false
 		}
 	}
-	return false
+	return true
+}
+
+// hasToken reports whether the comma-separated list v holds the
+// lower-case token, in any case.
+func hasToken(v []byte, token string) bool {
+	for {
+		t, rest, more := bytes.Cut(v, []byte(","))
+		if asciiEqualFold(trimHeaderSpace(t), token) {
+			return true
+		}
+		if !more {
+			return false
+		}
+		v = rest
+	}
 }
 
 // readLine reads one CRLF- (or LF-) terminated line, without it.

@@ -573,3 +573,118 @@ func TestConnDifferential(t *testing.T) {
 		})
 	}
 }
+
+// TestBasePathPrefix: a server behind a path prefix ("https://host/kairos")
+// gets each request's path once under it, through either transport (the
+// prefix was sent twice, /kairos/kairos/api/…, until issue #34's work).
+func TestBasePathPrefix(t *testing.T) {
+	var paths []string
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.StripPrefix("/kairos", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+		switch {
+		case r.Method == http.MethodPut && r.URL.Path == "/api/ns/q":
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, `{"job_id":"j1","msg":"published"}`)
+		case r.Method == http.MethodDelete && r.URL.Path == "/api/ns/q/job/j1":
+			w.WriteHeader(http.StatusNoContent)
+		default:
+			http.NotFound(w, r)
+		}
+	})))
+	defer srv.Close()
+	for _, std := range []bool{false, true} {
+		opts := []client.Option{client.WithNamespace("ns"), client.WithToken("t")}
+		if std {
+			opts = append(opts, client.WithHTTPClient(&http.Client{}))
+		}
+		c, err := client.New(srv.URL+"/kairos/", opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxT(t)
+		if id, err := c.Publish(ctx, "q", []byte("x")); err != nil || id != "j1" {
+			t.Fatalf("std=%v: Publish: %q, %v (paths %q)", std, id, err, paths)
+		}
+		if err := c.Ack(ctx, "q", "j1"); err != nil {
+			t.Fatalf("std=%v: Ack: %v (paths %q)", std, err, paths)
+		}
+	}
+}
+
+// TestConnContextWatch: the fast transport watches the caller's context
+// per connection, not per request (exchange): a context cancelled while
+// its connection is idle, or while the connection carries another
+// context's request, cuts nothing; the cancellation of the request's own
+// context still does (TestConnDifferential, "cancel"); and the client's
+// timeout of a short request holds on a connection whose deadline a long
+// poll set.
+func TestConnContextWatch(t *testing.T) {
+	const published = `{"job_id":"j","msg":"published"}`
+	const job = `{"data":"aGk=","job_id":"j","msg":"new job","namespace":"ns","queue":"q","receipt":"0123456789abcdef","remain_tries":0,"ttl":0}`
+	release := make(chan struct{})
+	srv := newRawServer(t, func(w *bufio.Writer, c net.Conn, onConn, all int) bool {
+		switch all {
+		case 3: // held until the test releases it
+			<-release
+		case 4: // a consume
+			return send(w, "HTTP/1.1 200 OK\r\nContent-Length: ", strconv.Itoa(len(job)), "\r\n\r\n", job)
+		case 5: // never answered
+			io.Copy(io.Discard, c)
+			return false
+		}
+		return send(w, "HTTP/1.1 201 Created\r\nContent-Length: ", strconv.Itoa(len(published)), "\r\n\r\n", published)
+	})
+	c, err := client.New(srv.url(), client.WithNamespace("ns"), client.WithRetry(0, 0, 0), client.WithTimeout(400*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := func(ctx context.Context, what string) {
+		t.Helper()
+		if _, err := c.Publish(ctx, "q", []byte("x")); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	// 0: a publish with A; A ends while the connection is idle; 1: the
+	// next request on it, with another context, goes through.
+	ctxA, cancelA := context.WithCancel(context.Background())
+	pub(ctxA, "publish with A")
+	cancelA()
+	pub(context.Background(), "publish after A ended")
+	// 2: a publish with B; 3: a publish without a context is in flight
+	// on the same connection when B ends: it goes through.
+	ctxB, cancelB := context.WithCancel(context.Background())
+	defer cancelB()
+	pub(ctxB, "publish with B")
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Publish(context.Background(), "q", []byte("x"))
+		done <- err
+	}()
+	for n := <-srv.got; n != 3; n = <-srv.got {
+	}
+	cancelB()
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("a publish in flight when another context ended: %v", err)
+	}
+	if n := srv.conns.Load(); n != 1 {
+		t.Fatalf("%d connections, want 1: a connection was dropped", n)
+	}
+	// 4: a consume polling 3 s sets the connection's deadline 3.4 s
+	// ahead; 5: a publish on it still times out after the client's
+	// 400 ms (its deadline moved back), not 3.4 s.
+	if _, err := c.Consume(context.Background(), "q", 0, 3*time.Second); err != nil {
+		t.Fatalf("consume: %v", err)
+	}
+	start := time.Now()
+	_, err = c.Publish(context.Background(), "q", []byte("x"))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("publish to a silent server: %v, want the client's timeout", err)
+	}
+	if d := time.Since(start); d > 2500*time.Millisecond {
+		t.Fatalf("the client's 400 ms timeout took %v: the long poll's deadline stayed", d)
+	}
+}

@@ -30,24 +30,51 @@ func (c *Client) Consume(ctx context.Context, queue string, ttr, timeout time.Du
 // (the first queue has the highest priority), waiting up to timeout. See
 // Consume.
 func (c *Client) ConsumeFromQueues(ctx context.Context, ttr, timeout time.Duration, queues ...string) (*Job, error) {
-	return c.consumeAs(ctx, "", ttr, timeout, queues...)
+	seg, err := queuesSegment(queues)
+	if err != nil {
+		return nil, err
+	}
+	return c.consumeOne(ctx, extFixed, seg, ttr, timeout)
 }
 
-// consumeAs is ConsumeFromQueues naming the consumer (X-Kairos-Worker) in
-// the job's attempt history; "" names none.
-func (c *Client) consumeAs(ctx context.Context, worker string, ttr, timeout time.Duration, queues ...string) (*Job, error) {
-	body, err := c.consume(ctx, worker, queues, 1, ttr, timeout)
+// consumeOne takes one job from the queues of seg (queuesSegment's),
+// sending h.
+func (c *Client) consumeOne(ctx context.Context, h fixedHeader, seg string, ttr, timeout time.Duration) (*Job, error) {
+	resp, err := c.consume(ctx, h, seg, 1, ttr, timeout)
 	if err != nil {
 		return nil, err
 	}
 	job := new(Job)
-	if !scanJob(body.body, job) {
-		if err := decode(body, job); err != nil {
+	if !scanJob(resp.body, job) {
+		if err := decode(resp, job); err != nil {
 			return nil, err
 		}
 	}
-	jobTraceHeaders(job, body.header)
+	jobTraceHeaders(job, &resp.head)
 	return job, nil
+}
+
+// fixedHeader is a request's headers and, for the fast transport, their
+// rendering (request.headText), made once for many requests.
+type fixedHeader struct {
+	h    http.Header
+	text string
+}
+
+// extFixed is extHeader's.
+var extFixed = fixedHeader{extHeader, extHeaderText}
+
+// consumeHeader is the headers of a consume naming worker ("" names none).
+func consumeHeader(worker string) fixedHeader {
+	if worker == "" {
+		return extFixed
+	}
+	h := http.Header{"X-Kairos-Extensions": {"1"}, "X-Kairos-Worker": {worker}}
+	fh := fixedHeader{h: h}
+	if b, err := appendHeader(nil, h); err == nil {
+		fh.text = string(b)
+	} // else the fast transport renders h and refuses it, per request
+	return fh
 }
 
 // BatchConsume takes up to count (1..100) jobs from queues in priority
@@ -56,19 +83,20 @@ func (c *Client) BatchConsume(ctx context.Context, queues []string, count int, t
 	if count < 1 || count > MaxBatchConsume {
 		return nil, argError("count must be 1..%d (got %d)", MaxBatchConsume, count)
 	}
-	resp, err := c.consume(ctx, "", queues, count, ttr, timeout)
+	seg, err := queuesSegment(queues)
 	if err != nil {
 		return nil, err
 	}
 	if count == 1 {
-		job := new(Job)
-		if !scanJob(resp.body, job) {
-			if err := decode(resp, job); err != nil {
-				return nil, err
-			}
+		job, err := c.consumeOne(ctx, extFixed, seg, ttr, timeout)
+		if err != nil {
+			return nil, err
 		}
-		jobTraceHeaders(job, resp.header)
 		return []*Job{job}, nil
+	}
+	resp, err := c.consume(ctx, extFixed, seg, count, ttr, timeout)
+	if err != nil {
+		return nil, err
 	}
 	var jobs []*Job
 	if err := decode(resp, &jobs); err != nil {
@@ -77,34 +105,26 @@ func (c *Client) BatchConsume(ctx context.Context, queues []string, count int, t
 	return jobs, nil
 }
 
-func (c *Client) consume(ctx context.Context, worker string, queues []string, count int, ttr, timeout time.Duration) (*response, error) {
-	seg, err := queuesSegment(queues)
-	if err != nil {
-		return nil, err
+func (c *Client) consume(ctx context.Context, h fixedHeader, seg string, count int, ttr, timeout time.Duration) (*response, error) {
+	r := request{
+		method: http.MethodGet, path: c.nsPath, tail: [3]string{seg}, wait: timeout,
+		header: h.h, headText: h.text, want: wantOK, unavailableRetry: true,
 	}
-	q := url.Values{}
 	if ttr != 0 {
 		if ttr < 0 {
 			return nil, argError("ttr must be > 0 (got %v)", ttr)
 		}
-		if err := setDuration(q, "ttr", ttr); err != nil {
+		if err := addDuration(&r.params, "ttr", ttr); err != nil {
 			return nil, err
 		}
 	}
-	if err := setDuration(q, "timeout", timeout); err != nil {
+	if err := addDuration(&r.params, "timeout", timeout); err != nil {
 		return nil, err
 	}
 	if count != 1 {
-		q.Set("count", strconv.Itoa(count))
+		r.params.addInt("count", int64(count))
 	}
-	header := extHeader
-	if worker != "" {
-		header = http.Header{"X-Kairos-Extensions": {"1"}, "X-Kairos-Worker": {worker}}
-	}
-	return c.t.do(ctx, request{
-		method: http.MethodGet, path: c.apiPath(seg), query: q, wait: timeout,
-		header: header, want: []int{http.StatusOK}, unavailableRetry: true,
-	})
+	return c.t.do(ctx, r)
 }
 
 // Ack deletes job jobID of queue: it is done and will never be delivered
@@ -119,8 +139,8 @@ func (c *Client) Ack(ctx context.Context, queue, jobID string) error {
 		return argError("empty job id")
 	}
 	_, err = c.t.do(ctx, request{
-		method: http.MethodDelete, path: c.apiPath(seg, "job", jobID), idempotent: true,
-		want: []int{http.StatusNoContent},
+		method: http.MethodDelete, path: c.nsPath, tail: [3]string{seg, "/job/", url.PathEscape(jobID)},
+		idempotent: true, want: wantNoContent,
 	})
 	return err
 }
@@ -273,8 +293,8 @@ func (c *Client) DeleteDeadLetter(ctx context.Context, queue string, limit int64
 // jobTraceHeaders takes a single-job consume's trace context from the
 // response headers when the body has none (a server that answers it only
 // there).
-func jobTraceHeaders(job *Job, h http.Header) {
+func jobTraceHeaders(job *Job, h *respHead) {
 	if job.TraceParent == "" {
-		job.TraceParent, job.TraceState = h.Get("Traceparent"), h.Get("Tracestate")
+		job.TraceParent, job.TraceState = string(h.traceParent), string(h.traceState)
 	}
 }

@@ -168,13 +168,18 @@ func (e *APIError) Temporary() bool {
 
 // newAPIError builds the error for an unexpected response.
 func newAPIError(method, path string, status int, header http.Header, body []byte) *APIError {
+	return newAPIErrorHead(method, path, status, headOf(header), body)
+}
+
+// newAPIErrorHead is newAPIError of the headers the client reads.
+func newAPIErrorHead(method, path string, status int, head respHead, body []byte) *APIError {
 	e := &APIError{
 		Status:     status,
 		Message:    errorMessage(status, body),
-		RequestID:  header.Get("X-Request-ID"),
+		RequestID:  string(head.requestID),
 		Method:     method,
 		Path:       path,
-		RetryAfter: retryAfter(header),
+		RetryAfter: retryAfter(string(head.retryAfter)),
 	}
 	if status == http.StatusServiceUnavailable {
 		var ids struct {
@@ -193,8 +198,7 @@ const maxRetryAfter = 30 * time.Second
 
 // retryAfter reads Retry-After in seconds (the form Kairos sends); 0 when
 // absent or not a number of seconds.
-func retryAfter(h http.Header) time.Duration {
-	v := h.Get("Retry-After")
+func retryAfter(v string) time.Duration {
 	if v == "" {
 		return 0
 	}

@@ -56,10 +56,12 @@ func (c *Client) AckJob(ctx context.Context, job *Job) error {
 	if err != nil {
 		return err
 	}
-	_, err = c.t.do(ctx, request{
-		method: http.MethodDelete, path: c.apiPath(seg, "job", job.ID), query: url.Values{"receipt": {job.Receipt}},
-		idempotent: true, want: []int{http.StatusNoContent},
-	})
+	r := request{
+		method: http.MethodDelete, path: c.nsPath, tail: [3]string{seg, "/job/", url.PathEscape(job.ID)},
+		idempotent: true, want: wantNoContent,
+	}
+	r.params.add("receipt", job.Receipt)
+	_, err = c.t.do(ctx, r)
 	if errors.Is(err, ErrNotFound) {
 		return nil
 	}

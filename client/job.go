@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"math"
 	"net/url"
-	"strconv"
 	"time"
 )
 
@@ -299,11 +298,11 @@ func seconds(name string, d time.Duration) (uint64, error) {
 
 // setSeconds adds name=<d in seconds, rounded up> to q.
 func setSeconds(q url.Values, name string, d time.Duration) error {
-	s, err := seconds(name, d)
-	if err != nil {
+	var p params
+	if err := addSeconds(&p, name, d); err != nil {
 		return err
 	}
-	q.Set(name, strconv.FormatUint(s, 10))
+	p.setIn(q)
 	return nil
 }
 
@@ -311,7 +310,28 @@ func setSeconds(q url.Values, name string, d time.Duration) error {
 // a whole number of seconds, name_ms=<d in milliseconds, rounded up> too:
 // Kairos takes the milliseconds, lmstfy the seconds.
 func setDuration(q url.Values, name string, d time.Duration) error {
-	if err := setSeconds(q, name, d); err != nil {
+	var p params
+	if err := addDuration(&p, name, d); err != nil {
+		return err
+	}
+	p.setIn(q)
+	return nil
+}
+
+// addSeconds is setSeconds into p.
+func addSeconds(p *params, name string, d time.Duration) error {
+	s, err := seconds(name, d)
+	if err != nil {
+		return err
+	}
+	p.addInt(name, int64(s))
+	return nil
+}
+
+// addDuration is setDuration into p. name_ms is name+"_ms", from a
+// constant for the names the client sends (no concatenation per call).
+func addDuration(p *params, name string, d time.Duration) error {
+	if err := addSeconds(p, name, d); err != nil {
 		return err
 	}
 	if d%time.Second != 0 {
@@ -319,9 +339,24 @@ func setDuration(q url.Values, name string, d time.Duration) error {
 		if d%time.Millisecond != 0 {
 			ms++
 		}
-		q.Set(name+"_ms", strconv.FormatInt(int64(ms), 10))
+		p.addInt(msName(name), int64(ms))
 	}
 	return nil
+}
+
+// msName is name+"_ms".
+func msName(name string) string {
+	switch name {
+	case "delay":
+		return "delay_ms"
+	case "ttl":
+		return "ttl_ms"
+	case "ttr":
+		return "ttr_ms"
+	case "timeout":
+		return "timeout_ms"
+	}
+	return name + "_ms"
 }
 
 // ceilUnixMilli is t in Unix milliseconds, rounded up.
@@ -333,60 +368,72 @@ func ceilUnixMilli(t time.Time) int64 {
 	return ms
 }
 
-// query renders the publish parameters and headers.
+// query renders the publish parameters and headers as url.Values.
 func (p *publishParams) query() (url.Values, map[string][]string, error) {
+	var ps params
+	header, err := p.params(&ps)
+	if err != nil {
+		return nil, nil, err
+	}
 	q := url.Values{}
+	ps.setIn(q)
+	return q, header, nil
+}
+
+// params adds the publish parameters to ps and returns the headers
+// (attributes), nil without.
+func (p *publishParams) params(ps *params) (map[string][]string, error) {
 	if p.hasDelay {
 		if !p.dueAt.IsZero() {
-			return nil, nil, argError("Delay and DueAt exclude each other")
+			return nil, argError("Delay and DueAt exclude each other")
 		}
-		if err := setDuration(q, "delay", p.delay); err != nil {
-			return nil, nil, err
+		if err := addDuration(ps, "delay", p.delay); err != nil {
+			return nil, err
 		}
 	}
 	if p.hasTTL {
-		if err := setDuration(q, "ttl", p.ttl); err != nil {
-			return nil, nil, err
+		if err := addDuration(ps, "ttl", p.ttl); err != nil {
+			return nil, err
 		}
 	}
 	if !p.dueAt.IsZero() {
-		q.Set("due_at", strconv.FormatInt(ceilUnixMilli(p.dueAt), 10))
+		ps.addInt("due_at", ceilUnixMilli(p.dueAt))
 	}
 	if p.hasPriority {
 		if p.priority < 0 || p.priority > MaxPriority {
-			return nil, nil, argError("priority must be 0..%d (got %d)", MaxPriority, p.priority)
+			return nil, argError("priority must be 0..%d (got %d)", MaxPriority, p.priority)
 		}
-		q.Set("priority", strconv.Itoa(p.priority))
+		ps.addInt("priority", int64(p.priority))
 	}
 	if p.hasGroup {
 		if !validGroup(p.group) {
-			return nil, nil, argError("group must be 1..%d characters of [-_A-Za-z0-9] (got %q)", MaxGroupLength, p.group)
+			return nil, argError("group must be 1..%d characters of [-_A-Za-z0-9] (got %q)", MaxGroupLength, p.group)
 		}
-		q.Set("group", p.group)
+		ps.add("group", p.group)
 	}
 	if p.hasKey {
 		if p.key == "" || len(p.key) > MaxJobKey {
-			return nil, nil, argError("job key must be 1..%d bytes", MaxJobKey)
+			return nil, argError("job key must be 1..%d bytes", MaxJobKey)
 		}
-		q.Set("job_key", p.key)
+		ps.add("job_key", p.key)
 	}
 	if p.hasTries {
 		if p.tries < 1 || p.tries > math.MaxUint16 {
-			return nil, nil, argError("tries must be 1..65535 (got %d)", p.tries)
+			return nil, argError("tries must be 1..65535 (got %d)", p.tries)
 		}
-		q.Set("tries", strconv.Itoa(p.tries))
+		ps.addInt("tries", int64(p.tries))
 	}
 	var header map[string][]string
 	if len(p.attrs) > 0 {
 		header = map[string][]string{"Enable-Job-Version": {"YES"}}
 		for k, v := range p.attrs {
 			if !validHeaderName(k) {
-				return nil, nil, argError("attribute name %q: only letters, digits and -_.!#$%%&'*+^`|~ are allowed", k)
+				return nil, argError("attribute name %q: only letters, digits and -_.!#$%%&'*+^`|~ are allowed", k)
 			}
 			header["Job-Attr-"+k] = []string{v}
 		}
 	}
-	return q, header, nil
+	return header, nil
 }
 
 // validHeaderName reports whether s is a non-empty HTTP token.

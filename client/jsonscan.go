@@ -115,14 +115,49 @@ func scanInt(val []byte, str bool, bits int) (int64, bool) {
 	return n, err == nil
 }
 
+// jobKeys are the members scanJob reads, each at most once (seen's bits).
+var jobKeys = [...]string{"job_id", "namespace", "queue", "receipt", "state", "dead_reason", "traceparent",
+	"tracestate", "group", "data", "ttl", "elapsed_ms", "due_at_ms", "dead_at_ms", "remain_tries", "priority",
+	"deliveries", "msg"}
+
 // scanJob decodes a job object as Job.UnmarshalJSON does, or reports false.
+// Its strings share one copy of data (a consume's answer is all job), so
+// that a job costs three allocations: the Job, that copy and the body.
 func scanJob(data []byte, j *Job) bool {
 	var out Job
 	var dueMS, deadMS int64
-	seen := map[string]bool(nil)
-	ok := scanObject(data, func(key, val []byte, str bool) bool {
-		isNull := !str && string(val) == "null"
-		if isNull {
+	var seen uint32
+	var text string // data as a string, made at the first string member
+	// str returns val, a part of data, as a part of text.
+	str := func(val []byte) string {
+		if text == "" {
+			text = string(data)
+		}
+		// val is data[off:off+len(val)], sliced without a capacity.
+		off := cap(data) - cap(val)
+		return text[off : off+len(val)]
+	}
+	ok := scanObject(data, func(key, val []byte, isStr bool) bool {
+		k := -1
+		for i, name := range jobKeys {
+			if string(key) == name {
+				k = i
+				break
+			}
+		}
+		switch {
+		case k < 0:
+			// "attributes" (only null is flat) or an unknown member:
+			// encoding/json's.
+			if string(key) == "attributes" && !isStr && string(val) == "null" {
+				return true
+			}
+			return false
+		case seen&(1<<k) != 0:
+			return false // a repeated key: encoding/json's
+		}
+		seen |= 1 << k
+		if !isStr && string(val) == "null" {
 			// encoding/json sets a slice (data) to nil and leaves a
 			// string or a number as it is.
 			if string(key) == "data" {
@@ -134,10 +169,10 @@ func scanJob(data []byte, j *Job) bool {
 		var good bool
 		switch string(key) {
 		case "job_id", "namespace", "queue", "receipt", "state", "dead_reason", "traceparent", "tracestate", "group":
-			if !str {
+			if !isStr {
 				return false
 			}
-			s := string(val)
+			s := str(val)
 			switch string(key) {
 			case "job_id":
 				out.ID = s
@@ -159,7 +194,7 @@ func scanJob(data []byte, j *Job) bool {
 				out.Group = s
 			}
 		case "data":
-			if !str {
+			if !isStr {
 				return false
 			}
 			b := make([]byte, base64.StdEncoding.DecodedLen(len(val)))
@@ -169,7 +204,7 @@ func scanJob(data []byte, j *Job) bool {
 			}
 			out.Body = b[:m]
 		case "ttl", "elapsed_ms", "due_at_ms", "dead_at_ms":
-			if n, good = scanInt(val, str, 64); !good {
+			if n, good = scanInt(val, isStr, 64); !good {
 				return false
 			}
 			switch string(key) {
@@ -183,7 +218,7 @@ func scanJob(data []byte, j *Job) bool {
 				deadMS = n
 			}
 		case "remain_tries", "priority", "deliveries":
-			if n, good = scanInt(val, str, strconv.IntSize); !good {
+			if n, good = scanInt(val, isStr, strconv.IntSize); !good {
 				return false
 			}
 			switch string(key) {
@@ -199,21 +234,10 @@ func scanJob(data []byte, j *Job) bool {
 			// field of Job matches it in any case). Without this
 			// case every consume fell back to encoding/json, twice
 			// (Job.UnmarshalJSON): 12 % of the Worker's CPU.
-			if !str {
+			if !isStr {
 				return false
 			}
-		case "attributes":
-			return false // only null is flat
-		default:
-			return false // an unknown member: encoding/json's
 		}
-		if seen == nil {
-			seen = make(map[string]bool, 16)
-		}
-		if seen[string(key)] {
-			return false // a repeated key: encoding/json's
-		}
-		seen[string(key)] = true
 		return true
 	})
 	if !ok {
@@ -247,4 +271,90 @@ func scanJobID(data []byte) (string, bool) {
 		return true
 	})
 	return id, ok && n&1 != 0
+}
+
+// scanJobIDs reads the job_ids of a bulk publish's answer
+// ({"job_ids":[…],"msg":…}), as json.Unmarshal would into a []string, or
+// reports false. The IDs share one copy of data.
+func scanJobIDs(data []byte) ([]string, bool) {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return nil, false
+	}
+	var ids []string
+	var text string
+	seen := 0
+	for i = skipSpace(data, i+1); ; {
+		key, next, ok := scanString(data, i)
+		if !ok {
+			return nil, false
+		}
+		i = skipSpace(data, next)
+		if i >= len(data) || data[i] != ':' {
+			return nil, false
+		}
+		i = skipSpace(data, i+1)
+		switch string(key) {
+		case "msg":
+			if seen&2 != 0 {
+				return nil, false
+			}
+			seen |= 2
+			if _, next, ok = scanString(data, i); !ok {
+				return nil, false
+			}
+			i = next
+		case "job_ids":
+			if seen&1 != 0 || i >= len(data) || data[i] != '[' {
+				return nil, false
+			}
+			seen |= 1
+			if text == "" {
+				text = string(data)
+			}
+			ids = make([]string, 0, 64)
+			i = skipSpace(data, i+1)
+			if i < len(data) && data[i] == ']' {
+				i++
+				break
+			}
+			for {
+				val, next, ok := scanString(data, i)
+				if !ok {
+					return nil, false
+				}
+				off := cap(data) - cap(val) // val is data[off:…]
+				ids = append(ids, text[off:off+len(val)])
+				i = skipSpace(data, next)
+				if i >= len(data) {
+					return nil, false
+				}
+				if data[i] == ']' {
+					i++
+					break
+				}
+				if data[i] != ',' {
+					return nil, false
+				}
+				i = skipSpace(data, i+1)
+			}
+		default:
+			return nil, false
+		}
+		i = skipSpace(data, i)
+		if i >= len(data) {
+			return nil, false
+		}
+		switch data[i] {
+		case ',':
+			i = skipSpace(data, i+1)
+		case '}':
+			if skipSpace(data, i+1) != len(data) || seen&1 == 0 {
+				return nil, false
+			}
+			return ids, true
+		default:
+			return nil, false
+		}
+	}
 }

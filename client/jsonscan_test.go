@@ -94,3 +94,92 @@ func TestScanJobIDMatchesJSON(t *testing.T) {
 		t.Fatalf("the server's answer: %q %v", id, ok)
 	}
 }
+
+// TestScanJobIDsMatchesJSON: the same for a bulk publish's answer.
+func TestScanJobIDsMatchesJSON(t *testing.T) {
+	docs := []string{`{"job_ids":["a","b"],"msg":"published"}`, `{"msg":"published","job_ids":[]}`, `{"job_ids":["a\u0041"]}`,
+		`{"job_ids":null}`, `{}`, `{"job_ids":["a"],"job_ids":["b"]}`, `{"Job_Ids":["c"]}`, `{"job_ids":[1]}`,
+		`{"job_ids":["x"`, ` { "job_ids" : [ "y" , "z" ] } `, `{"job_ids":["a",]}`, `{"job_ids":"a"}`, `{"msg":"x"}`,
+		`{"job_ids":["a"]} x`, `{"job_ids":["é"]}`}
+	rng := rand.New(rand.NewPCG(34, 1))
+	for range 200 {
+		ids := make([]string, rng.IntN(65))
+		for i := range ids {
+			ids[i] = `"` + strconv.FormatUint(rng.Uint64(), 36) + `"`
+		}
+		docs = append(docs, `{"job_ids":[`+strings.Join(ids, ",")+`],"msg":"published"}`)
+	}
+	scanned := 0
+	for _, doc := range docs {
+		var want struct {
+			JobIDs []string `json:"job_ids"`
+		}
+		wantErr := json.Unmarshal([]byte(doc), &want)
+		got, ok := scanJobIDs([]byte(doc))
+		if !ok {
+			continue
+		}
+		scanned++
+		if wantErr != nil || !reflect.DeepEqual(got, want.JobIDs) {
+			t.Fatalf("%s: scan %q, json %q %v", doc, got, want.JobIDs, wantErr)
+		}
+	}
+	if scanned < 200 {
+		t.Fatalf("only %d of the answers were scanned", scanned)
+	}
+}
+
+// TestBulkBodyMatchesEncoder: a bulk publish's body is what encoding/json
+// (HTML escaping off) makes of its strings, every ASCII byte included,
+// and its raw elements as they are.
+func TestBulkBodyMatchesEncoder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(34, 2))
+	for range 500 {
+		jobs := make([]any, 1+rng.IntN(MaxBulk))
+		for i := range jobs {
+			b := make([]byte, rng.IntN(40))
+			for k := range b {
+				b[k] = byte(rng.IntN(0x80))
+				if rng.IntN(50) == 0 {
+					b[k] = byte(0x80 + rng.IntN(0x80)) // not ASCII: encoding/json's
+				}
+			}
+			switch rng.IntN(5) {
+			case 0:
+				jobs[i] = json.RawMessage(`{"k":[1,2]}`)
+			case 1:
+				jobs[i] = map[string]int{"n": i}
+			default:
+				jobs[i] = string(b)
+			}
+		}
+		got, err := bulkBody(jobs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want strings.Builder
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		want.WriteByte('[')
+		for i, j := range jobs {
+			if i > 0 {
+				want.WriteByte(',')
+			}
+			if raw, ok := j.(json.RawMessage); ok {
+				want.Write(raw)
+				continue
+			}
+			var one strings.Builder
+			e := json.NewEncoder(&one)
+			e.SetEscapeHTML(false)
+			if err := e.Encode(j); err != nil {
+				t.Fatal(err)
+			}
+			want.WriteString(strings.TrimSuffix(one.String(), "\n"))
+		}
+		want.WriteByte(']')
+		if string(got) != want.String() {
+			t.Fatalf("bulk body\n%q\nwant\n%q", got, want.String())
+		}
+	}
+}

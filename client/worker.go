@@ -102,10 +102,13 @@ type WorkerConfig struct {
 // backoff forever; a job whose ACK fails comes back after its TTR, so
 // handlers must be idempotent (delivery is at least once).
 type Worker struct {
-	c       *Client
-	h       Handler
-	cfg     WorkerConfig
-	log     *slog.Logger
+	c   *Client
+	h   Handler
+	cfg WorkerConfig
+	log *slog.Logger
+	// seg and head are every consume's queues and headers, made once.
+	seg     string
+	head    fixedHeader
 	mu      sync.Mutex
 	started bool
 	// pollCancel stops fetching (Stop); hardCancel also cancels running
@@ -173,7 +176,8 @@ func NewWorker(c *Client, cfg WorkerConfig, h Handler) (*Worker, error) {
 	if c == nil || h == nil {
 		return nil, argError("NewWorker needs a client and a handler")
 	}
-	if _, err := queuesSegment(cfg.Queues); err != nil {
+	seg, err := queuesSegment(cfg.Queues)
+	if err != nil {
 		return nil, err
 	}
 	if cfg.Concurrency == 0 {
@@ -209,7 +213,7 @@ func NewWorker(c *Client, cfg WorkerConfig, h Handler) (*Worker, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Worker{c: c, h: h, cfg: cfg, log: log, done: make(chan struct{})}, nil
+	return &Worker{c: c, h: h, cfg: cfg, log: log, done: make(chan struct{}), seg: seg, head: consumeHeader(cfg.Name)}, nil
 }
 
 // Start starts the handler slots and returns at once. Cancelling ctx stops
@@ -293,7 +297,7 @@ func (w *Worker) slot(pollCtx, hardCtx context.Context) {
 	pause := time.Duration(0)
 	for pollCtx.Err() == nil {
 		began := time.Now()
-		job, err := w.c.consumeAs(pollCtx, w.cfg.Name, w.cfg.TTR, w.cfg.PollTimeout, w.cfg.Queues...)
+		job, err := w.c.consumeOne(pollCtx, w.head, w.seg, w.cfg.TTR, w.cfg.PollTimeout)
 		switch {
 		case pollCtx.Err() != nil:
 			return
