@@ -14,8 +14,10 @@ import (
 // API may reach its handler, for gin's routes (guard) and for the event
 // loops' fast path (loopHost.Take and TakeLater, fastpath.go) alike, in
 // lmstfy's order: names (400) → pool (404) → token (401) → scope (403) →
-// rate limit (429). A request that took a rate-limit token and then did
-// not deliver gives it back (refundAdmission).
+// rate limit (429); a publish that the engine refuses for the pool's
+// memory reserve (507) is refused between the scope and the rate limit. A
+// request that took a rate-limit token and then did not deliver gives it
+// back (refundAdmission).
 //
 // The event loops call admit with inline set: it then never waits on I/O.
 // When a check needs the admin Redis (a token not in the store's cache, a
@@ -107,6 +109,19 @@ func (s *Server) admit(ctx context.Context, a *admission, inline bool) error {
 		a.authenticated = true
 	}
 
+	if o.throttle == throttleProduce {
+		// A publish the engine would refuse for the pool's memory reserve
+		// whatever its body: refused before the rate limit (no round trip
+		// to the admin Redis) and before its body is read, with the
+		// engine's own 507 (engine.PublishRefuser). The reserve refuses the
+		// heaviest namespaces as fast as they publish into a full pool;
+		// this keeps that refusal cheap for the others' CPU.
+		if r, ok := eng.(engine.PublishRefuser); ok {
+			if err := r.RefusesPublish(a.ns, a.queue); err != nil {
+				return err
+			}
+		}
+	}
 	if o.throttle == throttleNone || s.throttler == nil {
 		return nil
 	}
