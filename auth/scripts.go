@@ -110,8 +110,10 @@ end
 // ARGV[1]: capacity, requests per interval (integer > 0), as cached
 // ARGV[2]: interval in milliseconds (integer > 0), as cached
 // ARGV[3]: now, Unix milliseconds
-// ARGV[4]: 1 to take a request, -1 to refund one (never above capacity; a
-// refund to a missing bucket, which is full, does nothing)
+// ARGV[4]: n > 0 to take n (a request, or a bulk's jobs: refused unless
+// the bucket holds n, or is full when n is more than the capacity, which it
+// then empties), -n to give n back (never above capacity; a refund to a
+// missing bucket, which is full, does nothing)
 // Returns: 1 allowed (or refunded, or no limit any more), 0 refused.
 var bucketScript = redis.NewScript(bucketLua + `
 local now = tonumber(ARGV[3])
@@ -146,13 +148,17 @@ if tokens > cap then
 	tokens = cap
 end
 local allowed = 1
+local need = cost
+if need > cap then
+	need = cap
+end
 if cost < 0 then
-	tokens = tokens + 1
+	tokens = tokens - cost
 	if tokens > cap then
 		tokens = cap
 	end
-elseif tokens >= 1 - 1e-9 then
-	tokens = tokens - 1
+elseif tokens >= need - 1e-9 then
+	tokens = tokens - cost
 	if tokens < 0 then
 		tokens = 0
 	end

@@ -26,18 +26,23 @@ const MaxLimitInterval = 1_000_000_000
 
 // Limit is one token's rate limit, lmstfy's JSON shape: Read consume
 // requests and Write publish requests per Interval seconds; 0 (or less) in
-// a direction means unlimited in that direction.
+// a direction means unlimited in that direction. WriteJobs, a Kairos
+// extension, limits the jobs published per Interval, a bulk publish of n
+// jobs taking n (a request limit counts it as one): the limit that bounds
+// what publishing costs the pool, whatever the batching. It has a bucket
+// of its own, beside Write's.
 type Limit struct {
-	Read     int64 `json:"read"`
-	Write    int64 `json:"write"`
-	Interval int64 `json:"interval"`
+	Read      int64 `json:"read"`
+	Write     int64 `json:"write"`
+	WriteJobs int64 `json:"write_jobs,omitempty"`
+	Interval  int64 `json:"interval"`
 }
 
 // Validate reports whether l can be stored: at least one direction must be
 // limited and Interval must be in 1..MaxLimitInterval. Errors wrap
 // ErrInvalidLimit with the reason.
 func (l Limit) Validate() error {
-	if l.Read <= 0 && l.Write <= 0 {
+	if l.Read <= 0 && l.Write <= 0 && l.WriteJobs <= 0 {
 		return fmt.Errorf("%w: the read and write of limiter can't be 0 at the same time", ErrInvalidLimit)
 	}
 	if l.Interval <= 0 {
@@ -301,11 +306,42 @@ func (t *Throttler) Allow(ctx context.Context, pool, namespace, token string, wr
 	if !ok || l.perInterval(write) <= 0 {
 		return true, nil
 	}
-	allowed, err := t.runBucket(ctx, normPool(pool), namespace, form, write, l, 1)
+	allowed, err := t.runBucket(ctx, normPool(pool), namespace, bucketKey(normPool(pool), namespace, form, write), l.perInterval(write), l.Interval, 1)
 	if err != nil {
 		return false, err
 	}
 	return allowed, nil
+}
+
+// AllowJobs takes n published jobs from the token's WriteJobs bucket. It
+// is true without such a limit. A bulk larger than the limit is admitted
+// from a full bucket (and empties it), so that no bulk is refused forever.
+// On a Redis error it returns false and the error (fails closed).
+func (t *Throttler) AllowJobs(ctx context.Context, pool, namespace, token string, n int) (bool, error) {
+	l, form, ok := t.cached(pool, namespace, token)
+	if !ok || l.WriteJobs <= 0 || n <= 0 {
+		return true, nil
+	}
+	return t.runBucket(ctx, normPool(pool), namespace, jobsBucketKey(normPool(pool), namespace, form), l.WriteJobs, l.Interval, n)
+}
+
+// UnlimitedJobs reports, without I/O, whether the token has no WriteJobs
+// limit as far as this instance knows: AllowJobs and RefundJobs then do no
+// I/O.
+func (t *Throttler) UnlimitedJobs(pool, namespace, token string) bool {
+	l, _, ok := t.cached(pool, namespace, token)
+	return !ok || l.WriteJobs <= 0
+}
+
+// RefundJobs gives back n jobs taken by AllowJobs (a publish that failed),
+// never above the limit.
+func (t *Throttler) RefundJobs(ctx context.Context, pool, namespace, token string, n int) error {
+	l, form, ok := t.cached(pool, namespace, token)
+	if !ok || l.WriteJobs <= 0 || n <= 0 {
+		return nil
+	}
+	_, err := t.runBucket(ctx, normPool(pool), namespace, jobsBucketKey(normPool(pool), namespace, form), l.WriteJobs, l.Interval, -n)
+	return err
 }
 
 // Unlimited reports, without I/O, whether the token has no limit in that
@@ -323,18 +359,19 @@ func (t *Throttler) Refund(ctx context.Context, pool, namespace, token string, w
 	if !ok || l.perInterval(write) <= 0 {
 		return nil
 	}
-	_, err := t.runBucket(ctx, normPool(pool), namespace, form, write, l, -1)
+	_, err := t.runBucket(ctx, normPool(pool), namespace, bucketKey(normPool(pool), namespace, form, write), l.perInterval(write), l.Interval, -1)
 	return err
 }
 
-// runBucket runs the bucket script of one request, retried on a cluster
-// while it did not run (ThrottlerOptions.ClusterRetry).
-func (t *Throttler) runBucket(ctx context.Context, pool, namespace, token string, write bool, l Limit, cost int) (bool, error) {
+// runBucket runs the bucket script of one request on bucket key, kept
+// under capacity per interval seconds, taking cost (giving back -cost when
+// negative); retried on a cluster while it did not run
+// (ThrottlerOptions.ClusterRetry).
+func (t *Throttler) runBucket(ctx context.Context, pool, namespace, key string, capacity, interval int64, cost int) (bool, error) {
 	var res int
 	err := t.retry.do(ctx, func(err error) bool { return redisretry.Refused(err) || redisretry.Unsent(err) }, func() (err error) {
-		res, err = bucketScript.Run(ctx, t.client,
-			[]string{bucketKey(pool, namespace, token, write)},
-			l.perInterval(write), l.Interval*1000, t.now().UnixMilli(), cost).Int()
+		res, err = bucketScript.Run(ctx, t.client, []string{key},
+			capacity, interval*1000, t.now().UnixMilli(), cost).Int()
 		return err
 	})
 	if err != nil {
@@ -429,7 +466,7 @@ func (t *Throttler) Add(ctx context.Context, pool, namespace, token string, l Li
 }
 
 // retune queues, on p, the writing of limit l (Limit{} for none) into the
-// token's buckets of both directions, pinned for t.pin: every instance
+// token's buckets (both directions, and the jobs'), pinned for t.pin: every instance
 // judges the token's next request by l, even one that has not reloaded
 // yet (see retuneScript).
 func (t *Throttler) retune(ctx context.Context, p redis.Pipeliner, pool, namespace, token string, l Limit) {
@@ -439,6 +476,8 @@ func (t *Throttler) retune(ctx context.Context, p redis.Pipeliner, pool, namespa
 		retuneScript.Eval(ctx, p, []string{bucketKey(pool, namespace, token, write)},
 			max(l.perInterval(write), 0), l.Interval*1000, now, t.pin.Milliseconds())
 	}
+	retuneScript.Eval(ctx, p, []string{jobsBucketKey(pool, namespace, token)},
+		max(l.WriteJobs, 0), l.Interval*1000, now, t.pin.Milliseconds())
 }
 
 // Set creates or replaces the token's limit (stored in the form HashTokens
@@ -467,6 +506,7 @@ func (t *Throttler) Set(ctx context.Context, pool, namespace, token string, l Li
 			p.HDel(ctx, throttlerKey, limitField(pool, namespace, other))
 			p.Del(ctx, bucketKey(pool, namespace, other, false))
 			p.Del(ctx, bucketKey(pool, namespace, other, true))
+			p.Del(ctx, jobsBucketKey(pool, namespace, other))
 		}
 		return nil
 	})

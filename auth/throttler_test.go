@@ -503,3 +503,62 @@ func TestThrottlerChangeAppliesEverywhere(t *testing.T) {
 		})
 	}
 }
+
+// TestThrottlerJobs: WriteJobs limits published jobs apart from the
+// request limits: a bulk of n takes n, a refund gives n back (capped at
+// the limit), a bulk larger than the limit passes from a full bucket only
+// (and empties it), and the request buckets are untouched.
+func TestThrottlerJobs(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		clock := newFakeClock()
+		th := newTestThrottler(t, c, clock)
+		mustSetLimit(t, th, "", "ns", "tok", Limit{Write: 5, WriteJobs: 100, Interval: 60})
+		if th.UnlimitedJobs(DefaultPool, "ns", "tok") || !th.UnlimitedJobs(DefaultPool, "ns", "other") {
+			t.Fatal("UnlimitedJobs: want false for tok, true for a token without a limit")
+		}
+		allowJobs := func(n int) bool {
+			t.Helper()
+			ok, err := th.AllowJobs(ctx, DefaultPool, "ns", "tok", n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ok
+		}
+		if !allowJobs(64) || allowJobs(64) || !allowJobs(36) || allowJobs(1) {
+			t.Fatal("100 jobs a minute: want 64 taken, 64 refused, 36 taken, 1 refused")
+		}
+		if err := th.RefundJobs(ctx, DefaultPool, "ns", "tok", 64); err != nil {
+			t.Fatal(err)
+		}
+		if !allowJobs(64) || allowJobs(1) {
+			t.Fatal("after a refund of 64: want 64 taken, then 1 refused")
+		}
+		// The request limit is its own bucket: 5 publishes.
+		if got := allowN(t, th, DefaultPool, "ns", "tok", true, 6); got != 5 {
+			t.Fatalf("%d of 6 publish requests allowed, want 5", got)
+		}
+		// Refunds are capped at the limit; a bulk above the limit passes
+		// from a full bucket, and empties it.
+		for range 3 {
+			if err := th.RefundJobs(ctx, DefaultPool, "ns", "tok", 64); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !allowJobs(150) || allowJobs(1) {
+			t.Fatal("a bulk of 150 from a full bucket of 100: want taken, then 1 refused")
+		}
+		clock.Advance(30 * time.Second) // 50 jobs back
+		if allowJobs(51) || !allowJobs(50) {
+			t.Fatal("half an interval later: want 51 refused, 50 taken")
+		}
+		// Without WriteJobs, jobs are not limited (no I/O).
+		mustSetLimit(t, th, "", "ns", "tok", Limit{Write: 5, Interval: 60})
+		if !th.UnlimitedJobs(DefaultPool, "ns", "tok") || !allowJobs(1000) {
+			t.Fatal("without WriteJobs: want unlimited")
+		}
+		if err := (Limit{WriteJobs: 10, Interval: 1}).Validate(); err != nil {
+			t.Fatalf("a limit of jobs alone: %v", err)
+		}
+	})
+}

@@ -28,8 +28,11 @@ import (
 // Route options of the routes the fast path serves too: the fast path and
 // gin's routes must admit them alike.
 var (
-	optsPublish = routeOpts{role: auth.RolePublish, throttle: throttleProduce}
+	optsPublish = routeOpts{role: auth.RolePublish, throttle: throttleProduce, jobs: 1}
 	optsConsume = routeOpts{multi: true, role: auth.RoleConsume, throttle: throttleConsume}
+	// optsBulk: a bulk publish takes its jobs from the jobs limit once
+	// its body is read (publishBulk).
+	optsBulk = routeOpts{role: auth.RolePublish, throttle: throttleProduce}
 	optsAck     = routeOpts{role: auth.RoleConsume}
 )
 
@@ -43,6 +46,18 @@ type localTokens interface {
 	// VerifyCached is Verify without I/O: auth.ErrNotCached when only the
 	// admin Redis can tell.
 	VerifyCached(pool, namespace, token string) (auth.Scope, error)
+}
+
+// jobThrottler is a Throttler that also limits the jobs a token publishes
+// (auth.Limit.WriteJobs: a bulk of n takes n); auth.Throttler is one. A
+// single publish takes its job at admission, a bulk its jobs once its body
+// is read (admitJobs); without it, jobs are not limited.
+type jobThrottler interface {
+	AllowJobs(ctx context.Context, pool, namespace, token string, n int) (bool, error)
+	RefundJobs(ctx context.Context, pool, namespace, token string, n int) error
+	// UnlimitedJobs reports, without I/O, that the token has no jobs
+	// limit: AllowJobs and RefundJobs then do no I/O.
+	UnlimitedJobs(pool, namespace, token string) bool
 }
 
 // localThrottler is a Throttler that can tell without I/O that a token has
@@ -71,6 +86,9 @@ type admission struct {
 	// throttled is set once a rate-limit token was taken: refund it if the
 	// request does not deliver.
 	throttled bool
+	// jobs are the jobs taken from the token's jobs limit (jobThrottler):
+	// given back too if the request does not deliver.
+	jobs int
 }
 
 // admit decides a's admission; nil means the request may go on. With
@@ -130,6 +148,9 @@ func (s *Server) admit(ctx context.Context, a *admission, inline bool) error {
 		if lt, ok := s.throttler.(localThrottler); !ok || !lt.Unlimited(pool, a.ns, token, write) {
 			return errAdmitLater
 		}
+		if jt, ok := s.throttler.(jobThrottler); ok && o.jobs > 0 && !jt.UnlimitedJobs(pool, a.ns, token) {
+			return errAdmitLater
+		}
 	}
 	allowed, err := s.throttler.Allow(ctx, pool, a.ns, token, write)
 	if err != nil {
@@ -140,6 +161,38 @@ func (s *Server) admit(ctx context.Context, a *admission, inline bool) error {
 		return errRateLimited(token, o.throttle.String())
 	}
 	a.throttled = true
+	if o.jobs > 0 {
+		if err := s.admitJobs(ctx, a, o.jobs); err != nil {
+			// The request did not deliver: its request token goes back.
+			if rerr := s.refundAdmission(ctx, a); rerr != nil {
+				s.log.WithError(rerr).Warn("throttle refund failed")
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// admitJobs takes n jobs from the jobs limit of a's token (a single
+// publish's one at admission, a bulk's once its body is read): a 429, as
+// the request limit's, when the limit refuses them. They are given back
+// with the request's token if the request does not deliver.
+func (s *Server) admitJobs(ctx context.Context, a *admission, n int) error {
+	jt, ok := s.throttler.(jobThrottler)
+	if !ok || s.throttler == nil {
+		return nil
+	}
+	allowed, err := jt.AllowJobs(ctx, a.pool, a.ns, a.token, n)
+	if err != nil {
+		return fmt.Errorf("throttle: %w", throttlerError{err})
+	}
+	if !allowed {
+		s.metrics.rateLimit.WithLabelValues(a.pool, a.ns, s.tokenLabel(a.token), throttleProduce.String()).Inc()
+		return errRateLimited(a.token, throttleProduce.String())
+	}
+	if !jt.UnlimitedJobs(a.pool, a.ns, a.token) {
+		a.jobs += n
+	}
 	return nil
 }
 
@@ -181,6 +234,9 @@ func (s *Server) verify(ctx context.Context, pool, ns, token, queue string, queu
 // refundNeedsIO reports whether refundAdmission may wait on the admin
 // Redis (the event loops then refund off the loop).
 func (s *Server) refundNeedsIO(a *admission) bool {
+	if a.jobs > 0 {
+		return true
+	}
 	if !a.throttled {
 		return false
 	}
@@ -192,9 +248,16 @@ func (s *Server) refundNeedsIO(a *admission) bool {
 // that did not deliver (a consume without a job, a failed publish); it
 // does nothing when none was taken, and at most once.
 func (s *Server) refundAdmission(ctx context.Context, a *admission) error {
+	var err error
+	if a.jobs > 0 {
+		if jt, ok := s.throttler.(jobThrottler); ok {
+			err = jt.RefundJobs(ctx, a.pool, a.ns, a.token, a.jobs)
+		}
+		a.jobs = 0
+	}
 	if !a.throttled {
-		return nil
+		return err
 	}
 	a.throttled = false
-	return s.throttler.Refund(ctx, a.pool, a.ns, a.token, a.opts.throttle == throttleProduce)
+	return errors.Join(err, s.throttler.Refund(ctx, a.pool, a.ns, a.token, a.opts.throttle == throttleProduce))
 }

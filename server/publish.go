@@ -135,6 +135,14 @@ func (s *Server) publishBulk(c *gin.Context) {
 		s.failAPI(c, err)
 		return
 	}
+	if st.adm != nil && st.adm.throttled {
+		// The token's jobs limit weighs a bulk by its jobs (the request
+		// took one request of its request limit at admission).
+		if err := s.admitJobs(c.Request.Context(), st.adm, len(jobs)); err != nil {
+			s.failAPI(c, err)
+			return
+		}
+	}
 	reqs := make([]*engine.PublishRequest, len(jobs))
 	tp, ts := s.publishTrace(c)
 	for i, j := range jobs {
