@@ -33,7 +33,7 @@ var (
 	// optsBulk: a bulk publish takes its jobs from the jobs limit once
 	// its body is read (publishBulk).
 	optsBulk = routeOpts{role: auth.RolePublish, throttle: throttleProduce}
-	optsAck     = routeOpts{role: auth.RoleConsume}
+	optsAck  = routeOpts{role: auth.RoleConsume}
 )
 
 // errAdmitLater is admit's answer, with inline set, when deciding needs a
