@@ -110,10 +110,12 @@ end
 // ARGV[1]: capacity, requests per interval (integer > 0), as cached
 // ARGV[2]: interval in milliseconds (integer > 0), as cached
 // ARGV[3]: now, Unix milliseconds
-// ARGV[4]: n > 0 to take n (a request, or a bulk's jobs: refused unless
-// the bucket holds n, or is full when n is more than the capacity, which it
-// then empties), -n to give n back (never above capacity; a refund to a
-// missing bucket, which is full, does nothing)
+// ARGV[4]: n > 0 to take n (a request, or jobs: refused unless the bucket
+// holds n), -n to give n back (never above capacity; a refund to a missing
+// bucket, which is full, does nothing)
+// ARGV[5]: optional, "1" to take n whatever the bucket holds (never
+// refused): the rest of a bulk admitted on its first job, which may leave
+// the bucket in debt (below 0) until it refills
 // Returns: 1 allowed (or refunded, or no limit any more), 0 refused.
 var bucketScript = redis.NewScript(bucketLua + `
 local now = tonumber(ARGV[3])
@@ -148,16 +150,14 @@ if tokens > cap then
 	tokens = cap
 end
 local allowed = 1
-local need = cost
-if need > cap then
-	need = cap
-end
 if cost < 0 then
 	tokens = tokens - cost
 	if tokens > cap then
 		tokens = cap
 	end
-elseif tokens >= need - 1e-9 then
+elseif ARGV[5] == "1" then
+	tokens = tokens - cost
+elseif tokens >= cost - 1e-9 then
 	tokens = tokens - cost
 	if tokens < 0 then
 		tokens = 0

@@ -313,16 +313,29 @@ func (t *Throttler) Allow(ctx context.Context, pool, namespace, token string, wr
 	return allowed, nil
 }
 
-// AllowJobs takes n published jobs from the token's WriteJobs bucket. It
-// is true without such a limit. A bulk larger than the limit is admitted
-// from a full bucket (and empties it), so that no bulk is refused forever.
-// On a Redis error it returns false and the error (fails closed).
+// AllowJobs takes n published jobs from the token's WriteJobs bucket:
+// false, taking nothing, when it holds fewer. It is true without such a
+// limit. On a Redis error it returns false and the error (fails closed).
 func (t *Throttler) AllowJobs(ctx context.Context, pool, namespace, token string, n int) (bool, error) {
 	l, form, ok := t.cached(pool, namespace, token)
 	if !ok || l.WriteJobs <= 0 || n <= 0 {
 		return true, nil
 	}
 	return t.runBucket(ctx, normPool(pool), namespace, jobsBucketKey(normPool(pool), namespace, form), l.WriteJobs, l.Interval, n)
+}
+
+// ChargeJobs takes n published jobs from the token's WriteJobs bucket
+// whatever it holds: the rest of a bulk publish admitted on its first job
+// (AllowJobs(1)) before its body told how many it carries. The bucket may
+// go into debt (below 0): the token's next publishes are refused, before
+// their bodies are read, until it has refilled; over time the limit holds.
+func (t *Throttler) ChargeJobs(ctx context.Context, pool, namespace, token string, n int) error {
+	l, form, ok := t.cached(pool, namespace, token)
+	if !ok || l.WriteJobs <= 0 || n <= 0 {
+		return nil
+	}
+	_, err := t.runBucket(ctx, normPool(pool), namespace, jobsBucketKey(normPool(pool), namespace, form), l.WriteJobs, l.Interval, n, "1")
+	return err
 }
 
 // UnlimitedJobs reports, without I/O, whether the token has no WriteJobs
@@ -367,11 +380,14 @@ func (t *Throttler) Refund(ctx context.Context, pool, namespace, token string, w
 // under capacity per interval seconds, taking cost (giving back -cost when
 // negative); retried on a cluster while it did not run
 // (ThrottlerOptions.ClusterRetry).
-func (t *Throttler) runBucket(ctx context.Context, pool, namespace, key string, capacity, interval int64, cost int) (bool, error) {
+func (t *Throttler) runBucket(ctx context.Context, pool, namespace, key string, capacity, interval int64, cost int, force ...string) (bool, error) {
 	var res int
 	err := t.retry.do(ctx, func(err error) bool { return redisretry.Refused(err) || redisretry.Unsent(err) }, func() (err error) {
-		res, err = bucketScript.Run(ctx, t.client, []string{key},
-			capacity, interval*1000, t.now().UnixMilli(), cost).Int()
+		args := []any{capacity, interval * 1000, t.now().UnixMilli(), cost}
+		for _, f := range force {
+			args = append(args, f)
+		}
+		res, err = bucketScript.Run(ctx, t.client, []string{key}, args...).Int()
 		return err
 	})
 	if err != nil {

@@ -505,9 +505,10 @@ func TestThrottlerChangeAppliesEverywhere(t *testing.T) {
 }
 
 // TestThrottlerJobs: WriteJobs limits published jobs apart from the
-// request limits: a bulk of n takes n, a refund gives n back (capped at
-// the limit), a bulk larger than the limit passes from a full bucket only
-// (and empties it), and the request buckets are untouched.
+// request limits: AllowJobs takes n or refuses, a refund gives n back
+// (capped at the limit), ChargeJobs takes n whatever the bucket holds (the
+// rest of a bulk) and leaves it in debt until it refills, and the request
+// buckets are untouched.
 func TestThrottlerJobs(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
 		ctx := context.Background()
@@ -538,24 +539,34 @@ func TestThrottlerJobs(t *testing.T) {
 		if got := allowN(t, th, DefaultPool, "ns", "tok", true, 6); got != 5 {
 			t.Fatalf("%d of 6 publish requests allowed, want 5", got)
 		}
-		// Refunds are capped at the limit; a bulk above the limit passes
-		// from a full bucket, and empties it.
+		// Refunds are capped at the limit; a bulk's rest is charged
+		// whatever the bucket holds, into debt.
 		for range 3 {
 			if err := th.RefundJobs(ctx, DefaultPool, "ns", "tok", 64); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if !allowJobs(150) || allowJobs(1) {
-			t.Fatal("a bulk of 150 from a full bucket of 100: want taken, then 1 refused")
+		if !allowJobs(1) {
+			t.Fatal("a bulk's first job from a full bucket: refused")
 		}
-		clock.Advance(30 * time.Second) // 50 jobs back
-		if allowJobs(51) || !allowJobs(50) {
-			t.Fatal("half an interval later: want 51 refused, 50 taken")
+		if err := th.ChargeJobs(ctx, DefaultPool, "ns", "tok", 149); err != nil { // 100 − 150: 50 in debt
+			t.Fatal(err)
+		}
+		clock.Advance(30 * time.Second) // 50 jobs back: 0
+		if allowJobs(1) {
+			t.Fatal("in debt: a job admitted")
+		}
+		clock.Advance(6 * time.Second) // 10 jobs
+		if allowJobs(11) || !allowJobs(10) {
+			t.Fatal("debt repaid, 10 jobs back: want 11 refused, 10 taken")
 		}
 		// Without WriteJobs, jobs are not limited (no I/O).
 		mustSetLimit(t, th, "", "ns", "tok", Limit{Write: 5, Interval: 60})
 		if !th.UnlimitedJobs(DefaultPool, "ns", "tok") || !allowJobs(1000) {
 			t.Fatal("without WriteJobs: want unlimited")
+		}
+		if err := th.ChargeJobs(ctx, DefaultPool, "ns", "tok", 1000); err != nil {
+			t.Fatal(err)
 		}
 		if err := (Limit{WriteJobs: 10, Interval: 1}).Validate(); err != nil {
 			t.Fatalf("a limit of jobs alone: %v", err)

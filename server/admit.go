@@ -30,9 +30,10 @@ import (
 var (
 	optsPublish = routeOpts{role: auth.RolePublish, throttle: throttleProduce, jobs: 1}
 	optsConsume = routeOpts{multi: true, role: auth.RoleConsume, throttle: throttleConsume}
-	// optsBulk: a bulk publish takes its jobs from the jobs limit once
-	// its body is read (publishBulk).
-	optsBulk = routeOpts{role: auth.RolePublish, throttle: throttleProduce}
+	// optsBulk: a bulk publish is admitted on its first job, before its
+	// body is read; the rest of its jobs are charged once it is
+	// (publishBulk).
+	optsBulk = routeOpts{role: auth.RolePublish, throttle: throttleProduce, jobs: 1}
 	optsAck  = routeOpts{role: auth.RoleConsume}
 )
 
@@ -49,11 +50,17 @@ type localTokens interface {
 }
 
 // jobThrottler is a Throttler that also limits the jobs a token publishes
-// (auth.Limit.WriteJobs: a bulk of n takes n); auth.Throttler is one. A
-// single publish takes its job at admission, a bulk its jobs once its body
-// is read (admitJobs); without it, jobs are not limited.
+// (auth.Limit.WriteJobs: a bulk of n takes n); auth.Throttler is one.
+// Every publish takes one job at admission, before its body is read, and
+// is refused there (429) when the limit has none left; a bulk is then
+// charged the rest of its jobs once its body is read (chargeJobs), which
+// may put the limit in debt: the next publishes are refused at admission
+// until it refills. So a refused publish never costs the reading of its
+// body. Without a jobThrottler, jobs are not limited.
 type jobThrottler interface {
 	AllowJobs(ctx context.Context, pool, namespace, token string, n int) (bool, error)
+	// ChargeJobs takes n whatever the bucket holds (into debt).
+	ChargeJobs(ctx context.Context, pool, namespace, token string, n int) error
 	RefundJobs(ctx context.Context, pool, namespace, token string, n int) error
 	// UnlimitedJobs reports, without I/O, that the token has no jobs
 	// limit: AllowJobs and RefundJobs then do no I/O.
@@ -173,10 +180,9 @@ func (s *Server) admit(ctx context.Context, a *admission, inline bool) error {
 	return nil
 }
 
-// admitJobs takes n jobs from the jobs limit of a's token (a single
-// publish's one at admission, a bulk's once its body is read): a 429, as
-// the request limit's, when the limit refuses them. They are given back
-// with the request's token if the request does not deliver.
+// admitJobs takes n jobs from the jobs limit of a's token at admission: a
+// 429, as the request limit's, when the limit holds fewer. They are given
+// back with the request's token if the request does not deliver.
 func (s *Server) admitJobs(ctx context.Context, a *admission, n int) error {
 	jt, ok := s.throttler.(jobThrottler)
 	if !ok || s.throttler == nil {
@@ -260,4 +266,20 @@ func (s *Server) refundAdmission(ctx context.Context, a *admission) error {
 	}
 	a.throttled = false
 	return errors.Join(err, s.throttler.Refund(ctx, a.pool, a.ns, a.token, a.opts.throttle == throttleProduce))
+}
+
+// chargeJobs charges a bulk publish admitted on its first job (admitJobs)
+// the rest of its n jobs, whatever the limit holds (into debt); they are
+// given back with the rest if the request does not deliver. A failure of
+// the admin Redis fails the request, as at admission.
+func (s *Server) chargeJobs(ctx context.Context, a *admission, n int) error {
+	jt, ok := s.throttler.(jobThrottler)
+	if !ok || a.jobs == 0 || n <= 0 {
+		return nil // no jobs limit (admission took nothing)
+	}
+	if err := jt.ChargeJobs(ctx, a.pool, a.ns, a.token, n); err != nil {
+		return fmt.Errorf("throttle: %w", throttlerError{err})
+	}
+	a.jobs += n
+	return nil
 }

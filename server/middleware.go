@@ -252,8 +252,8 @@ type routeOpts struct {
 	role     auth.Role // what the token's scope must allow
 	throttle throttleAction
 	// jobs is what a publish takes from its token's jobs limit at
-	// admission: 1 for a single publish, 0 for a bulk, whose handler takes
-	// its jobs once it has read them (admitJobs).
+	// admission (admitJobs): 1, a bulk's first job (its handler charges
+	// the rest once it has read them, chargeJobs).
 	jobs int
 }
 

@@ -135,10 +135,10 @@ func (s *Server) publishBulk(c *gin.Context) {
 		s.failAPI(c, err)
 		return
 	}
-	if st.adm != nil && st.adm.throttled {
-		// The token's jobs limit weighs a bulk by its jobs (the request
-		// took one request of its request limit at admission).
-		if err := s.admitJobs(c.Request.Context(), st.adm, len(jobs)); err != nil {
+	if st.adm != nil {
+		// The token's jobs limit weighs a bulk by its jobs: admitted on
+		// its first, charged the rest now.
+		if err := s.chargeJobs(c.Request.Context(), st.adm, len(jobs)-1); err != nil {
 			s.failAPI(c, err)
 			return
 		}

@@ -98,8 +98,10 @@ func testRateLimitAcrossInstances(t *testing.T, client redis.UniversalClient, ha
 
 // TestRateLimitJobs: a token's write_jobs limit weighs a bulk publish by
 // its jobs and a single publish as one, through the event loops and
-// net/http alike, beside its request limit; a bulk the jobs limit refuses
-// is lmstfy's 429 and gives its request back.
+// net/http alike, beside its request limit: a publish is admitted on one
+// job, before its body is read, a bulk then charged the rest (into debt),
+// and while the limit is in debt every publish is lmstfy's 429, giving its
+// request back.
 func TestRateLimitJobs(t *testing.T) {
 	for _, loops := range []int{0, -1} {
 		t.Run(fmt.Sprintf("EventLoops=%d", loops), func(t *testing.T) {
@@ -119,12 +121,11 @@ func TestRateLimitJobs(t *testing.T) {
 				path, body string
 				want       int
 			}{
-				{"/api/ns/q/bulk", bulk(64), 201}, // 36 jobs left, 3 requests
-				{"/api/ns/q/bulk", bulk(64), 429}, // refused: its request goes back
-				{"/api/ns/q", "one", 201},         // 35 jobs, 2 requests
-				{"/api/ns/q/bulk", bulk(35), 201}, // 0 jobs, 1 request
-				{"/api/ns/q", "one", 429},         // no job left: its request goes back
-				{"/api/ns/q/bulk", "[]", 400},     // an empty bulk takes nothing
+				{"/api/ns/q/bulk", bulk(64), 201}, // 36 jobs left; 3 requests
+				{"/api/ns/q/bulk", bulk(64), 201}, // admitted on 1 of the 36: 28 in debt; 2 requests
+				{"/api/ns/q", "one", 429},         // in debt: its request goes back
+				{"/api/ns/q/bulk", bulk(1), 429},  // refused before its body
+				{"/api/ns/q/bulk", "[]", 429},     // (which is not even read)
 			} {
 				r := liveDo(t, "PUT", s.api+step.path, strings.NewReader(step.body), hdr)
 				if r.status != step.want {
@@ -134,13 +135,16 @@ func TestRateLimitJobs(t *testing.T) {
 					t.Errorf("step %d: %s, want lmstfy's rate-limit body", i, r.body)
 				}
 			}
-			// The request limit saw 3 delivered publishes (refused ones gave
-			// theirs back): one request is left, for a consume-free token.
-			mustLimit := `{"read":0,"write":4,"interval":100000}`
-			if r := liveDo(t, "PUT", s.admin+"/token/ns/"+tok+"/limit", strings.NewReader(mustLimit), nil); r.status != 200 {
+			if r := liveDo(t, "GET", s.api+"/api/ns/q/size", nil, nil); r.status != 200 || !strings.Contains(r.body, "128") {
+				t.Fatalf("size: %d %s, want the two bulks' 128 jobs", r.status, r.body)
+			}
+			// Without the jobs limit, the request limit: two of its four
+			// requests were delivered, the refused ones gave theirs back.
+			reqLimit := `{"read":0,"write":4,"interval":100000}`
+			if r := liveDo(t, "PUT", s.admin+"/token/ns/"+tok+"/limit", strings.NewReader(reqLimit), nil); r.status != 200 {
 				t.Fatalf("drop the jobs limit: %d %s", r.status, r.body)
 			}
-			for i, want := range []int{201, 429} {
+			for i, want := range []int{201, 201, 429} {
 				if r := liveDo(t, "PUT", s.api+"/api/ns/q/bulk", strings.NewReader(bulk(64)), hdr); r.status != want {
 					t.Fatalf("request limit, bulk %d: %d %s, want %d", i, r.status, r.body, want)
 				}
