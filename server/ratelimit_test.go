@@ -117,6 +117,16 @@ func TestRateLimitJobs(t *testing.T) {
 			}
 			bulk := func(n int) string { return "[" + strings.TrimSuffix(strings.Repeat(`"j",`, n), ",") + "]" }
 			hdr := map[string]string{"X-Token": tok}
+			// A limit of jobs alone is a limit.
+			jobsOnly := s.token(t, "ns", auth.Scope{})
+			if r := liveDo(t, "POST", s.admin+"/token/ns/"+jobsOnly+"/limit", strings.NewReader(`{"read":0,"write":0,"write_jobs":3,"interval":100000}`), nil); r.status != 201 {
+				t.Fatalf("set a jobs-only limit: %d %s", r.status, r.body)
+			}
+			for i, want := range []int{201, 429} {
+				if r := liveDo(t, "PUT", s.api+"/api/ns/q/bulk", strings.NewReader(bulk(3)), map[string]string{"X-Token": jobsOnly}); r.status != want {
+					t.Fatalf("jobs-only limit, bulk %d: %d %s, want %d", i, r.status, r.body, want)
+				}
+			}
 			for i, step := range []struct {
 				path, body string
 				want       int
@@ -135,8 +145,8 @@ func TestRateLimitJobs(t *testing.T) {
 					t.Errorf("step %d: %s, want lmstfy's rate-limit body", i, r.body)
 				}
 			}
-			if r := liveDo(t, "GET", s.api+"/api/ns/q/size", nil, nil); r.status != 200 || !strings.Contains(r.body, "128") {
-				t.Fatalf("size: %d %s, want the two bulks' 128 jobs", r.status, r.body)
+			if r := liveDo(t, "GET", s.api+"/api/ns/q/size", nil, nil); r.status != 200 || !strings.Contains(r.body, "131") {
+				t.Fatalf("size: %d %s, want the bulks' 131 jobs", r.status, r.body)
 			}
 			// Without the jobs limit, the request limit: two of its four
 			// requests were delivered, the refused ones gave theirs back.
