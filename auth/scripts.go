@@ -116,7 +116,8 @@ end
 // ARGV[5]: optional, "1" to take n whatever the bucket holds (never
 // refused): the rest of a bulk admitted on its first job, which may leave
 // the bucket in debt (below 0) until it refills
-// Returns: 1 allowed (or refunded, or no limit any more), 0 refused.
+// Returns: 1 allowed (or refunded, or no limit any more); refused: minus
+// the milliseconds until the bucket would hold the cost (≤ -1).
 var bucketScript = redis.NewScript(bucketLua + `
 local now = tonumber(ARGV[3])
 local cost = tonumber(ARGV[4])
@@ -163,7 +164,9 @@ elseif tokens >= cost - 1e-9 then
 		tokens = 0
 	end
 else
-	allowed = 0
+	-- Refused: minus the milliseconds until the bucket holds cost (at
+	-- least 1), were nothing given back meanwhile.
+	allowed = -math.max(1, math.ceil((cost - tokens) * iv / cap))
 end
 redis.call("HSET", KEYS[1], "tokens", fmt(tokens), "ts", fmt(ts), "cap", fmt(cap), "iv", fmt(iv))
 local ttl = 2 * iv

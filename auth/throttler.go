@@ -113,6 +113,13 @@ type Throttler struct {
 	pin   time.Duration
 	retry retrier
 
+	// short holds, per token (limitKey), until when (Unix ns, this
+	// instance's clock) its jobs bucket is known to hold less than one job:
+	// learnt from a refusal's wait (at most maxJobsHold), forgotten when an
+	// admin changes the limit here. Its publishes are refused meanwhile
+	// without a round trip to Redis (JobsShort).
+	short sync.Map
+
 	mu     sync.RWMutex
 	limits map[limitKey]Limit
 	// gen counts local changes, so that a Reload that raced with one does
@@ -287,6 +294,7 @@ func (t *Throttler) resolve(ctx context.Context, pool, namespace, token string) 
 }
 
 func (t *Throttler) setCached(k limitKey, l Limit, present bool) {
+	t.short.Delete(k)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.gen++
@@ -306,11 +314,30 @@ func (t *Throttler) Allow(ctx context.Context, pool, namespace, token string, wr
 	if !ok || l.perInterval(write) <= 0 {
 		return true, nil
 	}
-	allowed, err := t.runBucket(ctx, normPool(pool), namespace, bucketKey(normPool(pool), namespace, form, write), l.perInterval(write), l.Interval, 1)
+	res, err := t.runBucket(ctx, normPool(pool), namespace, bucketKey(normPool(pool), namespace, form, write), l.perInterval(write), l.Interval, 1)
 	if err != nil {
 		return false, err
 	}
-	return allowed, nil
+	return res == 1, nil
+}
+
+// maxJobsHold bounds how long a refusal of the jobs limit is remembered
+// (JobsShort): a refund or a raised limit on another instance is seen
+// within it.
+const maxJobsHold = 250 * time.Millisecond
+
+// JobsShort reports, without I/O, whether this instance knows the token's
+// jobs bucket to hold less than one job now: a refusal by AllowJobs said
+// how long it would take to refill (at most maxJobsHold ago). A publish
+// is then refused at once; another instance's refund meanwhile is seen
+// when the hold ends.
+func (t *Throttler) JobsShort(pool, namespace, token string) bool {
+	_, form, ok := t.cached(pool, namespace, token)
+	if !ok {
+		return false
+	}
+	until, held := t.short.Load(limitKey{normPool(pool), namespace, form})
+	return held && t.now().UnixNano() < until.(int64)
 }
 
 // AllowJobs takes n published jobs from the token's WriteJobs bucket:
@@ -321,7 +348,16 @@ func (t *Throttler) AllowJobs(ctx context.Context, pool, namespace, token string
 	if !ok || l.WriteJobs <= 0 || n <= 0 {
 		return true, nil
 	}
-	return t.runBucket(ctx, normPool(pool), namespace, jobsBucketKey(normPool(pool), namespace, form), l.WriteJobs, l.Interval, n)
+	res, err := t.runBucket(ctx, normPool(pool), namespace, jobsBucketKey(normPool(pool), namespace, form), l.WriteJobs, l.Interval, n)
+	if err != nil || res == 1 {
+		return err == nil, err
+	}
+	if n == 1 {
+		// Short of a single job for -res ms: remember it (JobsShort).
+		wait := min(time.Duration(-res)*time.Millisecond, maxJobsHold)
+		t.short.Store(limitKey{normPool(pool), namespace, form}, t.now().Add(wait).UnixNano())
+	}
+	return false, nil
 }
 
 // ChargeJobs takes n published jobs from the token's WriteJobs bucket
@@ -380,7 +416,7 @@ func (t *Throttler) Refund(ctx context.Context, pool, namespace, token string, w
 // under capacity per interval seconds, taking cost (giving back -cost when
 // negative); retried on a cluster while it did not run
 // (ThrottlerOptions.ClusterRetry).
-func (t *Throttler) runBucket(ctx context.Context, pool, namespace, key string, capacity, interval int64, cost int, force ...string) (bool, error) {
+func (t *Throttler) runBucket(ctx context.Context, pool, namespace, key string, capacity, interval int64, cost int, force ...string) (int, error) {
 	var res int
 	err := t.retry.do(ctx, func(err error) bool { return redisretry.Refused(err) || redisretry.Unsent(err) }, func() (err error) {
 		args := []any{capacity, interval * 1000, t.now().UnixMilli(), cost}
@@ -391,9 +427,9 @@ func (t *Throttler) runBucket(ctx context.Context, pool, namespace, key string, 
 		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("auth: throttle %s/%s: %w", pool, namespace, err)
+		return 0, fmt.Errorf("auth: throttle %s/%s: %w", pool, namespace, err)
 	}
-	return res == 1, nil
+	return res, nil
 }
 
 // Get returns the token's limit as stored in Redis (the admin view, fresh

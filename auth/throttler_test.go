@@ -556,12 +556,28 @@ func TestThrottlerJobs(t *testing.T) {
 		if allowJobs(1) {
 			t.Fatal("in debt: a job admitted")
 		}
+		// The refusal said the bucket needs 600 ms for a job: this
+		// instance knows it short for maxJobsHold, without I/O.
+		if !th.JobsShort(DefaultPool, "ns", "tok") || th.JobsShort(DefaultPool, "ns", "other") {
+			t.Fatal("JobsShort after a refusal: want true for tok only")
+		}
+		clock.Advance(maxJobsHold)
+		if th.JobsShort(DefaultPool, "ns", "tok") {
+			t.Fatal("JobsShort after maxJobsHold: want false")
+		}
 		clock.Advance(6 * time.Second) // 10 jobs
 		if allowJobs(11) || !allowJobs(10) {
 			t.Fatal("debt repaid, 10 jobs back: want 11 refused, 10 taken")
 		}
+		// An admin change here forgets what a refusal taught.
+		if allowJobs(1) || !th.JobsShort(DefaultPool, "ns", "tok") {
+			t.Fatal("empty again: want a refusal, remembered")
+		}
 		// Without WriteJobs, jobs are not limited (no I/O).
 		mustSetLimit(t, th, "", "ns", "tok", Limit{Write: 5, Interval: 60})
+		if th.JobsShort(DefaultPool, "ns", "tok") {
+			t.Fatal("JobsShort after Set: want false")
+		}
 		if !th.UnlimitedJobs(DefaultPool, "ns", "tok") || !allowJobs(1000) {
 			t.Fatal("without WriteJobs: want unlimited")
 		}

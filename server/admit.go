@@ -65,6 +65,10 @@ type jobThrottler interface {
 	// UnlimitedJobs reports, without I/O, that the token has no jobs
 	// limit: AllowJobs and RefundJobs then do no I/O.
 	UnlimitedJobs(pool, namespace, token string) bool
+	// JobsShort reports, without I/O, that the token's jobs limit is
+	// known to hold no job now (a recent refusal said how long it
+	// takes to refill): the publish is refused at once.
+	JobsShort(pool, namespace, token string) bool
 }
 
 // localThrottler is a Throttler that can tell without I/O that a token has
@@ -151,6 +155,13 @@ func (s *Server) admit(ctx context.Context, a *admission, inline bool) error {
 		return nil
 	}
 	write := o.throttle == throttleProduce
+	if jt, ok := s.throttler.(jobThrottler); ok && o.jobs > 0 && jt.JobsShort(pool, a.ns, token) {
+		// The jobs limit refused this token a moment ago and has not
+		// refilled since: refused without a round trip to the admin
+		// Redis, before the request limit (whose token would go back).
+		s.metrics.rateLimit.WithLabelValues(pool, a.ns, s.tokenLabel(token), o.throttle.String()).Inc()
+		return errRateLimited(token, o.throttle.String())
+	}
 	if inline {
 		if lt, ok := s.throttler.(localThrottler); !ok || !lt.Unlimited(pool, a.ns, token, write) {
 			return errAdmitLater
