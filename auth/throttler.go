@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -119,6 +120,10 @@ type Throttler struct {
 	// admin changes the limit here. Its publishes are refused meanwhile
 	// without a round trip to Redis (JobsShort).
 	short sync.Map
+	// anyJobs is set while a cached limit has WriteJobs: without one, the
+	// jobs methods answer at once, without hashing the token (the publish
+	// path of a pool where nobody uses write_jobs costs what it did).
+	anyJobs atomic.Bool
 
 	mu     sync.RWMutex
 	limits map[limitKey]Limit
@@ -209,6 +214,7 @@ func (t *Throttler) Reload(ctx context.Context) error {
 		t.mu.Lock()
 		if t.gen == gen {
 			t.limits = limits
+			t.anyJobs.Store(hasJobs(limits))
 			t.mu.Unlock()
 			return nil
 		}
@@ -303,6 +309,17 @@ func (t *Throttler) setCached(k limitKey, l Limit, present bool) {
 	} else {
 		delete(t.limits, k)
 	}
+	t.anyJobs.Store(hasJobs(t.limits))
+}
+
+// hasJobs reports whether a limit of limits has WriteJobs.
+func hasJobs(limits map[limitKey]Limit) bool {
+	for _, l := range limits {
+		if l.WriteJobs > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Allow takes one request from the bucket of the token's direction
@@ -332,6 +349,9 @@ const maxJobsHold = 250 * time.Millisecond
 // is then refused at once; another instance's refund meanwhile is seen
 // when the hold ends.
 func (t *Throttler) JobsShort(pool, namespace, token string) bool {
+	if !t.anyJobs.Load() {
+		return false
+	}
 	_, form, ok := t.cached(pool, namespace, token)
 	if !ok {
 		return false
@@ -344,6 +364,9 @@ func (t *Throttler) JobsShort(pool, namespace, token string) bool {
 // false, taking nothing, when it holds fewer. It is true without such a
 // limit. On a Redis error it returns false and the error (fails closed).
 func (t *Throttler) AllowJobs(ctx context.Context, pool, namespace, token string, n int) (bool, error) {
+	if !t.anyJobs.Load() {
+		return true, nil
+	}
 	l, form, ok := t.cached(pool, namespace, token)
 	if !ok || l.WriteJobs <= 0 || n <= 0 {
 		return true, nil
@@ -366,6 +389,9 @@ func (t *Throttler) AllowJobs(ctx context.Context, pool, namespace, token string
 // go into debt (below 0): the token's next publishes are refused, before
 // their bodies are read, until it has refilled; over time the limit holds.
 func (t *Throttler) ChargeJobs(ctx context.Context, pool, namespace, token string, n int) error {
+	if !t.anyJobs.Load() {
+		return nil
+	}
 	l, form, ok := t.cached(pool, namespace, token)
 	if !ok || l.WriteJobs <= 0 || n <= 0 {
 		return nil
@@ -378,6 +404,9 @@ func (t *Throttler) ChargeJobs(ctx context.Context, pool, namespace, token strin
 // limit as far as this instance knows: AllowJobs and RefundJobs then do no
 // I/O.
 func (t *Throttler) UnlimitedJobs(pool, namespace, token string) bool {
+	if !t.anyJobs.Load() {
+		return true
+	}
 	l, _, ok := t.cached(pool, namespace, token)
 	return !ok || l.WriteJobs <= 0
 }
@@ -385,6 +414,9 @@ func (t *Throttler) UnlimitedJobs(pool, namespace, token string) bool {
 // RefundJobs gives back n jobs taken by AllowJobs (a publish that failed),
 // never above the limit.
 func (t *Throttler) RefundJobs(ctx context.Context, pool, namespace, token string, n int) error {
+	if !t.anyJobs.Load() {
+		return nil
+	}
 	l, form, ok := t.cached(pool, namespace, token)
 	if !ok || l.WriteJobs <= 0 || n <= 0 {
 		return nil

@@ -569,6 +569,17 @@ func TestThrottlerJobs(t *testing.T) {
 		if allowJobs(11) || !allowJobs(10) {
 			t.Fatal("debt repaid, 10 jobs back: want 11 refused, 10 taken")
 		}
+		// Another instance learns the jobs limit by reloading.
+		other := newTestThrottler(t, c, clock)
+		if !other.UnlimitedJobs(DefaultPool, "ns", "tok") {
+			t.Fatal("UnlimitedJobs before any limit was loaded: want true")
+		}
+		if err := other.Reload(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if other.UnlimitedJobs(DefaultPool, "ns", "tok") {
+			t.Fatal("UnlimitedJobs after Reload: want false")
+		}
 		// An admin change here forgets what a refusal taught.
 		if allowJobs(1) || !th.JobsShort(DefaultPool, "ns", "tok") {
 			t.Fatal("empty again: want a refusal, remembered")
