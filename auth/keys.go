@@ -54,3 +54,9 @@ func bucketKey(pool, namespace, token string, write bool) string {
 	}
 	return "tb/" + pool + "/" + namespace + "/" + token + "/" + dir
 }
+
+// jobsBucketKey is the token bucket of the token's published jobs
+// (Limit.WriteJobs), beside its request buckets.
+func jobsBucketKey(pool, namespace, token string) string {
+	return "tb/" + pool + "/" + namespace + "/" + token + "/j"
+}

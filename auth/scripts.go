@@ -110,9 +110,14 @@ end
 // ARGV[1]: capacity, requests per interval (integer > 0), as cached
 // ARGV[2]: interval in milliseconds (integer > 0), as cached
 // ARGV[3]: now, Unix milliseconds
-// ARGV[4]: 1 to take a request, -1 to refund one (never above capacity; a
-// refund to a missing bucket, which is full, does nothing)
-// Returns: 1 allowed (or refunded, or no limit any more), 0 refused.
+// ARGV[4]: n > 0 to take n (a request, or jobs: refused unless the bucket
+// holds n), -n to give n back (never above capacity; a refund to a missing
+// bucket, which is full, does nothing)
+// ARGV[5]: optional, "1" to take n whatever the bucket holds (never
+// refused): the rest of a bulk admitted on its first job, which may leave
+// the bucket in debt (below 0) until it refills
+// Returns: 1 allowed (or refunded, or no limit any more); refused: minus
+// the milliseconds until the bucket would hold the cost (≤ -1).
 var bucketScript = redis.NewScript(bucketLua + `
 local now = tonumber(ARGV[3])
 local cost = tonumber(ARGV[4])
@@ -147,17 +152,21 @@ if tokens > cap then
 end
 local allowed = 1
 if cost < 0 then
-	tokens = tokens + 1
+	tokens = tokens - cost
 	if tokens > cap then
 		tokens = cap
 	end
-elseif tokens >= 1 - 1e-9 then
-	tokens = tokens - 1
+elseif ARGV[5] == "1" then
+	tokens = tokens - cost
+elseif tokens >= cost - 1e-9 then
+	tokens = tokens - cost
 	if tokens < 0 then
 		tokens = 0
 	end
 else
-	allowed = 0
+	-- Refused: minus the milliseconds until the bucket holds cost (at
+	-- least 1), were nothing given back meanwhile.
+	allowed = -math.max(1, math.ceil((cost - tokens) * iv / cap))
 end
 redis.call("HSET", KEYS[1], "tokens", fmt(tokens), "ts", fmt(ts), "cap", fmt(cap), "iv", fmt(iv))
 local ttl = 2 * iv

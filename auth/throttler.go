@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,18 +27,23 @@ const MaxLimitInterval = 1_000_000_000
 
 // Limit is one token's rate limit, lmstfy's JSON shape: Read consume
 // requests and Write publish requests per Interval seconds; 0 (or less) in
-// a direction means unlimited in that direction.
+// a direction means unlimited in that direction. WriteJobs, a Kairos
+// extension, limits the jobs published per Interval, a bulk publish of n
+// jobs taking n (a request limit counts it as one): the limit that bounds
+// what publishing costs the pool, whatever the batching. It has a bucket
+// of its own, beside Write's.
 type Limit struct {
-	Read     int64 `json:"read"`
-	Write    int64 `json:"write"`
-	Interval int64 `json:"interval"`
+	Read      int64 `json:"read"`
+	Write     int64 `json:"write"`
+	WriteJobs int64 `json:"write_jobs,omitempty"`
+	Interval  int64 `json:"interval"`
 }
 
 // Validate reports whether l can be stored: at least one direction must be
 // limited and Interval must be in 1..MaxLimitInterval. Errors wrap
 // ErrInvalidLimit with the reason.
 func (l Limit) Validate() error {
-	if l.Read <= 0 && l.Write <= 0 {
+	if l.Read <= 0 && l.Write <= 0 && l.WriteJobs <= 0 {
 		return fmt.Errorf("%w: the read and write of limiter can't be 0 at the same time", ErrInvalidLimit)
 	}
 	if l.Interval <= 0 {
@@ -107,6 +113,17 @@ type Throttler struct {
 	// limits other instances have cached: until they have reloaded.
 	pin   time.Duration
 	retry retrier
+
+	// short holds, per token (limitKey), until when (Unix ns, this
+	// instance's clock) its jobs bucket is known to hold less than one job:
+	// learnt from a refusal's wait (at most maxJobsHold), forgotten when an
+	// admin changes the limit here. Its publishes are refused meanwhile
+	// without a round trip to Redis (JobsShort).
+	short sync.Map
+	// anyJobs is set while a cached limit has WriteJobs: without one, the
+	// jobs methods answer at once, without hashing the token (the publish
+	// path of a pool where nobody uses write_jobs costs what it did).
+	anyJobs atomic.Bool
 
 	mu     sync.RWMutex
 	limits map[limitKey]Limit
@@ -197,6 +214,7 @@ func (t *Throttler) Reload(ctx context.Context) error {
 		t.mu.Lock()
 		if t.gen == gen {
 			t.limits = limits
+			t.anyJobs.Store(hasJobs(limits))
 			t.mu.Unlock()
 			return nil
 		}
@@ -282,6 +300,7 @@ func (t *Throttler) resolve(ctx context.Context, pool, namespace, token string) 
 }
 
 func (t *Throttler) setCached(k limitKey, l Limit, present bool) {
+	t.short.Delete(k)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.gen++
@@ -290,6 +309,17 @@ func (t *Throttler) setCached(k limitKey, l Limit, present bool) {
 	} else {
 		delete(t.limits, k)
 	}
+	t.anyJobs.Store(hasJobs(t.limits))
+}
+
+// hasJobs reports whether a limit of limits has WriteJobs.
+func hasJobs(limits map[limitKey]Limit) bool {
+	for _, l := range limits {
+		if l.WriteJobs > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Allow takes one request from the bucket of the token's direction
@@ -301,11 +331,98 @@ func (t *Throttler) Allow(ctx context.Context, pool, namespace, token string, wr
 	if !ok || l.perInterval(write) <= 0 {
 		return true, nil
 	}
-	allowed, err := t.runBucket(ctx, normPool(pool), namespace, form, write, l, 1)
+	res, err := t.runBucket(ctx, normPool(pool), namespace, bucketKey(normPool(pool), namespace, form, write), l.perInterval(write), l.Interval, 1)
 	if err != nil {
 		return false, err
 	}
-	return allowed, nil
+	return res == 1, nil
+}
+
+// maxJobsHold bounds how long a refusal of the jobs limit is remembered
+// (JobsShort): a refund or a raised limit on another instance is seen
+// within it.
+const maxJobsHold = 250 * time.Millisecond
+
+// JobsShort reports, without I/O, whether this instance knows the token's
+// jobs bucket to hold less than one job now: a refusal by AllowJobs said
+// how long it would take to refill (at most maxJobsHold ago). A publish
+// is then refused at once; another instance's refund meanwhile is seen
+// when the hold ends.
+func (t *Throttler) JobsShort(pool, namespace, token string) bool {
+	if !t.anyJobs.Load() {
+		return false
+	}
+	_, form, ok := t.cached(pool, namespace, token)
+	if !ok {
+		return false
+	}
+	until, held := t.short.Load(limitKey{normPool(pool), namespace, form})
+	return held && t.now().UnixNano() < until.(int64)
+}
+
+// AllowJobs takes n published jobs from the token's WriteJobs bucket:
+// false, taking nothing, when it holds fewer. It is true without such a
+// limit. On a Redis error it returns false and the error (fails closed).
+func (t *Throttler) AllowJobs(ctx context.Context, pool, namespace, token string, n int) (bool, error) {
+	if !t.anyJobs.Load() {
+		return true, nil
+	}
+	l, form, ok := t.cached(pool, namespace, token)
+	if !ok || l.WriteJobs <= 0 || n <= 0 {
+		return true, nil
+	}
+	res, err := t.runBucket(ctx, normPool(pool), namespace, jobsBucketKey(normPool(pool), namespace, form), l.WriteJobs, l.Interval, n)
+	if err != nil || res == 1 {
+		return err == nil, err
+	}
+	if n == 1 {
+		// Short of a single job for -res ms: remember it (JobsShort).
+		wait := min(time.Duration(-res)*time.Millisecond, maxJobsHold)
+		t.short.Store(limitKey{normPool(pool), namespace, form}, t.now().Add(wait).UnixNano())
+	}
+	return false, nil
+}
+
+// ChargeJobs takes n published jobs from the token's WriteJobs bucket
+// whatever it holds: the rest of a bulk publish admitted on its first job
+// (AllowJobs(1)) before its body told how many it carries. The bucket may
+// go into debt (below 0): the token's next publishes are refused, before
+// their bodies are read, until it has refilled; over time the limit holds.
+func (t *Throttler) ChargeJobs(ctx context.Context, pool, namespace, token string, n int) error {
+	if !t.anyJobs.Load() {
+		return nil
+	}
+	l, form, ok := t.cached(pool, namespace, token)
+	if !ok || l.WriteJobs <= 0 || n <= 0 {
+		return nil
+	}
+	_, err := t.runBucket(ctx, normPool(pool), namespace, jobsBucketKey(normPool(pool), namespace, form), l.WriteJobs, l.Interval, n, "1")
+	return err
+}
+
+// UnlimitedJobs reports, without I/O, whether the token has no WriteJobs
+// limit as far as this instance knows: AllowJobs and RefundJobs then do no
+// I/O.
+func (t *Throttler) UnlimitedJobs(pool, namespace, token string) bool {
+	if !t.anyJobs.Load() {
+		return true
+	}
+	l, _, ok := t.cached(pool, namespace, token)
+	return !ok || l.WriteJobs <= 0
+}
+
+// RefundJobs gives back n jobs taken by AllowJobs (a publish that failed),
+// never above the limit.
+func (t *Throttler) RefundJobs(ctx context.Context, pool, namespace, token string, n int) error {
+	if !t.anyJobs.Load() {
+		return nil
+	}
+	l, form, ok := t.cached(pool, namespace, token)
+	if !ok || l.WriteJobs <= 0 || n <= 0 {
+		return nil
+	}
+	_, err := t.runBucket(ctx, normPool(pool), namespace, jobsBucketKey(normPool(pool), namespace, form), l.WriteJobs, l.Interval, -n)
+	return err
 }
 
 // Unlimited reports, without I/O, whether the token has no limit in that
@@ -323,24 +440,28 @@ func (t *Throttler) Refund(ctx context.Context, pool, namespace, token string, w
 	if !ok || l.perInterval(write) <= 0 {
 		return nil
 	}
-	_, err := t.runBucket(ctx, normPool(pool), namespace, form, write, l, -1)
+	_, err := t.runBucket(ctx, normPool(pool), namespace, bucketKey(normPool(pool), namespace, form, write), l.perInterval(write), l.Interval, -1)
 	return err
 }
 
-// runBucket runs the bucket script of one request, retried on a cluster
-// while it did not run (ThrottlerOptions.ClusterRetry).
-func (t *Throttler) runBucket(ctx context.Context, pool, namespace, token string, write bool, l Limit, cost int) (bool, error) {
+// runBucket runs the bucket script of one request on bucket key, kept
+// under capacity per interval seconds, taking cost (giving back -cost when
+// negative); retried on a cluster while it did not run
+// (ThrottlerOptions.ClusterRetry).
+func (t *Throttler) runBucket(ctx context.Context, pool, namespace, key string, capacity, interval int64, cost int, force ...string) (int, error) {
 	var res int
 	err := t.retry.do(ctx, func(err error) bool { return redisretry.Refused(err) || redisretry.Unsent(err) }, func() (err error) {
-		res, err = bucketScript.Run(ctx, t.client,
-			[]string{bucketKey(pool, namespace, token, write)},
-			l.perInterval(write), l.Interval*1000, t.now().UnixMilli(), cost).Int()
+		args := []any{capacity, interval * 1000, t.now().UnixMilli(), cost}
+		for _, f := range force {
+			args = append(args, f)
+		}
+		res, err = bucketScript.Run(ctx, t.client, []string{key}, args...).Int()
 		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("auth: throttle %s/%s: %w", pool, namespace, err)
+		return 0, fmt.Errorf("auth: throttle %s/%s: %w", pool, namespace, err)
 	}
-	return res == 1, nil
+	return res, nil
 }
 
 // Get returns the token's limit as stored in Redis (the admin view, fresh
@@ -429,7 +550,7 @@ func (t *Throttler) Add(ctx context.Context, pool, namespace, token string, l Li
 }
 
 // retune queues, on p, the writing of limit l (Limit{} for none) into the
-// token's buckets of both directions, pinned for t.pin: every instance
+// token's buckets (both directions, and the jobs'), pinned for t.pin: every instance
 // judges the token's next request by l, even one that has not reloaded
 // yet (see retuneScript).
 func (t *Throttler) retune(ctx context.Context, p redis.Pipeliner, pool, namespace, token string, l Limit) {
@@ -439,6 +560,8 @@ func (t *Throttler) retune(ctx context.Context, p redis.Pipeliner, pool, namespa
 		retuneScript.Eval(ctx, p, []string{bucketKey(pool, namespace, token, write)},
 			max(l.perInterval(write), 0), l.Interval*1000, now, t.pin.Milliseconds())
 	}
+	retuneScript.Eval(ctx, p, []string{jobsBucketKey(pool, namespace, token)},
+		max(l.WriteJobs, 0), l.Interval*1000, now, t.pin.Milliseconds())
 }
 
 // Set creates or replaces the token's limit (stored in the form HashTokens
@@ -467,6 +590,7 @@ func (t *Throttler) Set(ctx context.Context, pool, namespace, token string, l Li
 			p.HDel(ctx, throttlerKey, limitField(pool, namespace, other))
 			p.Del(ctx, bucketKey(pool, namespace, other, false))
 			p.Del(ctx, bucketKey(pool, namespace, other, true))
+			p.Del(ctx, jobsBucketKey(pool, namespace, other))
 		}
 		return nil
 	})

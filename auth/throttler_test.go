@@ -503,3 +503,100 @@ func TestThrottlerChangeAppliesEverywhere(t *testing.T) {
 		})
 	}
 }
+
+// TestThrottlerJobs: WriteJobs limits published jobs apart from the
+// request limits: AllowJobs takes n or refuses, a refund gives n back
+// (capped at the limit), ChargeJobs takes n whatever the bucket holds (the
+// rest of a bulk) and leaves it in debt until it refills, and the request
+// buckets are untouched.
+func TestThrottlerJobs(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		clock := newFakeClock()
+		th := newTestThrottler(t, c, clock)
+		mustSetLimit(t, th, "", "ns", "tok", Limit{Write: 5, WriteJobs: 100, Interval: 60})
+		if th.UnlimitedJobs(DefaultPool, "ns", "tok") || !th.UnlimitedJobs(DefaultPool, "ns", "other") {
+			t.Fatal("UnlimitedJobs: want false for tok, true for a token without a limit")
+		}
+		allowJobs := func(n int) bool {
+			t.Helper()
+			ok, err := th.AllowJobs(ctx, DefaultPool, "ns", "tok", n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ok
+		}
+		if !allowJobs(64) || allowJobs(64) || !allowJobs(36) || allowJobs(1) {
+			t.Fatal("100 jobs a minute: want 64 taken, 64 refused, 36 taken, 1 refused")
+		}
+		if err := th.RefundJobs(ctx, DefaultPool, "ns", "tok", 64); err != nil {
+			t.Fatal(err)
+		}
+		if !allowJobs(64) || allowJobs(1) {
+			t.Fatal("after a refund of 64: want 64 taken, then 1 refused")
+		}
+		// The request limit is its own bucket: 5 publishes.
+		if got := allowN(t, th, DefaultPool, "ns", "tok", true, 6); got != 5 {
+			t.Fatalf("%d of 6 publish requests allowed, want 5", got)
+		}
+		// Refunds are capped at the limit; a bulk's rest is charged
+		// whatever the bucket holds, into debt.
+		for range 3 {
+			if err := th.RefundJobs(ctx, DefaultPool, "ns", "tok", 64); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !allowJobs(1) {
+			t.Fatal("a bulk's first job from a full bucket: refused")
+		}
+		if err := th.ChargeJobs(ctx, DefaultPool, "ns", "tok", 149); err != nil { // 100 − 150: 50 in debt
+			t.Fatal(err)
+		}
+		clock.Advance(30 * time.Second) // 50 jobs back: 0
+		if allowJobs(1) {
+			t.Fatal("in debt: a job admitted")
+		}
+		// The refusal said the bucket needs 600 ms for a job: this
+		// instance knows it short for maxJobsHold, without I/O.
+		if !th.JobsShort(DefaultPool, "ns", "tok") || th.JobsShort(DefaultPool, "ns", "other") {
+			t.Fatal("JobsShort after a refusal: want true for tok only")
+		}
+		clock.Advance(maxJobsHold)
+		if th.JobsShort(DefaultPool, "ns", "tok") {
+			t.Fatal("JobsShort after maxJobsHold: want false")
+		}
+		clock.Advance(6 * time.Second) // 10 jobs
+		if allowJobs(11) || !allowJobs(10) {
+			t.Fatal("debt repaid, 10 jobs back: want 11 refused, 10 taken")
+		}
+		// Another instance learns the jobs limit by reloading.
+		other := newTestThrottler(t, c, clock)
+		if !other.UnlimitedJobs(DefaultPool, "ns", "tok") {
+			t.Fatal("UnlimitedJobs before any limit was loaded: want true")
+		}
+		if err := other.Reload(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if other.UnlimitedJobs(DefaultPool, "ns", "tok") {
+			t.Fatal("UnlimitedJobs after Reload: want false")
+		}
+		// An admin change here forgets what a refusal taught.
+		if allowJobs(1) || !th.JobsShort(DefaultPool, "ns", "tok") {
+			t.Fatal("empty again: want a refusal, remembered")
+		}
+		// Without WriteJobs, jobs are not limited (no I/O).
+		mustSetLimit(t, th, "", "ns", "tok", Limit{Write: 5, Interval: 60})
+		if th.JobsShort(DefaultPool, "ns", "tok") {
+			t.Fatal("JobsShort after Set: want false")
+		}
+		if !th.UnlimitedJobs(DefaultPool, "ns", "tok") || !allowJobs(1000) {
+			t.Fatal("without WriteJobs: want unlimited")
+		}
+		if err := th.ChargeJobs(ctx, DefaultPool, "ns", "tok", 1000); err != nil {
+			t.Fatal(err)
+		}
+		if err := (Limit{WriteJobs: 10, Interval: 1}).Validate(); err != nil {
+			t.Fatalf("a limit of jobs alone: %v", err)
+		}
+	})
+}

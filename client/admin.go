@@ -159,21 +159,24 @@ func (a *Admin) Version(ctx context.Context) (ServerVersion, error) {
 
 // Limit is a token's rate limit: at most Read consumes and Write publishes
 // per Interval (whole seconds; rounded up); 0 = unlimited in that
-// direction.
+// direction. WriteJobs (a Kairos extension) limits the jobs published per
+// Interval, a bulk publish of n jobs counting n; 0 = none.
 type Limit struct {
-	Read     int64
-	Write    int64
-	Interval time.Duration
+	Read      int64
+	Write     int64
+	WriteJobs int64
+	Interval  time.Duration
 }
 
 type wireLimit struct {
-	Read     int64 `json:"read"`
-	Write    int64 `json:"write"`
-	Interval int64 `json:"interval"`
+	Read      int64 `json:"read"`
+	Write     int64 `json:"write"`
+	WriteJobs int64 `json:"write_jobs,omitempty"`
+	Interval  int64 `json:"interval"`
 }
 
 func (l wireLimit) limit() Limit {
-	return Limit{Read: l.Read, Write: l.Write, Interval: time.Duration(l.Interval) * time.Second}
+	return Limit{Read: l.Read, Write: l.Write, WriteJobs: l.WriteJobs, Interval: time.Duration(l.Interval) * time.Second}
 }
 
 // LimitEntry is one token's limit in Limits.
@@ -236,7 +239,7 @@ func (a *Admin) putLimit(ctx context.Context, method, namespace, token string, l
 	if err != nil {
 		return err
 	}
-	body, err := json.Marshal(wireLimit{Read: l.Read, Write: l.Write, Interval: int64(iv)})
+	body, err := json.Marshal(wireLimit{Read: l.Read, Write: l.Write, WriteJobs: l.WriteJobs, Interval: int64(iv)})
 	if err != nil {
 		return err
 	}

@@ -112,7 +112,7 @@ func TestAdminLimits(t *testing.T) {
 	ctx := ctxT(t)
 	_, err := e.Admin.GetLimit(ctx, e.NS, e.Token)
 	wantErr(t, "GetLimit without a limit", err, client.ErrNotFound, http.StatusNotFound)
-	l := client.Limit{Read: 10, Write: 5, Interval: time.Second}
+	l := client.Limit{Read: 10, Write: 5, WriteJobs: 640, Interval: time.Second}
 	if err := e.Admin.AddLimit(ctx, e.NS, e.Token, l); err != nil {
 		t.Fatalf("AddLimit: %v", err)
 	}

@@ -66,3 +66,19 @@ type Tenancy interface {
 	// Quotas returns every quota set for a namespace.
 	Quotas(ctx context.Context) (map[string]Quota, error)
 }
+
+// PublishRefuser is an engine that can tell, without I/O, that it would
+// refuse every publish of a namespace into a queue now: engine/rdb, whose
+// memory reserve refuses the namespaces holding at least their share of a
+// node in its reserve (doc/config.md, "The memory reserve"). The server
+// asks before a publish's rate limit and body (server/admit.go), so that a
+// namespace publishing into a full pool as fast as it can costs neither
+// the admin Redis nor the reading of its bodies; the engine still decides
+// every publish this lets through.
+type PublishRefuser interface {
+	// RefusesPublish returns the error the engine would return for any
+	// publish of namespace into queue now (a *PoolFullError), or nil when
+	// a publish may go on to the engine (which may still refuse it). It
+	// counts nothing and never blocks.
+	RefusesPublish(namespace, queue string) error
+}

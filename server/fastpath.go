@@ -240,6 +240,9 @@ func (h loopHost) Answer(it *evloop.Item, date, out []byte) []byte {
 	code := 0
 	switch {
 	case it.Refused:
+		if f.adm.authenticated {
+			s.countRefused(f.adm.pool, it.NS, it.Err) // the reserve's refusal (admit)
+		}
 		ae = mapAPIError(ctx, it.Err)
 	case it.Kind == evloop.Publish:
 		if it.Err == nil && it.ID == "" {

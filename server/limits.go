@@ -92,7 +92,7 @@ func (s *Server) readLimit(c *gin.Context) (auth.Limit, bool) {
 		}
 		return l, false
 	}
-	if l.Read <= 0 && l.Write <= 0 {
+	if l.Read <= 0 && l.Write <= 0 && l.WriteJobs <= 0 {
 		c.JSON(http.StatusBadRequest, limiterResponse{Limiter: l})
 		c.Abort()
 		return l, false

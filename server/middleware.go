@@ -38,6 +38,9 @@ type reqState struct {
 	eng     engine.Engine
 	// queues are the consume route's queues, split on ','.
 	queues []string
+	// adm is the request's admission (guard), for a handler that takes
+	// more from the rate limits (a bulk's jobs, admitJobs).
+	adm *admission
 	// start is when the request reached the handler chain.
 	start time.Time
 }
@@ -248,6 +251,10 @@ type routeOpts struct {
 	public   bool      // size routes: no token check
 	role     auth.Role // what the token's scope must allow
 	throttle throttleAction
+	// jobs is what a publish takes from its token's jobs limit at
+	// admission (admitJobs): 1, a bulk's first job (its handler charges
+	// the rest once it has read them, chargeJobs).
+	jobs int
 }
 
 // guard admits the request (admit: names → pool (404) → token (401) →
@@ -269,7 +276,7 @@ func (s *Server) guard(o routeOpts) gin.HandlerFunc {
 				st.queues = []string{a.queue}
 			}
 		}
-		st.pool, st.token, st.eng = a.pool, a.token, a.eng
+		st.pool, st.token, st.eng, st.adm = a.pool, a.token, a.eng, &a
 		if a.authenticated {
 			st.nsLabel = a.ns
 		}
@@ -278,7 +285,7 @@ func (s *Server) guard(o routeOpts) gin.HandlerFunc {
 			return
 		}
 		c.Next()
-		if !a.throttled {
+		if !a.throttled && a.jobs == 0 {
 			return
 		}
 		want := http.StatusOK

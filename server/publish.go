@@ -135,6 +135,14 @@ func (s *Server) publishBulk(c *gin.Context) {
 		s.failAPI(c, err)
 		return
 	}
+	if st.adm != nil {
+		// The token's jobs limit weighs a bulk by its jobs: admitted on
+		// its first, charged the rest now.
+		if err := s.chargeJobs(c.Request.Context(), st.adm, len(jobs)-1); err != nil {
+			s.failAPI(c, err)
+			return
+		}
+	}
 	reqs := make([]*engine.PublishRequest, len(jobs))
 	tp, ts := s.publishTrace(c)
 	for i, j := range jobs {

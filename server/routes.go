@@ -80,7 +80,7 @@ func (s *Server) apiRoutes() *gin.Engine {
 
 	g := r.Group("/api")
 	g.PUT("/:namespace/:queue", s.traced(tracing.SpanPublish, trace.SpanKindServer, publish, s.publish)...)
-	g.PUT("/:namespace/:queue/bulk", s.traced(tracing.SpanPublish, trace.SpanKindServer, publish, s.publishBulk)...)
+	g.PUT("/:namespace/:queue/bulk", s.traced(tracing.SpanPublish, trace.SpanKindServer, s.guard(optsBulk), s.publishBulk)...)
 	g.PUT("/:namespace/:queue/job/:job_id", s.traced(tracing.SpanPublish, trace.SpanKindServer, publish, s.publish)...)
 	g.GET("/:namespace/:queue", s.tracedConsume(consume, s.consume)...)
 	g.GET("/:namespace/:queue/peek", read, s.peekQueue)

@@ -40,6 +40,15 @@ func (e *Engine) Publish(ctx context.Context, req *engine.PublishRequest) (strin
 	return e.New.Publish(ctx, req)
 }
 
+// RefusesPublish implements engine.PublishRefuser: the new pool's, where
+// publishes go.
+func (e *Engine) RefusesPublish(ns, q string) error {
+	if r, ok := e.New.(engine.PublishRefuser); ok {
+		return r.RefusesPublish(ns, q)
+	}
+	return nil
+}
+
 // PublishBatch implements engine.Engine.
 func (e *Engine) PublishBatch(ctx context.Context, reqs []*engine.PublishRequest) ([]string, error) {
 	return e.New.PublishBatch(ctx, reqs)

@@ -531,6 +531,52 @@ func (e *Engine) admitNear(st *memState, g int, n *memNode, ns string, bytes int
 	}
 }
 
+// RefusesPublish implements engine.PublishRefuser: the refusal admitMemory
+// would give any publish of ns into q now, without counting its bytes. It
+// reads the same state as admitMemory (the last poll, and what this engine
+// published since), so it refuses exactly what admitMemory would refuse a
+// job of no body, until the next poll (memoryPollEvery) says otherwise; a
+// namespace below its share, or a node below its threshold, is never
+// refused here. A sharded queue is refused only when every shard's node
+// would refuse it (admitMemory checks the shard a publish goes to).
+func (e *Engine) RefusesPublish(ns, q string) error {
+	if e.reserve == nil {
+		return nil
+	}
+	st := e.reserve.state.Load()
+	if st == nil {
+		return nil
+	}
+	m := e.shards.m.Load() // as shardsOf, but never waits for a first read
+	if m == nil {
+		return nil // the shards unknown yet: the engine decides
+	}
+	var n *memNode
+	if sp := m.specs[[2]string{ns, q}]; sp != nil {
+		for _, name := range sp.names {
+			if n = st.refusing(ns, name); n == nil {
+				return nil
+			}
+		}
+	} else if n = st.refusing(ns, q); n == nil {
+		return nil
+	}
+	n.refused.Store(time.Now().UnixNano())
+	return &engine.PoolFullError{Pool: e.pool, Reserve: true, Err: errInReserve}
+}
+
+// refusing returns the node of queue ns/q when admitMemory would refuse
+// ns a publish there now (the node in its reserve, ns holding at least
+// its share as the last poll read), else nil.
+func (st *memState) refusing(ns, q string) *memNode {
+	g := slotGroup(ns, q)
+	n := st.group[g]
+	if n == nil || !st.heavy[g][ns] || n.estimate() < n.threshold.Load() {
+		return nil
+	}
+	return n
+}
+
 // jobBytes is what publishing r adds to a node, as admitMemory counts it.
 func jobBytes(r *engine.PublishRequest) int64 { return int64(len(r.Body)) + jobOverhead }
 

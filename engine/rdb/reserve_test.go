@@ -223,6 +223,7 @@ func reserveScenario(t *testing.T, e *Engine, q, quietQ, smallQ string, mem func
 // below the threshold everyone publishes; at it, the heavy namespace is
 // refused (its bytes not counted) and the others are admitted, their
 // bytes counted; while the usage is unknown nobody is refused.
+// RefusesPublish refuses what admitMemory would, counting nothing.
 func TestAdmitMemory(t *testing.T) {
 	e := &Engine{pool: "p"}
 	e.reserve = &reserve{frac: 0.1, nodes: map[string]*memNode{}, wake: make(chan struct{}, 1)}
@@ -238,6 +239,7 @@ func TestAdmitMemory(t *testing.T) {
 		st.heavy[g] = map[string]bool{"noisy": true}
 	}
 	e.reserve.state.Store(st)
+	e.shards.m.Store(&shardMap{}) // no sharded queue
 
 	admit := func(ns string) error { return e.admitMemory(ns, "q", jobOverhead) }
 	if err := admit("noisy"); err != nil {
@@ -264,8 +266,26 @@ func TestAdmitMemory(t *testing.T) {
 	if got := n.pending.Load(); got != 4*jobOverhead {
 		t.Fatalf("pending %d, want %d", got, 4*jobOverhead)
 	}
+	// RefusesPublish: what admitMemory would refuse, counting nothing.
+	if err := e.RefusesPublish("noisy", "q"); !errors.As(err, &pf) || !pf.Reserve || pf.Pool != "p" {
+		t.Fatalf("RefusesPublish(noisy) in the reserve: %v, want the reserve's PoolFullError", err)
+	}
+	if err := e.RefusesPublish("quiet", "q"); err != nil {
+		t.Fatalf("RefusesPublish(quiet) in the reserve: %v", err)
+	}
+	if got := n.pending.Load(); got != 4*jobOverhead {
+		t.Fatalf("pending %d after RefusesPublish, want %d (unchanged)", got, 4*jobOverhead)
+	}
+	n.used.Store(900 - 5*jobOverhead) // the next poll: below the threshold again
+	if err := e.RefusesPublish("noisy", "q"); err != nil {
+		t.Fatalf("RefusesPublish(noisy) below the threshold: %v", err)
+	}
+	n.used.Store(900 - 2*jobOverhead)
 	// Unknown usage: admitted, and a poll is asked for.
 	e.reserve.state.Store(&memState{group: st.group, nodes: st.nodes})
+	if err := e.RefusesPublish("noisy", "q"); err != nil {
+		t.Fatalf("RefusesPublish(noisy) with the usage unknown: %v", err)
+	}
 	if err := admit("noisy"); err != nil {
 		t.Fatalf("noisy with the usage unknown: %v", err)
 	}
@@ -278,6 +298,9 @@ func TestAdmitMemory(t *testing.T) {
 	e.reserve.state.Store(nil)
 	if err := admit("noisy"); err != nil || e.InReserve() {
 		t.Fatalf("no reserve: %v, InReserve %v", err, e.InReserve())
+	}
+	if err := e.RefusesPublish("noisy", "q"); err != nil {
+		t.Fatalf("RefusesPublish without a reserve: %v", err)
 	}
 }
 

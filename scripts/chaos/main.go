@@ -98,6 +98,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.noisy.Factor, "noisy-factor", o.noisy.Factor, "a noisy phase's quiet p99s may be this many times the baseline's …")
 	fs.DurationVar(&o.noisy.Floor, "noisy-floor", o.noisy.Floor, "… or the baseline's plus this, whichever is more")
 	fs.IntVar(&o.noisy.NoisyWriteLimit, "noisy-write-limit", o.noisy.NoisyWriteLimit, "rate limit of the noisy token, publish requests per second (0: none, an unbounded flood)")
+	fs.IntVar(&o.noisy.NoisyJobLimit, "noisy-job-limit", o.noisy.NoisyJobLimit, "rate limit of the noisy token in published jobs per second (write_jobs), set once its burst is published (0: none)")
 	o.limits = defaultLimitsConfig()
 	fs.IntVar(&o.limits.Servers, "limits-servers", o.limits.Servers, "kairos-servers of the limits scenario, on one Redis")
 	fs.IntVar(&o.limits.Consumers, "limits-consumers", o.limits.Consumers, "consumers of the limits scenario (spread over its servers)")
@@ -129,8 +130,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.soak.Duration <= 0 || o.soak.Rate <= 0 || o.soak.Unconsumed <= 0 || o.soak.Queues <= o.soak.Unconsumed {
 		return o, errors.New("-soak-duration, -soak-rate and -soak-unconsumed must be positive, and -soak-queues larger than -soak-unconsumed")
 	}
-	if o.noisy.Phase < 2*time.Second || o.noisy.Quiet <= 0 || o.noisy.QuietRate <= 0 || o.noisy.Burst < burstPer || o.noisy.Factor < 1 || o.noisy.Floor < 0 || o.noisy.NoisyWriteLimit < 0 {
-		return o, errors.New("-noisy-phase must be at least 2s, -noisy-quiet and -noisy-quiet-rate positive, -noisy-burst at least 64, -noisy-factor at least 1, -noisy-floor and -noisy-write-limit not negative")
+	if o.noisy.Phase < 2*time.Second || o.noisy.Quiet <= 0 || o.noisy.QuietRate <= 0 || o.noisy.Burst < burstPer || o.noisy.Factor < 1 || o.noisy.Floor < 0 || o.noisy.NoisyWriteLimit < 0 || o.noisy.NoisyJobLimit < 0 {
+		return o, errors.New("-noisy-phase must be at least 2s, -noisy-quiet and -noisy-quiet-rate positive, -noisy-burst at least 64, -noisy-factor at least 1, -noisy-floor, -noisy-write-limit and -noisy-job-limit not negative")
 	}
 	if o.limits.Servers < 1 || o.limits.Consumers < 1 || o.limits.Rate < 1 || o.limits.MaxInFlight < 1 || o.limits.GroupMax < 0 ||
 		o.limits.Groups < 1 || o.limits.CappedMax < 1 || o.limits.TTR < 100*time.Millisecond || o.limits.ServerKills < 0 || o.limits.RedisKills < 0 {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -123,11 +124,22 @@ func TestNoisyJudge(t *testing.T) {
 			}
 		})
 	}
+	// The strict bound, reported apart: the burst's 29 ms publish p99 and
+	// 60 ms lateness pass the rule (floor) but miss 1.5 × 10 and 1.5 × 40.
 	r := good()
 	r.judge(nc)
+	if !r.Pass || r.Strict || len(r.StrictMisses) != 1 || !strings.Contains(r.StrictMisses[0], "burst publish 29.0 > 15.0") {
+		t.Errorf("strict: pass %v strict %v misses %q; want a pass with one strict miss, the burst's publish p99", r.Pass, r.Strict, r.StrictMisses)
+	}
+	within := good()
+	within.Phases[1].PubP99Ms = 15
+	within.judge(nc)
+	if !within.Strict || len(within.StrictMisses) != 0 {
+		t.Errorf("strict with p99s at 1.5×: %v %q, want met", within.Strict, within.StrictMisses)
+	}
 	var out bytes.Buffer
 	writeNoisy(&out, r)
-	for _, want := range []string{"baseline", "burst", "30.0", "PASS"} {
+	for _, want := range []string{"baseline", "burst", "30.0", "PASS", "strict bound (1.5 × the baseline, no floor; reported, not judged): missed: burst publish"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}
@@ -160,5 +172,25 @@ func TestNoisyFlags(t *testing.T) {
 		if scs, _ := o.selected(); tc.args != nil && len(scs) != 0 && tc.wantNoisy {
 			t.Errorf("%v: noisy selected %d ordinary scenarios", tc.args, len(scs))
 		}
+	}
+}
+
+// TestNoisyCPU: the CPU figures of a phase, from two samples, and the
+// reading of this process's own CPU time from /proc.
+func TestNoisyCPU(t *testing.T) {
+	a := cpuSample{server: 1, pool: 2, admin: 3, harness: 4}
+	b := cpuSample{server: 1.5, pool: 2.25, admin: 3, harness: 5}
+	got := cpuRate(a, b, 2)
+	if got == nil || *got != (NoisyCPU{Server: 250, Pool: 125, Admin: 0, Harness: 500}) {
+		t.Errorf("cpuRate = %+v", got)
+	}
+	if cpuRate(a, cpuSample{}, 2) != nil || cpuRate(a, cpuSample{server: -1, pool: 1, admin: 1, harness: 1}, 2) != nil {
+		t.Error("cpuRate without figures: want nil")
+	}
+	if c := procCPU(os.Getpid()); c < 0 {
+		t.Errorf("procCPU(self) = %v", c)
+	}
+	if c := procCPU(0); c != -1 {
+		t.Errorf("procCPU(0) = %v, want -1", c)
 	}
 }

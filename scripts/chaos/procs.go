@@ -124,6 +124,16 @@ func (p *proc) signal(sig syscall.Signal) error {
 	return nil
 }
 
+// pid is the running process's id, 0 when none runs.
+func (p *proc) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // exited returns a channel closed when the running process ends, or nil
 // when none runs.
 func (p *proc) exited() <-chan struct{} {

@@ -17,7 +17,8 @@ import (
 // kairos_publish_refused_total{reason="pool_full"}; /readyz stays 200
 // and reads "reserve", and the dashboard marks the pool; then namespace
 // quiet publishes 200 jobs of 4 KB, consumes and ACKs them all, while
-// noisy's publishes (single and bulk) are still refused.
+// noisy's publishes (single and bulk) are still refused, before its rate
+// limit (no round trip to the admin Redis).
 func TestE2EReserve(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -97,6 +98,27 @@ func TestE2EReserve(t *testing.T) {
 			} {
 				r.wantStatus(t, http.StatusInsufficientStorage)
 				r.wantBody(t, full)
+			}
+			// Refused before the rate limit: with a limit on noisy's token,
+			// its refused publishes still answer the 507, and never reach
+			// the admin Redis (the limit's bucket is never made), as they
+			// did before the reserve's refusal moved into admission.
+			noisy.admin(t, http.MethodPost, "/token/noisy/"+noisy.Token+"/limit", `{"read":0,"write":1,"interval":60}`).wantStatus(t, http.StatusCreated)
+			// Adding the limit wrote its buckets; a request the limit
+			// judged would write them again.
+			if keys := rs.Client().Keys(t.Context(), "tb/*").Val(); len(keys) > 0 {
+				rs.Client().Del(t.Context(), keys...)
+			}
+			for _, r := range []*response{
+				noisy.do(t, http.MethodPut, "q", "", body, nil),
+				noisy.do(t, http.MethodPut, "q", "", body, nil),
+				noisy.do(t, http.MethodPut, "q/bulk", "", []byte(`["a","b"]`), nil),
+			} {
+				r.wantStatus(t, http.StatusInsufficientStorage)
+				r.wantBody(t, full)
+			}
+			if keys := rs.Client().Keys(t.Context(), "tb/*").Val(); len(keys) != 0 {
+				t.Errorf("rate-limit buckets %v after publishes the reserve refused: the rate limit ran", keys)
 			}
 			for i := 0; i < 200; i++ {
 				j := quiet.consume(t, "q", "ttr=60")

@@ -168,14 +168,14 @@ func (c *cli) limitsCmd() *cobra.Command {
 				out := make([]map[string]any, len(limits))
 				for i, l := range limits {
 					out[i] = map[string]any{"namespace": l.Namespace, "token": l.Token, "read": l.Limit.Read,
-						"write": l.Limit.Write, "interval": int64(l.Limit.Interval / time.Second)}
+						"write": l.Limit.Write, "write_jobs": l.Limit.WriteJobs, "interval": int64(l.Limit.Interval / time.Second)}
 				}
 				return c.printJSON(out)
 			}
 			tw := tabwriter.NewWriter(c.io.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAMESPACE\tTOKEN\tREAD\tWRITE\tINTERVAL")
+			fmt.Fprintln(tw, "NAMESPACE\tTOKEN\tREAD\tWRITE\tWRITE JOBS\tINTERVAL")
 			for _, l := range limits {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", l.Namespace, l.Token, l.Limit.Read, l.Limit.Write, l.Limit.Interval)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\n", l.Namespace, l.Token, l.Limit.Read, l.Limit.Write, l.Limit.WriteJobs, l.Limit.Interval)
 			}
 			return tw.Flush()
 		},
