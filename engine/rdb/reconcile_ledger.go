@@ -69,7 +69,7 @@ type ledgerRound struct {
 	q       [2]string
 	s       int    // structure read next, 1..4 (ready, priority, timer, dead)
 	off     int64  // lists: offset from the left
-	lastLen int64  // lists: the length the previous chunk saw
+	lastLen int64  // lists: the length the previous chunk saw (-1: none)
 	min     string // sorted sets: the lowest score still to read
 	member  string // sorted sets: the last member read at that score
 	start   time.Time
@@ -114,7 +114,7 @@ func (e *Engine) ledgerStep(ctx context.Context, st *ReconcileStats, groups map[
 				continue
 			}
 			hz := max(ledgerHorizonMin, 3*(l.took[q]+ledgerAgain))
-			l.round = &ledgerRound{q: q, s: 1, min: "-inf", start: now, horizon: hz}
+			l.round = &ledgerRound{q: q, s: 1, lastLen: -1, min: "-inf", start: now, horizon: hz}
 			l.ledgers[q] = true
 		}
 		read, err := e.ledgerChunk(ctx, l.round, min(budget, reconcileBigChunk))
@@ -154,7 +154,7 @@ func (e *Engine) ledgerChunk(ctx context.Context, p *ledgerRound, most int) (int
 	member, _ := v[3].(string)
 	length, _ := v[4].(int64)
 	if done == 1 {
-		p.s, p.off, p.lastLen, p.min, p.member = p.s+1, 0, 0, "-inf", ""
+		p.s, p.off, p.lastLen, p.min, p.member = p.s+1, 0, -1, "-inf", ""
 		return int(read), nil
 	}
 	if p.s == 2 || p.s == 3 {
@@ -231,7 +231,7 @@ func ledgerKey(jobPrefix string) string { return "g" + jobPrefix[1:] + "e" }
 //	ARGV[1] structure (1..4)   ARGV[2] cursor: a list's offset, or a sorted
 //	set's lowest score to read ('-inf', a score)   ARGV[3] the last member
 //	read at that score ('' none)   ARGV[4] the list's length at the previous
-//	chunk   ARGV[5] most entries   ARGV[6] horizon (ms)   ARGV[7] grace (ms)
+//	chunk (-1 at the first)   ARGV[5] most entries   ARGV[6] horizon (ms)   ARGV[7] grace (ms)
 //
 // Returns {entries read, 1 when the structure was read to its end,
 // the next cursor, its member, the list's length}.
@@ -242,7 +242,8 @@ local hz, grace = tonumber(ARGV[6]), tonumber(ARGV[7])
 local ids, read, done, nxt, member, len = {}, 0, 0, '', '', 0
 if s == 1 or s == 4 then
   len = redis.call('LLEN', KEYS[s])
-  local off = tonumber(ARGV[2]) + math.max(0, len - tonumber(ARGV[4]))
+  local off, last = tonumber(ARGV[2]), tonumber(ARGV[4])
+  if last >= 0 then off = off + math.max(0, len - last) end
   local es = redis.call('LRANGE', KEYS[s], off, off + n - 1)
   for i, e in ipairs(es) do ids[i] = eid(e) end
   read, nxt = #es, tostring(off + #es)
