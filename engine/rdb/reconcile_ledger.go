@@ -97,6 +97,9 @@ func (e *Engine) ledgerStep(ctx context.Context, st *ReconcileStats, groups map[
 		l.at, l.took = map[[2]string]time.Time{}, map[[2]string]time.Duration{}
 		l.ledgers, l.sweepOff = map[[2]string]bool{}, map[[2]string]int64{}
 	}
+	for _, q := range r.big {
+		l.ledgers[q] = true
+	}
 	budget := ledgerEntries
 	if r.bigBudget > 0 {
 		budget = r.bigBudget
@@ -115,7 +118,6 @@ func (e *Engine) ledgerStep(ctx context.Context, st *ReconcileStats, groups map[
 			}
 			hz := max(ledgerHorizonMin, 3*(l.took[q]+ledgerAgain))
 			l.round = &ledgerRound{q: q, s: 1, lastLen: -1, min: "-inf", start: now, horizon: hz}
-			l.ledgers[q] = true
 		}
 		read, err := e.ledgerChunk(ctx, l.round, min(budget, reconcileBigChunk))
 		if err != nil {
@@ -129,7 +131,24 @@ func (e *Engine) ledgerStep(ctx context.Context, st *ReconcileStats, groups map[
 			l.round = nil
 		}
 	}
-	return e.ledgerSweepStep(ctx, st, groups)
+	_, err := e.ledgerSweepStep(ctx, ledgerSweep, st, groups)
+	return err
+}
+
+// sweepAll sweeps every known ledger to its end once (Reconcile).
+func (e *Engine) sweepAll(ctx context.Context, st *ReconcileStats, groups map[int]bool) error {
+	l := &e.ten.recon.ledger
+	l.sweepQ = nil
+	for q := range l.ledgers {
+		l.sweepQ = append(l.sweepQ, q)
+		l.sweepOff[q] = 0
+	}
+	for len(l.sweepQ) > 0 {
+		if _, err := e.ledgerSweepStep(ctx, ledgerSweep, st, groups); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ledgerChunk reads the next chunk of round p: at most most entries.
@@ -166,27 +185,29 @@ func (e *Engine) ledgerChunk(ctx context.Context, p *ledgerRound, most int) (int
 	return int(read), nil
 }
 
-// ledgerSweepStep looks at up to ledgerSweep records of the known
-// ledgers, in turn.
-func (e *Engine) ledgerSweepStep(ctx context.Context, st *ReconcileStats, groups map[int]bool) error {
+// ledgerSweepStep looks at up to budget records of the known ledgers,
+// in turn; it returns the records it looked at.
+func (e *Engine) ledgerSweepStep(ctx context.Context, budget int, st *ReconcileStats, groups map[int]bool) (int, error) {
 	l := &e.ten.recon.ledger
 	if len(l.sweepQ) == 0 {
 		for q := range l.ledgers {
 			l.sweepQ = append(l.sweepQ, q)
 		}
 	}
-	for budget := ledgerSweep; budget > 0 && len(l.sweepQ) > 0; {
+	looked := 0
+	for budget > 0 && len(l.sweepQ) > 0 {
 		q := l.sweepQ[0]
 		qn := e.names.get([3]string{q[0], q[1]})
 		v, err := e.run(ctx, ledgerSweepScript, []string{ledgerKey(qn.jobPrefix), qn.timer, qn.jobPrefix, qn.usage},
 			l.sweepOff[q], min(budget, reconcileBigChunk)).Int64Slice()
 		if err != nil {
-			return fmt.Errorf("reconcile pool %s: %w", e.pool, err)
+			return looked, fmt.Errorf("reconcile pool %s: %w", e.pool, err)
 		}
-		if len(v) != 5 {
-			return fmt.Errorf("reconcile pool %s: unexpected reply %v", e.pool, v)
+		if len(v) != 6 {
+			return looked, fmt.Errorf("reconcile pool %s: unexpected reply %v", e.pool, v)
 		}
 		budget -= int(max(v[0], 1))
+		looked += int(v[0])
 		if v[1] != 0 || v[2] != 0 {
 			st.Expired += v[1]
 			st.Jobs -= v[1]
@@ -194,7 +215,8 @@ func (e *Engine) ledgerSweepStep(ctx context.Context, st *ReconcileStats, groups
 			groups[slotGroup(q[0], q[1])] = true
 		}
 		l.sweepOff[q] = v[3]
-		if v[3] == 0 {
+		if v[5] == 1 {
+			l.sweepOff[q] = 0
 			l.sweepQ = l.sweepQ[1:]
 			if v[4] == 0 && !e.isBig(q) {
 				delete(l.ledgers, q) // empty, and no round fills it any more
@@ -202,7 +224,7 @@ func (e *Engine) ledgerSweepStep(ctx context.Context, st *ReconcileStats, groups
 			}
 		}
 	}
-	return nil
+	return looked, nil
 }
 
 // isBig says whether q is among the big queues.
@@ -304,7 +326,7 @@ return {read, done, nxt, member, len}
 //	ARGV[1] rank   ARGV[2] most records
 //
 // Returns {records looked at, jobs taken off, bytes taken off, the next
-// rank (0 at the end), the records left}.
+// rank, the records left, 1 when the ledger was looked at to its end}.
 var ledgerSweepScript = script(`
 local lk, tk, jp = KEYS[1], KEYS[2], KEYS[3]
 local off, n = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -333,7 +355,7 @@ for i = 1, #rs, 2 do
 end
 if #drop > 0 then redis.call('ZREM', lk, unpack(drop)) end
 if dj > 0 then usage_add(KEYS[4], jp, -dj, -db) end
-local nxt = off + kept
-if #rs < 2 * n then nxt = 0 end
-return {#rs / 2, dj, db, nxt, redis.call('ZCARD', lk)}
+local done = 0
+if #rs < 2 * n then done = 1 end
+return {#rs / 2, dj, db, off + kept, redis.call('ZCARD', lk), done}
 `)

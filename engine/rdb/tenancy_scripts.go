@@ -108,13 +108,13 @@ end
 // key exists, the bytes their lengths; and a timer entry whose job
 // expired is one job (with the bytes its expiry ledger recorded, else
 // none) until the pump or the reclaimer meets it and takes it off
-// (usage_expired) — counting it as gone here would take it off twice; so
-// is a job of the expiry ledger whose key expired (its witness, the
-// history key, is still there: no script deleted it) until the
-// reconciler's sweep takes it off (ledgerSweepScript). It runs as one
-// step, so no script changes the queue between the count and the
-// correction; a queue holding more than ARGV[1] entries is left alone (it
-// would hold Redis too long; doc/design.md says what then).
+// (usage_expired) — counting it as gone here would take it off twice.
+// The records of the queue's expiry ledger (reconcile_ledger.go) whose job
+// is gone with no timer entry go, with their witnesses: the count is
+// exact, so the sweep must not take them off again. It runs as one step,
+// so no script changes the queue between the count and the correction; a
+// queue holding more than ARGV[1] entries is left alone (it would hold
+// Redis too long; doc/design.md says what then).
 //
 //	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] timer   KEYS[4] dead letter
 //	KEYS[5] job key prefix j/{T}ns/q/   KEYS[6] the group's usage hash
@@ -162,13 +162,18 @@ for _, g in ipairs(gs) do
     for _, e in ipairs(redis.call('ZRANGE', gp .. 'p:' .. g, 0, -1)) do count(eid(e)) end
   end
 end
--- The expiry ledger: a recorded job whose key expired, not in the timer
--- (counted above), whose witness is there.
-local rs = redis.call('ZRANGE', lk, 0, -1, 'WITHSCORES')
-for i = 1, #rs, 2 do
-  local id = rs[i]
-  if ledger_expired(jp, KEYS[3], id) then jobs, bytes = jobs + 1, bytes + tonumber(rs[i + 1]) end
+-- The expiry ledger: this count is exact, so the records of jobs gone
+-- with no timer entry (expired uncounted or deleted: either way not
+-- counted above) go, with their witnesses, as the sweep's would.
+local drop = {}
+for _, id in ipairs(redis.call('ZRANGE', lk, 0, -1)) do
+  local jk = jp .. id
+  if redis.call('EXISTS', jk) == 0 and not redis.call('ZSCORE', KEYS[3], id) then
+    drop[#drop + 1] = id
+    redis.call('DEL', hkey(jk))
+  end
 end
+if #drop > 0 then redis.call('ZREM', lk, unpack(drop)) end
 local cur = usage_of(uk, jp)
 local dj, db = jobs - cur[1], bytes - cur[2]
 usage_set(uk, jp, dj, db)
