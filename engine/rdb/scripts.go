@@ -817,7 +817,7 @@ local function pump_queue(index, uk, m, chan, tk, qk, dk, pk, ck, jp, share)
   local ready = {}
   local nready = 0
   local retried, died = 0, 0
-  local gone = {}
+  local gone = nil -- the IDs of expired jobs, made at the first
   local wake = 0
   local gp = gpfx(jp)
   for n = 1, #ids do
@@ -827,6 +827,7 @@ local function pump_queue(index, uk, m, chan, tk, qk, dk, pk, ck, jp, share)
     -- which was a sixth of a burst's pump CPU.
     local h = redis.call('GETRANGE', jk, '0', '21')
     if #h < 22 then
+      if not gone then gone = {} end
       gone[#gone + 1] = id
       wake = wake + inflight_free(gp, ck, id)
     end
@@ -875,7 +876,7 @@ local function pump_queue(index, uk, m, chan, tk, qk, dk, pk, ck, jp, share)
   end
   if #ready > 0 then redis.call('LPUSH', qk, unpack(ready)) end
   if nready + wake > 0 then redis.call(pub, chan, nready + wake) end
-  usage_expired(uk, jp, gone)
+  if gone then usage_expired(uk, jp, gone) end
   if retried + died > 0 then
     expired[#expired + 1] = m
     expired[#expired + 1] = retried
