@@ -187,8 +187,8 @@ func (e *Engine) ReconcileOnce(ctx context.Context) (ReconcileStats, error) {
 		}
 		st.Namespaces = n
 	}
-	if st.Corrected > 0 || st.Namespaces > 0 {
-		e.log.WithField("queues", st.Corrected).WithField("jobs", st.Jobs).WithField("bytes", st.Bytes).Debug("usage: counts corrected")
+	if st.Corrected > 0 || st.Namespaces > 0 || st.Expired > 0 {
+		e.log.WithField("queues", st.Corrected).WithField("expired", st.Expired).WithField("jobs", st.Jobs).WithField("bytes", st.Bytes).Debug("usage: counts corrected")
 	}
 	return st, nil
 }

@@ -71,7 +71,7 @@ type ledgerRound struct {
 	off     int64  // lists: offset from the left
 	lastLen int64  // lists: the length the previous chunk saw (-1: none)
 	min     string // sorted sets: the lowest score still to read
-	member  string // sorted sets: the last member read at that score
+	skip    int64  // sorted sets: the members of that score read already
 	start   time.Time
 	horizon time.Duration
 }
@@ -159,7 +159,7 @@ func (e *Engine) ledgerChunk(ctx context.Context, p *ledgerRound, most int) (int
 	if p.s == 2 || p.s == 3 {
 		cur = p.min
 	}
-	v, err := e.run(ctx, ledgerRecordScript, keys, p.s, cur, p.member, p.lastLen, most,
+	v, err := e.run(ctx, ledgerRecordScript, keys, p.s, cur, p.skip, p.lastLen, most,
 		p.horizon.Milliseconds(), ledgerGrace.Milliseconds()).Slice()
 	if err != nil {
 		return 0, fmt.Errorf("reconcile pool %s: %w", e.pool, err)
@@ -170,14 +170,14 @@ func (e *Engine) ledgerChunk(ctx context.Context, p *ledgerRound, most int) (int
 	read, _ := v[0].(int64)
 	done, _ := v[1].(int64)
 	next, _ := v[2].(string)
-	member, _ := v[3].(string)
+	skip, _ := v[3].(int64)
 	length, _ := v[4].(int64)
 	if done == 1 {
-		p.s, p.off, p.lastLen, p.min, p.member = p.s+1, 0, -1, "-inf", ""
+		p.s, p.off, p.lastLen, p.min, p.skip = p.s+1, 0, -1, "-inf", 0
 		return int(read), nil
 	}
 	if p.s == 2 || p.s == 3 {
-		p.min, p.member = next, member
+		p.min, p.skip = next, skip
 	} else {
 		p.off, _ = strconv.ParseInt(next, 10, 64)
 		p.lastLen = length
@@ -246,22 +246,23 @@ func ledgerKey(jobPrefix string) string { return "g" + jobPrefix[1:] + "e" }
 // out within the horizon, with its witness (reconcile_ledger.go). Lists
 // are read from the left, from an offset moved on by what they grew since
 // the previous chunk (pushes are at the left: an entry may be read twice,
-// never skipped for a push); sorted sets by score, from the last one read.
+// never skipped for a push); sorted sets by score, from the last one read
+// (past the members of that score read already).
 //
 //	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] timer   KEYS[4] dead letter
 //	KEYS[5] job key prefix   KEYS[6] the expiry ledger
 //	ARGV[1] structure (1..4)   ARGV[2] cursor: a list's offset, or a sorted
-//	set's lowest score to read ('-inf', a score)   ARGV[3] the last member
-//	read at that score ('' none)   ARGV[4] the list's length at the previous
+//	set's lowest score to read ('-inf', a score)   ARGV[3] the members of
+//	that score read already   ARGV[4] the list's length at the previous
 //	chunk (-1 at the first)   ARGV[5] most entries   ARGV[6] horizon (ms)   ARGV[7] grace (ms)
 //
 // Returns {entries read, 1 when the structure was read to its end,
-// the next cursor, its member, the list's length}.
+// the next cursor, the members of its score read, the list's length}.
 var ledgerRecordScript = script(`
 local s, n = tonumber(ARGV[1]), tonumber(ARGV[5])
 local jp, lk = KEYS[5], KEYS[6]
 local hz, grace = tonumber(ARGV[6]), tonumber(ARGV[7])
-local ids, read, done, nxt, member, len = {}, 0, 0, '', '', 0
+local ids, read, done, nxt, skip, len = {}, 0, 0, '', 0, 0
 if s == 1 or s == 4 then
   len = redis.call('LLEN', KEYS[s])
   local off, last = tonumber(ARGV[2]), tonumber(ARGV[4])
@@ -271,23 +272,16 @@ if s == 1 or s == 4 then
   read, nxt = #es, tostring(off + #es)
   if #es < n then done = 1 end
 else
-  local ms = redis.call('ZRANGEBYSCORE', KEYS[s], ARGV[2], '+inf', 'WITHSCORES', 'LIMIT', 0, n)
-  nxt, member = ARGV[2], ARGV[3]
+  skip = tonumber(ARGV[3])
+  local ms = redis.call('ZRANGEBYSCORE', KEYS[s], ARGV[2], '+inf', 'WITHSCORES', 'LIMIT', skip, n)
+  nxt = ARGV[2]
   for i = 1, #ms, 2 do
     local m, sc = ms[i], ms[i + 1]
-    -- Members of one score come in order: skip those read before.
-    if not (ARGV[3] ~= '' and sc == ARGV[2] and m <= ARGV[3]) then
-      if s == 3 then ids[#ids + 1] = m else ids[#ids + 1] = eid(m) end
-    end
-    nxt, member = sc, m
+    if s == 3 then ids[#ids + 1] = m else ids[#ids + 1] = eid(m) end
+    if sc == nxt then skip = skip + 1 else nxt, skip = sc, 1 end
   end
   read = #ms / 2
-  if read < n then
-    done = 1
-  elseif #ids == 0 then
-    -- A whole chunk of one score read before: past it.
-    nxt, member = '(' .. ARGV[2], ''
-  end
+  if read < n then done = 1 end
 end
 for _, id in ipairs(ids) do
   if id ~= '' then
@@ -310,7 +304,7 @@ for _, id in ipairs(ids) do
     end
   end
 end
-return {read, done, nxt, member, len}
+return {read, done, nxt, skip, len}
 `)
 
 // ledgerSweepScript looks at up to ARGV[2] records of a queue's expiry

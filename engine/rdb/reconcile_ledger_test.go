@@ -287,3 +287,85 @@ func testRecountGroups(t *testing.T, client redis.UniversalClient) {
 		t.Fatalf("chunked pass of a grouped queue %+v: counted %+v, Redis holds %+v", st, queueUsage(t, client, ns, q), want)
 	}
 }
+
+// TestLedgerSweepAndPump: of the jobs recorded in a queue's expiry ledger,
+// the sweep takes off only the one that expired out of the timer (one job
+// and its recorded bytes); one deleted by ID and one ACKed (their
+// witnesses went with them) are dropped uncounted; one that expired in
+// flight is left to the pump, which takes it off with its recorded bytes
+// and its record.
+func TestLedgerSweepAndPump(t *testing.T) { onTopologies(t, testLedgerSweepAndPump) }
+
+func testLedgerSweepAndPump(t *testing.T, client redis.UniversalClient) {
+	ctx := bg
+	clock := &frozenClock{t: time.Now()}
+	e, err := New(ctx, client, Options{Now: clock.Now, NoAutoPipeline: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns, q = "lt", "q"
+	var ids []string
+	for i := 0; i < 5; i++ {
+		r := pubReq(ns, q, 100*(i+1))
+		r.TTL = time.Hour
+		id, err := e.Publish(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	// The three oldest in flight (A, B, C), two waiting (D, E).
+	jobs, err := e.Consume(ctx, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, TTR: time.Second, Count: 3})
+	if err != nil || len(jobs) != 3 || jobs[0].ID != ids[0] {
+		t.Fatal(jobs, err)
+	}
+	round := &ledgerRound{q: [2]string{ns, q}, s: 1, lastLen: -1, min: "-inf", horizon: 2 * time.Hour}
+	for round.s <= 4 {
+		if _, err := e.ledgerChunk(ctx, round, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lk := ledgerKey(jobKeyPrefix(ns, q))
+	if n := client.ZCard(ctx, lk).Val(); n != 5 {
+		t.Fatalf("%d records, want 5", n)
+	}
+	if err := e.Ack(ctx, ns, q, jobs[0].ID, jobs[0].Receipt); err != nil { // A
+		t.Fatal(err)
+	}
+	if err := e.Delete(ctx, ns, q, ids[4]); err != nil { // E
+		t.Fatal(err)
+	}
+	// B and D expire (their keys go; their witnesses stay, as at expiry).
+	vanish(t, client, jobKey(ns, q, ids[1]), jobKey(ns, q, ids[3]))
+	before := queueUsage(t, client, ns, q)
+	e.ten.reconMu.Lock()
+	e.ten.recon.ledger = ledgerState{ledgers: map[[2]string]bool{{ns, q}: true}, sweepOff: map[[2]string]int64{}}
+	var st ReconcileStats
+	_, err = e.ledgerSweepStep(ctx, 100, &st, map[int]bool{})
+	e.ten.reconMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dLen := int64(22 + 400)
+	if st.Expired != 1 || st.Bytes != -dLen {
+		t.Fatalf("sweep %+v, want D taken off (1 job, %d bytes)", st, dLen)
+	}
+	if got := client.ZRange(ctx, lk, 0, -1).Val(); len(got) != 2 {
+		t.Fatalf("records left %v, want B (the pump's) and C", got)
+	}
+	if u := queueUsage(t, client, ns, q); u.Jobs != before.Jobs-1 || u.Bytes != before.Bytes-dLen {
+		t.Fatalf("usage %+v after the sweep, was %+v", u, before)
+	}
+	// The TTRs run out: the pump takes B off, with its recorded bytes, and
+	// makes C ready again.
+	clock.Add(2 * time.Second)
+	if _, err := e.PumpOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := client.ZRange(ctx, lk, 0, -1).Val(); len(got) != 1 || got[0] != ids[2] {
+		t.Fatalf("records left %v, want C", got)
+	}
+	if u, want := queueUsage(t, client, ns, q), truthQueue(t, client, ns, q); u != want || want.Jobs != 1 {
+		t.Fatalf("usage %+v after the pump, Redis holds %+v", u, want)
+	}
+}
