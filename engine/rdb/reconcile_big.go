@@ -36,7 +36,9 @@ import (
 // So a pass applies what an atomic recount would have, or nothing; a pass
 // given up (the queue changed) is tried again when the big queues come
 // round. A queue that never holds still for a pass (about its size over
-// reconcileBigEntries seconds) keeps the scripts' counts, as before.
+// reconcileBigEntries seconds) keeps the scripts' counts, whose expiries
+// the expiry ledger takes off one by one (reconcile_ledger.go). A queue
+// with groups is not recounted in chunks: its groups' lists are not read.
 
 const (
 	// reconcileBigChunk is the most entries one recountPartScript call
