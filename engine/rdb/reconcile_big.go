@@ -36,7 +36,9 @@ import (
 // So a pass applies what an atomic recount would have, or nothing; a pass
 // given up (the queue changed) is tried again when the big queues come
 // round. A queue that never holds still for a pass (about its size over
-// reconcileBigEntries seconds) keeps the scripts' counts, as before.
+// reconcileBigEntries seconds) keeps the scripts' counts, whose expiries
+// the expiry ledger takes off one by one (reconcile_ledger.go). A queue
+// with groups is not recounted in chunks: its groups' lists are not read.
 
 const (
 	// reconcileBigChunk is the most entries one recountPartScript call
@@ -65,10 +67,10 @@ const (
 type bigPass struct {
 	q      [2]string
 	conn   *redis.Conn
-	s      int   // structure read next, 0..3 (ready, priority, timer, dead)
+	s      int   // structure read next, 0..4 (ready, priority, timer, dead, expiry ledger)
 	off    int64 // offset in it
 	chunks int
-	seen   [6]int64 // the four lengths and the count (jobs, bytes) at the first chunk
+	seen   [7]int64 // the five lengths and the count (jobs, bytes) at the first chunk
 	jobs   int64
 	bytes  int64
 }
@@ -156,7 +158,8 @@ func (e *Engine) openPass(ctx context.Context, q [2]string) error {
 		return nil
 	}
 	p := &bigPass{q: q, conn: c.Conn()}
-	if err := p.conn.Do(ctx, "watch", qn.ready, qn.prio, qn.timer, qn.dead).Err(); err != nil {
+	// The config too: a grouped push counts its entry there (gn).
+	if err := p.conn.Do(ctx, "watch", qn.ready, qn.prio, qn.timer, qn.dead, qn.config, ledgerKey(qn.jobPrefix)).Err(); err != nil {
 		_ = p.conn.Close()
 		return fmt.Errorf("reconcile pool %s: %w", e.pool, err)
 	}
@@ -168,7 +171,7 @@ func (e *Engine) openPass(ctx context.Context, q [2]string) error {
 // structure was read to its end.
 func (e *Engine) passChunk(ctx context.Context, p *bigPass, most int) (done bool, read int, err error) {
 	qn := e.names.get([3]string{p.q[0], p.q[1]})
-	keys := []string{qn.ready, qn.prio, qn.timer, qn.dead, qn.jobPrefix, qn.usage}
+	keys := []string{qn.ready, qn.prio, qn.timer, qn.dead, qn.jobPrefix, qn.usage, qn.config, ledgerKey(qn.jobPrefix)}
 	v, err := recountPartScript.EvalSha(ctx, p.conn, keys, p.s+1, p.off, most).Int64Slice()
 	if err != nil {
 		if strings.Contains(err.Error(), "NOSCRIPT") {
@@ -176,11 +179,15 @@ func (e *Engine) passChunk(ctx context.Context, p *bigPass, most int) (done bool
 		}
 		return false, 0, fmt.Errorf("reconcile pool %s: %w", e.pool, err)
 	}
-	if len(v) != 9 {
+	if len(v) != 11 {
 		return false, 0, fmt.Errorf("reconcile pool %s: unexpected reply %v", e.pool, v)
 	}
-	var seen [6]int64
-	copy(seen[:], v[3:])
+	var seen [7]int64
+	copy(seen[:], v[3:10])
+	if v[10] == 1 {
+		// A queue with groups: their lists are not read in chunks.
+		return false, int(v[0]), errBigGone
+	}
 	if p.chunks == 0 {
 		p.seen = seen
 	} else if seen != p.seen {
@@ -190,10 +197,10 @@ func (e *Engine) passChunk(ctx context.Context, p *bigPass, most int) (done bool
 	p.jobs += v[1]
 	p.bytes += v[2]
 	p.off += v[0]
-	for p.s < 4 && p.off >= p.seen[p.s] {
+	for p.s < 5 && p.off >= p.seen[p.s] {
 		p.s, p.off = p.s+1, 0
 	}
-	return p.s == 4, int(v[0]), nil
+	return p.s == 5, int(v[0]), nil
 }
 
 // applyPass applies a finished pass's sum in the MULTI/EXEC of its WATCH.
@@ -201,7 +208,7 @@ func (e *Engine) applyPass(ctx context.Context, p *bigPass) ([]int64, error) {
 	qn := e.names.get([3]string{p.q[0], p.q[1]})
 	var cmd *redis.Cmd
 	_, err := p.conn.TxPipelined(ctx, func(tx redis.Pipeliner) error {
-		cmd = recountApplyScript.EvalSha(ctx, tx, []string{qn.jobPrefix, qn.usage}, p.seen[4], p.seen[5], p.jobs, p.bytes)
+		cmd = recountApplyScript.EvalSha(ctx, tx, []string{qn.jobPrefix, qn.usage}, p.seen[5], p.seen[6], p.jobs, p.bytes)
 		return nil
 	})
 	if err != nil {
