@@ -98,6 +98,9 @@ type reconciler struct {
 	bigAt   map[[2]string]time.Time // when each big queue's pass last applied
 	// bigBudget, when set (tests), replaces reconcileBigEntries.
 	bigBudget int
+	// gate lets the periodic steps skip their reads while no key was
+	// removed by Redis itself (reconcile_gate.go).
+	gate reconGate
 }
 
 // ReconcileStats says what one reconcile step did.
@@ -136,6 +139,7 @@ func (e *Engine) ReconcileOnce(ctx context.Context) (ReconcileStats, error) {
 			listed[q] = true
 		}
 		e.keepBig(listed)
+		r.gate.listed(listed)
 	}
 	spent := 0
 	groups := map[int]bool{} // the groups of the queues recounted
@@ -158,6 +162,7 @@ func (e *Engine) ReconcileOnce(ctx context.Context) (ReconcileStats, error) {
 			}
 			spent += int(x[1])
 			st.Queues++
+			r.gate.recounted(chunk[i])
 			if x[2] != 0 || x[3] != 0 {
 				st.Corrected++
 				st.Jobs += x[2]
@@ -181,6 +186,7 @@ func (e *Engine) ReconcileOnce(ctx context.Context) (ReconcileStats, error) {
 		}
 		st.Namespaces = n
 	}
+	r.gate.finish()
 	if st.Corrected > 0 || st.Namespaces > 0 {
 		e.log.WithField("queues", st.Corrected).WithField("jobs", st.Jobs).WithField("bytes", st.Bytes).Debug("usage: counts corrected")
 	}
