@@ -39,6 +39,8 @@ type reconGate struct {
 	cleanAt time.Time
 	// walk is the walk under way, nil when none.
 	walk *reconWalk
+	// told: the INFO could not be read, and the log said so once.
+	told bool
 }
 
 // reconWalk is a walk under way: it began at begin, with signature sig,
@@ -104,13 +106,20 @@ func (e *Engine) reconcileStep(ctx context.Context) (bool, error) {
 	case err != nil || sig == "":
 		// Unknown: read as before; a walk under way stays valid (its
 		// signature is its beginning's).
+		if err != nil && !g.told {
+			g.told = true
+			e.log.WithError(err).Info("usage: the reconciler cannot read INFO; its steps read the queues every second")
+		}
 	case sig == g.clean && now.Sub(g.cleanAt) < reconcileForce:
 		e.ten.reconMu.Unlock()
 		return false, nil
 	case g.walk == nil:
 		// A walk begins: the queues are listed after the signature was
-		// read, so every queue that holds jobs now is in the listing.
+		// read, so every queue that holds jobs now is in the listing. The
+		// last walk's signature no longer vouches for the counts (a
+		// CONFIG RESETSTAT could bring it back).
 		g.walk = &reconWalk{sig: sig, begin: now}
+		g.clean = ""
 		e.ten.recon.queues = nil
 	}
 	e.ten.reconMu.Unlock()
