@@ -186,7 +186,9 @@ func (e *Engine) ReconcileOnce(ctx context.Context) (ReconcileStats, error) {
 		}
 		st.Namespaces = n
 	}
-	r.gate.finish()
+	if r.gate.finish() {
+		e.closePass()
+	}
 	if st.Corrected > 0 || st.Namespaces > 0 {
 		e.log.WithField("queues", st.Corrected).WithField("jobs", st.Jobs).WithField("bytes", st.Bytes).Debug("usage: counts corrected")
 	}

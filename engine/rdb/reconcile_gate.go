@@ -88,11 +88,15 @@ func (g *reconGate) applied(q [2]string, opened time.Time) {
 	}
 }
 
-// finish ends the walk once it has recounted every queue.
-func (g *reconGate) finish() {
+// finish ends the walk once it has recounted every queue, and reports
+// whether it did: a chunked pass opened since is not needed (the steps
+// that follow read nothing) and must not hold its connection meanwhile.
+func (g *reconGate) finish() bool {
 	if w := g.walk; w != nil && w.pending != nil && len(w.pending) == 0 {
 		g.clean, g.cleanAt, g.walk = w.sig, w.begin, nil
+		return true
 	}
+	return false
 }
 
 // reconcileStep is the periodic reconciler's step: ReconcileOnce, unless
