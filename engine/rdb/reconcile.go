@@ -100,6 +100,9 @@ type reconciler struct {
 	ledger ledgerState
 	// bigBudget, when set (tests), replaces reconcileBigEntries.
 	bigBudget int
+	// gate lets the periodic steps skip their reads while no key was
+	// removed by Redis itself (reconcile_gate.go).
+	gate reconGate
 }
 
 // ReconcileStats says what one reconcile step did.
@@ -139,6 +142,7 @@ func (e *Engine) ReconcileOnce(ctx context.Context) (ReconcileStats, error) {
 			listed[q] = true
 		}
 		e.keepBig(listed)
+		r.gate.listed(listed)
 	}
 	spent := 0
 	groups := map[int]bool{} // the groups of the queues recounted
@@ -161,6 +165,7 @@ func (e *Engine) ReconcileOnce(ctx context.Context) (ReconcileStats, error) {
 			}
 			spent += int(x[1])
 			st.Queues++
+			r.gate.recounted(chunk[i])
 			if x[2] != 0 || x[3] != 0 {
 				st.Corrected++
 				st.Jobs += x[2]
@@ -186,6 +191,9 @@ func (e *Engine) ReconcileOnce(ctx context.Context) (ReconcileStats, error) {
 			return st, err
 		}
 		st.Namespaces = n
+	}
+	if r.gate.finish() {
+		e.closePass()
 	}
 	if st.Corrected > 0 || st.Namespaces > 0 || st.Expired > 0 {
 		e.log.WithField("queues", st.Corrected).WithField("expired", st.Expired).WithField("jobs", st.Jobs).WithField("bytes", st.Bytes).Debug("usage: counts corrected")

@@ -66,6 +66,7 @@ const (
 // what the chunks found.
 type bigPass struct {
 	q      [2]string
+	opened time.Time // when its WATCH was set (reconGate.applied)
 	conn   *redis.Conn
 	s      int   // structure read next, 0..4 (ready, priority, timer, dead, expiry ledger)
 	off    int64 // offset in it
@@ -113,6 +114,7 @@ func (e *Engine) bigStep(ctx context.Context, budget int, since time.Time, st *R
 					r.bigAt = map[[2]string]time.Time{}
 				}
 				r.bigAt[r.pass.q] = time.Now()
+				r.gate.applied(r.pass.q, r.pass.opened)
 				if res[1] != 0 || res[2] != 0 {
 					st.Corrected++
 					st.Jobs += res[1]
@@ -157,7 +159,7 @@ func (e *Engine) openPass(ctx context.Context, q [2]string) error {
 	default:
 		return nil
 	}
-	p := &bigPass{q: q, conn: c.Conn()}
+	p := &bigPass{q: q, opened: time.Now(), conn: c.Conn()}
 	// The config too: a grouped push counts its entry there (gn).
 	if err := p.conn.Do(ctx, "watch", qn.ready, qn.prio, qn.timer, qn.dead, qn.config, ledgerKey(qn.jobPrefix)).Err(); err != nil {
 		_ = p.conn.Close()

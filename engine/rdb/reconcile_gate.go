@@ -1,0 +1,196 @@
+package rdb
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The reconciler's gate (doc/design.md "Usage and quotas"). The scripts
+// keep the usage counts exact in the same step as the jobs; only Redis
+// removing a key by itself — a job whose TTL ran out, or an eviction —
+// makes them drift (reconcile.go). Redis counts those removals
+// (expired_keys and evicted_keys of INFO stats, per process: run_id), so
+// the periodic reconciler reads its queues only when they moved: once a
+// walk that began with a signature S of those counters has recounted
+// every queue (each recounted whole, or by a chunked pass opened after
+// the walk began), the counts are exact as of S, and they stay exact for
+// as long as the signature is S. Steps that find S skip their reads: a
+// pool of big queues whose jobs do not expire (a benchmark's leftovers
+// read 10,000 entries a second, a few milliseconds of Redis at a time,
+// under every consume) costs one INFO a second instead. Every
+// reconcileForce a walk runs anyway, for what Redis does not count (a
+// key deleted by hand); on a pool whose keys expire all the time, every
+// step reads, as before.
+
+// reconcileForce is the longest the gate keeps the reconciler idle.
+const reconcileForce = 10 * time.Minute
+
+// reconGate is the gate's state, under reconMu.
+type reconGate struct {
+	// clean is the signature of the last walk that recounted every
+	// queue, and cleanAt when it began; "" before the first.
+	clean   string
+	cleanAt time.Time
+	// walk is the walk under way, nil when none.
+	walk *reconWalk
+	// told: the INFO could not be read, and the log said so once.
+	told bool
+}
+
+// reconWalk is a walk under way: it began at begin, with signature sig,
+// and pending holds the queues it has still to recount (nil until the
+// first listing after begin).
+type reconWalk struct {
+	sig     string
+	begin   time.Time
+	pending map[[2]string]bool
+}
+
+// listed records a fresh listing of the pool's queues: the walk's queues
+// at its first, and a queue no longer listed has nothing to recount.
+func (g *reconGate) listed(listed map[[2]string]bool) {
+	w := g.walk
+	if w == nil {
+		return
+	}
+	if w.pending == nil {
+		w.pending = make(map[[2]string]bool, len(listed))
+		for q := range listed {
+			w.pending[q] = true
+		}
+		return
+	}
+	for q := range w.pending {
+		if !listed[q] {
+			delete(w.pending, q)
+		}
+	}
+}
+
+// recounted records that q was recounted whole (recountScript) now.
+func (g *reconGate) recounted(q [2]string) {
+	if w := g.walk; w != nil && w.pending != nil {
+		delete(w.pending, q)
+	}
+}
+
+// applied records a chunked pass over q, opened at opened, that applied:
+// it counts for the walk only if opened after the walk began.
+func (g *reconGate) applied(q [2]string, opened time.Time) {
+	if w := g.walk; w != nil && w.pending != nil && !opened.Before(w.begin) {
+		delete(w.pending, q)
+	}
+}
+
+// finish ends the walk once it has recounted every queue, and reports
+// whether it did: a chunked pass opened since is not needed (the steps
+// that follow read nothing) and must not hold its connection meanwhile.
+func (g *reconGate) finish() bool {
+	if w := g.walk; w != nil && w.pending != nil && len(w.pending) == 0 {
+		g.clean, g.cleanAt, g.walk = w.sig, w.begin, nil
+		return true
+	}
+	return false
+}
+
+// reconcileStep is the periodic reconciler's step: ReconcileOnce, unless
+// the gate says the counts are exact. It returns whether it ran.
+func (e *Engine) reconcileStep(ctx context.Context) (bool, error) {
+	sig, err := e.removalSig(ctx)
+	e.ten.reconMu.Lock()
+	g := &e.ten.recon.gate
+	now := time.Now()
+	switch {
+	case err != nil || sig == "":
+		// Unknown: read as before; a walk under way stays valid (its
+		// signature is its beginning's).
+		if err != nil && !g.told {
+			g.told = true
+			e.log.WithError(err).Info("usage: the reconciler cannot read INFO; its steps read the queues every second")
+		}
+	case sig == g.clean && now.Sub(g.cleanAt) < reconcileForce:
+		e.ten.reconMu.Unlock()
+		return false, nil
+	case g.walk == nil:
+		// A walk begins: the queues are listed after the signature was
+		// read, so every queue that holds jobs now is in the listing. The
+		// last walk's signature no longer vouches for the counts (a
+		// CONFIG RESETSTAT could bring it back).
+		g.walk = &reconWalk{sig: sig, begin: now}
+		g.clean = ""
+		e.ten.recon.queues = nil
+	}
+	e.ten.reconMu.Unlock()
+	_, rerr := e.ReconcileOnce(ctx)
+	return true, rerr
+}
+
+// removalSig returns the pool's count of keys Redis removed by itself
+// (expired or evicted), with the process that counted them, on every
+// master of a cluster: "" when the pool is neither a Redis nor a cluster
+// client.
+func (e *Engine) removalSig(ctx context.Context) (string, error) {
+	switch c := e.rdb.(type) {
+	case *redis.Client:
+		return nodeRemovals(ctx, c)
+	case *redis.ClusterClient:
+		var mu sync.Mutex
+		var parts []string
+		err := c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			s, err := nodeRemovals(ctx, n)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			parts = append(parts, s)
+			mu.Unlock()
+			return nil
+		})
+		if err != nil {
+			return "", err
+		}
+		slices.Sort(parts)
+		return strings.Join(parts, ";"), nil
+	}
+	return "", nil
+}
+
+// nodeRemovals returns "run_id:expired_keys:evicted_keys" of one Redis.
+func nodeRemovals(ctx context.Context, c *redis.Client) (string, error) {
+	var server, stats *redis.StringCmd
+	if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		server, stats = p.Info(ctx, "server"), p.Info(ctx, "stats")
+		return nil
+	}); err != nil {
+		return "", fmt.Errorf("reconcile: read INFO: %w", err)
+	}
+	f := infoFields(server.Val()+stats.Val(), "run_id", "expired_keys", "evicted_keys")
+	for i, v := range f {
+		if v == "" {
+			return "", fmt.Errorf("reconcile: INFO has no %s", [...]string{"run_id", "expired_keys", "evicted_keys"}[i])
+		}
+	}
+	return f[0] + ":" + f[1] + ":" + f[2], nil
+}
+
+// infoFields returns the values of the named fields of an INFO reply, ""
+// for a field it lacks.
+func infoFields(info string, names ...string) []string {
+	out := make([]string, len(names))
+	for line := range strings.SplitSeq(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		if i := slices.Index(names, k); i >= 0 {
+			out[i] = v
+		}
+	}
+	return out
+}
