@@ -192,7 +192,7 @@ func (e *Engine) ReconcileOnce(ctx context.Context) (ReconcileStats, error) {
 		}
 		st.Namespaces = n
 	}
-	if r.gate.finish() {
+	if r.gate.finish(&r.ledger) {
 		e.closePass()
 	}
 	if st.Corrected > 0 || st.Namespaces > 0 || st.Expired > 0 {

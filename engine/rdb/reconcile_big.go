@@ -114,7 +114,7 @@ func (e *Engine) bigStep(ctx context.Context, budget int, since time.Time, st *R
 					r.bigAt = map[[2]string]time.Time{}
 				}
 				r.bigAt[r.pass.q] = time.Now()
-				r.gate.applied(r.pass.q, r.pass.opened)
+				r.gate.passed(r.pass.q, r.pass.opened)
 				if res[1] != 0 || res[2] != 0 {
 					st.Corrected++
 					st.Jobs += res[1]
@@ -132,6 +132,7 @@ func (e *Engine) bigStep(ctx context.Context, budget int, since time.Time, st *R
 			}
 			// As if it had applied reconcileBigRetry before the usual wait ends.
 			r.bigAt[r.pass.q] = time.Now().Add(reconcileBigRetry - reconcileBigAgain)
+			r.gate.passed(r.pass.q, r.pass.opened)
 		}
 		if err != nil || done {
 			e.closePass()

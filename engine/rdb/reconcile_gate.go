@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -41,6 +42,8 @@ type reconGate struct {
 	walk *reconWalk
 	// told: the INFO could not be read, and the log said so once.
 	told bool
+	// grown is when an idle step last read the usage counts (idleRounds).
+	grown time.Time
 }
 
 // reconWalk is a walk under way: it began at begin, with signature sig,
@@ -80,19 +83,27 @@ func (g *reconGate) recounted(q [2]string) {
 	}
 }
 
-// applied records a chunked pass over q, opened at opened, that applied:
-// it counts for the walk only if opened after the walk began.
-func (g *reconGate) applied(q [2]string, opened time.Time) {
+// passed records a chunked pass over q, opened at opened, that applied,
+// or was given up because q changed under it: it counts for the walk only
+// if opened after the walk began. A big queue that never holds still for
+// a pass cannot be recounted; the scripts' counts and its expiry ledger
+// (reconcile_ledger.go), swept since the walk began (finish), are what
+// the walk vouches for — else one churning queue would keep every step
+// reading.
+func (g *reconGate) passed(q [2]string, opened time.Time) {
 	if w := g.walk; w != nil && w.pending != nil && !opened.Before(w.begin) {
 		delete(w.pending, q)
 	}
 }
 
-// finish ends the walk once it has recounted every queue, and reports
-// whether it did: a chunked pass opened since is not needed (the steps
-// that follow read nothing) and must not hold its connection meanwhile.
-func (g *reconGate) finish() bool {
-	if w := g.walk; w != nil && w.pending != nil && len(w.pending) == 0 {
+// finish ends the walk once it has recounted every queue and the expiry
+// ledgers were swept to their ends since it began (a pass counts a job
+// that expired uncounted as live until the sweep takes it off), and
+// reports whether it did: a chunked pass opened since is not needed (the
+// steps that follow read nothing) and must not hold its connection
+// meanwhile.
+func (g *reconGate) finish(l *ledgerState) bool {
+	if w := g.walk; w != nil && w.pending != nil && len(w.pending) == 0 && l.sweptSince(w.begin) {
 		g.clean, g.cleanAt, g.walk = w.sig, w.begin, nil
 		return true
 	}
@@ -100,7 +111,8 @@ func (g *reconGate) finish() bool {
 }
 
 // reconcileStep is the periodic reconciler's step: ReconcileOnce, unless
-// the gate says the counts are exact. It returns whether it ran.
+// the gate says the counts are exact. It returns whether it ran. Idle
+// steps still run the expiry ledgers' rounds (idleRounds).
 func (e *Engine) reconcileStep(ctx context.Context) (bool, error) {
 	sig, err := e.removalSig(ctx)
 	e.ten.reconMu.Lock()
@@ -115,8 +127,8 @@ func (e *Engine) reconcileStep(ctx context.Context) (bool, error) {
 			e.log.WithError(err).Info("usage: the reconciler cannot read INFO; its steps read the queues every second")
 		}
 	case sig == g.clean && now.Sub(g.cleanAt) < reconcileForce:
-		e.ten.reconMu.Unlock()
-		return false, nil
+		defer e.ten.reconMu.Unlock()
+		return false, e.idleRounds(ctx, now)
 	case g.walk == nil:
 		// A walk begins: the queues are listed after the signature was
 		// read, so every queue that holds jobs now is in the listing. The
@@ -129,6 +141,39 @@ func (e *Engine) reconcileStep(ctx context.Context) (bool, error) {
 	e.ten.reconMu.Unlock()
 	_, rerr := e.ReconcileOnce(ctx)
 	return true, rerr
+}
+
+// idleRounds is what a step the gate keeps idle reads: the expiry
+// ledgers' rounds, bounded as in every step (a round records a job before
+// it expires; behind the gate it would start only after the first
+// expiry), and every reconcileRefresh the usage counts, to find the
+// queues that grew past reconcileMax jobs since the last walk (a walk
+// finds them by their recounts). Not the sweep: with no key removed by
+// Redis, no recorded job expired since the walk's sweep. Under reconMu.
+func (e *Engine) idleRounds(ctx context.Context, now time.Time) error {
+	r := &e.ten.recon
+	if now.Sub(r.gate.grown) >= reconcileRefresh {
+		r.gate.grown = now
+		hs := make([]*redis.MapStringStringCmd, slotGroups)
+		if _, err := e.pipelined(ctx, func(p redis.Pipeliner) error {
+			for g := range hs {
+				hs[g] = p.HGetAll(ctx, usageKey(g))
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("reconcile pool %s: %w", e.pool, err)
+		}
+		for _, h := range hs {
+			for f, v := range h.Val() {
+				rest, ok := strings.CutPrefix(f, "j:")
+				ns, q, ok2 := strings.Cut(rest, "/")
+				if n, _ := strconv.ParseInt(v, 10, 64); ok && ok2 && n > reconcileMax && checkNames(ns, q) == nil {
+					r.noteBig([2]string{ns, q})
+				}
+			}
+		}
+	}
+	return e.ledgerRounds(ctx)
 }
 
 // removalSig returns the pool's count of keys Redis removed by itself

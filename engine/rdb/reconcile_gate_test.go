@@ -136,6 +136,24 @@ func testReconcileGate(t *testing.T, client redis.UniversalClient) {
 		t.Fatal("a count made wrong by hand is right again without a walk")
 	}
 
+	// A queue that grows past reconcileMax jobs while the gate is idle,
+	// with jobs that expire within the ledger's horizon: the idle steps
+	// find it by its usage count and record its jobs in its expiry ledger
+	// before any expires, and still read no count.
+	publish("soon", reconcileMax+100, 4*time.Minute)
+	e.ten.reconMu.Lock()
+	e.ten.recon.gate.grown = time.Time{}
+	e.ten.reconMu.Unlock()
+	lk := ledgerKey(jobKeyPrefix(ns, "soon"))
+	for n := 0; client.ZCard(ctx, lk).Val() < reconcileMax+100; n++ {
+		if n == 20 {
+			t.Fatalf("idle steps recorded %d of the soon queue's jobs", client.ZCard(ctx, lk).Val())
+		}
+		if ran, err := e.reconcileStep(ctx); err != nil || ran {
+			t.Fatalf("idle step with the ledger's rounds: ran %v, %v", ran, err)
+		}
+	}
+
 	// A job's TTL runs out: truthQueue's reads make Redis remove its key.
 	deadline := time.Now().Add(10 * time.Second)
 	for truthQueue(t, client, ns, "short").Jobs != 0 {
@@ -163,5 +181,26 @@ func testReconcileGate(t *testing.T, client redis.UniversalClient) {
 	}
 	if !exact("a") {
 		t.Fatalf("after the forced walk, usage %+v, Redis holds %+v", queueUsage(t, client, ns, "a"), truthQueue(t, client, ns, "a"))
+	}
+
+	// A big queue published to between every two steps gives up every
+	// pass: the walk vouches for its scripts' counts and its swept ledger,
+	// and ends (else one churning queue keeps every step reading).
+	e.ten.reconMu.Lock()
+	e.ten.recon.gate.cleanAt = time.Now().Add(-reconcileForce)
+	e.ten.recon.bigAt = nil
+	e.ten.reconMu.Unlock()
+	for n := 0; ; n++ {
+		if n == 20 {
+			t.Fatal("a walk with a churning big queue never ended")
+		}
+		ran, err := e.reconcileStep(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ran {
+			break
+		}
+		publish("big", 1, time.Hour)
 	}
 }

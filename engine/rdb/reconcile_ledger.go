@@ -90,12 +90,34 @@ type ledgerState struct {
 	ledgers  map[[2]string]bool // queues whose ledger may hold records
 	sweepOff map[[2]string]int64
 	sweepQ   [][2]string
+	// sweepFrom is when the sweep round under way began (its ledgers
+	// listed), swept when the last one that looked at every ledger to its
+	// end began (reconGate.finish).
+	sweepFrom, swept time.Time
+}
+
+// sweptSince says whether a sweep round that began at or after t looked
+// at every known ledger to its end (true when there is none).
+func (l *ledgerState) sweptSince(t time.Time) bool {
+	return len(l.ledgers) == 0 || !l.swept.Before(t)
 }
 
 // ledgerStep runs the rounds of the big queues for at most ledgerEntries
 // entries, then the sweep of the known ledgers for at most ledgerSweep
 // records, and adds the corrections to st and their groups to groups.
 func (e *Engine) ledgerStep(ctx context.Context, st *ReconcileStats, groups map[int]bool) error {
+	if err := e.ledgerRounds(ctx); err != nil {
+		return err
+	}
+	_, err := e.ledgerSweepStep(ctx, ledgerSweep, st, groups)
+	return err
+}
+
+// ledgerRounds runs the rounds of the big queues for at most
+// ledgerEntries entries. The gate's idle steps run it too
+// (reconcileStep): a round must meet a job before it expires, and no key
+// removed by Redis says nothing of the jobs about to be.
+func (e *Engine) ledgerRounds(ctx context.Context) error {
 	r := &e.ten.recon
 	l := &r.ledger
 	if l.at == nil {
@@ -136,14 +158,13 @@ func (e *Engine) ledgerStep(ctx context.Context, st *ReconcileStats, groups map[
 			l.round = nil
 		}
 	}
-	_, err := e.ledgerSweepStep(ctx, ledgerSweep, st, groups)
-	return err
+	return nil
 }
 
 // sweepAll sweeps every known ledger to its end once (Reconcile).
 func (e *Engine) sweepAll(ctx context.Context, st *ReconcileStats, groups map[int]bool) error {
 	l := &e.ten.recon.ledger
-	l.sweepQ = nil
+	l.sweepQ, l.sweepFrom = nil, time.Now()
 	for q := range l.ledgers {
 		l.sweepQ = append(l.sweepQ, q)
 		l.sweepOff[q] = 0
@@ -195,6 +216,7 @@ func (e *Engine) ledgerChunk(ctx context.Context, p *ledgerRound, most int) (int
 func (e *Engine) ledgerSweepStep(ctx context.Context, budget int, st *ReconcileStats, groups map[int]bool) (int, error) {
 	l := &e.ten.recon.ledger
 	if len(l.sweepQ) == 0 {
+		l.sweepFrom = time.Now()
 		for q := range l.ledgers {
 			l.sweepQ = append(l.sweepQ, q)
 		}
@@ -223,6 +245,9 @@ func (e *Engine) ledgerSweepStep(ctx context.Context, budget int, st *ReconcileS
 		if v[5] == 1 {
 			l.sweepOff[q] = 0
 			l.sweepQ = l.sweepQ[1:]
+			if len(l.sweepQ) == 0 {
+				l.swept = l.sweepFrom
+			}
 			if v[4] == 0 && !e.isBig(q) {
 				delete(l.ledgers, q) // empty, and no round fills it any more
 				delete(l.sweepOff, q)
