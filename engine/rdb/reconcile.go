@@ -96,8 +96,13 @@ type reconciler struct {
 	bigNext int
 	pass    *bigPass
 	bigAt   map[[2]string]time.Time // when each big queue's pass last applied
+	// The rounds and the sweep of the expiry ledgers (reconcile_ledger.go).
+	ledger ledgerState
 	// bigBudget, when set (tests), replaces reconcileBigEntries.
 	bigBudget int
+	// gate lets the periodic steps skip their reads while no key was
+	// removed by Redis itself (reconcile_gate.go).
+	gate reconGate
 }
 
 // ReconcileStats says what one reconcile step did.
@@ -107,6 +112,7 @@ type ReconcileStats struct {
 	Passes    int   // chunked recounts of big queues finished and applied
 	Aborted   int   // chunked recounts given up because their queue changed meanwhile
 	Corrected int   // queues whose counts were wrong
+	Expired   int64 // jobs the expiry ledgers' sweep found expired uncounted (in Jobs too)
 	Jobs      int64 // the corrections, summed
 	Bytes     int64
 	// Namespaces counts the namespaces' fields set to the sum of their
@@ -136,6 +142,7 @@ func (e *Engine) ReconcileOnce(ctx context.Context) (ReconcileStats, error) {
 			listed[q] = true
 		}
 		e.keepBig(listed)
+		r.gate.listed(listed)
 	}
 	spent := 0
 	groups := map[int]bool{} // the groups of the queues recounted
@@ -158,6 +165,7 @@ func (e *Engine) ReconcileOnce(ctx context.Context) (ReconcileStats, error) {
 			}
 			spent += int(x[1])
 			st.Queues++
+			r.gate.recounted(chunk[i])
 			if x[2] != 0 || x[3] != 0 {
 				st.Corrected++
 				st.Jobs += x[2]
@@ -174,6 +182,9 @@ func (e *Engine) ReconcileOnce(ctx context.Context) (ReconcileStats, error) {
 	if err := e.bigStep(ctx, budget, now.Add(-reconcileBigAgain), &st, groups); err != nil {
 		return st, err
 	}
+	if err := e.ledgerStep(ctx, &st, groups); err != nil {
+		return st, err
+	}
 	if len(groups) > 0 {
 		n, err := e.resum(ctx, groups)
 		if err != nil {
@@ -181,8 +192,11 @@ func (e *Engine) ReconcileOnce(ctx context.Context) (ReconcileStats, error) {
 		}
 		st.Namespaces = n
 	}
-	if st.Corrected > 0 || st.Namespaces > 0 {
-		e.log.WithField("queues", st.Corrected).WithField("jobs", st.Jobs).WithField("bytes", st.Bytes).Debug("usage: counts corrected")
+	if r.gate.finish(&r.ledger) {
+		e.closePass()
+	}
+	if st.Corrected > 0 || st.Namespaces > 0 || st.Expired > 0 {
+		e.log.WithField("queues", st.Corrected).WithField("expired", st.Expired).WithField("jobs", st.Jobs).WithField("bytes", st.Bytes).Debug("usage: counts corrected")
 	}
 	return st, nil
 }
@@ -207,6 +221,7 @@ func (e *Engine) Reconcile(ctx context.Context) (ReconcileStats, error) {
 		all.Passes += st.Passes
 		all.Aborted += st.Aborted
 		all.Corrected += st.Corrected
+		all.Expired += st.Expired
 		all.Jobs += st.Jobs
 		all.Bytes += st.Bytes
 		all.Namespaces += st.Namespaces
@@ -223,6 +238,12 @@ func (e *Engine) Reconcile(ctx context.Context) (ReconcileStats, error) {
 	groups := map[int]bool{}
 	var st ReconcileStats
 	err := e.bigStep(ctx, math.MaxInt32, start, &st, groups)
+	if err == nil && e.ten.recon.ledger.at != nil {
+		// The expiry ledgers to their ends, after the passes: a pass
+		// counts a record whose job expired uncounted as a job still.
+		err = e.sweepAll(ctx, &st, groups)
+	}
+	all.Expired += st.Expired
 	all.Passes += st.Passes
 	all.Aborted += st.Aborted
 	all.Corrected += st.Corrected
@@ -250,7 +271,7 @@ func (e *Engine) recountAll(ctx context.Context, queues [][2]string, most int) (
 	_, err := e.pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, nq := range queues {
 			qn := e.names.get([3]string{nq[0], nq[1]})
-			keys := []string{qn.ready, qn.prio, qn.timer, qn.dead, qn.jobPrefix, qn.usage}
+			keys := []string{qn.ready, qn.prio, qn.timer, qn.dead, qn.jobPrefix, qn.usage, qn.config}
 			cmds[i] = recountScript.EvalSha(ctx, p, keys, most)
 		}
 		return nil

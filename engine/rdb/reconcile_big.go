@@ -36,7 +36,9 @@ import (
 // So a pass applies what an atomic recount would have, or nothing; a pass
 // given up (the queue changed) is tried again when the big queues come
 // round. A queue that never holds still for a pass (about its size over
-// reconcileBigEntries seconds) keeps the scripts' counts, as before.
+// reconcileBigEntries seconds) keeps the scripts' counts, whose expiries
+// the expiry ledger takes off one by one (reconcile_ledger.go). A queue
+// with groups is not recounted in chunks: its groups' lists are not read.
 
 const (
 	// reconcileBigChunk is the most entries one recountPartScript call
@@ -64,11 +66,12 @@ const (
 // what the chunks found.
 type bigPass struct {
 	q      [2]string
+	opened time.Time // when its WATCH was set (reconGate.applied)
 	conn   *redis.Conn
-	s      int   // structure read next, 0..3 (ready, priority, timer, dead)
+	s      int   // structure read next, 0..4 (ready, priority, timer, dead, expiry ledger)
 	off    int64 // offset in it
 	chunks int
-	seen   [6]int64 // the four lengths and the count (jobs, bytes) at the first chunk
+	seen   [7]int64 // the five lengths and the count (jobs, bytes) at the first chunk
 	jobs   int64
 	bytes  int64
 }
@@ -111,6 +114,7 @@ func (e *Engine) bigStep(ctx context.Context, budget int, since time.Time, st *R
 					r.bigAt = map[[2]string]time.Time{}
 				}
 				r.bigAt[r.pass.q] = time.Now()
+				r.gate.passed(r.pass.q, r.pass.opened)
 				if res[1] != 0 || res[2] != 0 {
 					st.Corrected++
 					st.Jobs += res[1]
@@ -128,6 +132,7 @@ func (e *Engine) bigStep(ctx context.Context, budget int, since time.Time, st *R
 			}
 			// As if it had applied reconcileBigRetry before the usual wait ends.
 			r.bigAt[r.pass.q] = time.Now().Add(reconcileBigRetry - reconcileBigAgain)
+			r.gate.passed(r.pass.q, r.pass.opened)
 		}
 		if err != nil || done {
 			e.closePass()
@@ -155,8 +160,9 @@ func (e *Engine) openPass(ctx context.Context, q [2]string) error {
 	default:
 		return nil
 	}
-	p := &bigPass{q: q, conn: c.Conn()}
-	if err := p.conn.Do(ctx, "watch", qn.ready, qn.prio, qn.timer, qn.dead).Err(); err != nil {
+	p := &bigPass{q: q, opened: time.Now(), conn: c.Conn()}
+	// The config too: a grouped push counts its entry there (gn).
+	if err := p.conn.Do(ctx, "watch", qn.ready, qn.prio, qn.timer, qn.dead, qn.config, ledgerKey(qn.jobPrefix)).Err(); err != nil {
 		_ = p.conn.Close()
 		return fmt.Errorf("reconcile pool %s: %w", e.pool, err)
 	}
@@ -168,7 +174,7 @@ func (e *Engine) openPass(ctx context.Context, q [2]string) error {
 // structure was read to its end.
 func (e *Engine) passChunk(ctx context.Context, p *bigPass, most int) (done bool, read int, err error) {
 	qn := e.names.get([3]string{p.q[0], p.q[1]})
-	keys := []string{qn.ready, qn.prio, qn.timer, qn.dead, qn.jobPrefix, qn.usage}
+	keys := []string{qn.ready, qn.prio, qn.timer, qn.dead, qn.jobPrefix, qn.usage, qn.config, ledgerKey(qn.jobPrefix)}
 	v, err := recountPartScript.EvalSha(ctx, p.conn, keys, p.s+1, p.off, most).Int64Slice()
 	if err != nil {
 		if strings.Contains(err.Error(), "NOSCRIPT") {
@@ -176,11 +182,15 @@ func (e *Engine) passChunk(ctx context.Context, p *bigPass, most int) (done bool
 		}
 		return false, 0, fmt.Errorf("reconcile pool %s: %w", e.pool, err)
 	}
-	if len(v) != 9 {
+	if len(v) != 11 {
 		return false, 0, fmt.Errorf("reconcile pool %s: unexpected reply %v", e.pool, v)
 	}
-	var seen [6]int64
-	copy(seen[:], v[3:])
+	var seen [7]int64
+	copy(seen[:], v[3:10])
+	if v[10] == 1 {
+		// A queue with groups: their lists are not read in chunks.
+		return false, int(v[0]), errBigGone
+	}
 	if p.chunks == 0 {
 		p.seen = seen
 	} else if seen != p.seen {
@@ -190,10 +200,10 @@ func (e *Engine) passChunk(ctx context.Context, p *bigPass, most int) (done bool
 	p.jobs += v[1]
 	p.bytes += v[2]
 	p.off += v[0]
-	for p.s < 4 && p.off >= p.seen[p.s] {
+	for p.s < 5 && p.off >= p.seen[p.s] {
 		p.s, p.off = p.s+1, 0
 	}
-	return p.s == 4, int(v[0]), nil
+	return p.s == 5, int(v[0]), nil
 }
 
 // applyPass applies a finished pass's sum in the MULTI/EXEC of its WATCH.
@@ -201,7 +211,7 @@ func (e *Engine) applyPass(ctx context.Context, p *bigPass) ([]int64, error) {
 	qn := e.names.get([3]string{p.q[0], p.q[1]})
 	var cmd *redis.Cmd
 	_, err := p.conn.TxPipelined(ctx, func(tx redis.Pipeliner) error {
-		cmd = recountApplyScript.EvalSha(ctx, tx, []string{qn.jobPrefix, qn.usage}, p.seen[4], p.seen[5], p.jobs, p.bytes)
+		cmd = recountApplyScript.EvalSha(ctx, tx, []string{qn.jobPrefix, qn.usage}, p.seen[5], p.seen[6], p.jobs, p.bytes)
 		return nil
 	})
 	if err != nil {

@@ -350,7 +350,7 @@ for i = 1, n do
   end
 end
 if ARGV[4] ~= '' then
-  if rlen > 0 then redis.call('DEL', KEYS[6]) end
+  if rlen > 0 then redis.call('DEL', KEYS[6], hkey(KEYS[6])) end
   redis.call('ZREM', KEYS[2], ARGV[4])
   -- A replaced job in flight frees its slot (groups_scripts.go).
   inflight_wake(inflight_free(gpfx(jprefix(KEYS[6], ARGV[4])), KEYS[5], ARGV[4]), pub, ARGV[2])
@@ -866,7 +866,7 @@ local function pump_queue(index, uk, m, chan, tk, qk, dk, pk, ck, jp, share)
   local ready = {}
   local nready = 0
   local retried, died = 0, 0
-  local gone = 0
+  local gone = nil -- the IDs of expired jobs, made at the first
   local wake = 0
   local gp = gpfx(jp)
   for n = 1, #ids do
@@ -876,7 +876,8 @@ local function pump_queue(index, uk, m, chan, tk, qk, dk, pk, ck, jp, share)
     -- which was a sixth of a burst's pump CPU.
     local h = redis.call('GETRANGE', jk, '0', '21')
     if #h < 22 then
-      gone = gone + 1
+      if not gone then gone = {} end
+      gone[#gone + 1] = id
       wake = wake + inflight_free(gp, ck, id)
     end
     if #h == 22 then
@@ -924,7 +925,7 @@ local function pump_queue(index, uk, m, chan, tk, qk, dk, pk, ck, jp, share)
   end
   if #ready > 0 then redis.call('LPUSH', qk, unpack(ready)) end
   if nready + wake > 0 then redis.call(pub, chan, nready + wake) end
-  usage_expired(uk, jp, gone)
+  if gone then usage_expired(uk, jp, gone) end
   if retried + died > 0 then
     expired[#expired + 1] = m
     expired[#expired + 1] = retried
@@ -1449,13 +1450,15 @@ var destroyScript = script(`
 local batch = tonumber(ARGV[1])
 local n = 0
 local dj, db = 0, 0
--- A timer entry whose job expired is still one job (recountScript).
+-- A timer entry whose job expired is still one job (recountScript), with
+-- the bytes the expiry ledger recorded (usage_expired).
+local expired = {}
 local function drop(id, timed)
   local jk = KEYS[5] .. id
   local st = redis.call('GETRANGE', jk, 1, 1)
   if st ~= 'x' then
     local l = del_job(jk)
-    if l > 0 then dj, db = dj + 1, db + l elseif timed then dj = dj + 1 end
+    if l > 0 then dj, db = dj + 1, db + l elseif timed then expired[#expired + 1] = id end
   end
 end
 while n < batch do
@@ -1519,6 +1522,7 @@ if n < batch then
   if KEYS[7] then redis.call('HDEL', KEYS[7], 'gn') end
 end
 usage_add(KEYS[6], KEYS[5], -dj, -db)
+usage_expired(KEYS[6], KEYS[5], expired)
 return n
 `)
 
@@ -1537,7 +1541,7 @@ if not id then return false end
 local l = del_job(KEYS[3] .. id)
 local timed = redis.call('ZREM', KEYS[2], id) == 1
 -- A timer entry whose job expired is still one job (recountScript).
-if l > 0 then usage_add(KEYS[4], KEYS[3], -1, -l) elseif timed then usage_expired(KEYS[4], KEYS[3], 1) end
+if l > 0 then usage_add(KEYS[4], KEYS[3], -1, -l) elseif timed then usage_expired(KEYS[4], KEYS[3], {id}) end
 redis.call('DEL', KEYS[1])
 inflight_wake(inflight_free(gpfx(KEYS[3]), KEYS[5], id), ARGV[1], ARGV[2])
 return id
@@ -1660,7 +1664,10 @@ local function zwindow(k, cur, live, timer)
   if #stale > 0 then
     redis.call('ZREM', k, unpack(stale))
     removed = removed + #stale
-    if timer then inflight_wake(inflight_free_many(gpfx(jp), KEYS[7], stale), ARGV[8], ARGV[9]) end
+    if timer then
+      inflight_wake(inflight_free_many(gpfx(jp), KEYS[7], stale), ARGV[8], ARGV[9])
+      usage_expired(KEYS[6], jp, stale)
+    end
   end
   if #ms < win then return 0 end
   return cur + #ms - #stale
@@ -1715,11 +1722,7 @@ else
   again = 0
   if budget > 0 then cur[1] = lwindow(KEYS[1], cur[1], ready_live) end
   if budget > 0 then cur[2] = zwindow(KEYS[2], cur[2], ready_live) end
-  if budget > 0 then
-    local before = removed
-    cur[3] = zwindow(KEYS[3], cur[3], timer_live, true)
-    usage_expired(KEYS[6], jp, removed - before)
-  end
+  if budget > 0 then cur[3] = zwindow(KEYS[3], cur[3], timer_live, true) end
   if budget > 0 then cur[4] = lwindow(KEYS[4], cur[4], dead_live) end
 end
 return {removed, looked, left, cur[1], cur[2], cur[3], cur[4], again}
@@ -1781,5 +1784,5 @@ var allScripts = []*redis.Script{
 	publishScript, publishManyScript, consumeScript, pumpScript, pumpPoolScript, pumpHeadsScript, peekQueueScript, peekJobScript, ackManyScript,
 	releaseScript, touchScript, respawnScript, respawnOneScript, deleteDeadScript,
 	deleteDeadOneScript, listDeadScript, listDeadPageScript, destroyScript, cancelKeyScript, reclaimScript, sizeScript, upgradeQueueScript,
-	queueDetailScript, readyHeadsScript, listJobsScript, importScript, recountScript, recountPartScript, recountApplyScript, resumScript, setLimitsScript, unblockScript, recordInFlightScript, queueGroupsScript,
+	queueDetailScript, readyHeadsScript, listJobsScript, importScript, recountScript, recountPartScript, recountApplyScript, resumScript, ledgerRecordScript, ledgerSweepScript, setLimitsScript, unblockScript, recordInFlightScript, queueGroupsScript,
 }

@@ -248,7 +248,7 @@ func (e *Engine) runTenancy(ctx context.Context) {
 		}
 		e.loadQuotas(ctx)
 		if n%int(reconcileEvery/quotaRefresh) == 0 {
-			if _, err := e.ReconcileOnce(ctx); err != nil && ctx.Err() == nil {
+			if _, err := e.reconcileStep(ctx); err != nil && ctx.Err() == nil {
 				e.log.WithError(err).Warn("usage: reconcile failed; retrying at the next step")
 			}
 		}

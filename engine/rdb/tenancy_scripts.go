@@ -34,12 +34,31 @@ local function usage_add(uk, k, dj, db)
     redis.call('HINCRBY', uk, 'b:' .. m, db)
   end
 end
--- usage_expired counts n jobs of the queue of job key prefix jp gone by
--- expiry, found by their timer entry (no script deletes a job and leaves
--- its timer entry): their bytes are unknown once the key is gone, and
--- left to the reconciler.
-local function usage_expired(uk, jp, n)
-  if n > 0 then usage_add(uk, jp, -n, 0) end
+-- usage_expired counts the jobs ids of the queue of job key prefix jp
+-- gone by expiry, found by their timer entry (no script deletes a job and
+-- leaves its timer entry): one job each, and the bytes the reconciler
+-- recorded for it in the queue's expiry ledger (gpfx(jp)..'e', member ID,
+-- score its length: reconcile_ledger.go), whose record goes with it; the
+-- bytes of a job expired before it was recorded are unknown once its key
+-- is gone, and left to the reconciler's recounts.
+local function usage_expired(uk, jp, ids)
+  if #ids == 0 then return end
+  local lk, db = 'g' .. string.sub(jp, 2) .. 'e', 0
+  if redis.call('EXISTS', lk) == 1 then
+    for _, id in ipairs(ids) do db = db + (tonumber(redis.call('ZSCORE', lk, id)) or 0) end
+    redis.call('ZREM', lk, unpack(ids))
+  end
+  usage_add(uk, jp, -#ids, -db)
+end
+-- ledger_expired says whether the job id of the queue of job key prefix
+-- jp (timer tk), recorded in its expiry ledger, expired with nobody
+-- counting it: its key is gone, it has no timer entry (the pump or the
+-- reclaimer counts those: usage_expired) and its witness — its history
+-- key, which the reconciler made outlive the job and which every script
+-- that deletes a job deletes with it — is still there.
+local function ledger_expired(jp, tk, id)
+  local jk = jp .. id
+  return redis.call('EXISTS', jk) == 0 and not redis.call('ZSCORE', tk, id) and redis.call('EXISTS', hkey(jk)) == 1
 end
 -- usage_of returns the jobs and bytes counted for the queue of job key
 -- prefix jp in the group's usage hash uk.
@@ -84,25 +103,33 @@ end
 
 // recountScript recounts one queue's usage and corrects its fields and
 // its namespace's in the group's usage hash by the difference: the jobs
-// are the distinct IDs of its ready list, priority set, timer and dead
-// letter whose key exists, the bytes their lengths; and a timer entry
-// whose job expired is one job (no bytes) until the pump or the reclaimer
-// meets it and takes it off (usage_expired) — counting it as gone here
-// would take it off twice. It runs as one step,
-// so no script changes the queue between the count and the correction;
-// a queue holding more than ARGV[1] entries is left alone (it would hold
+// are the distinct IDs of its ready list, priority set, timer, dead letter
+// and its groups' ready lists and priority sets (groups_scripts.go) whose
+// key exists, the bytes their lengths; and a timer entry whose job
+// expired is one job (with the bytes its expiry ledger recorded, else
+// none) until the pump or the reclaimer meets it and takes it off
+// (usage_expired) — counting it as gone here would take it off twice.
+// The records of the queue's expiry ledger (reconcile_ledger.go) whose job
+// is gone with no timer entry go, with their witnesses: the count is
+// exact, so the sweep must not take them off again. It runs as one step,
+// so no script changes the queue between the count and the correction; a
+// queue holding more than ARGV[1] entries is left alone (it would hold
 // Redis too long; doc/design.md says what then).
 //
 //	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] timer   KEYS[4] dead letter
 //	KEYS[5] job key prefix j/{T}ns/q/   KEYS[6] the group's usage hash
+//	KEYS[7] config (its gn: the entries of the queue's groups)
 //	ARGV[1] most entries
 //
 // Returns {1 recounted or 0 too big, entries, jobs corrected, bytes
 // corrected}.
 var recountScript = script(`
-local size = redis.call('LLEN', KEYS[1]) + redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3]) + redis.call('LLEN', KEYS[4])
-if size > tonumber(ARGV[1]) then return {0, size, 0, 0} end
 local jp, uk, seen, jobs, bytes = KEYS[5], KEYS[6], {}, 0, 0
+local gp = gpfx(jp)
+local lk = gp .. 'e'
+local size = redis.call('LLEN', KEYS[1]) + redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3]) + redis.call('LLEN', KEYS[4])
+  + (tonumber(redis.call('HGET', KEYS[7], 'gn')) or 0) + redis.call('ZCARD', lk)
+if size > tonumber(ARGV[1]) then return {0, size, 0, 0} end
 local function count(id)
   if id ~= '' and not seen[id] then
     seen[id] = true
@@ -110,20 +137,43 @@ local function count(id)
     if l > 0 then jobs, bytes = jobs + 1, bytes + l end
   end
 end
--- The timer first: an entry whose job expired is still one job (none of
--- its bytes), which the pump or the reclaimer takes off when it meets the
--- entry (usage_expired); no script deletes a job and leaves its timer
--- entry.
+-- The timer first: an entry whose job expired is still one job (with the
+-- bytes its ledger record holds), which the pump or the reclaimer takes
+-- off when it meets the entry (usage_expired); no script deletes a job
+-- and leaves its timer entry.
 for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
   if not seen[id] then
     seen[id] = true
     local l = redis.call('STRLEN', jp .. id)
+    if l == 0 then l = tonumber(redis.call('ZSCORE', lk, id)) or 0 end
     jobs, bytes = jobs + 1, bytes + l
   end
 end
 for _, e in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do count(eid(e)) end
 for _, e in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do count(eid(e)) end
 for _, e in ipairs(redis.call('LRANGE', KEYS[4], 0, -1)) do count(eid(e)) end
+-- The groups' lists (every group with ready jobs is in the rotation or,
+-- at its limit, blocked).
+local gs = redis.call('ZRANGE', gp .. 'a', 0, -1)
+for _, g in ipairs(redis.call('SMEMBERS', gp .. 'b')) do gs[#gs + 1] = g end
+for _, g in ipairs(gs) do
+  if g ~= '' then
+    for _, e in ipairs(redis.call('LRANGE', gp .. 'q:' .. g, 0, -1)) do count(eid(e)) end
+    for _, e in ipairs(redis.call('ZRANGE', gp .. 'p:' .. g, 0, -1)) do count(eid(e)) end
+  end
+end
+-- The expiry ledger: this count is exact, so the records of jobs gone
+-- with no timer entry (expired uncounted or deleted: either way not
+-- counted above) go, with their witnesses, as the sweep's would.
+local drop = {}
+for _, id in ipairs(redis.call('ZRANGE', lk, 0, -1)) do
+  local jk = jp .. id
+  if redis.call('EXISTS', jk) == 0 and not redis.call('ZSCORE', KEYS[3], id) then
+    drop[#drop + 1] = id
+    redis.call('DEL', hkey(jk))
+  end
+end
+if #drop > 0 then redis.call('ZREM', lk, unpack(drop)) end
 local cur = usage_of(uk, jp)
 local dj, db = jobs - cur[1], bytes - cur[2]
 usage_set(uk, jp, dj, db)
@@ -133,34 +183,47 @@ return {1, size, dj, db}
 // recountPartScript reads one chunk of a queue too big for recountScript:
 // at most ARGV[3] entries of one of its structures from offset ARGV[2]
 // (a list's index from the left, a sorted set's rank), and counts the
-// live jobs it finds there, each once over the four structures by the
+// live jobs it finds there, each once over the structures by the
 // structure its state puts it in — a timer entry (whose job exists, or
 // expired: one job until the pump meets it, as in recountScript), a dead
 // letter entry whose job is dead ('x'), a ready or priority entry whose
 // job exists, is not dead and has no timer entry (a delayed job made ready
-// by the pump keeps its 'd') — which is recountScript's count for every
-// state the scripts leave (each live job has one such entry). It writes
-// nothing. The reconciler (reconcile_big.go) adds the chunks up under a
-// WATCH of the four structures and applies the sum with
-// recountApplyScript: the reply's lengths and counts let it give up early
-// when the queue changed.
+// by the pump keeps its 'd'), a record of the expiry ledger whose job
+// expired unseen by a script (as in recountScript) — which is
+// recountScript's count for every state the scripts leave (each live job
+// has one such entry). It writes nothing. The reconciler
+// (reconcile_big.go) adds the chunks up under a WATCH of the structures
+// and applies the sum with recountApplyScript: the reply's lengths and
+// counts let it give up early when the queue changed. A queue with groups
+// is not recounted in chunks (its groups' lists are not read: the reply's
+// last field says it has some).
 //
 //	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] timer   KEYS[4] dead letter
 //	KEYS[5] job key prefix j/{T}ns/q/   KEYS[6] the group's usage hash
-//	ARGV[1] structure (1..4, as KEYS)   ARGV[2] offset   ARGV[3] most entries
+//	KEYS[7] config   KEYS[8] the expiry ledger
+//	ARGV[1] structure (1..5, as KEYS; 5 the ledger)   ARGV[2] offset   ARGV[3] most entries
 //
-// Returns {entries read, jobs, bytes, the four structures' lengths, the
-// queue's counted jobs and bytes}.
+// Returns {entries read, jobs, bytes, the five structures' lengths, the
+// queue's counted jobs and bytes, whether it has groups (1) or not (0)}.
 var recountPartScript = script(`
 local s, off, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local jp, tk = KEYS[5], KEYS[3]
+local jp, tk, lk = KEYS[5], KEYS[3], KEYS[8]
 local es
 if s == 1 or s == 4 then
   es = redis.call('LRANGE', KEYS[s], off, off + n - 1)
+elseif s == 5 then
+  es = redis.call('ZRANGE', lk, off, off + n - 1, 'WITHSCORES')
 else
   es = redis.call('ZRANGE', KEYS[s], off, off + n - 1)
 end
-local jobs, bytes, seen = 0, 0, {}
+local jobs, bytes, seen, read = 0, 0, {}, #es
+if s == 5 then
+  read = #es / 2
+  for i = 1, #es, 2 do
+    if ledger_expired(jp, tk, es[i]) then jobs, bytes = jobs + 1, bytes + tonumber(es[i + 1]) end
+  end
+  es = {}
+end
 for _, e in ipairs(es) do
   local id = e
   if s ~= 3 then id = eid(e) end
@@ -168,7 +231,10 @@ for _, e in ipairs(es) do
     seen[id] = true
     local jk = jp .. id
     if s == 3 then
-      jobs, bytes = jobs + 1, bytes + redis.call('STRLEN', jk) -- as recountScript's timer
+      -- as recountScript's timer
+      local l = redis.call('STRLEN', jk)
+      if l == 0 then l = tonumber(redis.call('ZSCORE', lk, id)) or 0 end
+      jobs, bytes = jobs + 1, bytes + l
     else
       -- '' when the job is gone; only a 'd' job may have a timer entry.
       local st = redis.call('GETRANGE', jk, 1, 1)
@@ -179,8 +245,11 @@ for _, e in ipairs(es) do
   end
 end
 local cur = usage_of(KEYS[6], jp)
-return {#es, jobs, bytes, redis.call('LLEN', KEYS[1]), redis.call('ZCARD', KEYS[2]),
-  redis.call('ZCARD', KEYS[3]), redis.call('LLEN', KEYS[4]), cur[1], cur[2]}
+local gp = gpfx(jp)
+local grouped = 0
+if (tonumber(redis.call('HGET', KEYS[7], 'gn')) or 0) > 0 or redis.call('EXISTS', gp .. 'a', gp .. 'b') > 0 then grouped = 1 end
+return {read, jobs, bytes, redis.call('LLEN', KEYS[1]), redis.call('ZCARD', KEYS[2]),
+  redis.call('ZCARD', KEYS[3]), redis.call('LLEN', KEYS[4]), redis.call('ZCARD', lk), cur[1], cur[2], grouped}
 `)
 
 // recountApplyScript ends a chunked recount: when the queue's counted

@@ -171,8 +171,13 @@ func TestKillServersUsage(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if got, want := usage("big"), redisHolds(t, admin, "big"); got.Jobs <= want.Jobs {
-		t.Fatalf("usage of big %+v once its jobs expired, Redis holds %+v: nothing for the reconciler to correct", got, want)
+	// The servers' expiry-ledger sweeps take off the big queue's jobs
+	// that expired while they ran (most of them, when the load outlasts
+	// their 3 s); those that expired after the kills are left over.
+	if got, want := usage("big"), redisHolds(t, admin, "big"); got.Jobs < want.Jobs || got.Bytes < want.Bytes {
+		t.Fatalf("usage of big %+v once its jobs expired, below what Redis holds %+v", got, want)
+	} else {
+		t.Logf("usage of big %+v once its jobs expired, Redis holds %+v", got, want)
 	}
 	st, err := e.Reconcile(context.Background())
 	if err != nil || st.Passes == 0 || st.Aborted != 0 {
