@@ -447,10 +447,16 @@ func (t *Throttler) Refund(ctx context.Context, pool, namespace, token string, w
 // runBucket runs the bucket script of one request on bucket key, kept
 // under capacity per interval seconds, taking cost (giving back -cost when
 // negative); retried on a cluster while it did not run
-// (ThrottlerOptions.ClusterRetry).
+// (ThrottlerOptions.ClusterRetry), and also when its connection broke
+// mid-command (redisretry.Lost: a master killed with the script sent):
+// run twice, it takes one more token from the bucket, the request counted
+// twice against its rate once, which is better than refusing a request
+// of a healthy namespace with 503 because its bucket's master failed over.
 func (t *Throttler) runBucket(ctx context.Context, pool, namespace, key string, capacity, interval int64, cost int, force ...string) (int, error) {
 	var res int
-	err := t.retry.do(ctx, func(err error) bool { return redisretry.Refused(err) || redisretry.Unsent(err) }, func() (err error) {
+	err := t.retry.do(ctx, func(err error) bool {
+		return redisretry.Refused(err) || redisretry.Unsent(err) || redisretry.Lost(err)
+	}, func() (err error) {
 		args := []any{capacity, interval * 1000, t.now().UnixMilli(), cost}
 		for _, f := range force {
 			args = append(args, f)

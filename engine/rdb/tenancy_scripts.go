@@ -152,10 +152,14 @@ end
 for _, e in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do count(eid(e)) end
 for _, e in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do count(eid(e)) end
 for _, e in ipairs(redis.call('LRANGE', KEYS[4], 0, -1)) do count(eid(e)) end
--- The groups' lists (every group with ready jobs is in the rotation or,
--- at its limit, blocked).
-local gs = redis.call('ZRANGE', gp .. 'a', 0, -1)
-for _, g in ipairs(redis.call('SMEMBERS', gp .. 'b')) do gs[#gs + 1] = g end
+-- The groups' lists (every group with ready jobs is in the rotation
+-- gp..'r', in that of the layout before gp..'a' until consume moves it,
+-- or, at its limit, blocked in gp..'b'), each group once.
+local gs, seen = {}, {}
+local function addg(g) if not seen[g] then seen[g] = true gs[#gs + 1] = g end end
+for _, g in ipairs(redis.call('LRANGE', gp .. 'r', 0, -1)) do addg(g) end
+for _, g in ipairs(redis.call('ZRANGE', gp .. 'a', 0, -1)) do addg(g) end
+for _, g in ipairs(redis.call('SMEMBERS', gp .. 'b')) do addg(g) end
 for _, g in ipairs(gs) do
   if g ~= '' then
     for _, e in ipairs(redis.call('LRANGE', gp .. 'q:' .. g, 0, -1)) do count(eid(e)) end
@@ -247,7 +251,7 @@ end
 local cur = usage_of(KEYS[6], jp)
 local gp = gpfx(jp)
 local grouped = 0
-if (tonumber(redis.call('HGET', KEYS[7], 'gn')) or 0) > 0 or redis.call('EXISTS', gp .. 'a', gp .. 'b') > 0 then grouped = 1 end
+if (tonumber(redis.call('HGET', KEYS[7], 'gn')) or 0) > 0 or redis.call('EXISTS', gp .. 'r', gp .. 'a', gp .. 'b') > 0 then grouped = 1 end
 return {read, jobs, bytes, redis.call('LLEN', KEYS[1]), redis.call('ZCARD', KEYS[2]),
   redis.call('ZCARD', KEYS[3]), redis.call('LLEN', KEYS[4]), redis.call('ZCARD', lk), cur[1], cur[2], grouped}
 `)
