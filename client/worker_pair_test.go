@@ -17,7 +17,8 @@ import (
 // pairServer is a loopback server for the Worker's success path: a
 // consume (GET) takes the next of n jobs, with a receipt, or answers "no
 // job"; an ACK (DELETE) answers ackStatus(i) for the i-th ACK (0 first),
-// closing the connection after it when ackClose(i). An ACK is answered
+// closing the connection after it when ackClose(i), or closes it without
+// an answer when ackDrop(i). An ACK is answered
 // only once the next request came on its connection or 300 ms passed:
 // paired counts the ACKs whose next request came within that time, sent
 // with them (a client that waits for the ACK's answer sends nothing).
@@ -26,6 +27,7 @@ type pairServer struct {
 	n                 int
 	ackStatus         func(i int) string
 	ackClose          func(i int) bool
+	ackDrop           func(i int) bool
 	consumed, acks    atomic.Int64
 	paired, conns     atomic.Int64
 	mu                sync.Mutex
@@ -44,7 +46,7 @@ func newPairServer(t *testing.T, n int) *pairServer {
 		t.Fatal(err)
 	}
 	s := &pairServer{ln: ln, n: n, ackedIDs: make(map[string]int), closing: make(chan struct{}),
-		ackStatus: func(int) string { return "204 No Content" }, ackClose: func(int) bool { return false }}
+		ackStatus: func(int) string { return "204 No Content" }, ackClose: func(int) bool { return false }, ackDrop: func(int) bool { return false }}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -135,6 +137,9 @@ func (s *pairServer) serve(c net.Conn) {
 			s.mu.Lock()
 			s.ackedIDs[id]++
 			s.mu.Unlock()
+			if s.ackDrop(i) {
+				return // the connection ends, the ACK unanswered
+			}
 			if p, ok := next(300 * time.Millisecond); ok {
 				s.paired.Add(1)
 				pending = p
@@ -243,6 +248,22 @@ func TestWorkerPairsAckAndConsume(t *testing.T) {
 		}
 		if c := srv.conns.Load(); c != 2 {
 			t.Errorf("%d connections, want 2 (one closed after an ACK)", c)
+		}
+		if got := srv.consumed.Load(); got != n {
+			t.Errorf("%d jobs consumed, want %d", got, n)
+		}
+	})
+	t.Run("ack-unanswered-sent-again", func(t *testing.T) {
+		srv := newPairServer(t, n)
+		srv.ackDrop = func(i int) bool { return i == 2 }
+		w := runPairWorker(t, srv, n)
+		if st := w.Stats(); st.Acked != n || st.AckErrors != 0 {
+			t.Fatalf("stats %+v, want %d ACKed", st, n)
+		}
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		if k := srv.ackedIDs["j3"]; k != 2 {
+			t.Errorf("job j3 (its first ACK unanswered) ACKed %d times, want 2", k)
 		}
 		if got := srv.consumed.Load(); got != n {
 			t.Errorf("%d jobs consumed, want %d", got, n)
