@@ -288,45 +288,11 @@ func (t *transport) fastRoundTrip(ctx context.Context, r *request, due time.Time
 // ctx.Err() when ctx ended, context.DeadlineExceeded when the client's
 // timeout passed.
 func (t *transport) exchange(ctx context.Context, cn *fastConn, r *request, due time.Time) (res fastResult, err error) {
-	if slack := (r.wait + t.timeout) >> 4; cn.deadline.Before(due) || cn.deadline.Sub(due) > slack {
-		cn.deadline = due.Add(slack)
-		if err := cn.nc.SetDeadline(cn.deadline); err != nil {
-			return res, err
-		}
+	if err := cn.setDue(r.wait+t.timeout, due); err != nil {
+		return res, err
 	}
-	done := ctx.Done()
-	if done != nil {
-		// After the deadline above, so that the watcher's cut is
-		// never undone by it.
-		cn.watch(ctx, done)
-		cn.wmu.Lock()
-		cn.active = done
-		cn.wmu.Unlock()
-	}
-	defer func() {
-		keep := err == nil
-		if done != nil {
-			cn.wmu.Lock()
-			cn.active = nil
-			keep = keep && !cn.poisoned
-			cn.wmu.Unlock()
-		}
-		switch {
-		case err == nil:
-		case ctx.Err() != nil:
-			err = ctx.Err() // as net/http reports it
-		case isTimeout(err) && !time.Now().Before(due):
-			err = context.DeadlineExceeded // as net/http reports the client's timeout
-		}
-		if err != nil {
-			return // the caller closes cn
-		}
-		if keep && res.keep {
-			t.fast.put(cn)
-		} else {
-			cn.close()
-		}
-	}()
+	done := cn.begin(ctx)
+	defer func() { err = t.end(ctx, cn, done, &res, err, due) }()
 	if err := ctx.Err(); err != nil {
 		return res, err // ended before the watcher was in place
 	}
@@ -354,6 +320,158 @@ func (t *transport) exchange(ctx context.Context, cn *fastConn, r *request, due 
 		}
 	}
 	return cn.readResponse(r.method)
+}
+
+// setDue moves cn's deadline to due (a request's time bound, bound, after
+// now), unless it already lies within 1/16 of bound after due.
+func (cn *fastConn) setDue(bound time.Duration, due time.Time) error {
+	if slack := bound >> 4; cn.deadline.Before(due) || cn.deadline.Sub(due) > slack {
+		cn.deadline = due.Add(slack)
+		return cn.nc.SetDeadline(cn.deadline)
+	}
+	return nil
+}
+
+// begin makes ctx's end cut cn's I/O from now on (after the deadline is
+// set, so that the watcher's cut is never undone by it) and returns its
+// Done.
+func (cn *fastConn) begin(ctx context.Context) <-chan struct{} {
+	done := ctx.Done()
+	if done != nil {
+		cn.watch(ctx, done)
+		cn.wmu.Lock()
+		cn.active = done
+		cn.wmu.Unlock()
+	}
+	return done
+}
+
+// end ends an exchange on cn that began (begin) with done: it returns
+// the exchange's error as net/http would report it, and cn to the pool
+// when it can carry another request; on an error the caller closes cn.
+func (t *transport) end(ctx context.Context, cn *fastConn, done <-chan struct{}, res *fastResult, err error, due time.Time) error {
+	keep := err == nil
+	if done != nil {
+		cn.wmu.Lock()
+		cn.active = nil
+		keep = keep && !cn.poisoned
+		cn.wmu.Unlock()
+	}
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		err = ctx.Err() // as net/http reports it
+	case isTimeout(err) && !time.Now().Before(due):
+		err = context.DeadlineExceeded // as net/http reports the client's timeout
+	}
+	if err != nil {
+		return err // the caller closes cn
+	}
+	if keep && res.keep {
+		t.fast.put(cn)
+	} else {
+		cn.close()
+	}
+	return nil
+}
+
+// errPairUnsent is the second request of a pair (fastPair) that the
+// server did not serve: it closed the connection after the first answer.
+var errPairUnsent = errors.New("kairos: the server closed the connection after the first request of a pair")
+
+// fastPair sends a, then b, on one connection with one write (HTTP/1.1
+// pipelining, which the server's event loops serve in one pass) and reads
+// their answers in turn: first gets a's as soon as it is read, then
+// fastPair returns b's. When a's answer was not read, first is not
+// called and the error is returned (b's fate is unknown); errPairUnsent
+// when the server closed the connection after a's answer (b was not
+// served). ctx is b's, watched for the pair (a's, actx, must not end
+// sooner: an ACK's, without cancellation); bodies are sent with their
+// heads, so a and b must have small ones (ACKs and consumes have none).
+func (t *transport) fastPair(actx, ctx context.Context, a, b *request, first func(fastResult)) (fastResult, error) {
+	f := t.fast
+	now := time.Now()
+	dueA, dueB := now.Add(a.wait+t.timeout), now.Add(b.wait+t.timeout)
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return fastResult{}, err
+		}
+		cn, reused, err := f.get(ctx, dueA)
+		if err != nil {
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			return fastResult{}, err
+		}
+		read := false
+		res, err := t.exchangePair(actx, ctx, cn, a, b, dueA, dueB, func(r fastResult) { read = true; first(r) })
+		if err == nil {
+			return res, nil
+		}
+		cn.close()
+		// A kept-alive connection the server closed before it
+		// answered anything: both go again on a new one, as net/http
+		// sends a replayable request again (an ACK is idempotent, a
+		// consume a GET).
+		if !read && reused && errors.Is(err, errReusedClosed) && attempt == 0 && ctx.Err() == nil {
+			continue
+		}
+		if errors.Is(err, errReusedClosed) {
+			err = io.EOF
+		}
+		return res, err
+	}
+}
+
+// exchangePair is fastPair's exchange of a and b on cn.
+func (t *transport) exchangePair(actx, ctx context.Context, cn *fastConn, a, b *request, dueA, dueB time.Time, first func(fastResult)) (res fastResult, err error) {
+	if err := cn.setDue(a.wait+t.timeout, dueA); err != nil {
+		return res, err
+	}
+	due := dueA
+	done := cn.begin(ctx)
+	defer func() { err = t.end(ctx, cn, done, &res, err, due) }()
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	w, err := t.appendRequest(cn.wbuf[:0], actx, a)
+	if err != nil {
+		return res, err
+	}
+	w = append(w, a.body...)
+	if w, err = t.appendRequest(w, ctx, b); err != nil {
+		return res, err
+	}
+	w = append(w, b.body...)
+	cn.wbuf = w[:0]
+	if cap(w) > 64<<10 {
+		cn.wbuf = nil
+	}
+	if _, err := cn.nc.Write(w); err != nil {
+		if isReset(err) {
+			err = errReusedClosed
+		}
+		return res, err
+	}
+	ra, err := cn.readResponse(a.method)
+	if err != nil {
+		return res, err
+	}
+	first(ra)
+	if !ra.keep {
+		return res, errPairUnsent
+	}
+	due = dueB
+	if err := cn.setDue(b.wait+t.timeout, dueB); err != nil {
+		return res, err
+	}
+	res, err = cn.readResponse(b.method)
+	if errors.Is(err, errReusedClosed) {
+		// The server closed the connection after a's answer: as
+		// net/http, b counts as not served.
+		err = errPairUnsent
+	}
+	return res, err
 }
 
 // isTimeout reports whether err is a connection's deadline passing.

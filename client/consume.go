@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -44,6 +45,11 @@ func (c *Client) consumeOne(ctx context.Context, h fixedHeader, seg string, ttr,
 	if err != nil {
 		return nil, err
 	}
+	return consumedJob(resp)
+}
+
+// consumedJob is the job of a single-job consume's answer.
+func consumedJob(resp *response) (*Job, error) {
 	job := new(Job)
 	if !scanJob(resp.body, job) {
 		if err := decode(resp, job); err != nil {
@@ -52,6 +58,75 @@ func (c *Client) consumeOne(ctx context.Context, h fixedHeader, seg string, ttr,
 	}
 	jobTraceHeaders(job, &resp.head)
 	return job, nil
+}
+
+// ackConsume is a Worker's success path (issue #34): the receipt ACK of
+// job (AckJob's, with actx) and the next consume from the queues of seg
+// (consumeOne's, with ctx) go out together, in one write on one
+// connection (HTTP/1.1 pipelining), and their answers come back in turn:
+// one exchange per job instead of two, which the server's event loops
+// serve in one pass. acked is called once with what AckJob would have
+// returned, as soon as the ACK's answer is read (before the consume's,
+// which may long-poll). consumed false means that no consume was made, or
+// that the server did not serve it (it closed the connection after the
+// ACK's answer, or the ACK's answer never came): the caller consumes
+// itself. A job the consume took whose answer was lost comes back after
+// its TTR, as after any lost consume. Without the client's own transport
+// (WithHTTPClient, a proxy) or without a receipt, it is AckJob alone.
+func (c *Client) ackConsume(actx, ctx context.Context, job *Job, h fixedHeader, seg string, ttr, timeout time.Duration,
+	acked func(error)) (next *Job, consumed bool, err error) {
+	if c.t.fast == nil || job.Receipt == "" || ctx.Err() != nil {
+		acked(c.AckJob(actx, job))
+		return nil, false, nil
+	}
+	ar, err := c.receiptAck(job)
+	if err == nil {
+		var cr request
+		if cr, err = c.consumeRequest(h, seg, 1, ttr, timeout); err == nil {
+			return c.pair(actx, ctx, job, &ar, &cr, acked)
+		}
+	}
+	acked(c.AckJob(actx, job))
+	return nil, false, nil
+}
+
+// pair is ackConsume's exchange of the ACK ar and the consume cr.
+func (c *Client) pair(actx, ctx context.Context, job *Job, ar, cr *request, acked func(error)) (*Job, bool, error) {
+	ackDone := false
+	res, err := c.t.fastPair(actx, ctx, ar, cr, func(res fastResult) {
+		ackDone = true
+		_, retry, err := c.t.answer(ar, res.status, res.head, res.body)
+		if err != nil && retry {
+			// A 5xx: AckJob retries it as it would have (an ACK is
+			// idempotent).
+			err = c.AckJob(actx, job)
+		}
+		acked(ackOutcome(err))
+	})
+	if !ackDone {
+		// The ACK's answer never came: it may or may not have been
+		// served; an ACK is idempotent, so it goes again, alone.
+		acked(c.AckJob(actx, job))
+		return nil, false, nil
+	}
+	if errors.Is(err, errPairUnsent) {
+		return nil, false, nil
+	}
+	var resp *response
+	var retry bool
+	if err != nil {
+		_, retry, err = c.t.failed(ctx, cr, err)
+	} else {
+		resp, retry, err = c.t.answer(cr, res.status, res.head, res.body)
+	}
+	switch {
+	case err != nil && retry:
+		return nil, false, nil // e.g. a 503: consumeOne retries it
+	case err != nil:
+		return nil, true, err
+	}
+	next, err := consumedJob(resp)
+	return next, true, err
 }
 
 // fixedHeader is a request's headers and, for the fast transport, their
@@ -106,25 +181,35 @@ func (c *Client) BatchConsume(ctx context.Context, queues []string, count int, t
 }
 
 func (c *Client) consume(ctx context.Context, h fixedHeader, seg string, count int, ttr, timeout time.Duration) (*response, error) {
+	r, err := c.consumeRequest(h, seg, count, ttr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return c.t.do(ctx, r)
+}
+
+// consumeRequest is the request of a consume of count jobs from the
+// queues of seg, sending h.
+func (c *Client) consumeRequest(h fixedHeader, seg string, count int, ttr, timeout time.Duration) (request, error) {
 	r := request{
 		method: http.MethodGet, path: c.nsPath, tail: [3]string{seg}, wait: timeout,
 		header: h.h, headText: h.text, want: wantOK, unavailableRetry: true,
 	}
 	if ttr != 0 {
 		if ttr < 0 {
-			return nil, argError("ttr must be > 0 (got %v)", ttr)
+			return request{}, argError("ttr must be > 0 (got %v)", ttr)
 		}
 		if err := addDuration(&r.params, "ttr", ttr); err != nil {
-			return nil, err
+			return request{}, err
 		}
 	}
 	if err := addDuration(&r.params, "timeout", timeout); err != nil {
-		return nil, err
+		return request{}, err
 	}
 	if count != 1 {
 		r.params.addInt("count", int64(count))
 	}
-	return c.t.do(ctx, r)
+	return r, nil
 }
 
 // Ack deletes job jobID of queue: it is done and will never be delivered

@@ -52,16 +52,31 @@ func (c *Client) AckJob(ctx context.Context, job *Job) error {
 	if job.Receipt == "" {
 		return c.Ack(ctx, job.Queue, job.ID)
 	}
-	seg, err := queueSegment(job.Queue)
+	r, err := c.receiptAck(job)
 	if err != nil {
 		return err
+	}
+	_, err = c.t.do(ctx, r)
+	return ackOutcome(err)
+}
+
+// receiptAck is the request of AckJob for a job with a receipt.
+func (c *Client) receiptAck(job *Job) (request, error) {
+	seg, err := queueSegment(job.Queue)
+	if err != nil {
+		return request{}, err
 	}
 	r := request{
 		method: http.MethodDelete, path: c.nsPath, tail: [3]string{seg, "/job/", url.PathEscape(job.ID)},
 		idempotent: true, want: wantNoContent,
 	}
 	r.params.add("receipt", job.Receipt)
-	_, err = c.t.do(ctx, r)
+	return r, nil
+}
+
+// ackOutcome is AckJob's error for a receipt ACK that failed with err: a
+// job that no longer exists counts as ACKed.
+func ackOutcome(err error) error {
 	if errors.Is(err, ErrNotFound) {
 		return nil
 	}

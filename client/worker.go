@@ -295,9 +295,21 @@ func (w *Worker) Stats() WorkerStats {
 func (w *Worker) slot(pollCtx, hardCtx context.Context) {
 	defer w.wg.Done()
 	pause := time.Duration(0)
+	after := context.WithoutCancel(hardCtx)
+	var (
+		job   *Job
+		err   error
+		began time.Time
+		// fetched: job and err are those of the consume sent with the
+		// last job's ACK (process).
+		fetched bool
+	)
 	for pollCtx.Err() == nil {
-		began := time.Now()
-		job, err := w.c.consumeOne(pollCtx, w.head, w.seg, w.cfg.TTR, w.cfg.PollTimeout)
+		if !fetched {
+			began = time.Now()
+			job, err = w.c.consumeOne(pollCtx, w.head, w.seg, w.cfg.TTR, w.cfg.PollTimeout)
+		}
+		fetched = false
 		switch {
 		case pollCtx.Err() != nil:
 			return
@@ -325,7 +337,7 @@ func (w *Worker) slot(pollCtx, hardCtx context.Context) {
 			continue
 		}
 		pause = 0
-		w.process(hardCtx, job)
+		job, began, fetched, err = w.process(pollCtx, hardCtx, after, job)
 	}
 }
 
@@ -337,17 +349,26 @@ func (w *Worker) nextPause(p time.Duration) time.Duration {
 	return min(2*p, w.cfg.MaxBackoff)
 }
 
-// process runs the handler on job and ACKs it on success, within
-// WorkerConfig.Observe when set.
-func (w *Worker) process(hardCtx context.Context, job *Job) {
+// process runs the handler on job and ACKs it on success (or releases
+// it, with after: hardCtx without its cancellation), within
+// WorkerConfig.Observe when set. While the worker is not stopping, the
+// ACK goes out with the slot's next consume (Client.ackConsume): fetched
+// then says that next and err are that consume's, sent at began.
+func (w *Worker) process(pollCtx, hardCtx, after context.Context, job *Job) (*Job, time.Time, bool, error) {
 	var failure error
+	var done func(error)
 	if w.cfg.Observe != nil {
-		var done func(error)
 		hardCtx, done = w.cfg.Observe(hardCtx, job)
-		if done != nil {
-			defer func() { done(failure) }()
-		}
 	}
+	// done ends the job's observation once its ACK or release is over:
+	// for an ACK sent with the next consume, as soon as its answer is
+	// read (observed), else on return.
+	observed := false
+	defer func() {
+		if done != nil && !observed {
+			done(failure)
+		}
+	}()
 	ctx := hardCtx
 	if w.cfg.TTR > 0 {
 		var cancel context.CancelFunc
@@ -356,14 +377,17 @@ func (w *Worker) process(hardCtx context.Context, job *Job) {
 	}
 	// The ACK or release must go out even when the worker is being
 	// stopped; it is bounded by the client's own timeout and retries
-	// instead of the slot's ctx.
-	after := context.WithoutCancel(hardCtx)
+	// instead of the slot's ctx (after, made once per slot unless
+	// Observe gave the job a context of its own).
+	if w.cfg.Observe != nil || after == nil {
+		after = context.WithoutCancel(hardCtx)
+	}
 	if err := w.call(ctx, job); err != nil {
 		failure = err
 		w.stats.failed.Add(1)
 		if w.cfg.NoRelease || job.Receipt == "" {
 			w.report(job, err, "handler failed; the job comes back after its TTR")
-			return
+			return nil, time.Time{}, false, nil
 		}
 		w.report(job, err, "handler failed; releasing the job")
 		// The error, with the stack of a panic, goes into the job's
@@ -375,20 +399,33 @@ func (w *Worker) process(hardCtx context.Context, job *Job) {
 		}
 		if err := w.c.Release(after, job, opts...); err != nil {
 			w.report(job, err, "release failed; the job comes back after its TTR")
-			return
+			return nil, time.Time{}, false, nil
 		}
 		w.stats.released.Add(1)
-		return
+		return nil, time.Time{}, false, nil
 	}
 	w.stats.handled.Add(1)
 	// With a receipt, the ACK is of this delivery only: a job whose TTR
 	// expired and that another worker now holds is not deleted under it.
-	if err := w.c.AckJob(after, job); err != nil {
-		w.stats.ackErrors.Add(1)
-		w.report(job, err, "ack failed; the job comes back after its TTR")
-		return
+	acked := func(err error) {
+		if err != nil {
+			w.stats.ackErrors.Add(1)
+			w.report(job, err, "ack failed; the job comes back after its TTR")
+		} else {
+			w.stats.acked.Add(1)
+		}
+		if done != nil {
+			observed = true
+			done(nil)
+		}
 	}
-	w.stats.acked.Add(1)
+	if pollCtx.Err() != nil {
+		acked(w.c.AckJob(after, job))
+		return nil, time.Time{}, false, nil
+	}
+	began := time.Now()
+	next, fetched, err := w.c.ackConsume(after, pollCtx, job, w.head, w.seg, w.cfg.TTR, w.cfg.PollTimeout, acked)
+	return next, began, fetched, err
 }
 
 // call runs the handler, turning a panic into a *PanicError.

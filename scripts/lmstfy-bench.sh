@@ -27,6 +27,9 @@
 #   JSON_DIR        when set, run the bench with --json into JSON_DIR/<server>.json
 #   KAIROS_SERVER_BIN  a kairos-server binary to measure instead of this
 #                   checkout's (e.g. an older commit's, for before/after)
+#   KAIROS_BIN      a kairos CLI binary to measure with instead of this
+#                   checkout's (its `kairos bench`: the load generator and
+#                   the Go client of the *-go scenarios)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,7 +59,11 @@ if [ -n "${KAIROS_SERVER_BIN:-}" ]; then
 else
 	go build -o "$work/kairos-server" ./server/cmd/kairos-server
 fi
-go build -o "$work/kairos" ./client/cmd/kairos
+if [ -n "${KAIROS_BIN:-}" ]; then
+	cp "$KAIROS_BIN" "$work/kairos"
+else
+	go build -o "$work/kairos" ./client/cmd/kairos
+fi
 bench_help=$("$work/kairos" bench --help)
 has_flag() { grep -q -- "--$1 " <<<"$bench_help"; }
 

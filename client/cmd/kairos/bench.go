@@ -41,7 +41,8 @@ const benchLong = `Measure an lmstfy-compatible server (Kairos or lmstfy itself)
 
 Scenarios (default: publish bulk consume latency delayed burst):
   publish   single publishes by --concurrency clients for --duration
-  bulk      bulk publishes of --bulk-size jobs (16 clients unless --concurrency is set)
+  bulk      bulk publishes of --bulk-size jobs (16 clients unless --concurrency is set,
+            as bulk-go)
   consume   consume + ACK of --jobs pre-published jobs by --concurrency consumers
   latency   publish at --rate jobs/s while consumers long-poll: publish-to-delivery time
   delayed   --jobs jobs delayed 1-5 s: lateness (delivery - due); a negative min means early
@@ -60,7 +61,10 @@ started as a child process (this binary's hidden "bench ceiling-server"), and
 prints each figure as a share of it: what this machine and this load generator
 allow. --redis-benchmark HOST:PORT also runs redis-benchmark against the
 server's Redis. --runs N repeats each scenario and prints the median with
-min-max.
+min-max; with --interleave the runs of the scenarios alternate (ABBA: run 1
+of each in order, run 2 in reverse order, ...), so that two scenarios
+compared (bulk and bulk-go) meet the same Redis, which grows with every
+publish run.
 
 CPU per job (µs; CPU time over the scenario's measured phase / jobs handled) is
 printed for the load generator itself (getrusage), the ceiling server (its
@@ -163,7 +167,7 @@ func (c *cli) delayProxyCmd() *cobra.Command {
 
 func (c *cli) benchCmd() *cobra.Command {
 	var cfg bench.Config
-	var ceiling bool
+	var ceiling, interleave bool
 	var redisAddr, redisCPUAddr string
 	var runs, preload, serverPID, shards, maxInFlight, groupMaxInFlight int
 	var shardsPool string
@@ -275,15 +279,43 @@ func (c *cli) benchCmd() *cobra.Command {
 				fmt.Fprintf(c.io.err, "preloaded %d delayed jobs into %s\n", preload, q)
 				defer func() { _ = bench.Destroy(context.WithoutCancel(ctx), cfg, q) }()
 			}
-			var rows []benchRow
-			for _, name := range names {
-				sc, _ := findScenario(name)
+			// Each scenario's configuration: bulk and bulk-go default
+			// to 16 clients (64 bulk requests of 64 jobs in flight
+			// measure the queueing, not the server).
+			scenarioCfg := func(name string) bench.Config {
 				run := cfg
-				if sc.name == "bulk" && !cmd.Flags().Changed("concurrency") {
+				if (name == "bulk" || name == "bulk-go") && !cmd.Flags().Changed("concurrency") {
 					run.Concurrency = 16
 				}
-				row, err := measure(ctx, sc.run, run, runs)
-				if err != nil {
+				return run
+			}
+			// The runs of every scenario, in a row or interleaved.
+			results := make([][]bench.Result, len(names))
+			if interleave {
+				for i := range max(runs, 1) {
+					for j := range names {
+						k := j
+						if i%2 == 1 {
+							k = len(names) - 1 - j // ABBA: no scenario always goes first
+						}
+						sc, _ := findScenario(names[k])
+						r, err := sc.run(ctx, scenarioCfg(sc.name))
+						if err != nil {
+							return fmt.Errorf("%s: %w", sc.name, err)
+						}
+						results[k] = append(results[k], r)
+					}
+				}
+			}
+			var rows []benchRow
+			for i, name := range names {
+				sc, _ := findScenario(name)
+				run := scenarioCfg(sc.name)
+				var row benchRow
+				var err error
+				if interleave {
+					row = rowOf(results[i])
+				} else if row, err = measure(ctx, sc.run, run, runs); err != nil {
 					return fmt.Errorf("%s: %w", name, err)
 				}
 				if ceil != nil && sc.ceiling {
@@ -331,6 +363,7 @@ func (c *cli) benchCmd() *cobra.Command {
 	f.BoolVar(&ceiling, "ceiling", false, "also measure a do-nothing server of the same API, run as a child process")
 	f.StringVar(&redisAddr, "redis-benchmark", "", "also run redis-benchmark against this Redis (HOST:PORT)")
 	f.IntVar(&runs, "runs", 1, "runs per scenario; the median is printed with min-max")
+	f.BoolVar(&interleave, "interleave", false, "alternate the scenarios' runs (run 1 of each in order, run 2 in reverse order, ...) instead of running each scenario's runs in a row: pairs such as bulk and bulk-go then meet the same growing Redis")
 	f.IntVar(&cfg.Queues, "queues", 1, "spread the publish scenario over this many queues")
 	f.IntVar(&cfg.Publishers, "publishers", bench.DefaultFloodPublishers, "valid publishers of the flood scenario (--concurrency is its flood's clients)")
 	f.IntVar(&cfg.FloodBody, "flood-body", 0, "flood scenario: each flood request announces a body of this many bytes and sends one byte less (0: a plain publish)")
@@ -386,6 +419,13 @@ func measure(ctx context.Context, run func(context.Context, bench.Config) (bench
 		}
 		rs = append(rs, r)
 	}
+	return rowOf(rs), nil
+}
+
+// rowOf is the row of a scenario's runs rs (at least one): the median run
+// (by rate, or by p99 for the latency-type scenarios) with the min-max of
+// the rates.
+func rowOf(rs []bench.Result) benchRow {
 	sort.Slice(rs, func(i, j int) bool { return rs[i].PerSec < rs[j].PerSec })
 	row := benchRow{min: rs[0].PerSec, max: rs[len(rs)-1].PerSec}
 	switch rs[0].Scenario {
@@ -393,7 +433,7 @@ func measure(ctx context.Context, run func(context.Context, bench.Config) (bench
 		sort.Slice(rs, func(i, j int) bool { return rs[i].P99MS+rs[i].MaxMS < rs[j].P99MS+rs[j].MaxMS })
 	}
 	row.median = rs[len(rs)/2]
-	return row, nil
+	return row
 }
 
 func printBench(w io.Writer, rows []benchRow, runs int) {

@@ -37,6 +37,35 @@ func TestBench(t *testing.T) {
 	kairos(t, env, "", "bench", "nosuch").want(t, exitUsage)
 }
 
+// TestBenchInterleave: with --interleave the scenarios' runs alternate,
+// and each scenario still gets its row, in the order asked, with --runs
+// runs behind its min-max.
+func TestBenchInterleave(t *testing.T) {
+	_, env, _ := setup(t)
+	r := kairos(t, env, "", "bench", "publish", "publish-go", "-c", "2", "-d", "150ms", "--runs", "2", "--interleave", "--json").want(t, exitOK)
+	dec := json.NewDecoder(strings.NewReader(r.stdout))
+	var got []string
+	for dec.More() {
+		var out struct {
+			Result struct {
+				Scenario string `json:"scenario"`
+				Ops      int64  `json:"ops"`
+			} `json:"result"`
+			Runs int `json:"runs"`
+		}
+		if err := dec.Decode(&out); err != nil {
+			t.Fatalf("json %q: %v", r.stdout, err)
+		}
+		if out.Result.Ops == 0 || out.Runs != 2 {
+			t.Fatalf("row %+v: want jobs and 2 runs", out)
+		}
+		got = append(got, out.Result.Scenario)
+	}
+	if strings.Join(got, " ") != "publish publish_go" {
+		t.Fatalf("rows %v, want publish then publish_go", got)
+	}
+}
+
 // TestBenchRedis meters Redis's CPU with --redis, and waits out a snapshot
 // (stretched by rdb-key-save-delay) before the measured phase.
 func TestBenchRedis(t *testing.T) {
