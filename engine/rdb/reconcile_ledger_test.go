@@ -319,8 +319,8 @@ func testLedgerSweepAndPump(t *testing.T, client redis.UniversalClient) {
 	if err != nil || len(jobs) != 3 || jobs[0].ID != ids[0] {
 		t.Fatal(jobs, err)
 	}
-	round := &ledgerRound{q: [2]string{ns, q}, s: 1, lastLen: -1, min: "-inf", horizon: 2 * time.Hour}
-	for round.s <= 4 {
+	round := newLedgerRound([2]string{ns, q}, time.Now(), 2*time.Hour)
+	for !round.done() {
 		if _, err := e.ledgerChunk(ctx, round, 2); err != nil {
 			t.Fatal(err)
 		}

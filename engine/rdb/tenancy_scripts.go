@@ -152,15 +152,11 @@ end
 for _, e in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do count(eid(e)) end
 for _, e in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do count(eid(e)) end
 for _, e in ipairs(redis.call('LRANGE', KEYS[4], 0, -1)) do count(eid(e)) end
--- The groups' lists (every group with ready jobs is in the rotation or,
--- at its limit, blocked).
-local gs = redis.call('ZRANGE', gp .. 'a', 0, -1)
-for _, g in ipairs(redis.call('SMEMBERS', gp .. 'b')) do gs[#gs + 1] = g end
-for _, g in ipairs(gs) do
-  if g ~= '' then
-    for _, e in ipairs(redis.call('LRANGE', gp .. 'q:' .. g, 0, -1)) do count(eid(e)) end
-    for _, e in ipairs(redis.call('ZRANGE', gp .. 'p:' .. g, 0, -1)) do count(eid(e)) end
-  end
+-- The groups' lists (grp_all: every group with ready jobs is in the
+-- rotation or, at its limit, blocked).
+for _, g in ipairs(grp_all(gp)) do
+  for _, e in ipairs(redis.call('LRANGE', gp .. 'q:' .. g, 0, -1)) do count(eid(e)) end
+  for _, e in ipairs(redis.call('ZRANGE', gp .. 'p:' .. g, 0, -1)) do count(eid(e)) end
 end
 -- The expiry ledger: this count is exact, so the records of jobs gone
 -- with no timer entry (expired uncounted or deleted: either way not
@@ -247,7 +243,7 @@ end
 local cur = usage_of(KEYS[6], jp)
 local gp = gpfx(jp)
 local grouped = 0
-if (tonumber(redis.call('HGET', KEYS[7], 'gn')) or 0) > 0 or redis.call('EXISTS', gp .. 'a', gp .. 'b') > 0 then grouped = 1 end
+if (tonumber(redis.call('HGET', KEYS[7], 'gn')) or 0) > 0 or redis.call('EXISTS', gp .. 'r', gp .. 'a', gp .. 'b') > 0 then grouped = 1 end
 return {read, jobs, bytes, redis.call('LLEN', KEYS[1]), redis.call('ZCARD', KEYS[2]),
   redis.call('ZCARD', KEYS[3]), redis.call('LLEN', KEYS[4]), redis.call('ZCARD', lk), cur[1], cur[2], grouped}
 `)
