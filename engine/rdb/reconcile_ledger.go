@@ -50,7 +50,7 @@ import (
 //
 // What it does not see is left to the recounts (the one-script recount of
 // a queue that shrank under reconcileMax entries, and the chunked pass of
-// a queue without groups that held still): a job that expired before a
+// a queue that held still): a job that expired before a
 // round met it within the horizon (its TTL is shorter than the time
 // between two rounds of its queue). Only the publish sees every such job
 // in time, and recording there would cost the hot path a record and a
