@@ -136,6 +136,25 @@ local function grp_migrate(gp)
     end
   end
 end
+-- grp_all returns the groups of the queue of group prefix gp whose lists
+-- may hold ready jobs, each once, the default group '' left out (its lists
+-- are the queue's own): every group with ready jobs is in the rotation
+-- gp..'r', in the rotation of the layout before gp..'a' (until
+-- grp_migrate moved it) or blocked in gp..'b'. The whole of them: for a
+-- queue read whole (recountScript).
+local function grp_all(gp)
+  local out, seen = {}, {[''] = true}
+  local function add(g)
+    if not seen[g] then
+      seen[g] = true
+      out[#out + 1] = g
+    end
+  end
+  for _, g in ipairs(redis.call('LRANGE', gp .. 'r', 0, -1)) do add(g) end
+  for _, g in ipairs(redis.call('ZRANGE', gp .. 'a', 0, -1)) do add(g) end
+  for _, g in ipairs(redis.call('SMEMBERS', gp .. 'b')) do add(g) end
+  return out
+end
 -- push_job puts a job made ready at the tail of its group (g, '' = the
 -- default group: the queue's ready list qk and priority set pk; else the
 -- group's own under prefix gp, and the group joins the rotation).

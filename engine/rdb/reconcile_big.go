@@ -37,8 +37,9 @@ import (
 // given up (the queue changed) is tried again when the big queues come
 // round. A queue that never holds still for a pass (about its size over
 // reconcileBigEntries seconds) keeps the scripts' counts, whose expiries
-// the expiry ledger takes off one by one (reconcile_ledger.go). A queue
-// with groups is not recounted in chunks: its groups' lists are not read.
+// the expiry ledger takes off one by one (reconcile_ledger.go). A grouped
+// queue's pass reads its groups' lists after its own structures, in the
+// order of its rotation and blocked set, which the WATCH holds still.
 
 const (
 	// reconcileBigChunk is the most entries one recountPartScript call
@@ -68,12 +69,16 @@ type bigPass struct {
 	q      [2]string
 	opened time.Time // when its WATCH was set (reconGate.applied)
 	conn   *redis.Conn
-	s      int   // structure read next, 0..4 (ready, priority, timer, dead, expiry ledger)
+	s      int   // structure read next, 0..5 (ready, priority, timer, dead, expiry ledger, the groups')
 	off    int64 // offset in it
+	gi     int64 // the groups': the group read next (recountPartScript's order)
+	sub    int64 // the groups': its list (1) or priority set (2)
 	chunks int
-	seen   [7]int64 // the five lengths and the count (jobs, bytes) at the first chunk
-	jobs   int64
-	bytes  int64
+	// At the first chunk: the five lengths, the count (jobs, bytes), the
+	// config's gn and the lengths of the rotation and the blocked set.
+	seen  [10]int64
+	jobs  int64
+	bytes int64
 }
 
 // errBigGone says a chunked pass was given up: its queue changed.
@@ -160,9 +165,12 @@ func (e *Engine) openPass(ctx context.Context, q [2]string) error {
 	default:
 		return nil
 	}
-	p := &bigPass{q: q, opened: time.Now(), conn: c.Conn()}
-	// The config too: a grouped push counts its entry there (gn).
-	if err := p.conn.Do(ctx, "watch", qn.ready, qn.prio, qn.timer, qn.dead, qn.config, ledgerKey(qn.jobPrefix)).Err(); err != nil {
+	p := &bigPass{q: q, opened: time.Now(), conn: c.Conn(), sub: 1}
+	// The config too: every push to or pop from a group's lists counts
+	// its entries there (gn); and the groups' order (recountPartScript).
+	gp := groupKeyPrefix(q[0], q[1])
+	if err := p.conn.Do(ctx, "watch", qn.ready, qn.prio, qn.timer, qn.dead, qn.config, ledgerKey(qn.jobPrefix),
+		gp+"r", gp+"b", gp+"m", gp+"a").Err(); err != nil {
 		_ = p.conn.Close()
 		return fmt.Errorf("reconcile pool %s: %w", e.pool, err)
 	}
@@ -175,20 +183,22 @@ func (e *Engine) openPass(ctx context.Context, q [2]string) error {
 func (e *Engine) passChunk(ctx context.Context, p *bigPass, most int) (done bool, read int, err error) {
 	qn := e.names.get([3]string{p.q[0], p.q[1]})
 	keys := []string{qn.ready, qn.prio, qn.timer, qn.dead, qn.jobPrefix, qn.usage, qn.config, ledgerKey(qn.jobPrefix)}
-	v, err := recountPartScript.EvalSha(ctx, p.conn, keys, p.s+1, p.off, most).Int64Slice()
+	v, err := recountPartScript.EvalSha(ctx, p.conn, keys, p.s+1, p.off, most, p.gi, p.sub).Int64Slice()
 	if err != nil {
 		if strings.Contains(err.Error(), "NOSCRIPT") {
 			_ = recountPartScript.Load(ctx, e.rdb).Err()
 		}
 		return false, 0, fmt.Errorf("reconcile pool %s: %w", e.pool, err)
 	}
-	if len(v) != 11 {
+	if len(v) != 18 {
 		return false, 0, fmt.Errorf("reconcile pool %s: unexpected reply %v", e.pool, v)
 	}
-	var seen [7]int64
-	copy(seen[:], v[3:10])
+	var seen [10]int64
+	copy(seen[:7], v[3:10])
+	copy(seen[7:], v[11:14])
 	if v[10] == 1 {
-		// A queue with groups: their lists are not read in chunks.
+		// The rotation of the layout before: its groups are not read in
+		// chunks (a rolling upgrade).
 		return false, int(v[0]), errBigGone
 	}
 	if p.chunks == 0 {
@@ -199,11 +209,18 @@ func (e *Engine) passChunk(ctx context.Context, p *bigPass, most int) (done bool
 	p.chunks++
 	p.jobs += v[1]
 	p.bytes += v[2]
+	if p.s == 5 {
+		p.gi, p.sub, p.off = v[14], v[15], v[16]
+		if v[17] == 1 {
+			p.s = 6
+		}
+		return p.s == 6, int(v[0]), nil
+	}
 	p.off += v[0]
 	for p.s < 5 && p.off >= p.seen[p.s] {
 		p.s, p.off = p.s+1, 0
 	}
-	return p.s == 5, int(v[0]), nil
+	return false, int(v[0]), nil
 }
 
 // applyPass applies a finished pass's sum in the MULTI/EXEC of its WATCH.

@@ -248,8 +248,9 @@ func testReconcileBigChurn(t *testing.T, client redis.UniversalClient, m *minire
 
 // TestRecountGroups: the recount counts the ready jobs of a queue's
 // groups (their lists and priority sets, in the rotation or blocked), and
-// a chunked pass of a grouped queue is given up rather than applied
-// without them.
+// so does a chunked pass of a grouped queue, in chunks of 7 entries; a
+// job of a group that expired (its key gone, its entry left) is taken off
+// by both.
 func TestRecountGroups(t *testing.T) { onTopologies(t, testRecountGroups) }
 
 func testRecountGroups(t *testing.T, client redis.UniversalClient) {
@@ -274,6 +275,33 @@ func testRecountGroups(t *testing.T, client redis.UniversalClient) {
 	if u := queueUsage(t, client, ns, q); u != want || want.Jobs != 30 {
 		t.Fatalf("grouped queue counted %+v after a recount, Redis holds %+v", u, want)
 	}
+	// Jobs of groups a and b expire: two in lists, one in a priority set
+	// (published 3k+1, 3k+2; odd k have priority 1).
+	ids := client.LRange(ctx, groupKeyPrefix(ns, q)+"q:a", 0, 1).Val()
+	ids = append(ids, client.ZRange(ctx, groupKeyPrefix(ns, q)+"p:b", 0, 0).Val()...)
+	if len(ids) != 3 {
+		t.Fatalf("group entries %q", ids)
+	}
+	for _, e := range ids {
+		_, id, err := unpackEntry(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vanish(t, client, jobKey(ns, q, id))
+	}
+	// Group a at its group_max_in_flight: out of the rotation, in the
+	// blocked set, its jobs read from there.
+	if err := e.SetQueueConfig(ctx, ns, q, engine.QueueConfig{GroupMaxInFlight: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for blocked := false; !blocked; {
+		jobs, err := e.Consume(ctx, &engine.ConsumeRequest{Namespace: ns, Queues: []string{q}, TTR: time.Hour, Count: 1})
+		if err != nil || len(jobs) != 1 {
+			t.Fatal(jobs, err)
+		}
+		blocked = client.SIsMember(ctx, groupKeyPrefix(ns, q)+"b", "a").Val()
+	}
+	want = truthQueue(t, client, ns, q)
 	e.ten.reconMu.Lock()
 	defer e.ten.reconMu.Unlock()
 	e.ten.recon.big = [][2]string{{ns, q}}
@@ -283,8 +311,27 @@ func testRecountGroups(t *testing.T, client redis.UniversalClient) {
 			t.Fatalf("chunked pass: %+v %v", st, err)
 		}
 	}
-	if st.Aborted != 1 || queueUsage(t, client, ns, q) != want {
+	if st.Passes != 1 || st.Jobs != -3 || queueUsage(t, client, ns, q) != want || want.Jobs != 27 {
 		t.Fatalf("chunked pass of a grouped queue %+v: counted %+v, Redis holds %+v", st, queueUsage(t, client, ns, q), want)
+	}
+	// A grouped queue that changes under its pass: given up.
+	e.ten.recon.bigAt = nil
+	if err := e.bigStep(ctx, 7, time.Now(), &st, map[int]bool{}); err != nil {
+		t.Fatal(err)
+	}
+	r := pubReq(ns, q, 5)
+	r.Group = "c"
+	if _, err := e.Publish(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	st = ReconcileStats{}
+	for i := 0; st.Passes+st.Aborted == 0; i++ {
+		if err := e.bigStep(ctx, 7, time.Now(), &st, map[int]bool{}); err != nil || i > 100 {
+			t.Fatalf("chunked pass: %+v %v", st, err)
+		}
+	}
+	if st.Aborted != 1 {
+		t.Fatalf("pass over a grouped publish: %+v", st)
 	}
 }
 
@@ -319,8 +366,8 @@ func testLedgerSweepAndPump(t *testing.T, client redis.UniversalClient) {
 	if err != nil || len(jobs) != 3 || jobs[0].ID != ids[0] {
 		t.Fatal(jobs, err)
 	}
-	round := &ledgerRound{q: [2]string{ns, q}, s: 1, lastLen: -1, min: "-inf", horizon: 2 * time.Hour}
-	for round.s <= 4 {
+	round := newLedgerRound([2]string{ns, q}, time.Now(), 2*time.Hour)
+	for !round.done() {
 		if _, err := e.ledgerChunk(ctx, round, 2); err != nil {
 			t.Fatal(err)
 		}

@@ -148,15 +148,19 @@ end
 local function hkey(jk) return 'a' .. string.sub(jk, 2) end
 -- hist_open records the start of delivery deliv (at now, ms text, to
 -- worker) at the head of the job's history, keeps its last 16 entries and
--- gives it the job's TTL pttl (ms; none when the job has none). An entry
--- is outcome|delivery|start|end|worker|error (doc/keys.md).
+-- gives it the job's TTL pttl (ms; none when the job has none) when this
+-- entry created it. An entry is outcome|delivery|start|end|worker|error
+-- (doc/keys.md). A history that was there already keeps its TTL: the
+-- job's, set with the job's by every script that sets either, or longer
+-- when it is the witness of a job in its queue's expiry ledger
+-- (reconcile_ledger.go), which must outlive the job.
 local function hist_open(jk, deliv, now, worker, pttl)
   local hk = hkey(jk)
   -- pcall: a full Redis (OOM) refuses the entry, not the consume.
   local n = redis.pcall('LPUSH', hk, 'f|' .. deliv .. '|' .. now .. '|0|' .. worker .. '|')
   if type(n) ~= 'number' then return end
   if n > 16 then redis.call('LTRIM', hk, 0, 15) end
-  if pttl > 0 then redis.call('PEXPIRE', hk, pttl) end
+  if n == 1 and pttl > 0 then redis.call('PEXPIRE', hk, pttl) end
 end
 -- The history is best effort where Redis is full: its writes go through
 -- pcall, so that a full pool (OOM) loses an entry, never the consume,
@@ -182,8 +186,11 @@ local function hist_close(jk, h, outcome, t, err)
     local n = redis.pcall('LPUSH', hk, outcome .. '|' .. deliv .. '|' .. num(start) .. '|' .. num(t) .. '||' .. err)
     if type(n) ~= 'number' then return end
     if n > 16 then redis.call('LTRIM', hk, 0, 15) end
-    local pttl = redis.call('PTTL', jk)
-    if pttl > 0 then redis.call('PEXPIRE', hk, pttl) end
+    -- As hist_open: a history there already keeps its TTL (a witness).
+    if n == 1 then
+      local pttl = redis.call('PTTL', jk)
+      if pttl > 0 then redis.call('PEXPIRE', hk, pttl) end
+    end
   end
 end
 -- last_error is the error text of the newest entry of the job's history
@@ -195,18 +202,31 @@ local function last_error(jk)
   end
   return ''
 end
+-- LEDGER_GRACE is how long (ms) a witness outlives its job: ledgerGrace
+-- (reconcile_ledger.go).
+local LEDGER_GRACE = 600000
+-- job_ttl gives the job of key jk and ID id, and its history, the TTL ttl
+-- (ms; 0 or less, or nil: none), as a death and a respawn do. A job in
+-- its queue's expiry ledger (g/{T}ns/q/e: reconcile_ledger.go) keeps a
+-- witness: its history outlives it by LEDGER_GRACE, so that the sweep
+-- can tell its expiry from a delete. One ZSCORE a job.
+local function job_ttl(jk, id, ttl)
+  local hk = hkey(jk)
+  if ttl and ttl > 0 then
+    redis.call('PEXPIRE', jk, num(ttl))
+    if redis.call('ZSCORE', 'g' .. string.sub(jk, 2, #jk - #id) .. 'e', id) then ttl = ttl + LEDGER_GRACE end
+    redis.call('PEXPIRE', hk, num(ttl))
+  else
+    redis.call('PERSIST', jk)
+    redis.call('PERSIST', hk)
+  end
+end
 -- kill moves a job to the dead letter; its value and its history lose
--- their TTL, or get the queue's dead TTL.
+-- their TTL, or get the queue's dead TTL (job_ttl).
 local function kill(jk, dk, id, tries, deliv, prio, reason, now, deadttl)
   redis.call('SETRANGE', jk, 1, hdr('x', tries, deliv, prio, reason, now, NONCE0))
   redis.call('LPUSH', dk, entry(1, id))
-  if deadttl and tonumber(deadttl) and tonumber(deadttl) > 0 then
-    redis.call('PEXPIRE', jk, deadttl)
-    redis.call('PEXPIRE', hkey(jk), deadttl)
-  else
-    redis.call('PERSIST', jk)
-    redis.call('PERSIST', hkey(jk))
-  end
+  job_ttl(jk, id, tonumber(deadttl))
 end
 `
 
@@ -351,7 +371,11 @@ for i = 1, n do
 end
 if ARGV[4] ~= '' then
   if rlen > 0 then redis.call('DEL', KEYS[6], hkey(KEYS[6])) end
-  redis.call('ZREM', KEYS[2], ARGV[4])
+  -- A replaced job gone with its timer entry expired in flight: the pump
+  -- that would have counted it at its entry will not meet it.
+  if redis.call('ZREM', KEYS[2], ARGV[4]) == 1 and rlen == 0 then
+    usage_expired(uk, jprefix(KEYS[6], ARGV[4]), {ARGV[4]})
+  end
   -- A replaced job in flight frees its slot (groups_scripts.go).
   inflight_wake(inflight_free(gpfx(jprefix(KEYS[6], ARGV[4])), KEYS[5], ARGV[4]), pub, ARGV[2])
 end
@@ -1162,18 +1186,27 @@ for i = 1, #KEYS - 3 do
   out[i] = code
 end
 if #ids > 0 then
-  redis.call('ZREM', KEYS[1], unpack(ids))
-  local dj, db = 0, 0
-  for _, jk in ipairs(jks) do
+  local dj, db, exp = 0, 0, {}
+  for k, jk in ipairs(jks) do
     local l = redis.call('STRLEN', jk)
-    if l > 0 then dj, db = dj + 1, db + l end
+    if l > 0 then
+      dj, db = dj + 1, db + l
+    elseif redis.call('ZSCORE', KEYS[1], ids[k]) then
+      -- Gone with its timer entry (an ACK without receipt): it expired in
+      -- flight, and the pump that would have counted it at its entry
+      -- will not meet it (usage_expired). Only a gone job costs this.
+      exp[#exp + 1] = ids[k]
+    end
   end
+  redis.call('ZREM', KEYS[1], unpack(ids))
+  local jp = jprefix(jks[1], ids[1])
   -- Each job's attempt history (its key with 'a' for 'j') goes with it.
   local n = #jks
   for i = 1, n do jks[n + i] = hkey(jks[i]) end
   redis.call('DEL', unpack(jks))
   if dj > 0 then usage_add(KEYS[#KEYS], KEYS[1], -dj, -db) end
-  inflight_wake(inflight_free_many(gpfx(jprefix(jks[1], ids[1])), KEYS[#KEYS - 1], ids), ARGV[#ARGV - 1], ARGV[#ARGV])
+  usage_expired(KEYS[#KEYS], jp, exp)
+  inflight_wake(inflight_free_many(gpfx(jp), KEYS[#KEYS - 1], ids), ARGV[#ARGV - 1], ARGV[#ARGV])
 end
 return out
 `)
@@ -1273,13 +1306,7 @@ while n < want and budget > 0 do
     -- it tracked again.
     if g ~= '' then redis.call('HSET', KEYS[4], 'grp', '1') end
     push_job(KEYS[2], KEYS[3], KEYS[4], gpfx(KEYS[5]), g, prio, 1, id)
-    if ttl > 0 then
-      redis.call('PEXPIRE', jk, ARGV[2])
-      redis.call('PEXPIRE', hkey(jk), ARGV[2])
-    else
-      redis.call('PERSIST', jk)
-      redis.call('PERSIST', hkey(jk))
-    end
+    job_ttl(jk, id, ttl)
     n = n + 1
   end
 end
@@ -1303,13 +1330,7 @@ redis.call('SETRANGE', KEYS[1], 1, hdr('r', 1, r16(h, 5), prio, 0, 0, NONCE0))
 local g = job_group(KEYS[1], h)
 if g ~= '' then redis.call('HSET', KEYS[5], 'grp', '1') end
 push_job(KEYS[3], KEYS[4], KEYS[5], gpfx(jprefix(KEYS[1], ARGV[1])), g, prio, 1, ARGV[1])
-if tonumber(ARGV[2]) > 0 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('PEXPIRE', hkey(KEYS[1]), ARGV[2])
-else
-  redis.call('PERSIST', KEYS[1])
-  redis.call('PERSIST', hkey(KEYS[1]))
-end
+job_ttl(KEYS[1], ARGV[1], tonumber(ARGV[2]))
 redis.call(ARGV[4], ARGV[3], 1)
 return 1
 `)

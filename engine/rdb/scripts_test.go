@@ -7,9 +7,9 @@ import (
 
 func TestLibParts(t *testing.T) {
 	want := []string{"u16", "r16", "u32", "r32", "u48", "r48", "NONCE0", "hdr", "entry", "eid", "num",
-		"ready_heads", "push_ready", "backoff", "lower_index", "hkey", "hist_open", "hist_close", "last_error", "kill",
+		"ready_heads", "push_ready", "backoff", "lower_index", "hkey", "hist_open", "hist_close", "last_error", "LEDGER_GRACE", "job_ttl", "kill",
 		"ns_of", "usage_add", "usage_expired", "ledger_expired", "usage_of", "usage_set", "del_job", "over_quota", // tenancyLua
-		"gpfx", "jprefix", "val_group", "job_group", "grp_join", "grp_unblock", "grp_leave", "grp_migrate", "push_job", "grp_collect", "grp_flush",
+		"gpfx", "jprefix", "val_group", "job_group", "grp_join", "grp_unblock", "grp_leave", "grp_migrate", "grp_all", "push_job", "grp_collect", "grp_flush",
 		"inflight_room", "inflight_new", "inflight_pend", "inflight_reserve", "inflight_unreserve", "inflight_take", "inflight_flush", "inflight_block", "inflight_cfg",
 		"inflight_drop", "inflight_room_freed", "inflight_free", "inflight_free_many", "inflight_wake"} // groupsLua
 	var got []string
@@ -33,8 +33,9 @@ func TestLibFor(t *testing.T) {
 		want, not []string
 	}{
 		{"return eid(ARGV[1])", []string{"r16", "eid"}, []string{"u16", "kill", "entry"}},
-		// kill needs hdr, which needs u16 and u48, and entry and NONCE0.
-		{"kill(KEYS[1])", []string{"u16", "u48", "NONCE0", "hdr", "entry", "kill"}, []string{"r16", "eid", "num"}},
+		// kill needs hdr, which needs u16 and u48, and entry and NONCE0,
+		// and job_ttl, which needs hkey, num and LEDGER_GRACE.
+		{"kill(KEYS[1])", []string{"u16", "u48", "NONCE0", "hdr", "entry", "num", "hkey", "job_ttl", "kill"}, []string{"r16", "eid", "usage_add"}},
 		// Only whole identifiers count.
 		{"local entryx, xnum, eid_2 = 1, 2, 3", nil, []string{"entry", "num", "eid", "r16"}},
 		{"return 1", nil, []string{"u16", "kill"}},

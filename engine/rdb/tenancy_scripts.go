@@ -152,19 +152,11 @@ end
 for _, e in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do count(eid(e)) end
 for _, e in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do count(eid(e)) end
 for _, e in ipairs(redis.call('LRANGE', KEYS[4], 0, -1)) do count(eid(e)) end
--- The groups' lists (every group with ready jobs is in the rotation
--- gp..'r', in that of the layout before gp..'a' until consume moves it,
--- or, at its limit, blocked in gp..'b'), each group once.
-local gs, seen = {}, {}
-local function addg(g) if not seen[g] then seen[g] = true gs[#gs + 1] = g end end
-for _, g in ipairs(redis.call('LRANGE', gp .. 'r', 0, -1)) do addg(g) end
-for _, g in ipairs(redis.call('ZRANGE', gp .. 'a', 0, -1)) do addg(g) end
-for _, g in ipairs(redis.call('SMEMBERS', gp .. 'b')) do addg(g) end
-for _, g in ipairs(gs) do
-  if g ~= '' then
-    for _, e in ipairs(redis.call('LRANGE', gp .. 'q:' .. g, 0, -1)) do count(eid(e)) end
-    for _, e in ipairs(redis.call('ZRANGE', gp .. 'p:' .. g, 0, -1)) do count(eid(e)) end
-  end
+-- The groups' lists (grp_all: every group with ready jobs is in the
+-- rotation or, at its limit, blocked).
+for _, g in ipairs(grp_all(gp)) do
+  for _, e in ipairs(redis.call('LRANGE', gp .. 'q:' .. g, 0, -1)) do count(eid(e)) end
+  for _, e in ipairs(redis.call('ZRANGE', gp .. 'p:' .. g, 0, -1)) do count(eid(e)) end
 end
 -- The expiry ledger: this count is exact, so the records of jobs gone
 -- with no timer entry (expired uncounted or deleted: either way not
@@ -198,62 +190,141 @@ return {1, size, dj, db}
 // has one such entry). It writes nothing. The reconciler
 // (reconcile_big.go) adds the chunks up under a WATCH of the structures
 // and applies the sum with recountApplyScript: the reply's lengths and
-// counts let it give up early when the queue changed. A queue with groups
-// is not recounted in chunks (its groups' lists are not read: the reply's
-// last field says it has some).
+// counts let it give up early when the queue changed.
+//
+// Structure 6 is the groups' ready lists gp..'q:'..G and priority sets
+// gp..'p:'..G (groups_scripts.go), read as the queue's own, group after
+// group in the order of the rotation gp..'r' (by index) and then of the
+// blocked set gp..'b' (sorted; the groups of gp..'b' also in the rotation
+// left out), from group ARGV[4] (0-based), its list (ARGV[5] = 1) or set
+// (2), at offset ARGV[2]. The pass WATCHes the rotation, the blocked set,
+// the memberships and the config, where every script that pushes to or
+// pops from a group's lists counts it (gn): so while the pass holds, the
+// groups and their lists are those its first chunk saw. A queue with the
+// rotation of the layout before (gp..'a', a rolling upgrade), or more
+// than 1,000 blocked groups, is not recounted in chunks (the reply's
+// field 11 says so).
 //
 //	KEYS[1] ready list   KEYS[2] priority set   KEYS[3] timer   KEYS[4] dead letter
 //	KEYS[5] job key prefix j/{T}ns/q/   KEYS[6] the group's usage hash
 //	KEYS[7] config   KEYS[8] the expiry ledger
-//	ARGV[1] structure (1..5, as KEYS; 5 the ledger)   ARGV[2] offset   ARGV[3] most entries
+//	ARGV[1] structure (1..6, as KEYS; 5 the ledger, 6 the groups')
+//	ARGV[2] offset   ARGV[3] most entries
+//	ARGV[4] (6) the group   ARGV[5] (6) its structure: 1 list, 2 priority set
 //
-// Returns {entries read, jobs, bytes, the five structures' lengths, the
-// queue's counted jobs and bytes, whether it has groups (1) or not (0)}.
+// Returns {entries read (6: an empty list or set counts as one), jobs,
+// bytes, the five structures' lengths, the queue's counted jobs and bytes,
+// 1 when it has gp..'a' or more than 1,000 blocked groups else 0, the config's gn, the rotation's and the
+// blocked set's lengths, then (6) the next group, its structure, the
+// offset, and 1 when every group was read}.
 var recountPartScript = script(`
 local s, off, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local jp, tk, lk = KEYS[5], KEYS[3], KEYS[8]
-local es
-if s == 1 or s == 4 then
-  es = redis.call('LRANGE', KEYS[s], off, off + n - 1)
-elseif s == 5 then
-  es = redis.call('ZRANGE', lk, off, off + n - 1, 'WITHSCORES')
-else
-  es = redis.call('ZRANGE', KEYS[s], off, off + n - 1)
-end
-local jobs, bytes, seen, read = 0, 0, {}, #es
-if s == 5 then
-  read = #es / 2
-  for i = 1, #es, 2 do
-    if ledger_expired(jp, tk, es[i]) then jobs, bytes = jobs + 1, bytes + tonumber(es[i + 1]) end
-  end
-  es = {}
-end
-for _, e in ipairs(es) do
-  local id = e
-  if s ~= 3 then id = eid(e) end
-  if id ~= '' and not seen[id] then
-    seen[id] = true
-    local jk = jp .. id
-    if s == 3 then
-      -- as recountScript's timer
-      local l = redis.call('STRLEN', jk)
-      if l == 0 then l = tonumber(redis.call('ZSCORE', lk, id)) or 0 end
-      jobs, bytes = jobs + 1, bytes + l
-    else
+local gp = gpfx(jp)
+local jobs, bytes, seen, read = 0, 0, {}, 0
+-- ready counts the entries es of a ready list or priority set.
+local function ready(es)
+  for _, e in ipairs(es) do
+    local id = eid(e)
+    if id ~= '' and not seen[id] then
+      seen[id] = true
+      local jk = jp .. id
       -- '' when the job is gone; only a 'd' job may have a timer entry.
       local st = redis.call('GETRANGE', jk, 1, 1)
-      local ok
-      if s == 4 then ok = st == 'x' else ok = st ~= '' and st ~= 'x' and not (st == 'd' and redis.call('ZSCORE', tk, id)) end
-      if ok then jobs, bytes = jobs + 1, bytes + redis.call('STRLEN', jk) end
+      if st ~= '' and st ~= 'x' and not (st == 'd' and redis.call('ZSCORE', tk, id)) then
+        jobs, bytes = jobs + 1, bytes + redis.call('STRLEN', jk)
+      end
     end
   end
 end
+local gi, sub, gdone = 0, 0, 0
+if s == 6 then
+  gi, sub = tonumber(ARGV[4]), tonumber(ARGV[5])
+  local rn = redis.call('LLEN', gp .. 'r')
+  local bl = nil
+  -- name is the group at index i of the order (nil past the end).
+  local function name(i)
+    if i < rn then return redis.call('LINDEX', gp .. 'r', i) end
+    if not bl then
+      bl = {}
+      for _, g in ipairs(redis.call('SMEMBERS', gp .. 'b')) do
+        local st = redis.call('HGET', gp .. 'm', g)
+        if not st or st == '-1' then bl[#bl + 1] = g end
+      end
+      table.sort(bl)
+    end
+    return bl[i - rn + 1]
+  end
+  local left = n
+  while left > 0 do
+    local g = name(gi)
+    if not g then gdone = 1 break end
+    local es, want = {}, left
+    if g ~= '' then
+      if sub == 1 then
+        es = redis.call('LRANGE', gp .. 'q:' .. g, off, off + want - 1)
+      else
+        es = redis.call('ZRANGE', gp .. 'p:' .. g, off, off + want - 1)
+      end
+    end
+    ready(es)
+    left = left - math.max(#es, 1)
+    if #es < want then
+      -- Read to its end: the group's set next, or the next group.
+      if sub == 1 then sub, off = 2, 0 else gi, sub, off = gi + 1, 1, 0 end
+    else
+      off = off + #es
+    end
+  end
+  read = n - left
+else
+  local es
+  if s == 1 or s == 4 then
+    es = redis.call('LRANGE', KEYS[s], off, off + n - 1)
+  elseif s == 5 then
+    es = redis.call('ZRANGE', lk, off, off + n - 1, 'WITHSCORES')
+  else
+    es = redis.call('ZRANGE', KEYS[s], off, off + n - 1)
+  end
+  read = #es
+  if s == 5 then
+    read = #es / 2
+    for i = 1, #es, 2 do
+      if ledger_expired(jp, tk, es[i]) then jobs, bytes = jobs + 1, bytes + tonumber(es[i + 1]) end
+    end
+  elseif s == 3 then
+    for _, id in ipairs(es) do
+      if not seen[id] then
+        seen[id] = true
+        -- as recountScript's timer
+        local l = redis.call('STRLEN', jp .. id)
+        if l == 0 then l = tonumber(redis.call('ZSCORE', lk, id)) or 0 end
+        jobs, bytes = jobs + 1, bytes + l
+      end
+    end
+  elseif s == 4 then
+    for _, e in ipairs(es) do
+      local id = eid(e)
+      if id ~= '' and not seen[id] then
+        seen[id] = true
+        local jk = jp .. id
+        if redis.call('GETRANGE', jk, 1, 1) == 'x' then jobs, bytes = jobs + 1, bytes + redis.call('STRLEN', jk) end
+      end
+    end
+  else
+    ready(es)
+  end
+end
 local cur = usage_of(KEYS[6], jp)
-local gp = gpfx(jp)
-local grouped = 0
-if (tonumber(redis.call('HGET', KEYS[7], 'gn')) or 0) > 0 or redis.call('EXISTS', gp .. 'r', gp .. 'a', gp .. 'b') > 0 then grouped = 1 end
+-- The blocked set is read whole (and sorted) by each chunk that reads its
+-- groups: a queue with more than 1,000 blocked groups is not recounted in
+-- chunks, as one with gp..'a'.
+local old = redis.call('EXISTS', gp .. 'a')
+if redis.call('SCARD', gp .. 'b') > 1000 then old = 1 end
 return {read, jobs, bytes, redis.call('LLEN', KEYS[1]), redis.call('ZCARD', KEYS[2]),
-  redis.call('ZCARD', KEYS[3]), redis.call('LLEN', KEYS[4]), redis.call('ZCARD', lk), cur[1], cur[2], grouped}
+  redis.call('ZCARD', KEYS[3]), redis.call('LLEN', KEYS[4]), redis.call('ZCARD', lk), cur[1], cur[2], old,
+  tonumber(redis.call('HGET', KEYS[7], 'gn')) or 0, redis.call('LLEN', gp .. 'r'), redis.call('SCARD', gp .. 'b'),
+  gi, sub, off, gdone}
 `)
 
 // recountApplyScript ends a chunked recount: when the queue's counted
