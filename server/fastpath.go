@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -273,8 +272,12 @@ func (h loopHost) Answer(it *evloop.Item, date, out []byte) []byte {
 		if it.Err != nil {
 			s.fastLogger(f, reqID[:]).WithError(it.Err).Warn("consume returned jobs and an error")
 		}
+		size := 256 * len(it.Jobs)
+		for _, j := range it.Jobs {
+			size += len(j.Body) * 4 / 3
+		}
 		var err error
-		if body, err = json.Marshal(consumedBody(it.Jobs, it.NS, it.Con.Queues, it.Con.Count, f.ext, s.now())); err != nil {
+		if body, err = appendConsumed(make([]byte, 0, size), consumedBody(it.Jobs, it.NS, it.Con.Queues, it.Con.Count, f.ext, s.now())); err != nil {
 			ae, it.Err = errInternal, err
 			break
 		}

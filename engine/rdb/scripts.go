@@ -617,12 +617,15 @@ local due = ARGV[1]
 local now, worker = ARGV[6 + 2 * n], ARGV[7 + 2 * n]
 local base, start32 = tonumber(ARGV[5]), u32(tonumber(now) % 4294967296)
 local dueN = tonumber(due)
+local due48 = u48(dueN)
 local want = tonumber(ARGV[2])
 local budget = tonumber(ARGV[3])
 local out = {0, 0, 0}
 local got = 0
 local touched = {}
 local tracked = {}
+-- timed[i]: due, id pairs of the jobs taken from queue i, for its timer.
+local timed = {}
 -- limited[i]: queue i stopped at an in-flight limit with jobs left.
 local limited = {}
 -- take makes the job of entry e, popped from queue i (keys from k), in
@@ -640,8 +643,18 @@ local function take(i, k, e)
   local prio = string.byte(v, 7)
   got = got + 1
   local nonce = u32((base + got) % 4294967296) .. start32
-  redis.call('SETRANGE', jk, 1, hdr('f', left, deliv, prio, 0, dueN, nonce))
-  redis.call('ZADD', KEYS[k + 2], due, id)
+  -- hdr('f', left, deliv, prio, 0, dueN, nonce), with the due time
+  -- packed once for the call (due48).
+  redis.call('SETRANGE', jk, 1, 'f' .. u16(left) .. u16(deliv) .. string.char(prio, 0) .. due48 .. nonce)
+  -- The timer entries of a queue's jobs go in one ZADD (timed): nothing
+  -- in the call reads the timer before.
+  local z = timed[i]
+  if not z then
+    z = {}
+    timed[i] = z
+  end
+  z[#z + 1] = due
+  z[#z + 1] = id
   local o = #out
   out[o + 1] = i
   out[o + 2] = id
@@ -783,21 +796,27 @@ for i = 1, n do
     local took = 0
     while took < room do
       if budget <= 0 then out[1] = 1 break end
-      local e = false
+      local es = false
       if not pdone then
         local p = redis.call('ZPOPMIN', KEYS[k + 3])
-        if #p > 0 then e = p[1] else pdone = true end
+        if #p > 0 then es = {p[1]} else pdone = true end
       end
-      if not e then e = redis.call('RPOP', KEYS[k + 1]) end
-      if not e then break end
-      budget = budget - 1
-      local id = take(i, k, e)
-      if id then
-        hit = true
-        took = took + 1
-        if fl then
-          inflight_take(fl, id, '')
-          if gmif > 0 then inflight_pend(fl, '', 1) end
+      -- Once the priority set is empty, the entries the room and the
+      -- budget allow come in one RPOP (the ones popped one at a time
+      -- would be these, in this order); stale ones cost budget and no
+      -- room, and the loop pops again for them.
+      if not es then es = redis.call('RPOP', KEYS[k + 1], math.min(room - took, budget)) end
+      if not es then break end
+      for _, e in ipairs(es) do
+        budget = budget - 1
+        local id = take(i, k, e)
+        if id then
+          hit = true
+          took = took + 1
+          if fl then
+            inflight_take(fl, id, '')
+            if gmif > 0 then inflight_pend(fl, '', 1) end
+          end
         end
       end
     end
@@ -811,6 +830,8 @@ for i = 1, n do
   if got >= want or budget <= 0 then break end
 end
 for _, i in ipairs(touched) do
+  local z = timed[i]
+  for j = 1, #z, 512 do redis.call('ZADD', KEYS[6 * (i - 1) + 2], unpack(z, j, math.min(j + 511, #z))) end
   local e = lower_index(KEYS[6 * (i - 1) + 5], ARGV[4 + 2 * i], dueN, ARGV[5 + 2 * i], ARGV[4])
   if e > 0 and out[2] == 0 then out[2] = e end
 end
