@@ -94,6 +94,9 @@ type Store struct {
 	// gen counts Deletes; a Verify that raced with one does not cache its
 	// (possibly stale) answer.
 	gen uint64
+	// refreshing holds the keys whose cached acceptance VerifyCached is
+	// renewing in the background (refreshAhead), one read at a time.
+	refreshing map[cacheKey]bool
 }
 
 // cacheKey identifies a token by its hashed form, so that the cache holds
@@ -140,6 +143,8 @@ func NewStore(client redis.UniversalClient, pools []string, logger logrus.FieldL
 		grace:    opts.Grace,
 		retry:    newRetrier(client, opts.ClusterRetry),
 		cache:    make(map[cacheKey]cacheEntry),
+
+		refreshing: make(map[cacheKey]bool),
 	}
 }
 
@@ -517,9 +522,60 @@ func (s *Store) logGrace(pool, namespace string, err error) {
 // server's event loops): it answers what Verify would answer when that
 // needs no round trip (an unknown pool, an empty or reserved token, a
 // cached answer), and ErrNotCached otherwise.
+//
+// A cached acceptance in the second half of its CacheTTL is renewed in the
+// background (one admin Redis read per token at a time), so that a token
+// in steady use never misses the cache on the loops: at each expiry every
+// request that came meanwhile went off the loop to its own Verify (three
+// HMGETs), twice a second for each busy token. The answer stays as fresh
+// as CacheTTL says: a renewal reads Redis after the cached answer was
+// read, and one that fails leaves the entry to expire as before.
 func (s *Store) VerifyCached(pool, namespace, token string) (Scope, error) {
-	_, _, scope, err := s.verifyLocal(normPool(pool), namespace, token)
+	pool = normPool(pool)
+	key, _, scope, err := s.verifyLocal(pool, namespace, token)
+	if err == nil {
+		if gen, due := s.refreshDue(key); due {
+			go s.refreshAhead(pool, namespace, token, key, gen)
+		}
+	}
 	return scope, err
+}
+
+// refreshDue reports whether k's cached acceptance is in the second half
+// of its CacheTTL with no renewal under way, and marks one under way
+// (with the delete generation to store its answer under).
+func (s *Store) refreshDue(k cacheKey) (uint64, bool) {
+	if s.ttl <= 0 {
+		return 0, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.cache[k]
+	if !ok || !e.ok || s.refreshing[k] || s.now().Before(e.expires.Add(-s.ttl/2)) {
+		return 0, false
+	}
+	s.refreshing[k] = true
+	return s.gen, true
+}
+
+// refreshAhead reads k's answer from the admin Redis and caches it (an
+// acceptance renewed, or the refusal of a token deleted meanwhile by
+// another instance); an error caches nothing.
+func (s *Store) refreshAhead(pool, namespace, token string, k cacheKey, gen uint64) {
+	defer func() {
+		s.mu.Lock()
+		delete(s.refreshing, k)
+		s.mu.Unlock()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), max(s.ttl, time.Second))
+	defer cancel()
+	scope, err := s.read(ctx, pool, namespace, token, k.hashed)
+	switch {
+	case err == nil:
+		s.storeIfCurrent(k, cacheEntry{scope: scope, ok: true}, gen)
+	case errors.Is(err, ErrInvalidToken):
+		s.storeIfCurrent(k, cacheEntry{}, gen)
+	}
 }
 
 // verifyLocal is the part of Verify that needs no I/O: ErrNotCached when

@@ -517,3 +517,76 @@ func TestStoreScopeLayout(t *testing.T) {
 		}
 	})
 }
+
+// TestStoreRefreshAhead: VerifyCached renews a cached acceptance in the
+// second half of its CacheTTL in the background, so a token in steady use
+// never misses the cache; a token deleted by another instance is refused
+// by the renewal, within CacheTTL as before.
+func TestStoreRefreshAhead(t *testing.T) {
+	ctx := context.Background()
+	c := newMiniredisClient(t)
+	clock := newFakeClock()
+	s := newTestStore(t, c, clock)
+	const tok = "refreshed-ahead-00000000"
+	seedToken(t, c, DefaultPool, "ns", tok, "d")
+	if _, err := s.Verify(ctx, DefaultPool, "ns", tok); err != nil {
+		t.Fatal(err)
+	}
+	key := cacheKey{DefaultPool, "ns", HashToken(tok)}
+	expires := func() time.Time {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.cache[key].expires
+	}
+	waitRenewed := func(after time.Time) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			s.mu.Lock()
+			busy := s.refreshing[key]
+			s.mu.Unlock()
+			if !busy && !expires().Equal(after) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no renewal: expires %v, refreshing %v", expires(), busy)
+			}
+		}
+	}
+	first := expires()
+	// In the first half of CacheTTL nothing is read.
+	clock.Advance(DefaultCacheTTL/2 - time.Millisecond)
+	if _, err := s.VerifyCached(DefaultPool, "ns", tok); err != nil {
+		t.Fatal(err)
+	}
+	if s.refreshing[key] || !expires().Equal(first) {
+		t.Fatal("renewed in the first half of CacheTTL")
+	}
+	// In the second half the cached answer is served and renewed.
+	clock.Advance(time.Millisecond)
+	if _, err := s.VerifyCached(DefaultPool, "ns", tok); err != nil {
+		t.Fatal(err)
+	}
+	waitRenewed(first)
+	if got, want := expires(), first.Add(DefaultCacheTTL/2); !got.Equal(want) {
+		t.Fatalf("renewed entry expires at %v, want %v", got, want)
+	}
+	// Past the first answer's expiry, still cached: no miss.
+	clock.Advance(DefaultCacheTTL/2 + time.Millisecond)
+	if _, err := s.VerifyCached(DefaultPool, "ns", tok); err != nil {
+		t.Fatalf("VerifyCached after the first answer's CacheTTL = %v, want the renewed acceptance", err)
+	}
+	// Deleted by another instance: the next renewal caches the refusal.
+	waitRenewed(first.Add(DefaultCacheTTL / 2))
+	if err := c.HDel(ctx, tokenKey(DefaultPool, "ns"), tok).Err(); err != nil {
+		t.Fatal(err)
+	}
+	renewed := expires()
+	clock.Advance(DefaultCacheTTL / 2)
+	if _, err := s.VerifyCached(DefaultPool, "ns", tok); err != nil {
+		t.Fatal(err) // still the cached acceptance, whose renewal starts now
+	}
+	waitRenewed(renewed)
+	if _, err := s.VerifyCached(DefaultPool, "ns", tok); !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("VerifyCached of a token deleted elsewhere after its renewal = %v, want ErrInvalidToken", err)
+	}
+}
