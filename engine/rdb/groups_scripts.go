@@ -82,11 +82,11 @@ local function job_group(jk, h)
 end
 -- The rotation (doc/design.md "Fair groups") is the list gp..'r' of the
 -- groups to serve, the next at the head: consume moves the head to the
--- tail with one LMOVE (O(1), whatever the number of groups) and pops a
--- job of that group; a group of weight w (> 1) goes back to the head
--- until it took w jobs in its turn (counted in gp..'m'). gp..'m' says
--- whether a group is in the rotation (>= 0) or blocked (-1), so that a
--- group is in the list at most once.
+-- tail (O(1), whatever the number of groups: rot_next) and pops a job of
+-- that group; a group of weight w (> 1) goes back to the head until it
+-- took w jobs in its turn (counted in gp..'m'). gp..'m' says whether a
+-- group is in the rotation (>= 0) or blocked (-1), so that a group is in
+-- the list at most once.
 --
 -- grp_join puts group g at the tail of the rotation of gp, unless it is
 -- there already or blocked: the groups that become non-empty are served
@@ -105,11 +105,94 @@ local function grp_unblock(gp, g)
   redis.call('HSET', gp .. 'm', g, 0)
   redis.call('RPUSH', gp .. 'r', g)
 end
+-- rot_new is the rotation rk as one consume call that may take room
+-- jobs moves it. A call of up to rotDirect jobs moves the list with one
+-- command a step (LMOVE, RPOP), as cheap for it as anything else. A
+-- larger call reads the head of the list as it needs it (LRANGE, chunk
+-- groups at a time: the jobs it may take, and one more), moves the
+-- groups in Lua, and rot_save writes the result with one LTRIM and one
+-- RPUSH (one LMOVE when it moved one group), where an LMOVE a step would
+-- leave the same list (scripts are atomic; nothing else writes rk while
+-- the call moves it). The stored list's first pos entries left its head
+-- (buf holds its first read entries; eof once it was read to its end);
+-- tail[th..] went to its tail, in order; front (a stack, its last entry
+-- the head) went back to its head.
+local rotDirect = 3
+local function rot_new(rk, room)
+  return {rk = rk, direct = room <= rotDirect, chunk = math.max(room, 1) + 1, buf = {}, read = 0, pos = 0, eof = false,
+    tail = {}, th = 1, front = {}}
+end
+-- rot_next moves the head group of rotation r to its tail and returns it
+-- (LMOVE rk rk LEFT RIGHT), or nil when the rotation is empty.
+local function rot_next(r)
+  if r.direct then
+    local g = redis.call('LMOVE', r.rk, r.rk, 'LEFT', 'RIGHT')
+    if not g then return nil end
+    return g
+  end
+  local g
+  local f = r.front
+  if #f > 0 then
+    g = f[#f]
+    f[#f] = nil
+  else
+    if r.pos == r.read and not r.eof then
+      local more = redis.call('LRANGE', r.rk, r.read, r.read + r.chunk - 1)
+      for i = 1, #more do r.buf[r.read + i] = more[i] end
+      r.read = r.read + #more
+      if #more < r.chunk then r.eof = true end
+    end
+    if r.pos < r.read then
+      r.pos = r.pos + 1
+      g = r.buf[r.pos]
+    elseif r.th <= #r.tail then
+      -- Read to its end: the groups moved to the tail come round again.
+      g = r.tail[r.th]
+      r.th = r.th + 1
+    else
+      return nil
+    end
+  end
+  r.tail[#r.tail + 1] = g
+  return g
+end
+-- rot_drop takes out of rotation r the group rot_next just moved to its
+-- tail (RPOP rk).
+local function rot_drop(r)
+  if r.direct then
+    redis.call('RPOP', r.rk)
+  else
+    r.tail[#r.tail] = nil
+  end
+end
+-- rot_back moves the group rot_next just moved to the tail of rotation r
+-- back to its head (LMOVE rk rk RIGHT LEFT): it is the next again.
+local function rot_back(r)
+  if r.direct then
+    redis.call('LMOVE', r.rk, r.rk, 'RIGHT', 'LEFT')
+    return
+  end
+  r.front[#r.front + 1] = r.tail[#r.tail]
+  r.tail[#r.tail] = nil
+end
+-- rot_save writes what the call did to rotation r: its first pos groups
+-- off the head, tail[th..] onto the tail, front back onto the head.
+local function rot_save(r)
+  if r.direct then return end
+  local n = #r.tail - r.th + 1
+  if r.pos == 1 and n == 1 and #r.front == 0 and r.tail[r.th] == r.buf[1] then
+    redis.call('LMOVE', r.rk, r.rk, 'LEFT', 'RIGHT')
+    return
+  end
+  if r.pos > 0 then redis.call('LTRIM', r.rk, r.pos, -1) end
+  for i = r.th, #r.tail, 512 do redis.call('RPUSH', r.rk, unpack(r.tail, i, math.min(i + 511, #r.tail))) end
+  for i = 1, #r.front, 512 do redis.call('LPUSH', r.rk, unpack(r.front, i, math.min(i + 511, #r.front))) end
+end
 -- grp_leave takes group g, which consume just moved to the tail of the
--- rotation, out of it: its lists are empty (blocked false) or it is at
--- its group_max_in_flight (blocked true: into gp..'b').
-local function grp_leave(gp, g, blocked)
-  redis.call('RPOP', gp .. 'r')
+-- rotation r (rot_new), out of it: its lists are empty (blocked false)
+-- or it is at its group_max_in_flight (blocked true: into gp..'b').
+local function grp_leave(gp, r, g, blocked)
+  rot_drop(r)
   if blocked then
     redis.call('HSET', gp .. 'm', g, -1)
     redis.call('SADD', gp .. 'b', g)
@@ -205,46 +288,60 @@ end
 -- inflight_new is the in-flight record of one consume call on a queue
 -- with a limit (group key prefix gp, group_max_in_flight gmif, 0 =
 -- none): inflight_reserve and inflight_take gather what the call takes,
--- inflight_flush writes it, so that a call of n jobs costs one HSET of
--- the in-flight hash and one HINCRBY per group rather than n of each.
+-- inflight_flush writes it, so that a call of n jobs over k groups costs
+-- one HSET of the in-flight hash, and for the counts one HMGET and one
+-- HSET (one HINCRBY for one group) rather than n and k commands. base
+-- holds the counts read (group -> its count before the call), pend the
+-- call's change of each count, app the part of it already written
+-- (inflight_reserve's HINCRBY), gs the groups changed, in order.
 local function inflight_new(gp, gmif)
-  return {gp = gp, gmif = gmif, cnt = {}, pend = {}, gs = {}, rec = {}}
+  return {gp = gp, gmif = gmif, base = {}, pend = {}, app = {}, gs = {}, rec = {}}
 end
--- inflight_pend adds d to group g's count change not yet written.
+-- inflight_pend adds d to group g's count change.
 local function inflight_pend(t, g, d)
   local p = t.pend[g]
   if not p then t.gs[#t.gs + 1] = g p = 0 end
   t.pend[g] = p + d
 end
+-- inflight_read reads the counts of groups gs (a table, at most 512)
+-- into t.base with one HMGET.
+local function inflight_read(t, gs)
+  local vs = redis.call('HMGET', t.gp .. 'c', unpack(gs))
+  for i = 1, #gs do t.base[gs[i]] = tonumber(vs[i]) or 0 end
+end
 -- inflight_reserve counts one more job of group g in flight, under the
 -- group_max_in_flight t.gmif (> 0), before consume pops it: the group's
 -- count after, or false (count unchanged) when the group is at its limit
--- (a limit lowered since its last job). The first of a call's reserves
--- of a group is its HINCRBY (which reads the count); the others count in
--- t until inflight_flush. inflight_unreserve undoes one when the pop
+-- (a limit lowered since its last job). A group's count is read once per
+-- call, at its first reserve: with one HMGET of the counts of the groups
+-- the call read from rotation r (rot_new) and has not served yet (those
+-- it is about to serve, at most 511 more), or, when there are none, with
+-- the HINCRBY that reserves its slot. The call counts its other changes
+-- in t until inflight_flush. inflight_unreserve undoes one when the pop
 -- gives no job.
-local function inflight_reserve(t, g)
-  local c = t.cnt[g]
-  if not c then
-    c = redis.call('HINCRBY', t.gp .. 'c', g, 1)
-    if c > t.gmif then
-      c = c - 1
-      t.cnt[g] = c
-      inflight_pend(t, g, -1)
-      return false
+local function inflight_reserve(t, g, r)
+  if t.base[g] == nil then
+    if r.read > r.pos then
+      local gs = {g}
+      for i = r.pos + 1, r.read do
+        local h = r.buf[i]
+        if #gs >= 512 then break end
+        if t.base[h] == nil and h ~= g then gs[#gs + 1] = h end
+      end
+      inflight_read(t, gs)
+    else
+      local c = redis.call('HINCRBY', t.gp .. 'c', g, 1)
+      t.base[g] = c - 1
+      t.app[g] = 1
+      if not t.pend[g] then t.gs[#t.gs + 1] = g t.pend[g] = 0 end
     end
-    t.cnt[g] = c
-    return c
   end
+  local c = t.base[g] + (t.pend[g] or 0)
   if c >= t.gmif then return false end
-  t.cnt[g] = c + 1
   inflight_pend(t, g, 1)
   return c + 1
 end
-local function inflight_unreserve(t, g)
-  t.cnt[g] = t.cnt[g] - 1
-  inflight_pend(t, g, -1)
-end
+local function inflight_unreserve(t, g) inflight_pend(t, g, -1) end
 -- inflight_take records job id of group g in flight (gp..'i'; its
 -- group's count too when the queue has no group_max_in_flight, else
 -- inflight_reserve counted it).
@@ -254,21 +351,43 @@ local function inflight_take(t, id, g)
   if t.gmif <= 0 then inflight_pend(t, g, 1) end
 end
 -- inflight_flush writes what inflight_take and inflight_reserve
--- gathered: one HSET of the jobs, one HINCRBY per group whose count
--- changed, and one HDEL of the groups whose count came back to 0.
+-- gathered: one HSET of the jobs; for the counts, one HINCRBY when one
+-- group's changed, else one HMGET of those the call did not read, one
+-- HSET of the new counts and one HDEL of those back at 0 (the same as
+-- one HINCRBY each: the script is atomic).
 local function inflight_flush(t)
   for i = 1, #t.rec, 512 do redis.call('HSET', t.gp .. 'i', unpack(t.rec, i, math.min(i + 511, #t.rec))) end
-  local zero = {}
+  local ch, need = {}, {}
   for _, g in ipairs(t.gs) do
-    local d = t.pend[g]
-    if d ~= 0 and redis.call('HINCRBY', t.gp .. 'c', g, d) <= 0 then zero[#zero + 1] = g end
+    if t.pend[g] ~= (t.app[g] or 0) then
+      ch[#ch + 1] = g
+      if t.base[g] == nil then need[#need + 1] = g end
+    end
   end
-  if #zero > 0 then redis.call('HDEL', t.gp .. 'c', unpack(zero)) end
+  if #ch == 0 then return end
+  if #ch == 1 then
+    local g = ch[1]
+    if redis.call('HINCRBY', t.gp .. 'c', g, t.pend[g] - (t.app[g] or 0)) <= 0 then redis.call('HDEL', t.gp .. 'c', g) end
+    return
+  end
+  for i = 1, #need, 512 do inflight_read(t, {unpack(need, i, math.min(i + 511, #need))}) end
+  local set, zero = {}, {}
+  for _, g in ipairs(ch) do
+    local v = t.base[g] + t.pend[g]
+    if v > 0 then
+      set[#set + 1] = g
+      set[#set + 1] = v
+    else
+      zero[#zero + 1] = g
+    end
+  end
+  for i = 1, #set, 512 do redis.call('HSET', t.gp .. 'c', unpack(set, i, math.min(i + 511, #set))) end
+  for i = 1, #zero, 512 do redis.call('HDEL', t.gp .. 'c', unpack(zero, i, math.min(i + 511, #zero))) end
 end
 -- inflight_block takes group g, which consume just moved to the tail of
--- the rotation, out of it while it is at its group_max_in_flight:
+-- the rotation r, out of it while it is at its group_max_in_flight:
 -- inflight_free puts it back.
-local function inflight_block(gp, g) grp_leave(gp, g, true) end
+local function inflight_block(gp, r, g) grp_leave(gp, r, g, true) end
 -- inflight_cfg reads, once per script, what freeing slots needs of config
 -- hash ck: mif (max_in_flight, 0 = none), gmif (group_max_in_flight, 0 =
 -- none), unb (set while SetQueueConfig's unblockScript has not yet
@@ -279,25 +398,32 @@ local function inflight_cfg(ck)
   local c = redis.call('HMGET', ck, 'mif', 'gmif', 'unb', 'grp')
   return {mif = tonumber(c[1]) or 0, gmif = tonumber(c[2]) or 0, unb = c[3] == '1', grp = c[4] == '1'}
 end
--- inflight_drop frees k slots of group g in the queue of group key
--- prefix gp and limits cfg (inflight_cfg), whose jobs the caller removed
--- from gp..'i', adds g to zero when its count came back to 0 (the caller
--- deletes those), and returns 1 when the group left the blocked set (a
--- waiter may get its job). A group is blocked only at its limit
--- (consume) and takes no job while blocked, so only a free whose count
--- was at least gmif can take it below its limit: the others skip the
--- SREM (all of them when there is no group limit: nothing is blocked),
--- unless the group limit changed since (cfg.unb: the set may hold groups
--- blocked under the old one until unblockScript empties it).
-local function inflight_drop(gp, cfg, g, k, zero)
-  local c = redis.call('HINCRBY', gp .. 'c', g, -k)
-  if c <= 0 then zero[#zero + 1] = g end
+-- inflight_unblocked is 1 when freeing k slots of group g, whose count
+-- is c after them, in the queue of group key prefix gp and limits cfg
+-- (inflight_cfg), took the group out of the blocked set (a waiter may get
+-- its job; the group is back in the rotation), else 0. A group is
+-- blocked only at its limit (consume) and takes no job while blocked, so
+-- only a free whose count was at least gmif can take it below its limit:
+-- the others skip the SREM (all of them when there is no group limit:
+-- nothing is blocked), unless the group limit changed since (cfg.unb: the
+-- set may hold groups blocked under the old one until unblockScript
+-- empties it).
+local function inflight_unblocked(gp, cfg, g, c, k)
   if not cfg.unb and (cfg.gmif <= 0 or c + k < cfg.gmif) then return 0 end
   if redis.call('SREM', gp .. 'b', g) == 1 then
     if cfg.grp then grp_unblock(gp, g) end
     return 1
   end
   return 0
+end
+-- inflight_drop frees k slots of group g in the queue of group key
+-- prefix gp and limits cfg, whose jobs the caller removed from gp..'i',
+-- adds g to zero when its count came back to 0 (the caller deletes
+-- those), and returns inflight_unblocked's answer.
+local function inflight_drop(gp, cfg, g, k, zero)
+  local c = redis.call('HINCRBY', gp .. 'c', g, -k)
+  if c <= 0 then zero[#zero + 1] = g end
+  return inflight_unblocked(gp, cfg, g, c, k)
 end
 -- inflight_room_freed is how many of a queue's max_in_flight slots the
 -- n slots just freed made available (one HLEN after them all): waiters
@@ -328,9 +454,11 @@ local function inflight_free(gp, ck, id)
 end
 -- inflight_free_many is inflight_free for the jobs ids (a table) of one
 -- queue: one HMGET for them all (a queue without limits' whole cost),
--- then one HDEL of the records, one HINCRBY per group, one HDEL of the
--- counts back to 0, one read of the config and one HLEN for the batch,
--- and the number of waiters to wake.
+-- then one HDEL of the records; for the counts, one HINCRBY when the
+-- jobs are of one group, else one HMGET of the groups' counts, one HSET
+-- of those still above 0 (the same as one HINCRBY each: the script is
+-- atomic); one HDEL of the counts back to 0, one read of the config and
+-- one HLEN for the batch, and the number of waiters to wake.
 local function inflight_free_many(gp, ck, ids)
   local gs = redis.call('HMGET', gp .. 'i', unpack(ids))
   local del, per, order = {}, {}, {}
@@ -349,7 +477,24 @@ local function inflight_free_many(gp, ck, ids)
   local cfg = inflight_cfg(ck)
   redis.call('HDEL', gp .. 'i', unpack(del))
   local wake, zero = 0, {}
-  for _, g in ipairs(order) do wake = wake + inflight_drop(gp, cfg, g, per[g], zero) end
+  if #order == 1 then
+    wake = inflight_drop(gp, cfg, order[1], per[order[1]], zero)
+  else
+    local cs = redis.call('HMGET', gp .. 'c', unpack(order))
+    local set = {}
+    for i, g in ipairs(order) do
+      local k = per[g]
+      local c = (tonumber(cs[i]) or 0) - k
+      if c > 0 then
+        set[#set + 1] = g
+        set[#set + 1] = c
+      else
+        zero[#zero + 1] = g
+      end
+      wake = wake + inflight_unblocked(gp, cfg, g, c, k)
+    end
+    if #set > 0 then redis.call('HSET', gp .. 'c', unpack(set)) end
+  end
   if #zero > 0 then redis.call('HDEL', gp .. 'c', unpack(zero)) end
   return wake + inflight_room_freed(gp, cfg, #del)
 end

@@ -611,7 +611,11 @@ return {0, total, earliest}
 // group_max_in_flight allow. earliest = a group's
 // new earliest due time when this call moved it earlier, else 0; popped =
 // the entries popped, stale ones included (lmstfy's queue_pop_jobs).
-var consumeScript = script(`
+var consumeScript = script(consumeLua)
+
+// consumeLua is consumeScript's source (TestRotationDifferential runs it
+// beside a reference).
+const consumeLua = `
 local n = #KEYS / 6
 local due = ARGV[1]
 local now, worker = ARGV[6 + 2 * n], ARGV[7 + 2 * n]
@@ -687,18 +691,22 @@ for i = 1, n do
     -- A tracked queue serves its groups in turn: the group at the head of
     -- the rotation gp..'r' moves to its tail and gives one job (a group
     -- of weight w > 1 goes back to the head until it gave w: weighted
-    -- round robin, doc/design.md). With a limit, each job taken is
+    -- round robin, doc/design.md); the call moves the list in Lua and
+    -- writes it once (rot_new, rot_save). With a limit, each job taken is
     -- recorded in flight (inflight_take); the queue gives no more than
     -- its max_in_flight allows (room), and a group at its
     -- group_max_in_flight leaves the rotation for gp..'b' until a slot of
     -- it frees (inflight_free).
     local hit = false
     local rk = gp .. 'r'
-    grp_migrate(gp)
+    -- One EXISTS tells whether the rotation of the layout before (gp..'a')
+    -- or the queue's own ready list exists: most calls find neither.
+    local ex = redis.call('EXISTS', gp .. 'a', KEYS[k + 1]) > 0
+    if ex then grp_migrate(gp) end
     -- The default group (the queue's own q/ and p/) joins lazily: ungrouped
     -- publishes are those of an untracked queue. Its lists first: they
     -- are empty in most grouped queues (p/ is only when seq is set).
-    if redis.call('LLEN', KEYS[k + 1]) > 0 or (cfg[2] and redis.call('ZCARD', KEYS[k + 3]) > 0) then
+    if (ex and redis.call('LLEN', KEYS[k + 1]) > 0) or (cfg[2] and redis.call('ZCARD', KEYS[k + 3]) > 0) then
       grp_join(gp, '')
     end
     local ws = {}
@@ -709,16 +717,17 @@ for i = 1, n do
       if room < want - got then limited[i] = true end
     end
     local took = 0
+    local rot = rot_new(rk, room)
     while took < room do
       if budget <= 0 then out[1] = 1 break end
-      local g = redis.call('LMOVE', rk, rk, 'LEFT', 'RIGHT')
+      local g = rot_next(rot)
       if not g then break end
       -- With a group limit, the group's slot is reserved before the pop
       -- (inflight_reserve); false: at its limit (a limit lowered since).
       local c = 0
-      if gmif > 0 then c = inflight_reserve(fl, g) end
+      if gmif > 0 then c = inflight_reserve(fl, g, rot) end
       if not c then
-        inflight_block(gp, g)
+        inflight_block(gp, rot, g)
         budget = budget - 1
       else
         -- The group's priority set is named only when the queue uses
@@ -735,13 +744,13 @@ for i = 1, n do
         if not e then e = redis.call('RPOP', qk) end
         local id = false
         if not e then
-          grp_leave(gp, g, false)
+          grp_leave(gp, rot, g, false)
         else
           if g ~= '' then gpop = gpop + 1 end
           budget = budget - 1
           id = take(i, k, e)
           -- A stale entry (its job gone) costs the group no turn.
-          if not id then redis.call('LMOVE', rk, rk, 'RIGHT', 'LEFT') end
+          if not id then rot_back(rot) end
         end
         if id then
           hit = true
@@ -750,7 +759,7 @@ for i = 1, n do
           if gmif > 0 and c >= gmif then
             -- At its limit now: out of the rotation at once, rather than
             -- at its next turn.
-            inflight_block(gp, g)
+            inflight_block(gp, rot, g)
           elseif cfg[6] then
             -- Weights are read only when the queue has some (ws).
             local w = ws[g]
@@ -760,7 +769,7 @@ for i = 1, n do
             end
             if w > 1 then
               if redis.call('HINCRBY', gp .. 'm', g, 1) < w then
-                redis.call('LMOVE', rk, rk, 'RIGHT', 'LEFT')
+                rot_back(rot)
               else
                 redis.call('HSET', gp .. 'm', g, 0)
               end
@@ -771,6 +780,7 @@ for i = 1, n do
         end
       end
     end
+    rot_save(rot)
     if fl then inflight_flush(fl) end
     if gpop > 0 then redis.call('HINCRBY', KEYS[k + 4], 'gn', -gpop) end
     if hit then touched[#touched + 1] = i end
@@ -860,7 +870,7 @@ if out[1] == 0 then
 end
 out[3] = tonumber(ARGV[3]) - budget
 return out
-`)
+`
 
 // pumpLib is the part of the pump scripts that moves one queue's due
 // timer entries: delayed jobs become ready; in-flight jobs whose TTR
@@ -1182,7 +1192,11 @@ return {v, redis.call('PTTL', KEYS[1]), redis.call('LRANGE', hkey(KEYS[1]), 0, 1
 // receipt), -1 no such job, -2 stale receipt; "?" is an ACK without
 // receipt that answers 0 when there is no such job (a sharded queue's ACK
 // then tries shard 0, shards.go).
-var ackManyScript = script(`
+var ackManyScript = script(ackManyLua)
+
+// ackManyLua is ackManyScript's source (TestRotationDifferential runs it
+// beside a reference).
+const ackManyLua = `
 local out, ids, jks, gone = {}, {}, {}, {}
 for i = 1, #KEYS - 3 do
   local jk, nonce = KEYS[i + 1], ARGV[2 * i]
@@ -1230,7 +1244,7 @@ if #ids > 0 then
   inflight_wake(inflight_free_many(gpfx(jp), KEYS[#KEYS - 1], ids), ARGV[#ARGV - 1], ARGV[#ARGV])
 end
 return out
-`)
+`
 
 // releaseScript hands an in-flight job back (nack): ready now, or delayed
 // by ARGV[4] ms or by the queue's backoff; with no try left it goes to the

@@ -9,9 +9,9 @@ func TestLibParts(t *testing.T) {
 	want := []string{"u16", "r16", "u32", "r32", "u48", "r48", "NONCE0", "hdr", "entry", "eid", "num",
 		"ready_heads", "push_ready", "backoff", "lower_index", "hkey", "hist_open", "hist_close", "last_error", "LEDGER_GRACE", "job_ttl", "kill",
 		"ns_of", "usage_add", "usage_expired", "ledger_expired", "usage_of", "usage_set", "del_job", "over_quota", // tenancyLua
-		"gpfx", "jprefix", "val_group", "job_group", "grp_join", "grp_unblock", "grp_leave", "grp_migrate", "grp_all", "push_job", "grp_collect", "grp_flush",
-		"inflight_room", "inflight_new", "inflight_pend", "inflight_reserve", "inflight_unreserve", "inflight_take", "inflight_flush", "inflight_block", "inflight_cfg",
-		"inflight_drop", "inflight_room_freed", "inflight_free", "inflight_free_many", "inflight_wake"} // groupsLua
+		"gpfx", "jprefix", "val_group", "job_group", "grp_join", "grp_unblock", "rotDirect", "rot_new", "rot_next", "rot_drop", "rot_back", "rot_save", "grp_leave", "grp_migrate", "grp_all", "push_job", "grp_collect", "grp_flush",
+		"inflight_room", "inflight_new", "inflight_pend", "inflight_read", "inflight_reserve", "inflight_unreserve", "inflight_take", "inflight_flush", "inflight_block", "inflight_cfg",
+		"inflight_unblocked", "inflight_drop", "inflight_room_freed", "inflight_free", "inflight_free_many", "inflight_wake"} // groupsLua
 	var got []string
 	var joined strings.Builder
 	for _, p := range libParts {
