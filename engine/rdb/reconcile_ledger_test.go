@@ -1,6 +1,9 @@
 package rdb
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -414,5 +417,113 @@ func testLedgerSweepAndPump(t *testing.T, client redis.UniversalClient) {
 	}
 	if u, want := queueUsage(t, client, ns, q), truthQueue(t, client, ns, q); u != want || want.Jobs != 1 {
 		t.Fatalf("usage %+v after the pump, Redis holds %+v", u, want)
+	}
+}
+
+// TestLedgerRoundOneScore: a round reads a sorted set whose members share
+// one score (a burst's timer entries, all due at one instant) by rank, in
+// chunks that do not divide it, and meets every member once, those scored
+// below and above it too. (Reading past the members of the cursor's score
+// used to walk them one by one: a chunk deep into a 200,000-job burst's
+// timer held Redis for milliseconds; BenchmarkLedgerRoundOneScore.)
+func TestLedgerRoundOneScore(t *testing.T) { onTopologies(t, testLedgerRoundOneScore) }
+
+func testLedgerRoundOneScore(t *testing.T, client redis.UniversalClient) {
+	ctx := bg
+	e, err := New(ctx, client, Options{NoAutoPipeline: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns, q = "lt1", "q"
+	due := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	var reqs []*engine.PublishRequest
+	for i := range 1000 {
+		r := pubReq(ns, q, 10)
+		r.TTL = 2 * time.Hour
+		switch {
+		case i < 10:
+			r.DueAt = due.Add(-time.Minute) // below the burst
+		case i >= 990:
+			r.DueAt = due.Add(time.Minute) // above it
+		default:
+			r.DueAt = due
+		}
+		reqs = append(reqs, r)
+	}
+	for i := 0; i < len(reqs); i += 100 {
+		if _, err := e.PublishBatch(ctx, reqs[i:i+100]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	round := &ledgerRound{q: [2]string{ns, q}, s: 1, lastLen: -1, min: "-inf", horizon: 3 * time.Hour}
+	read := 0
+	for calls := 0; round.s <= 4; calls++ {
+		if calls > 200 {
+			t.Fatalf("round not over after %d calls (%+v)", calls, round)
+		}
+		n, err := e.ledgerChunk(ctx, round, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		read += n
+	}
+	if read != 1000 {
+		t.Fatalf("round read %d entries, want 1000", read)
+	}
+	if n := client.ZCard(ctx, ledgerKey(jobKeyPrefix(ns, q))).Val(); n != 1000 {
+		t.Fatalf("%d records, want 1000", n)
+	}
+}
+
+// BenchmarkLedgerRoundOneScore: the expiry ledger's round over a timer of
+// 200,000 entries all due at one instant (a burst), in chunks of
+// ledgerChunkMax; one op = one entry read (-benchtime 200000x: one round
+// over the timer). The members are added in random order, as a burst's
+// IDs come among other keys: the sorted set's nodes are not in memory
+// order. redis-µs/op is Redis's CPU per entry; deep-chunk-ms the median
+// call of the round's last tenth (the entries read deepest into the
+// score).
+func BenchmarkLedgerRoundOneScore(b *testing.B) {
+	client := realClient(b)
+	e, err := New(bg, client, Options{NoAutoPipeline: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const ns, q, size = "lb", "q", 200_000
+	qn := e.names.get([3]string{ns, q})
+	due := float64(time.Now().Add(time.Hour).UnixMilli())
+	perm := rand.New(rand.NewPCG(1, 2)).Perm(size)
+	for i := 0; i < size; i += 1000 {
+		zs := make([]redis.Z, 0, 1000)
+		for _, k := range perm[i : i+1000] {
+			zs = append(zs, redis.Z{Score: due, Member: fmt.Sprintf("01JF%022d", k)})
+		}
+		if err := client.ZAdd(bg, qn.timer, zs...).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var deep []time.Duration
+	cpu := mastersCPU(b, client)
+	b.ResetTimer()
+	round := &ledgerRound{q: [2]string{ns, q}, s: 3, lastLen: -1, min: "-inf", horizon: time.Hour}
+	for read := 0; read < b.N; {
+		if round.s != 3 {
+			round = &ledgerRound{q: [2]string{ns, q}, s: 3, lastLen: -1, min: "-inf", horizon: time.Hour}
+		}
+		t0 := time.Now()
+		n, err := e.ledgerChunk(bg, round, min(ledgerChunkMax, b.N-read))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if read >= b.N-b.N/10 {
+			deep = append(deep, time.Since(t0))
+		}
+		read += n
+	}
+	b.StopTimer()
+	b.ReportMetric((mastersCPU(b, client)-cpu)*1e6/float64(b.N), "redis-µs/op")
+	if len(deep) > 0 {
+		slices.Sort(deep)
+		b.ReportMetric(float64(deep[len(deep)/2])/1e6, "deep-chunk-ms")
 	}
 }

@@ -153,6 +153,14 @@ type NoisyPhase struct {
 	// phase (any status), and CPU what each process spent in it.
 	NoisyRequests int64     `json:"noisy_requests"`
 	CPU           *NoisyCPU `json:"cpu_ms_per_s,omitempty"`
+	// The pool's Redis commands of noisySlowUs or more in the phase
+	// (SLOWLOG: a script's commands count apart too, and on a loaded
+	// machine so does a command the scheduler held up), and the longest,
+	// with its command name and first key (a script's: EVALSHA and the
+	// first key it names), which says whose work held Redis.
+	RedisSlow      int     `json:"redis_slow"`
+	RedisLongestMs float64 `json:"redis_longest_ms"`
+	RedisLongest   string  `json:"redis_longest,omitempty"`
 }
 
 // NoisyCPU is the CPU each process of the scenario spent in a phase, in
@@ -282,6 +290,7 @@ type noisyPhaseWindow struct {
 	// requests answered in the phase.
 	cpu0, cpu1 cpuSample
 	noisyReq   int64
+	slow       slowSample
 }
 
 // runNoisy starts the pool, the admin Redis and a kairos-server and runs
@@ -322,6 +331,11 @@ func runNoisy(ctx context.Context, rc runConfig, nc noisyConfig) (Noisy, error) 
 		nodes = append(nodes, node)
 	}
 	pool := nodes[0]
+	for _, kv := range [][2]string{{"slowlog-log-slower-than", strconv.Itoa(noisySlowUs)}, {"slowlog-max-len", "100000"}} {
+		if err := pool.client.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			return res, fmt.Errorf("noisy: CONFIG SET %s: %w", kv[0], err)
+		}
+	}
 	k, err := s.sup.newKairos("kairos", rc.ServerBin, s.ports, kairosRedis{addr: pool.addr, adminAddr: nodes[1].addr})
 	if err != nil {
 		return res, err
@@ -389,8 +403,9 @@ func runNoisy(ctx context.Context, rc runConfig, nc noisyConfig) (Noisy, error) 
 	// The CPU and the noisy requests so far, at the start of the phase
 	// being measured.
 	lastCPU, lastReqs := cpuNow(), int64(0)
+	takeSlow(ctx, pool) // the setup's
 	window := func(name string, from, to time.Time) noisyPhaseWindow {
-		w := noisyPhaseWindow{name: name, from: from, to: to, mem: memory(), cpu0: lastCPU, cpu1: cpuNow()}
+		w := noisyPhaseWindow{name: name, from: from, to: to, mem: memory(), cpu0: lastCPU, cpu1: cpuNow(), slow: takeSlow(ctx, pool)}
 		reqs := noisyReqs.Load()
 		w.noisyReq = reqs - lastReqs
 		lastCPU, lastReqs = w.cpu1, reqs
@@ -561,6 +576,7 @@ func runNoisy(ctx context.Context, rc runConfig, nc noisyConfig) (Noisy, error) 
 	}
 	afterStart := time.Now()
 	lastCPU, lastReqs = cpuNow(), noisyReqs.Load()
+	takeSlow(ctx, pool) // the destroys'
 	sleepCtx(ctx, nc.Phase)
 	mark("after", afterStart)
 
@@ -661,7 +677,8 @@ func noisyFigures(quiet []*quietTenant, phases []noisyPhaseWindow, nc noisyConfi
 	for i, p := range phases {
 		secs := p.to.Sub(p.from).Seconds()
 		out[i] = NoisyPhase{Name: p.name, Seconds: secs, UsedMemory: p.mem, RefusedBy: map[string]int{},
-			NoisyRequests: p.noisyReq, CPU: cpuRate(p.cpu0, p.cpu1, secs)}
+			NoisyRequests: p.noisyReq, CPU: cpuRate(p.cpu0, p.cpu1, secs),
+			RedisSlow: p.slow.n, RedisLongestMs: p.slow.longestMs, RedisLongest: p.slow.longest}
 	}
 	for _, q := range quiet {
 		q.mu.Lock()
@@ -845,13 +862,13 @@ func writeNoisy(out io.Writer, r Noisy) {
 			float64(p.UsedMemory)/(1<<20), result)
 	}
 	_ = tw.Flush()
-	fmt.Fprintln(tw, "phase\tnoisy req/s\tCPU ms/s: server\tredis pool\tredis admin\tsuite\t")
+	fmt.Fprintf(tw, "phase\tnoisy req/s\tCPU ms/s: server\tredis pool\tredis admin\tsuite\tpool cmds >= %d ms\tlongest ms\t\n", noisySlowUs/1000)
 	for _, p := range r.Phases {
 		if p.CPU == nil || p.Seconds <= 0 {
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t\n", p.Name, float64(p.NoisyRequests)/p.Seconds,
-			p.CPU.Server, p.CPU.Pool, p.CPU.Admin, p.CPU.Harness)
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%d\t%.1f %s\t\n", p.Name, float64(p.NoisyRequests)/p.Seconds,
+			p.CPU.Server, p.CPU.Pool, p.CPU.Admin, p.CPU.Harness, p.RedisSlow, p.RedisLongestMs, p.RedisLongest)
 	}
 	_ = tw.Flush()
 	if h := r.BaselineHalves; len(h) == 2 {
@@ -871,4 +888,49 @@ func writeNoisy(out io.Writer, r Noisy) {
 	}
 	fmt.Fprintf(out, "quiet namespaces: acknowledged %s, delivered %s, lost %d, duplicates %d, residual %d; %s\n",
 		formatCount(r.Acknowledged), formatCount(r.Delivered), r.Lost, r.Duplicates, r.Residual, verdict)
+}
+
+// noisySlowUs is the SLOWLOG threshold of the noisy scenario's pool, in
+// microseconds: a pump pass of half PumpBatch takes about 1.3 ms on an idle
+// machine, a quiet request a fraction of one.
+const noisySlowUs = 2000
+
+// slowSample is what the pool's SLOWLOG held at the end of a phase.
+type slowSample struct {
+	n         int
+	longestMs float64
+	longest   string
+}
+
+// takeSlow reads and resets the pool's SLOWLOG (zero when it cannot).
+func takeSlow(ctx context.Context, pool *redisNode) slowSample {
+	var s slowSample
+	logs, err := pool.client.SlowLogGet(ctx, 100000).Result()
+	if err != nil {
+		return s
+	}
+	_ = pool.client.Do(ctx, "SLOWLOG", "RESET").Err()
+	for _, l := range logs {
+		s.n++
+		if ms := float64(l.Duration) / float64(time.Millisecond); ms > s.longestMs {
+			s.longestMs, s.longest = ms, slowCommand(l.Args)
+		}
+	}
+	return s
+}
+
+// slowCommand names a SLOWLOG entry: its command and first key (a
+// script's: EVALSHA and the first key it names).
+func slowCommand(args []string) string {
+	if len(args) == 0 {
+		return ""
+	}
+	name := strings.ToUpper(args[0])
+	switch {
+	case (name == "EVALSHA" || name == "EVAL" || name == "FCALL") && len(args) > 3 && args[2] != "0":
+		return name + " " + args[3]
+	case name != "EVALSHA" && name != "EVAL" && name != "FCALL" && len(args) > 1:
+		return name + " " + args[1]
+	}
+	return name
 }

@@ -194,3 +194,20 @@ func TestNoisyCPU(t *testing.T) {
 		t.Errorf("procCPU(0) = %v, want -1", c)
 	}
 }
+
+func TestSlowCommand(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"evalsha", "5b76de", "6", "q/{fh}noisy/burst", "p/{fh}noisy/burst"}, "EVALSHA q/{fh}noisy/burst"},
+		{[]string{"evalsha", "5b76de", "0", "x"}, "EVALSHA"},
+		{[]string{"ZRANGEBYSCORE", "t/{fh}noisy/burst", "1796698305460", "+inf"}, "ZRANGEBYSCORE t/{fh}noisy/burst"},
+		{[]string{"info"}, "INFO"},
+		{nil, ""},
+	} {
+		if got := slowCommand(tc.args); got != tc.want {
+			t.Errorf("slowCommand(%q) = %q, want %q", tc.args, got, tc.want)
+		}
+	}
+}
