@@ -227,36 +227,17 @@ func (e *Engine) ledgerChunk(ctx context.Context, p *ledgerRound, most int) (int
 	if p.s == 5 {
 		return e.ledgerGroupsChunk(ctx, p, min(most, ledgerGroupChunk))
 	}
-	qn := e.names.get([3]string{p.q[0], p.q[1]})
-	keys := []string{qn.ready, qn.prio, qn.timer, qn.dead, qn.jobPrefix, ledgerKey(qn.jobPrefix)}
-	cur := strconv.FormatInt(p.off, 10)
-	if p.s == 2 || p.s == 3 {
-		cur = p.min
-	}
-	v, err := e.run(ctx, ledgerRecordScript, keys, p.s, cur, p.skip, p.lastLen, most,
-		p.horizon.Milliseconds(), ledgerGrace.Milliseconds()).Slice()
+	zset := p.s == 2 || p.s == 3
+	r, err := e.ledgerRecord(ctx, p, p.s, zset, most)
 	if err != nil {
-		return 0, fmt.Errorf("reconcile pool %s: %w", e.pool, err)
+		return 0, err
 	}
-	if len(v) != 5 {
-		return 0, fmt.Errorf("reconcile pool %s: unexpected reply %v", e.pool, v)
-	}
-	read, _ := v[0].(int64)
-	done, _ := v[1].(int64)
-	next, _ := v[2].(string)
-	skip, _ := v[3].(int64)
-	length, _ := v[4].(int64)
-	if done == 1 {
+	if r.done == 1 {
 		p.s, p.off, p.lastLen, p.min, p.skip = p.s+1, 0, -1, "-inf", 0
-		return int(read), nil
+		return int(r.read), nil
 	}
-	if p.s == 2 || p.s == 3 {
-		p.min, p.skip = next, skip
-	} else {
-		p.off, _ = strconv.ParseInt(next, 10, 64)
-		p.lastLen = length
-	}
-	return int(read), nil
+	p.moveTo(zset, r)
+	return int(r.read), nil
 }
 
 // ledgerGroupsChunk reads the next chunk of the groups' lists of round p
@@ -266,44 +247,79 @@ func (e *Engine) ledgerGroupsChunk(ctx context.Context, p *ledgerRound, most int
 	if p.gi >= len(p.names) {
 		return e.ledgerGroupsScan(ctx, p)
 	}
+	more := make([]any, 0, 2+len(p.names)-p.gi)
+	more = append(more, 1, p.sub)
+	for _, g := range p.names[p.gi:] {
+		more = append(more, g)
+	}
+	r, err := e.ledgerRecord(ctx, p, 5, p.sub == 2, most, more...)
+	if err != nil {
+		return 0, err
+	}
+	if r.done == 1 {
+		p.gi = len(p.names)
+		return int(r.read), nil
+	}
+	p.gi += int(r.gi) - 1
+	p.sub = int(r.sub)
+	p.moveTo(p.sub == 2, r)
+	return int(r.read), nil
+}
+
+// ledgerRecordReply is a ledgerRecordScript reply: the entries read,
+// whether the structure (structure 5: the batch of groups) was read to its
+// end, the cursor (a list's offset and length, or a sorted set's score and
+// the members of that score read), and for structure 5 the group and the
+// part of it (1 list, 2 priority set) reached.
+type ledgerRecordReply struct {
+	read, done, skip, length, gi, sub int64
+	next                              string
+}
+
+// ledgerRecord runs ledgerRecordScript on structure s of round p's queue
+// from the round's cursor (p.min and p.skip in a sorted set, zset; else
+// p.off and p.lastLen), with structure 5's arguments (more) after the
+// common ones.
+func (e *Engine) ledgerRecord(ctx context.Context, p *ledgerRound, s int, zset bool, most int, more ...any) (ledgerRecordReply, error) {
 	qn := e.names.get([3]string{p.q[0], p.q[1]})
 	keys := []string{qn.ready, qn.prio, qn.timer, qn.dead, qn.jobPrefix, ledgerKey(qn.jobPrefix)}
 	cur := strconv.FormatInt(p.off, 10)
-	if p.sub == 2 {
+	if zset {
 		cur = p.min
 	}
-	args := make([]interface{}, 0, 9+len(p.names)-p.gi)
-	args = append(args, 5, cur, p.skip, p.lastLen, most, p.horizon.Milliseconds(), ledgerGrace.Milliseconds(), 1, p.sub)
-	for _, g := range p.names[p.gi:] {
-		args = append(args, g)
-	}
+	args := append([]any{s, cur, p.skip, p.lastLen, most, p.horizon.Milliseconds(), ledgerGrace.Milliseconds()}, more...)
 	v, err := e.run(ctx, ledgerRecordScript, keys, args...).Slice()
 	if err != nil {
-		return 0, fmt.Errorf("reconcile pool %s: %w", e.pool, err)
+		return ledgerRecordReply{}, fmt.Errorf("reconcile pool %s: %w", e.pool, err)
 	}
-	if len(v) != 7 {
-		return 0, fmt.Errorf("reconcile pool %s: unexpected reply %v", e.pool, v)
+	want := 5
+	if s == 5 {
+		want = 7
 	}
-	read, _ := v[0].(int64)
-	done, _ := v[1].(int64)
-	next, _ := v[2].(string)
-	skip, _ := v[3].(int64)
-	length, _ := v[4].(int64)
-	gi, _ := v[5].(int64)
-	sub, _ := v[6].(int64)
-	if done == 1 {
-		p.gi = len(p.names)
-		return int(read), nil
+	if len(v) != want {
+		return ledgerRecordReply{}, fmt.Errorf("reconcile pool %s: unexpected reply %v", e.pool, v)
 	}
-	p.gi += int(gi) - 1
-	p.sub = int(sub)
-	if p.sub == 2 {
-		p.min, p.skip = next, skip
+	var r ledgerRecordReply
+	r.read, _ = v[0].(int64)
+	r.done, _ = v[1].(int64)
+	r.next, _ = v[2].(string)
+	r.skip, _ = v[3].(int64)
+	r.length, _ = v[4].(int64)
+	if s == 5 {
+		r.gi, _ = v[5].(int64)
+		r.sub, _ = v[6].(int64)
+	}
+	return r, nil
+}
+
+// moveTo moves round p's cursor to where reply r left it.
+func (p *ledgerRound) moveTo(zset bool, r ledgerRecordReply) {
+	if zset {
+		p.min, p.skip = r.next, r.skip
 	} else {
-		p.off, _ = strconv.ParseInt(next, 10, 64)
-		p.lastLen = length
+		p.off, _ = strconv.ParseInt(r.next, 10, 64)
+		p.lastLen = r.length
 	}
-	return int(read), nil
 }
 
 // ledgerGroupsScan reads the next batch of round p's group names: from the
